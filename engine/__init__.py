@@ -1,0 +1,5 @@
+"""The embedded streaming engine (DESIGN §3). Knows nothing of sockets, Redis or punctuation."""
+
+from engine.types import AudioChunk, Engine, EngineError, Stream, StreamEnd, StreamEvent, VoiceInfo
+
+__all__ = ["AudioChunk", "Engine", "EngineError", "Stream", "StreamEnd", "StreamEvent", "VoiceInfo"]

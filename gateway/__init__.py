@@ -1,0 +1,1 @@
+"""The Litestar gateway (DESIGN §5)."""

@@ -1,0 +1,1 @@
+"""Streaming text segmentation: when is text from an LLM safe to speak (DESIGN §2)."""

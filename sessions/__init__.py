@@ -1,0 +1,1 @@
+"""Session and voice state shared by gateway replicas (DESIGN §4)."""
