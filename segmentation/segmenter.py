@@ -1,0 +1,402 @@
+"""StreamSegmenter: decides, delta by delta, which text from an LLM is safe to speak.
+
+Every mark (sentence end, clause mark, newline, code fence) is decided once, when the first
+non-space character after it arrives: that is enough to tell "Dr. Smith" from "today. Then",
+"3.14" from "3. Then" and `。”` from `。然`, and it keeps the commit lag at one character.
+A regular expression jumps from mark to mark, so a delta costs time in proportion to its length,
+and the pending buffer never holds more than `max_chars` (it is cut at a word boundary).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from segmentation import chars
+from segmentation.chars import CLOSERS, DASH, ELLIPSIS, HAN_CLAUSE_MARKS, HAN_SENTENCE_ENDS, is_han
+
+Reason = Literal["sentence", "clause", "forced", "timeout", "flush"]
+Granularity = Literal["none", "sentence", "clause", "auto"]
+GRANULARITIES = ("none", "sentence", "clause", "auto")
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A committed piece of an utterance: `text == source[start:end]`, whitespace included."""
+
+    text: str
+    start: int
+    end: int
+    reason: Reason
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentPolicy:
+    """Tunables. Lengths of clauses count Latin words and Han characters separately, since a Han
+    character is about one syllable and an English word about one and a half."""
+
+    max_chars: int = 300  # a run with no boundary is cut here (sentence/clause/auto)
+    max_buffer_chars: int = 65536  # the same bound for `none`, which waits for the flush
+    min_clause_words: int = 4  # clause mode
+    min_clause_han: int = 6
+    first_clause_words: int = 3  # auto: the first clause of an utterance goes early
+    first_clause_han: int = 4
+    auto_clause_words: int = 12  # auto, later: only long sentences break at clauses
+    auto_clause_han: int = 20
+    idle_timeout: float = 1.0  # seconds without input before poll() commits a clean tail
+
+    def __post_init__(self) -> None:
+        if self.max_chars < 16 or self.max_buffer_chars < self.max_chars:
+            raise ValueError("need 16 <= max_chars <= max_buffer_chars")
+        if self.idle_timeout <= 0:
+            raise ValueError("idle_timeout must be positive")
+
+
+# Titles that precede a name: never a sentence end before a capital ("Dr. Smith", "St. Louis").
+_TITLES = frozenset(
+    "dr mr mrs ms prof st mt ft gen col capt lt sgt rev hon sen rep gov pres messrs mme mlle".split()
+)
+# Abbreviations that precede a number ("No. 5", "Fig. 3").
+_BEFORE_NUMBER = frozenset("no nos vol fig figs p pp ch sec art op ex eq approx ca tel".split())
+# Abbreviations that may or may not end a sentence ("Acme Inc. It", "at 5 p.m. Then"): pysbd decides.
+_AMBIGUOUS = frozenset("inc ltd co corp jr sr etc al bros llc plc dept est univ".split())
+_INITIALISM = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")  # U.S, e.g, p.m, Ph.D (final dot excluded)
+_LIST_MARKER = re.compile(r"(?:\d{1,3}|[A-Za-z]|[ivxIVX]{1,4})")
+
+# Everything the scanner stops at. Inside a code fence only the closing fence matters.
+_MARK = re.compile(r"[.!?。！？…,;:，、；：—\n`]")
+_FENCE_END = re.compile(r"`")
+_TERMINATORS = frozenset(".!?。！？…")
+_WS = frozenset(" \t\r\n\f\v\u3000\u00a0")
+
+_pysbd_segmenter = None
+
+
+def _pysbd_splits(text: str, at: int) -> bool:
+    """Does pysbd end a sentence at `at` in `text`? Called only at ambiguous abbreviations."""
+    global _pysbd_segmenter
+    if _pysbd_segmenter is None:
+        import pysbd
+
+        _pysbd_segmenter = pysbd.Segmenter(language="en", clean=False, char_span=False)
+    first = _pysbd_segmenter.segment(text)[0]
+    return len(first) <= at
+
+
+_jieba_ready = False
+
+
+def _jieba_cuts(run: str) -> list[int]:
+    """Word boundaries (offsets) inside a run of Han text."""
+    global _jieba_ready
+    import jieba
+
+    if not _jieba_ready:
+        jieba.setLogLevel(logging.WARNING)
+        jieba.initialize()
+        _jieba_ready = True
+    return [end for _, _, end in jieba.tokenize(run)]
+
+
+def warm_up() -> None:
+    """Load jieba's dictionary and pysbd's rules now, not in the first utterance (~0.5 s)."""
+    _jieba_cuts("初始化")
+    _pysbd_splits("Warm up. Now", 9)
+
+
+class StreamSegmenter:
+    """Commits streamed text at safe boundaries. See DESIGN §2 for the contract."""
+
+    def __init__(
+        self,
+        language: str = "auto",
+        granularity: str = "auto",
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        **policy: object,
+    ) -> None:
+        if granularity not in GRANULARITIES:
+            raise ValueError(f"granularity must be one of {', '.join(GRANULARITIES)}, not {granularity!r}")
+        self.language = language
+        self.granularity: Granularity = granularity  # type: ignore[assignment]
+        self.policy = SegmentPolicy(**policy)  # type: ignore[arg-type]
+        self._clock = clock
+        self.reset()
+
+    # -- public API -------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget everything pending and start a new utterance at offset 0."""
+        self._buf = ""  # holds the pending text plus a little committed context before it
+        self._base = 0  # source offset of _buf[0]
+        self._start = 0  # index in _buf where pending text begins
+        self._pos = 0  # index in _buf where scanning resumes
+        self._in_fence = False
+        self._committed = 0  # segments committed in this utterance
+        self._last_input = self._clock()
+
+    @property
+    def pending(self) -> str:
+        return self._buf[self._start :]
+
+    def feed(self, delta: str) -> list[Segment]:
+        chars.check_text(delta)
+        self._last_input = self._clock()
+        if not delta:
+            return []
+        self._buf += delta
+        out = self._scan()
+        self._compact()
+        return out
+
+    def flush(self) -> list[Segment]:
+        """End of the utterance: commit everything, then start the next utterance at offset 0."""
+        out = []
+        if self._start < len(self._buf):
+            out.append(self._commit(len(self._buf), "flush"))
+        self.reset()
+        return out
+
+    def poll(self, now: float) -> list[Segment]:
+        """Commit a tail that ends cleanly once the LLM has been quiet for `idle_timeout`."""
+        if self.granularity == "none" or self._start == len(self._buf):
+            return []
+        if now - self._last_input < self.policy.idle_timeout:
+            return []
+        last = self._buf[-1]
+        if last in _WS or last in _TERMINATORS or last in CLOSERS or last in DASH or _is_clause_mark(last):
+            end = len(self._buf)
+            self._pos = end
+            return [self._commit(end, "timeout")]
+        return []
+
+    # -- scanning ---------------------------------------------------------------------------
+
+    def _scan(self) -> list[Segment]:
+        out: list[Segment] = []
+        buf = self._buf
+        n = len(buf)
+        limit = self.policy.max_buffer_chars if self.granularity == "none" else self.policy.max_chars
+        while True:
+            m = (_FENCE_END if self._in_fence else _MARK).search(buf, self._pos)
+            i = m.start() if m else n
+            if i - self._start > limit:
+                out.append(self._forced_cut(self._start + limit))
+                self._pos = max(self._pos, self._start)
+                continue
+            if m is None:
+                self._pos = n
+                return out
+            decision = self._decide(i)
+            if decision is None:  # need more text to decide
+                self._pos = i
+                return out
+            reason, end, resume = decision
+            if reason is not None and end > self._start:
+                out.append(self._commit(end, reason))
+            self._pos = resume
+
+    def _decide(self, i: int) -> tuple[Reason | None, int, int] | None:
+        """Decide the mark at `i`: None to wait, else (reason or None, commit end, resume index)."""
+        buf, c = self._buf, self._buf[i]
+        if c == "`":
+            return self._fence(i)
+        if self._in_fence:
+            return None, i, i + 1
+        if self.granularity == "none":
+            return None, i, i + 1
+        if c == "\n":
+            k = self._skip_ws(i)
+            if k is None:
+                return None
+            has_text = any(ch not in _WS for ch in buf[self._start : i])
+            return ("sentence" if has_text else None), k, k
+        if c in _TERMINATORS:
+            return self._sentence_end(i)
+        return self._clause(i)
+
+    def _skip_ws(self, j: int) -> int | None:
+        """Index of the first non-space character at or after `j`, or None if not yet received."""
+        buf, n = self._buf, len(self._buf)
+        while j < n and buf[j] in _WS:
+            j += 1
+        return j if j < n else None
+
+    def _closers_end(self, j: int) -> int:
+        buf, n = self._buf, len(self._buf)
+        while j < n and buf[j] in CLOSERS:
+            j += 1
+        return j
+
+    def _fence(self, i: int) -> tuple[Reason | None, int, int] | None:
+        buf, n = self._buf, len(self._buf)
+        j = i
+        while j < n and buf[j] == "`":
+            j += 1
+        if j == n:
+            return None  # a fence may still be growing
+        if j - i >= 3:
+            self._in_fence = not self._in_fence
+        return None, i, j
+
+    def _sentence_end(self, i: int) -> tuple[Reason | None, int, int] | None:
+        buf = self._buf
+        t = i
+        while t < len(buf) and buf[t] in _TERMINATORS:
+            t += 1
+        j = self._closers_end(t)
+        k = self._skip_ws(j)
+        if k is None:
+            return None
+        if self._is_sentence_end(i, t, j, k):
+            return "sentence", k, k
+        return None, k, k
+
+    def _is_sentence_end(self, i: int, t: int, j: int, k: int) -> bool:
+        """The run buf[i:t] of terminators, closers to j, whitespace to k, then the character buf[k]."""
+        buf = self._buf
+        run, nxt, spaced = buf[i:t], buf[k], k > j
+        before = buf[i - 1] if i > 0 else ""
+        han_context = is_han(before) or is_han(nxt) or before in HAN_SENTENCE_ENDS
+        if any(ch in HAN_SENTENCE_ENDS for ch in run):
+            return True
+        if not spaced and chars.is_latin_alnum(nxt):
+            return False  # 3.14, example.com, e.g, jane.doe@, ?q=1
+        if nxt.islower() and not is_han(nxt):
+            return False  # "p.m. tomorrow", '"Watch out!" he shouted'
+        if "!" in run or "?" in run:
+            return True
+        if ELLIPSIS in run or len(run) >= 3:
+            # "Well... I guess": a hesitation after one word is not a sentence; "让我想想……好的" is.
+            return han_context or len(chars.LATIN_WORD_RE.findall(buf, self._start, i)) >= 2
+        if not spaced and nxt in ",;:":
+            return False  # "e.g.,"
+        return self._period_ends_sentence(i, k)
+
+    def _period_ends_sentence(self, i: int, k: int) -> bool:
+        buf = self._buf
+        w = i
+        while w > 0 and i - w < 48 and buf[w - 1] not in _WS:
+            w -= 1
+        token = buf[w:i].lstrip("\"'“‘([{（「『《")
+        if not token:
+            return True
+        lower = token.lower()
+        nxt = buf[k]
+        at_line_start = w == 0 and self._base == 0 or w > 0 and buf[w - 1] == "\n"
+        if at_line_start and _LIST_MARKER.fullmatch(token):
+            return False  # "1. Pay online", "a. Yes"
+        if lower in _TITLES:
+            return False
+        if nxt.isdigit():
+            return lower not in _BEFORE_NUMBER
+        if len(token) == 1 and token.isupper():
+            return False  # an initial: "J. R. R. Tolkien"
+        if lower in _AMBIGUOUS or _INITIALISM.fullmatch(token):
+            if self.language.startswith("zh"):
+                return True
+            lo = max(self._start, i - 160)
+            return _pysbd_splits(buf[lo : k + 1], i + 1 - lo)
+        return True
+
+    def _clause(self, i: int) -> tuple[Reason | None, int, int] | None:
+        buf, n = self._buf, len(self._buf)
+        c = buf[i]
+        if self.granularity == "sentence":
+            return None, i, i + 1
+        if c == DASH:
+            j = i
+            while j < n and buf[j] == DASH:
+                j += 1
+        elif c in HAN_CLAUSE_MARKS:
+            j = i + 1
+        else:  # , ; :  only before whitespace, so never inside 1,000 or 10:30 or http://
+            if i + 1 == n:
+                return None
+            if buf[i + 1] not in _WS:
+                return None, i, i + 1
+            j = i + 1
+        j = self._closers_end(j)
+        k = self._skip_ws(j)
+        if k is None:
+            return None
+        if self._clause_long_enough(k):
+            return "clause", k, k
+        return None, k, k
+
+    def _clause_long_enough(self, end: int) -> bool:
+        p = self.policy
+        if self.granularity == "clause":
+            words, han = p.min_clause_words, p.min_clause_han
+        elif self._committed == 0:
+            words, han = p.first_clause_words, p.first_clause_han
+        else:
+            words, han = p.auto_clause_words, p.auto_clause_han
+        text = self._buf[self._start : end]
+        n_han = len(chars.HAN_RE.findall(text))
+        n_words = len(chars.LATIN_WORD_RE.findall(text))
+        return n_han / han + n_words / words >= 1.0
+
+    # -- commits ----------------------------------------------------------------------------
+
+    def _forced_cut(self, limit: int) -> Segment:
+        """Cut the pending run at the last word boundary at or before `limit`."""
+        buf, start = self._buf, self._start
+        cut, j = start, limit
+        while j > start:  # bounded by max_chars
+            a, b = buf[j - 1], buf[j]
+            if a in _WS and b not in _WS:
+                cut = j
+                break
+            if is_han(a) and is_han(b):
+                lo, cut = self._han_word_cut(j)
+                if cut > start:
+                    break
+                j = lo  # no word boundary inside this Han run
+                continue
+            if is_han(a) != is_han(b) and b not in _WS and a not in _WS:
+                # Script change: 我用|Python, Python|写 — but never split a Latin token.
+                if not (chars.is_latin_alnum(a) and chars.is_latin_alnum(b)):
+                    cut = j
+                    break
+            j -= 1
+        if cut <= start:
+            cut = limit  # one token longer than max_chars: no word to keep whole
+        return self._commit(cut, "forced")
+
+    def _han_word_cut(self, j: int) -> tuple[int, int]:
+        """(start of the Han run around `j`, its last jieba word boundary at or before `j`, or 0)."""
+        buf = self._buf
+        lo = j
+        while lo > self._start and is_han(buf[lo - 1]) and j - lo < 64:
+            lo -= 1
+        hi = j
+        while hi < len(buf) and is_han(buf[hi]) and hi - j < 16:
+            hi += 1
+        # The run's last word may still be arriving, so the run's end is not a boundary.
+        cuts = [lo + e for e in _jieba_cuts(buf[lo:hi]) if lo + e <= j and lo + e < hi]
+        return lo, (cuts[-1] if cuts and cuts[-1] > lo else 0)
+
+    def _commit(self, end: int, reason: Reason) -> Segment:
+        seg = Segment(self._buf[self._start : end], self._base + self._start, self._base + end, reason)
+        self._start = end
+        self._committed += 1
+        return seg
+
+    def _compact(self) -> None:
+        """Drop committed text, keeping a little context for the abbreviation rules."""
+        keep = 64
+        if self._start > 4 * keep:
+            cut = self._start - keep
+            self._buf = self._buf[cut:]
+            self._base += cut
+            self._start -= cut
+            self._pos -= cut
+
+
+def _is_clause_mark(c: str) -> bool:
+    return c in HAN_CLAUSE_MARKS or c in chars.LATIN_CLAUSE_MARKS
