@@ -24,7 +24,7 @@ def is_han(c: str) -> bool:
 
 
 def is_latin_alnum(c: str) -> bool:
-    return c.isascii() and c.isalnum() or "\u00c0" <= c <= "\u024f"
+    return (c.isascii() and c.isalnum()) or "\u00c0" <= c <= "\u024f"
 
 
 def check_text(text: object) -> str:

@@ -43,7 +43,7 @@ class SegmentPolicy:
     max_buffer_chars: int = 65536  # the same bound for `none`, which waits for the flush
     min_clause_words: int = 4  # clause mode
     min_clause_han: int = 6
-    first_clause_words: int = 3  # auto: the first clause of an utterance goes early
+    first_clause_words: int = 2  # auto: the first clause of an utterance goes early
     first_clause_han: int = 4
     auto_clause_words: int = 12  # auto, later: only long sentences break at clauses
     auto_clause_han: int = 20
@@ -58,7 +58,7 @@ class SegmentPolicy:
 
 # Titles that precede a name: never a sentence end before a capital ("Dr. Smith", "St. Louis").
 _TITLES = frozenset(
-    "dr mr mrs ms prof st mt ft gen col capt lt sgt rev hon sen rep gov pres messrs mme mlle".split()
+    "dr mr mrs ms prof st mt ft gen col capt lt sgt rev hon sen rep gov pres messrs mme mlle vs".split()
 )
 # Abbreviations that precede a number ("No. 5", "Fig. 3").
 _BEFORE_NUMBER = frozenset("no nos vol fig figs p pp ch sec art op ex eq approx ca tel".split())
@@ -193,6 +193,10 @@ class StreamSegmenter:
                 return out
             decision = self._decide(i)
             if decision is None:  # need more text to decide
+                if n - self._start > limit:  # but never wait beyond the bound
+                    out.append(self._forced_cut(self._start + limit))
+                    self._pos = max(i, self._start)
+                    continue
                 self._pos = i
                 return out
             reason, end, resume = decision
@@ -252,7 +256,7 @@ class StreamSegmenter:
         k = self._skip_ws(j)
         if k is None:
             return None
-        if self._is_sentence_end(i, t, j, k):
+        if self._is_sentence_end(i, t, j, k) or "\n" in buf[j:k]:
             return "sentence", k, k
         return None, k, k
 
@@ -260,7 +264,7 @@ class StreamSegmenter:
         """The run buf[i:t] of terminators, closers to j, whitespace to k, then the character buf[k]."""
         buf = self._buf
         run, nxt, spaced = buf[i:t], buf[k], k > j
-        before = buf[i - 1] if i > 0 else ""
+        before = buf[i - 1] if i > 0 else " "
         han_context = is_han(before) or is_han(nxt) or before in HAN_SENTENCE_ENDS
         if any(ch in HAN_SENTENCE_ENDS for ch in run):
             return True
@@ -287,7 +291,7 @@ class StreamSegmenter:
             return True
         lower = token.lower()
         nxt = buf[k]
-        at_line_start = w == 0 and self._base == 0 or w > 0 and buf[w - 1] == "\n"
+        at_line_start = (w == 0 and self._base == 0) or (w > 0 and buf[w - 1] == "\n")
         if at_line_start and _LIST_MARKER.fullmatch(token):
             return False  # "1. Pay online", "a. Yes"
         if lower in _TITLES:
@@ -297,10 +301,10 @@ class StreamSegmenter:
         if len(token) == 1 and token.isupper():
             return False  # an initial: "J. R. R. Tolkien"
         if lower in _AMBIGUOUS or _INITIALISM.fullmatch(token):
-            if self.language.startswith("zh"):
-                return True
+            if is_han(nxt):
+                return False  # "我在 Acme Inc. 工作": the Han sentence goes on
             lo = max(self._start, i - 160)
-            return _pysbd_splits(buf[lo : k + 1], i + 1 - lo)
+            return _pysbd_splits(buf[lo : k + 1], k - lo)
         return True
 
     def _clause(self, i: int) -> tuple[Reason | None, int, int] | None:
@@ -324,6 +328,8 @@ class StreamSegmenter:
         k = self._skip_ws(j)
         if k is None:
             return None
+        if "\n" in buf[j:k]:
+            return "sentence", k, k  # a line break ends the line, long or short
         if self._clause_long_enough(k):
             return "clause", k, k
         return None, k, k
@@ -358,11 +364,10 @@ class StreamSegmenter:
                     break
                 j = lo  # no word boundary inside this Han run
                 continue
-            if is_han(a) != is_han(b) and b not in _WS and a not in _WS:
-                # Script change: 我用|Python, Python|写 — but never split a Latin token.
-                if not (chars.is_latin_alnum(a) and chars.is_latin_alnum(b)):
-                    cut = j
-                    break
+            # Script change (我用|Python, Python|写), but never inside a Latin token.
+            if is_han(a) != is_han(b) and a not in _WS and b not in _WS:
+                cut = j
+                break
             j -= 1
         if cut <= start:
             cut = limit  # one token longer than max_chars: no word to keep whole

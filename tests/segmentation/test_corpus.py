@@ -1,0 +1,91 @@
+"""The corpus, fed as an LLM would: the split points, the commit lag and the round trip."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+import pytest
+from support.segcases import Case, char_deltas, load_cases, word_deltas
+
+from segmentation import Segment, StreamSegmenter
+from segmentation.chars import CLOSERS
+
+CASES = load_cases()
+CLAUSE_MARKS = ",;:，、；：—"
+
+
+def boundaries(sentences: list[str]) -> list[int]:
+    out, pos = [], 0
+    for s in sentences[:-1]:
+        pos += len(s)
+        out.append(pos)
+    return out
+
+
+def clause_boundaries(text: str) -> set[int]:
+    """Where a clause commit may end: after a clause mark, its closers and whitespace."""
+    out = set()
+    for i, c in enumerate(text):
+        if c in CLAUSE_MARKS:
+            j = i + 1
+            while j < len(text) and (text[j] in CLOSERS or text[j] == "—"):
+                j += 1
+            while j < len(text) and text[j].isspace():
+                j += 1
+            out.add(j)
+    return out
+
+
+def run(text: str, deltas: Iterable[str], granularity: str) -> list[tuple[Segment, int]]:
+    """Feed the deltas; return each segment with how many characters had arrived at its commit."""
+    seg = StreamSegmenter(granularity=granularity)
+    got: list[tuple[Segment, int]] = []
+    received = 0
+    for d in deltas:
+        received += len(d)
+        got += [(s, received) for s in seg.feed(d)]
+    got += [(s, received) for s in seg.flush()]
+    return got
+
+
+def feeds(case: Case) -> list[tuple[str, list[str]]]:
+    out = [("words", list(word_deltas(case.text)))]
+    for seed in range(4):
+        out.append((f"chars{seed}", list(char_deltas(case.text, random.Random(hash((case.id, seed)))))))
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("granularity", ["sentence", "clause", "auto"])
+def test_corpus_splits_lag_and_round_trip(case: Case, granularity: str) -> None:
+    assert "".join(case.sentences) == case.text, "corpus case is inconsistent"
+    sentence_ends = boundaries(case.sentences)
+    allowed = set(sentence_ends)
+    if granularity != "sentence":
+        allowed |= clause_boundaries(case.text)
+    for name, deltas in feeds(case):
+        got = run(case.text, deltas, granularity)
+        texts = [s.text for s, _ in got]
+        assert "".join(texts) == case.text, name
+        ends = [s.end for s, _ in got[:-1]]
+        false_splits = [e for e in ends if e not in allowed]
+        assert not false_splits, f"{name}: false splits at {false_splits}: {texts}"
+        missed = [b for b in sentence_ends if b not in ends]
+        assert not missed, f"{name}: missed sentence ends at {missed}: {texts}"
+        for s, received in got:
+            assert s.text == case.text[s.start : s.end]
+            if s.end in sentence_ends:
+                # Committed no later than the delta that brought the next non-space character.
+                arrival = 0
+                for d in deltas:
+                    arrival += len(d)
+                    if arrival > s.end:
+                        break
+                assert received <= arrival, f"{name}: {s.text!r} committed late"
+        if granularity == "sentence":
+            assert texts == case.sentences, name
+
+
+def test_corpus_is_present() -> None:
+    assert len(CASES) >= 60

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED_CORPUS = REPO.parent / "shared" / "corpus" / "segmentation_cases.jsonl"
+OWN_CASES = REPO / "tests" / "segmentation" / "cases.jsonl"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    lang: str
+    text: str
+    sentences: list[str]
+
+
+def load_cases() -> list[Case]:
+    cases = []
+    for path in (SHARED_CORPUS, OWN_CASES):
+        if not path.exists():
+            # The shared corpus sits beside the repo; CI checkouts without it still run our own.
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                d = json.loads(line)
+                cases.append(Case(f"{path.stem}:{d['id']}", d["lang"], d["text"], d["sentences"]))
+    return cases
+
+
+def char_deltas(text: str, rng: random.Random, lo: int = 1, hi: int = 6) -> Iterator[str]:
+    i = 0
+    while i < len(text):
+        k = rng.randint(lo, hi)
+        yield text[i : i + k]
+        i += k
+
+
+def word_deltas(text: str) -> Iterator[str]:
+    """Whole-word tokens the way an LLM streams English ("Hello", " world", "."), Han one by one."""
+    yield from (m.group(0) for m in re.finditer(r"\s*(?:[A-Za-z0-9']+|.)", text, re.S))
