@@ -1,0 +1,146 @@
+"""normalize_for_speech: Markdown and emoji out, numbers read the way a voice should."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from segmentation import normalize_for_speech
+from segmentation.numbers import en_cardinal, en_ordinal, en_year, zh_cardinal
+
+
+@pytest.mark.parametrize(
+    ("n", "words"),
+    [
+        (0, "zero"), (13, "thirteen"), (40, "forty"), (99, "ninety-nine"), (100, "one hundred"),
+        (1024, "one thousand twenty-four"), (1_250_000, "one million two hundred fifty thousand"),
+        (-7, "minus seven"),
+    ],
+)  # fmt: skip
+def test_english_cardinals(n: int, words: str) -> None:
+    assert en_cardinal(n) == words
+
+
+@pytest.mark.parametrize(
+    ("n", "words"),
+    [(1, "first"), (2, "second"), (3, "third"), (12, "twelfth"), (20, "twentieth"), (21, "twenty-first"),
+     (100, "one hundredth")],
+)  # fmt: skip
+def test_english_ordinals(n: int, words: str) -> None:
+    assert en_ordinal(n) == words
+
+
+@pytest.mark.parametrize(
+    ("n", "words"),
+    [(1990, "nineteen ninety"), (2008, "two thousand eight"), (2010, "twenty ten"),
+     (1905, "nineteen oh five"), (1900, "nineteen hundred"), (2000, "two thousand")],
+)  # fmt: skip
+def test_english_years(n: int, words: str) -> None:
+    assert en_year(n) == words
+
+
+@pytest.mark.parametrize(
+    ("n", "words"),
+    [
+        (0, "零"), (10, "十"), (12, "十二"), (20, "二十"), (105, "一百零五"), (110, "一百一十"),
+        (1005, "一千零五"), (1050, "一千零五十"), (10005, "一万零五"), (12500, "一万二千五百"),
+        (1_250_000, "一百二十五万"), (100_010_000, "一亿零一万"), (100_000_012, "一亿零一十二"),
+    ],
+)  # fmt: skip
+def test_mandarin_cardinals(n: int, words: str) -> None:
+    assert zh_cardinal(n) == words
+
+
+@pytest.mark.parametrize(
+    ("text", "spoken"),
+    [
+        (
+            "Your balance is $1,024.50 as of today.",
+            "Your balance is one thousand twenty-four dollars and fifty cents as of today.",
+        ),
+        ("It costs $1 or €2.", "It costs one dollar or two euros."),
+        ("Revenue hit $3.5M.", "Revenue hit three point five million dollars."),
+        (
+            "The rate rose to 3.75% this quarter.",
+            "The rate rose to three point seven five percent this quarter.",
+        ),
+        ("The meeting starts at 10:30 sharp.", "The meeting starts at ten thirty sharp."),
+        ("Call at 9:05 AM or 3 p.m. today.", "Call at nine oh five a m or three p m today."),
+        ("Lunch is at 12:00.", "Lunch is at twelve o'clock."),
+        ("On 2024-03-05 we shipped.", "On March fifth, twenty twenty-four we shipped."),
+        ("That is the highest since 2008!", "That is the highest since two thousand eight!"),
+        ("It is 25°C and 5 km away.", "It is twenty-five degrees Celsius and five kilometers away."),
+        ("It weighs 1 kg, not 2kg.", "It weighs one kilogram, not two kilograms."),
+        ("Drive 60 mph for 3 kWh.", "Drive sixty miles per hour for three kilowatt hours."),
+        ("She came 1st and he came 22nd.", "She came first and he came twenty-second."),
+        ("Upgrade to 2.4.1 now.", "Upgrade to two point four point one now."),
+        ("It was -5 outside.", "It was minus five outside."),
+        ("Send it to jane.doe@acme.co.uk now.", "Send it to jane dot doe at acme dot co dot uk now."),
+        ("See example.com/downloads today.", "See example dot com slash downloads today."),
+        ("Tom & Jerry: 3 + 4 = 7", "Tom and Jerry: three plus four equals seven"),
+        ("Dial 007 now.", "Dial zero zero seven now."),
+    ],
+)
+def test_english_readings(text: str, spoken: str) -> None:
+    assert normalize_for_speech(text, "en") == spoken
+
+
+@pytest.mark.parametrize(
+    ("text", "spoken"),
+    [
+        ("今年的增长率是3.5%，比去年高。", "今年的增长率是百分之三点五，比去年高。"),
+        ("总价是12,500元。", "总价是一万二千五百元。"),
+        ("余额是1,024.50元。", "余额是一千零二十四点五元。"),
+        ("会议在2026年3月5日下午3:30开始。", "会议在二零二六年三月五日下午三点三十分开始。"),
+        ("我们2个人，2:05到。", "我们两个人，两点零五分到。"),
+        ("价格是¥99。", "价格是九十九元。"),
+        ("气温25°C，距离5km。", "气温二十五摄氏度，距离五公里。"),
+        ("我用 Python 3.11 写了这个脚本。", "我用 Python 三点一一 写了这个脚本。"),
+    ],
+)
+def test_mandarin_readings(text: str, spoken: str) -> None:
+    assert normalize_for_speech(text, "auto") == spoken
+    assert normalize_for_speech(text, "zh") == spoken
+
+
+@pytest.mark.parametrize(
+    ("text", "spoken"),
+    [
+        ("**Bold** and *italic* and __strong__ and _em_", "Bold and italic and strong and em"),
+        ("## Summary\nThe plan works.", "Summary\nThe plan works."),
+        ("- reset the router\n* call support\n+ wait", "reset the router\ncall support\nwait"),
+        ("Read [the docs](https://x.io/a) and ![a cat](cat.png).", "Read the docs and a cat."),
+        ("Run `make test` first.", "Run make test first."),
+        ("Here:\n```python\nprint('hi')\n```\nDone.", "Here:\n\nDone."),
+        ("Code:\n```\nx = 1  # a fence left open is code to its end", "Code:"),
+        ("> quoted line", "quoted line"),
+        ("Great job 🎉👍🏽 today ✅", "Great job today"),
+        ("~~old~~ new", "old new"),
+        ("a | b | c", "a b c"),
+        ("<b>hi</b> there", "hi there"),
+        ("snake_case_name stays", "snake_case_name stays"),
+        ("---", ""),
+    ],
+)
+def test_markdown_and_emoji_are_not_read_aloud(text: str, spoken: str) -> None:
+    assert normalize_for_speech(text, "en") == spoken
+
+
+def test_mixed_english_sentence_with_a_han_name_reads_numbers_in_english() -> None:
+    assert normalize_for_speech("The dish 宫保鸡丁 costs $12 at 7:30 tonight.") == (
+        "The dish 宫保鸡丁 costs twelve dollars at seven thirty tonight."
+    )
+
+
+def test_bad_input_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        normalize_for_speech(None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="surrogate"):
+        normalize_for_speech("x\udc00y")
+
+
+@given(st.text(max_size=300).filter(lambda s: not any(0xD800 <= ord(c) <= 0xDFFF for c in s)))
+def test_any_text_normalizes_without_error_or_leftover_markup(text: str) -> None:
+    out = normalize_for_speech(text, "en")
+    assert "**" not in out and "`" not in out
