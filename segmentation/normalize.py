@@ -165,7 +165,19 @@ def _en_plain(m: re.Match[str]) -> str:
     return _en_number(s)
 
 
+_EN_ABBREVIATIONS = {
+    "Dr.": "Doctor", "Mr.": "Mister", "Mrs.": "Missus", "Ms.": "Miz", "Prof.": "Professor",
+    "vs.": "versus", "e.g.": "for example", "i.e.": "that is", "etc.": "et cetera",
+    "approx.": "approximately",
+}  # fmt: skip
+_EN_ABBREVIATION_RE = re.compile(
+    r"(?<![\w.])(?:" + "|".join(re.escape(a) for a in _EN_ABBREVIATIONS) + r")(?=\s|$|,)"
+)
+
 _EN_RULES: list[Rule] = [
+    (_EN_ABBREVIATION_RE, lambda m: _EN_ABBREVIATIONS[m[0]]),
+    (re.compile(r"(?<![\w.])St\.(?=\s+[A-Z])"), lambda m: "Saint"),  # St. Louis; "Main St." stays
+    (re.compile(r"(?<![\w.])No\.\s?(?=\d)"), lambda m: "number "),
     (re.compile(r"(?P<y>\d{4})-(?P<mo>\d{1,2})-(?P<d>\d{1,2})\b"), _en_date),
     (
         re.compile(r"(?P<cur>[$€£¥])\s?(?P<amount>" + _NUM + r")(?:\s?(?P<scale>bn|[kKmM])\b)?"),

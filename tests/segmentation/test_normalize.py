@@ -80,6 +80,10 @@ def test_mandarin_cardinals(n: int, words: str) -> None:
         ("See example.com/downloads today.", "See example dot com slash downloads today."),
         ("Tom & Jerry: 3 + 4 = 7", "Tom and Jerry: three plus four equals seven"),
         ("Dial 007 now.", "Dial zero zero seven now."),
+        (
+            "Dr. Smith and Mr. Lee met in St. Louis, e.g. at No. 5 Main St.",
+            ("Doctor Smith and Mister Lee met in Saint Louis, for example at number five Main St."),
+        ),
     ],
 )
 def test_english_readings(text: str, spoken: str) -> None:

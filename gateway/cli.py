@@ -1,0 +1,42 @@
+"""The `voxgate` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from segmentation import GRANULARITIES, StreamSegmenter, normalize_for_speech
+
+
+def _segment(args: argparse.Namespace) -> int:
+    """Stream stdin through the segmenter as an LLM would, printing each commit as a JSON line."""
+    seg = StreamSegmenter(language=args.language, granularity=args.granularity)
+
+    def emit(segments: list) -> None:
+        for s in segments:
+            spoken = normalize_for_speech(s.text, args.language)
+            line = {"text": s.text, "start": s.start, "end": s.end, "reason": s.reason, "spoken": spoken}
+            print(json.dumps(line, ensure_ascii=False), flush=True)
+
+    while chunk := sys.stdin.read(args.chunk):
+        emit(seg.feed(chunk))
+    emit(seg.flush())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="voxgate", description="Streaming TTS gateway for voice agents")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("segment", help="segment text from stdin as it streams in (JSON lines out)")
+    p.add_argument("--language", default="auto")
+    p.add_argument("--granularity", default="auto", choices=GRANULARITIES)
+    p.add_argument("--chunk", type=int, default=4, help="characters per delta read from stdin")
+    p.set_defaults(run=_segment)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
