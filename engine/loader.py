@@ -1,0 +1,32 @@
+"""`load_engine(model, **options)`: the one way the gateway gets an `Engine` (DESIGN §3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.types import Engine, EngineError
+
+#: Names of the CPU voice backends: "cpu" is the default bundle (Piper joe for English, Kokoro-82M for
+#: Mandarin), "piper" English only, "kokoro" Mandarin + English with one model.
+CPU_BACKENDS = ("cpu", "piper", "kokoro")
+DEFAULT_MODEL = "cpu"
+
+
+def load_engine(model: str = DEFAULT_MODEL, **options: Any) -> Engine:
+    """Load and warm up the engine for `model`.
+
+    - a CPU voice backend name (`CPU_BACKENDS`): options `cache_dir`, `workers`, `threads`, `warmup`,
+      `queue_size` (see engine.cpu.engine.CpuEngine);
+    - "tiny" or a Qwen3-TTS checkpoint directory: the Qwen3 engine (not built yet).
+    Raises EngineError("model_unavailable", …) when the model cannot be served.
+    """
+    name = model.strip().lower()
+    if name in CPU_BACKENDS:
+        from engine.cpu.engine import load_cpu_engine  # heavy imports (onnxruntime) stay lazy
+
+        return load_cpu_engine(name, **options)
+    raise EngineError(
+        "model_unavailable",
+        f"model {model!r}: the Qwen3-TTS engine (tiny model or checkpoint directory) is not built yet; "
+        f"use a CPU voice backend: {', '.join(CPU_BACKENDS)}",
+    )

@@ -1,0 +1,202 @@
+"""The CPU voice engine against the stream contract (DESIGN §3), with the real shipped models."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine import EngineError, load_engine
+from engine.types import AudioChunk, StreamEnd
+
+EN = ["Sure, I can help with that. ", "Your order ships tomorrow morning. ", "Is there anything else?"]
+ZH = ["好的，我来帮您处理。", "您的订单明天发货。"]
+
+Collect = Callable[[object], Awaitable[tuple[list[AudioChunk], StreamEnd]]]
+
+
+def assert_contract(chunks: list[AudioChunk], rate: int) -> None:
+    """first_frame continuity, segment order, one rate, int16 mono."""
+    frame, seg = 0, 0
+    for c in chunks:
+        assert c.first_frame == frame, "first_frame must continue exactly where the last chunk ended"
+        assert c.segment >= seg, "segments come out in commit order"
+        assert c.sample_rate == rate and c.pcm.dtype == np.int16 and c.pcm.ndim == 1 and c.pcm.size > 0
+        frame += c.pcm.size
+        seg = c.segment
+
+
+def assert_speech(pcm: np.ndarray, rate: int, min_s: float, max_s: float) -> None:
+    """Plausible duration, and mostly voiced: not silence, not a click."""
+    seconds = pcm.size / rate
+    assert min_s <= seconds <= max_s, f"{seconds:.2f} s of audio, expected {min_s}–{max_s}"
+    frames = pcm[: pcm.size // (rate // 50) * (rate // 50)].reshape(-1, rate // 50).astype(np.float64)
+    rms = np.sqrt((frames**2).mean(axis=1))
+    assert rms.max() > 2000, "no loud frame: this is not speech"
+    assert (rms > 300).mean() > 0.5, "mostly silence"
+    assert np.abs(pcm).max() < 32767 * 0.999 or (np.abs(pcm) >= 32767).mean() < 0.001, "clipping"
+
+
+async def run(engine: Any, collect: Collect, texts: list[str], voice: str | None = None,
+              language: str = "auto", **options: Any) -> tuple[list[AudioChunk], StreamEnd, float]:
+    stream = engine.open_stream(voice, language, **options)
+    t0 = time.perf_counter()
+    for text in texts:
+        stream.append(text)
+    stream.finish()
+    first: list[float] = []
+
+    async def timed() -> tuple[list[AudioChunk], StreamEnd]:
+        out: list[AudioChunk] = []
+        async for ev in stream.events():
+            if isinstance(ev, StreamEnd):
+                return out, ev
+            if not first:
+                first.append(time.perf_counter() - t0)
+            out.append(ev)
+        raise AssertionError("no StreamEnd")
+
+    chunks, end = await asyncio.wait_for(timed(), timeout=60)
+    return chunks, end, first[0] if first else float("inf")
+
+
+async def test_english_segments_in_order_with_continuous_frames(cpu_engine: Any, collect: Collect,
+                                                                pcm: Any) -> None:
+    chunks, end, ttfa = await run(cpu_engine, collect, EN, None, "en")
+    assert end == StreamEnd("done")
+    assert_contract(chunks, 24000)
+    assert sorted({c.segment for c in chunks}) == [0, 1, 2]
+    for seg, (lo, hi) in enumerate([(1.0, 4.0), (1.2, 4.5), (0.6, 3.0)]):
+        assert_speech(pcm(chunks, seg), 24000, lo, hi)
+    assert ttfa < 1.5, f"first English chunk after {ttfa:.2f} s on a warm engine"
+
+
+async def test_mandarin_segments_are_speech(cpu_engine: Any, collect: Collect, pcm: Any) -> None:
+    chunks, end, ttfa = await run(cpu_engine, collect, ZH, None, "zh")
+    assert end == StreamEnd("done")
+    assert_contract(chunks, 24000)
+    # About 3–6 syllables a second: 9 and 8 syllables.
+    assert_speech(pcm(chunks, 0), 24000, 1.3, 4.5)
+    assert_speech(pcm(chunks, 1), 24000, 1.2, 4.0)
+    assert ttfa < 3.0, f"first Mandarin chunk after {ttfa:.2f} s on a warm engine"
+
+
+async def test_auto_language_handles_mixed_text_segment_by_segment(cpu_engine: Any, collect: Collect,
+                                                                   pcm: Any) -> None:
+    # The English voice cannot read Han: had the Mandarin segment gone to it, it would have no audio.
+    chunks, end, _ = await run(cpu_engine, collect, [EN[0], ZH[0], EN[2]], None, "auto")
+    assert end == StreamEnd("done")
+    assert_contract(chunks, 24000)
+    assert_speech(pcm(chunks, 1), 24000, 1.3, 4.5)
+    assert [int(pcm(chunks, s).size > 0) for s in range(3)] == [1, 1, 1]
+
+
+async def test_output_sample_rate_and_speed_options(cpu_engine: Any, collect: Collect, pcm: Any) -> None:
+    # Kokoro is deterministic, so durations compare exactly across options.
+    base, _, _ = await run(cpu_engine, collect, [ZH[1]], "jf_alpha", "zh")
+    low, _, _ = await run(cpu_engine, collect, [ZH[1]], "jf_alpha", "zh", sample_rate=8000)
+    fast, _, _ = await run(cpu_engine, collect, [ZH[1]], "jf_alpha", "zh", speed=1.6)
+    assert_contract(low, 8000)
+    seconds = pcm(base).size / 24000
+    assert pcm(low).size / 8000 == pytest.approx(seconds, abs=0.01)
+    assert pcm(fast).size / 24000 < 0.8 * seconds
+
+
+async def test_empty_segments_keep_their_index(cpu_engine: Any, collect: Collect) -> None:
+    chunks, end, _ = await run(cpu_engine, collect, ["  ", "Okay."], "joe", "en")
+    assert end == StreamEnd("done") and chunks
+    assert {c.segment for c in chunks} == {1}
+
+
+async def test_cancel_mid_stream_ends_cancelled_and_frees_work(cpu_engine: Any) -> None:
+    stream = cpu_engine.open_stream("joe", "en")
+    for i in range(8):
+        stream.append(f"This is sentence number {i + 1} of a long answer that the caller interrupts. ")
+    events = stream.events()
+    first = await asyncio.wait_for(events.__anext__(), timeout=30)
+    assert isinstance(first, AudioChunk)
+    t0 = time.perf_counter()
+    stream.cancel()
+    rest = [ev async for ev in events]
+    assert rest == [StreamEnd("cancelled")], "no audio may follow a cancel"
+    stream._driver.join(timeout=5)
+    assert not stream._driver.is_alive()
+    jobs = list(stream._jobs.values())
+    for job in jobs:
+        assert job.future is not None
+        while not job.future.done() and time.perf_counter() - t0 < 5:
+            await asyncio.sleep(0.01)
+        assert job.future.done()
+    assert time.perf_counter() - t0 < 2.0
+    # Segments beyond the look-ahead window were never started.
+    assert stream._submitted <= 1 + cpu_engine.workers < 8
+
+
+async def test_cancel_aborts_a_model_run_in_progress(cpu_engine: Any) -> None:
+    # One long Kokoro run (about 2 s of compute); the cancel must not wait for it to finish.
+    text = ", ".join(["the quick brown fox jumps over the lazy dog"] * 6) + "."
+    stream = cpu_engine.open_stream("jf_alpha", "en")
+    stream.append(text)
+    await asyncio.sleep(0.3)  # the run has started
+    job = stream._jobs[0]
+    t0 = time.perf_counter()
+    stream.cancel()
+    while not job.future.done() and time.perf_counter() - t0 < 5:
+        await asyncio.sleep(0.005)
+    assert job.future.done()
+    assert time.perf_counter() - t0 < 0.5
+    assert [ev async for ev in stream.events()] == [StreamEnd("cancelled")]
+
+
+async def test_concurrent_streams_both_complete(cpu_engine: Any, collect: Collect) -> None:
+    a = cpu_engine.open_stream(None, "en")
+    b = cpu_engine.open_stream(None, "zh")
+    a.append(EN[1])
+    b.append(ZH[0])
+    a.finish()
+    b.finish()
+    (ca, ea), (cb, eb) = await asyncio.wait_for(asyncio.gather(collect(a), collect(b)), timeout=60)
+    assert ea == eb == StreamEnd("done")
+    assert_contract(ca, 24000)
+    assert_contract(cb, 24000)
+
+
+def test_voices_carry_language_tags_and_defaults(cpu_engine: Any) -> None:
+    voices = {v.name: v for v in cpu_engine.voices()}
+    assert voices["joe"].languages == ("en",)
+    assert "zh" in voices["jf_alpha"].languages
+    assert cpu_engine.languages() == ["auto", "en", "zh"]
+    assert cpu_engine.default_voice("en") == "joe"
+    assert cpu_engine.default_voice("zh") == "jf_alpha"
+    assert cpu_engine.sample_rate == 24000
+
+
+@pytest.mark.parametrize(
+    ("voice", "language", "options", "code"),
+    [
+        ("alloy", "en", {}, "unknown_voice"),
+        (None, "fr", {}, "unsupported_language"),
+        ("joe", "zh", {}, "unsupported_language"),
+        ("joe", "Chinese", {}, "unsupported_language"),
+        (None, "en", {"sample_rate": 4000}, "invalid_option"),
+        (None, "en", {"speed": 0}, "invalid_option"),
+        (None, "en", {"pitch": 2}, "invalid_option"),
+    ],
+)
+def test_open_stream_rejects_what_the_cpu_voices_lack(cpu_engine: Any, voice: str | None, language: str,
+                                                      options: dict[str, Any], code: str) -> None:
+    with pytest.raises(EngineError) as err:
+        cpu_engine.open_stream(voice, language, **options)
+    assert err.value.code == code
+
+
+@pytest.mark.parametrize("model", ["tiny", "/nonexistent/qwen3-checkpoint"])
+def test_load_engine_says_the_qwen3_engine_is_not_built(model: str) -> None:
+    with pytest.raises(EngineError) as err:
+        load_engine(model)
+    assert err.value.code == "model_unavailable"
+    assert "Qwen3" in str(err.value)
