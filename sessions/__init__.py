@@ -1,1 +1,54 @@
-"""Session and voice state shared by gateway replicas (DESIGN §4)."""
+"""Session and voice state shared by gateway replicas (DESIGN §4). Imports no gateway, engine or
+segmentation code."""
+
+from .auth import DEFAULT_TENANT, ApiKeys, Tenant, bind_allowed, hash_api_key, is_loopback, key_from_headers
+from .control import ControlSubscription
+from .errors import (
+    SESSION_TAKEN_OVER,
+    InvalidId,
+    SessionBusy,
+    SessionExists,
+    SessionNotFound,
+    SessionStoreError,
+    StateUnavailable,
+    StreamLimitExceeded,
+    VoiceExists,
+    VoiceLimitExceeded,
+    VoiceNotFound,
+)
+from .leases import OwnershipLease, StreamSlot
+from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo
+from .store import SessionStore, StoreHealth, StoreSettings, embedded_server
+
+__all__ = [
+    "DEFAULT_TENANT",
+    "SESSION_TAKEN_OVER",
+    "ApiKeys",
+    "ControlMessage",
+    "ControlSubscription",
+    "InvalidId",
+    "OwnershipLease",
+    "SessionBusy",
+    "SessionExists",
+    "SessionNotFound",
+    "SessionRecord",
+    "SessionStore",
+    "SessionStoreError",
+    "SpokenEntry",
+    "StateUnavailable",
+    "StoreHealth",
+    "StoreSettings",
+    "StreamLimitExceeded",
+    "StreamSlot",
+    "Tenant",
+    "Voice",
+    "VoiceExists",
+    "VoiceInfo",
+    "VoiceLimitExceeded",
+    "VoiceNotFound",
+    "bind_allowed",
+    "embedded_server",
+    "hash_api_key",
+    "is_loopback",
+    "key_from_headers",
+]

@@ -1,0 +1,221 @@
+"""Per-session control channels over ONE pub/sub connection per store (not one per session).
+
+A single reader task owns the pub/sub connection and routes messages to local subscriptions. When the
+connection drops it opens a new one and re-subscribes every live channel, with backoff, so
+subscriptions survive a Redis restart. Pub/sub is at-most-once: a message published while the
+connection is down is lost; the ownership lease is the second, durable signal for takeovers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from types import TracebackType
+
+import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
+
+from .errors import StateUnavailable
+from .records import ControlMessage
+
+log = logging.getLogger("voxgate.sessions")
+
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    aioredis.ConnectionError, aioredis.TimeoutError, OSError, TimeoutError,
+)
+
+
+class ControlSubscription:
+    """Messages for one session, as seen by one connection. ``async for msg in sub`` or ``await sub.get()``.
+
+    With a ``token`` (the connection's lease token), takeover messages aimed at another connection of the
+    same session are dropped, so a new owner never reads its own takeover notice.
+    """
+
+    def __init__(self, bus: ControlBus, channel: bytes, session_id: str, token: str | None) -> None:
+        self._bus = bus
+        self.channel = channel
+        self.session_id = session_id
+        self.token = token
+        # Control traffic is a few messages per utterance; a full queue means nobody reads, so drop.
+        self._queue: asyncio.Queue[ControlMessage | None] = asyncio.Queue(maxsize=64)
+        self.closed = False
+
+    def _deliver(self, msg: ControlMessage) -> None:
+        if msg.kind == "takeover" and self.token is not None and msg.target != self.token:
+            return
+        try:
+            self._queue.put_nowait(msg)
+        except asyncio.QueueFull:
+            log.warning("control queue full for session %s; dropping %s", self.session_id, msg.kind)
+
+    async def get(self, timeout: float | None = None) -> ControlMessage | None:
+        """The next message, or None after ``timeout`` seconds or once closed."""
+        if self.closed and self._queue.empty():
+            return None
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    def __aiter__(self) -> ControlSubscription:
+        return self
+
+    async def __anext__(self) -> ControlMessage:
+        msg = await self.get()
+        if msg is None:
+            raise StopAsyncIteration
+        return msg
+
+    def _wake_closed(self) -> None:
+        self.closed = True
+        with contextlib.suppress(asyncio.QueueFull):
+            self._queue.put_nowait(None)  # wakes a reader blocked in get()
+
+    async def close(self) -> None:
+        if not self.closed:
+            await self._bus._remove(self)
+
+    async def __aenter__(self) -> ControlSubscription:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class ControlBus:
+    def __init__(
+        self, client: aioredis.Redis, *, confirm_timeout_s: float = 2.0,
+        backoff_s: tuple[float, float] = (0.05, 1.0),
+    ) -> None:
+        self._client = client
+        self._confirm_timeout_s = confirm_timeout_s
+        self._backoff_s = backoff_s
+        self._subs: dict[bytes, set[ControlSubscription]] = {}
+        self._waiting: dict[bytes, list[asyncio.Future[None]]] = {}
+        self._pubsub: PubSub | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wakeup = asyncio.Event()
+        self.reconnects = 0  # times the pub/sub connection was re-established after a loss
+
+    @property
+    def connected(self) -> bool:
+        return self._pubsub is not None
+
+    async def subscribe(self, channel: str, session_id: str, token: str | None) -> ControlSubscription:
+        """Returns once Redis has confirmed the subscription, so a publish after this is delivered."""
+        ch = channel.encode()
+        sub = ControlSubscription(self, ch, session_id, token)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="voxgate-control-bus")
+        already = ch in self._subs
+        self._subs.setdefault(ch, set()).add(sub)
+        if already:
+            return sub
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(ch, []).append(fut)
+        self._wakeup.set()
+        ps = self._pubsub
+        if ps is not None:
+            # A failure here is the reader's to repair: it re-subscribes every channel on reconnect.
+            with contextlib.suppress(*UNAVAILABLE):
+                await ps.subscribe(ch)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), self._confirm_timeout_s)
+        except TimeoutError as e:
+            await self._remove(sub)
+            raise StateUnavailable("control channel subscription not confirmed by Redis") from e
+        finally:
+            if fut in self._waiting.get(ch, []):
+                self._waiting[ch].remove(fut)
+        return sub
+
+    async def _remove(self, sub: ControlSubscription) -> None:
+        sub._wake_closed()
+        subs = self._subs.get(sub.channel)
+        if subs is None:
+            return
+        subs.discard(sub)
+        if subs:
+            return
+        del self._subs[sub.channel]
+        ps = self._pubsub
+        if ps is not None:
+            with contextlib.suppress(*UNAVAILABLE):
+                await ps.unsubscribe(sub.channel)
+
+    def _dispatch(self, msg: dict[str, object]) -> None:
+        ch = msg.get("channel")
+        if not isinstance(ch, bytes):
+            return
+        if msg["type"] == "subscribe":
+            for fut in self._waiting.pop(ch, []):
+                if not fut.done():
+                    fut.set_result(None)
+        elif msg["type"] == "message":
+            try:
+                cm = ControlMessage.from_json(msg["data"])  # type: ignore[arg-type]
+            except (ValueError, KeyError, TypeError):
+                log.warning("ignoring malformed control message on %r", ch)
+                return
+            for sub in list(self._subs.get(ch, ())):
+                sub._deliver(cm)
+
+    async def _connect(self) -> None:
+        ps = self._client.pubsub()
+        wanted = list(self._subs)
+        await ps.subscribe(*wanted)
+        self._pubsub = ps
+        # Channels added while SUBSCRIBE was in flight saw no pub/sub to send on.
+        missing = [ch for ch in self._subs if ch not in wanted]
+        if missing:
+            await ps.subscribe(*missing)
+
+    async def _drop(self) -> None:
+        ps, self._pubsub = self._pubsub, None
+        if ps is not None:
+            with contextlib.suppress(Exception):
+                await ps.aclose()
+
+    async def _run(self) -> None:
+        delay = self._backoff_s[0]
+        lost = False
+        while True:
+            try:
+                if self._pubsub is None:
+                    if not self._subs:
+                        self._wakeup.clear()
+                        await self._wakeup.wait()
+                        continue
+                    await self._connect()
+                    if lost:
+                        self.reconnects += 1
+                        log.info("control channels re-subscribed after a Redis connection loss")
+                        lost = False
+                    delay = self._backoff_s[0]
+                assert self._pubsub is not None
+                msg = await self._pubsub.get_message(timeout=1.0)
+                if msg is not None:
+                    self._dispatch(msg)
+            except UNAVAILABLE as e:
+                if not lost:
+                    log.warning("control channel connection lost (%s); reconnecting", e)
+                lost = True
+                await self._drop()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._backoff_s[1])
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for subs in list(self._subs.values()):
+            for sub in subs:
+                sub._wake_closed()
+        self._subs.clear()
+        await self._drop()

@@ -1,0 +1,129 @@
+"""Leases that live while their holder lives: a session's ownership lease and a tenant's stream slot.
+
+Both renew in a background task at a third of their TTL. Renewal failing because Redis is unreachable
+is not a loss: the holder keeps working from its local state and renews again when Redis is back.
+Renewal answering "someone else holds it" (or "expired") is a loss: ``lost`` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from .errors import StateUnavailable
+
+if TYPE_CHECKING:
+    from .store import SessionStore
+
+log = logging.getLogger("voxgate.sessions")
+
+
+class _KeptAlive:
+    ttl_ms: int
+
+    def __init__(self) -> None:
+        self.lost = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.released = False
+
+    async def renew(self) -> bool:
+        raise NotImplementedError
+
+    async def _release(self) -> bool:
+        raise NotImplementedError
+
+    def start_keepalive(self, interval_s: float | None = None) -> None:
+        """Renew every ``interval_s`` (default TTL/3) until released or lost."""
+        if self._task is None:
+            every = interval_s if interval_s is not None else self.ttl_ms / 3000
+            self._task = asyncio.create_task(self._keepalive(every), name=f"voxgate-{type(self).__name__}")
+
+    async def _keepalive(self, every: float) -> None:
+        while not self.released:
+            await asyncio.sleep(every)
+            try:
+                if not await self.renew():
+                    self.lost.set()
+                    return
+            except StateUnavailable as e:
+                log.debug("%s renewal deferred: %s", type(self).__name__, e)
+
+    async def release(self) -> bool:
+        """Stop renewing and give the lease up. False when it was no longer ours (or Redis is down: it
+        then expires by itself)."""
+        if self.released:
+            return False
+        self.released = True
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        try:
+            return await self._release()
+        except StateUnavailable:
+            return False
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.release()
+
+
+class OwnershipLease(_KeptAlive):
+    """One live connection's claim on a session. ``took_over_from`` is the previous holder's token when
+    this acquisition took the session over (that holder was sent a takeover message)."""
+
+    def __init__(
+        self, store: SessionStore, tenant: str, session_id: str, token: str, ttl_ms: int,
+        took_over_from: str | None,
+    ) -> None:
+        super().__init__()
+        self._store = store
+        self.tenant = tenant
+        self.session_id = session_id
+        self.token = token
+        self.ttl_ms = ttl_ms
+        self.took_over_from = took_over_from
+        # Called when a renewal finds the session record gone although the lease is ours (Redis lost its
+        # data): the holder writes its local copy back, e.g. ``lambda: store.restore_session(record)``.
+        self.on_record_missing: Callable[[], Awaitable[object]] | None = None
+
+    async def renew(self) -> bool:
+        state = await self._store._renew_lease(self)
+        if state == 2 and self.on_record_missing is not None:
+            await self.on_record_missing()
+        return state != 0
+
+    async def _release(self) -> bool:
+        return await self._store._release_lease(self)
+
+    async def __aenter__(self) -> OwnershipLease:
+        self.start_keepalive()
+        return self
+
+
+class StreamSlot(_KeptAlive):
+    """One of a tenant's concurrent streams. Counted in Redis until released or until its TTL lapses
+    without renewal (a crashed replica's slots free themselves)."""
+
+    def __init__(self, store: SessionStore, tenant: str, slot_id: str, ttl_ms: int, active: int) -> None:
+        super().__init__()
+        self._store = store
+        self.tenant = tenant
+        self.slot_id = slot_id
+        self.ttl_ms = ttl_ms
+        self.active_at_acquire = active
+
+    async def renew(self) -> bool:
+        return await self._store._renew_stream(self)
+
+    async def _release(self) -> bool:
+        return await self._store._release_stream(self)
+
+    async def __aenter__(self) -> StreamSlot:
+        self.start_keepalive()
+        return self

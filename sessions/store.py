@@ -1,0 +1,419 @@
+"""SessionStore: session records, voices, control channels, ownership leases and stream limits in Redis.
+
+One ``SessionStore`` per process: it holds the one connection pool (and the one pub/sub connection of its
+``ControlBus``). Every method awaits Redis before returning, so nothing is acknowledged that Redis does not
+have; an unreachable Redis raises ``StateUnavailable``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import fakeredis
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
+from . import keys, scripts
+from .control import UNAVAILABLE, ControlBus, ControlSubscription
+from .errors import (
+    SessionBusy,
+    SessionExists,
+    SessionNotFound,
+    StateUnavailable,
+    StreamLimitExceeded,
+    VoiceExists,
+    VoiceLimitExceeded,
+)
+from .leases import OwnershipLease, StreamSlot
+from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo
+
+log = logging.getLogger("voxgate.sessions")
+T = TypeVar("T")
+TakeoverPolicy = Literal["takeover", "refuse"]
+
+_embedded_server: fakeredis.FakeServer | None = None
+
+
+def embedded_server() -> fakeredis.FakeServer:
+    """The process's one FakeServer: every embedded store in this process shares its data."""
+    global _embedded_server
+    if _embedded_server is None:
+        _embedded_server = fakeredis.FakeServer()
+    return _embedded_server
+
+
+def redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    session_ttl_s: float = 3600.0  # how long an idle, unowned session stays resumable
+    lease_ttl_s: float = 15.0  # a dead owner blocks a 'refuse' resume at most this long
+    stream_ttl_s: float = 30.0  # a crashed replica's stream slots count at most this long
+    spoken_log_max: int = 20  # utterances kept in the spoken-text log
+    takeover: TakeoverPolicy = "takeover"
+    max_voices_per_tenant: int = 1000
+    max_voice_bytes: int = 16 * 1024 * 1024
+    connect_timeout_s: float = 1.0
+    op_timeout_s: float = 2.0  # a Redis that answers slower than this counts as unavailable
+
+
+@dataclass(frozen=True)
+class StoreHealth:
+    status: Literal["ok", "degraded"]
+    backend: Literal["redis", "embedded"]
+    latency_ms: float | None
+    error: str | None = None
+
+
+class SessionStore:
+    def __init__(
+        self, client: aioredis.Redis, *, backend: Literal["redis", "embedded"], url: str,
+        settings: StoreSettings | None = None, replica_id: str | None = None,
+    ) -> None:
+        self.client = client
+        self.backend = backend
+        self.url = url
+        self.settings = settings or StoreSettings()
+        self.replica_id = replica_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.control = ControlBus(client, confirm_timeout_s=self.settings.op_timeout_s)
+        reg = client.register_script
+        self._create = reg(scripts.CREATE_SESSION)
+        self._restore = reg(scripts.RESTORE_SESSION)
+        self._update = reg(scripts.UPDATE_SESSION)
+        self._record_utt = reg(scripts.RECORD_UTTERANCE)
+        self._publish = reg(scripts.PUBLISH_IF_SESSION)
+        self._acquire_lease = reg(scripts.ACQUIRE_LEASE)
+        self._renew_lease_s = reg(scripts.RENEW_LEASE)
+        self._release_lease_s = reg(scripts.RELEASE_LEASE)
+        self._acquire_stream_s = reg(scripts.ACQUIRE_STREAM)
+        self._renew_stream_s = reg(scripts.RENEW_STREAM)
+        self._count_streams = reg(scripts.COUNT_STREAMS)
+        self._put_voice = reg(scripts.PUT_VOICE)
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_url(
+        cls, url: str | None, *, settings: StoreSettings | None = None, replica_id: str | None = None
+    ) -> SessionStore:
+        """``redis://…`` / ``rediss://…`` / ``unix://…`` → that Redis; None or "" → the embedded store
+        (fakeredis, one shared server per process: single-process deployments only)."""
+        s = settings or StoreSettings()
+        if not url:
+            client = fakeredis.FakeAsyncRedis(server=embedded_server())
+            return cls(client, backend="embedded", url="embedded://", settings=s, replica_id=replica_id)
+        client = aioredis.from_url(
+            url,
+            socket_connect_timeout=s.connect_timeout_s,
+            socket_timeout=s.op_timeout_s,
+            # Few, quick retries: a dead Redis should surface as StateUnavailable in well under a second.
+            retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 2),
+            health_check_interval=10,
+        )
+        return cls(client, backend="redis", url=url, settings=s, replica_id=replica_id)
+
+    async def start(self) -> None:
+        """Check Redis is reachable; raise StateUnavailable with the (redacted) URL if not."""
+        if self.backend == "embedded":
+            log.warning(
+                "session store: embedded (fakeredis, single process) — state is not shared with other "
+                "processes and is lost on exit; pass --redis-url for multi-replica deployments"
+            )
+        try:
+            await self.client.ping()
+        except UNAVAILABLE as e:
+            raise StateUnavailable(f"cannot reach Redis at {redact(self.url)}: {e}") from e
+        if self.backend == "redis":
+            log.info("session store: Redis at %s (replica %s)", redact(self.url), self.replica_id)
+
+    async def close(self) -> None:
+        await self.control.close()
+        await self.client.aclose()
+
+    async def __aenter__(self) -> SessionStore:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def ping(self) -> StoreHealth:
+        """For /health: ``ok`` when Redis answers, ``degraded`` (with the error) when it does not."""
+        t0 = time.perf_counter()
+        try:
+            await self.client.ping()
+        except UNAVAILABLE as e:
+            return StoreHealth("degraded", self.backend, None, f"{type(e).__name__}: {e}")
+        return StoreHealth("ok", self.backend, (time.perf_counter() - t0) * 1000)
+
+    async def _call(self, op: Awaitable[T]) -> T:
+        try:
+            return await op
+        except UNAVAILABLE as e:
+            raise StateUnavailable(f"session state unavailable: {type(e).__name__}: {e}") from e
+
+    # ---- sessions ---------------------------------------------------------------------------------------
+
+    @property
+    def _session_ttl_ms(self) -> int:
+        return int(self.settings.session_ttl_s * 1000)
+
+    async def create_session(
+        self, tenant: str, config: dict[str, Any], *, voice: str | None = None,
+        session_id: str | None = None,
+    ) -> SessionRecord:
+        sid = session_id or uuid.uuid4().hex
+        t = now_ms()
+        rec = SessionRecord(tenant, sid, dict(config), voice, created_ms=t, last_seen_ms=t)
+        flat = [x for kv in rec.to_fields().items() for x in kv]
+        ok = await self._call(self._create(
+            keys=[keys.session(tenant, sid), keys.spoken(tenant, sid)], args=[self._session_ttl_ms, *flat]
+        ))
+        if not ok:
+            raise SessionExists(f"session {sid} exists")
+        return rec
+
+    async def load_session(self, tenant: str, session_id: str) -> SessionRecord | None:
+        """The record with its spoken log; None when absent (or another tenant's)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hgetall(keys.session(tenant, session_id))
+        pipe.lrange(keys.spoken(tenant, session_id), 0, -1)
+        fields, spoken = await self._call(pipe.execute())
+        if not fields:
+            return None
+        return SessionRecord.from_fields(fields, spoken)
+
+    async def resume_session(self, tenant: str, session_id: str) -> SessionRecord:
+        """Refresh the TTL and return the record; SessionNotFound when absent. Acquire the lease after."""
+        if not await self.touch_session(tenant, session_id):
+            raise SessionNotFound(f"session {session_id} not found")
+        rec = await self.load_session(tenant, session_id)
+        if rec is None:  # expired between the two calls
+            raise SessionNotFound(f"session {session_id} not found")
+        return rec
+
+    async def touch_session(self, tenant: str, session_id: str) -> bool:
+        return bool(await self._call(self._update(
+            keys=[keys.session(tenant, session_id), keys.spoken(tenant, session_id)],
+            args=[self._session_ttl_ms, now_ms()],
+        )))
+
+    async def update_session(
+        self, tenant: str, session_id: str, *, config: dict[str, Any] | None = None,
+        voice: str | None = None,
+    ) -> None:
+        """A re-sent ``session.config``: replace the config and/or voice. SessionNotFound when absent."""
+        args: list[Any] = [self._session_ttl_ms, now_ms()]
+        if config is not None:
+            args += ["config", json.dumps(config, ensure_ascii=False)]
+        if voice is not None:
+            args += ["voice", voice]
+        ok = await self._call(self._update(
+            keys=[keys.session(tenant, session_id), keys.spoken(tenant, session_id)], args=args
+        ))
+        if not ok:
+            raise SessionNotFound(f"session {session_id} not found")
+
+    async def record_utterance(
+        self, tenant: str, session_id: str, utterance_index: int, spoken_text: str, *,
+        cancelled: bool = False,
+    ) -> int:
+        """Log a finished (or cancelled) utterance and what of it was spoken; returns ``next_utterance``.
+        The log keeps the last ``spoken_log_max`` entries."""
+        t = now_ms()
+        entry = SpokenEntry(utterance_index, spoken_text, cancelled, t)
+        nxt = await self._call(self._record_utt(
+            keys=[keys.session(tenant, session_id), keys.spoken(tenant, session_id)],
+            args=[self._session_ttl_ms, t, utterance_index, entry.to_json(), int(cancelled),
+                  self.settings.spoken_log_max],
+        ))
+        if nxt < 0:
+            raise SessionNotFound(f"session {session_id} not found")
+        return int(nxt)
+
+    async def restore_session(self, record: SessionRecord, lease: OwnershipLease | None = None) -> bool:
+        """Write a local copy back where Redis lost it (restart without persistence). No-op (False) when
+        the record exists. With ``lease``, the record names that lease's holder as owner."""
+        fields = record.to_fields()
+        if lease is not None:
+            fields |= {"owner_replica": self.replica_id, "owner_token": lease.token}
+        flat = [x for kv in fields.items() for x in kv]
+        spoken = [e.to_json() for e in record.spoken[-self.settings.spoken_log_max:]]
+        t, sid = record.tenant, record.session_id
+        return bool(await self._call(self._restore(
+            keys=[keys.session(t, sid), keys.spoken(t, sid)],
+            args=[self._session_ttl_ms, self.settings.spoken_log_max, len(fields), *flat, *spoken],
+        )))
+
+    async def delete_session(self, tenant: str, session_id: str) -> bool:
+        n = await self._call(self.client.delete(
+            keys.session(tenant, session_id), keys.spoken(tenant, session_id), keys.lease(tenant, session_id)
+        ))
+        return n > 0
+
+    # ---- ownership lease ----------------------------------------------------------------------------
+
+    async def acquire_lease(
+        self, tenant: str, session_id: str, *, policy: TakeoverPolicy | None = None,
+        token: str | None = None,
+    ) -> OwnershipLease:
+        """Claim the session for this connection (``SET NX PX`` in a script). Another live holder is
+        refused (SessionBusy) or taken over — then it is sent a ``takeover`` control message. Use as
+        ``async with lease:`` to renew in the background and release on exit."""
+        policy = policy or self.settings.takeover
+        token = token or f"{self.replica_id}/{uuid.uuid4().hex}"
+        ttl = int(self.settings.lease_ttl_s * 1000)
+        code, holder = await self._call(self._acquire_lease(
+            keys=[keys.lease(tenant, session_id), keys.session(tenant, session_id)],
+            args=[token, ttl, self.replica_id, policy],
+        ))
+        if code == -1:
+            raise SessionNotFound(f"session {session_id} not found")
+        if code == 0:
+            raise SessionBusy(f"session {session_id} is in use by another connection")
+        old = holder.decode() if code == 2 else None
+        if old is not None:
+            msg = ControlMessage("takeover", session_id, self.replica_id, now_ms(), target=old)
+            await self._call(self.client.publish(keys.control(tenant, session_id), msg.to_json()))
+        return OwnershipLease(self, tenant, session_id, token, ttl, old)
+
+    async def _renew_lease(self, lease: OwnershipLease) -> int:
+        t, sid = lease.tenant, lease.session_id
+        return int(await self._call(self._renew_lease_s(
+            keys=[keys.lease(t, sid), keys.session(t, sid), keys.spoken(t, sid)],
+            args=[lease.token, lease.ttl_ms, self._session_ttl_ms, now_ms()],
+        )))
+
+    async def _release_lease(self, lease: OwnershipLease) -> bool:
+        t, sid = lease.tenant, lease.session_id
+        return bool(await self._call(self._release_lease_s(
+            keys=[keys.lease(t, sid), keys.session(t, sid)], args=[lease.token]
+        )))
+
+    async def lease_holder(self, tenant: str, session_id: str) -> str | None:
+        raw = await self._call(self.client.get(keys.lease(tenant, session_id)))
+        return raw.decode() if raw else None
+
+    # ---- control channel ----------------------------------------------------------------------------
+
+    async def subscribe(
+        self, tenant: str, session_id: str, *, lease: OwnershipLease | None = None
+    ) -> ControlSubscription:
+        """Control messages for the session (``async for msg in sub``; ``await sub.close()``). Returns once
+        Redis confirmed the subscription. With ``lease``, only takeovers aimed at that lease arrive."""
+        return await self.control.subscribe(
+            keys.control(tenant, session_id), session_id, lease.token if lease else None
+        )
+
+    async def publish_cancel(self, tenant: str, session_id: str, *, utterance_index: int | None = None) -> int:
+        """Cancel the session's current utterance wherever its socket lives. Returns how many
+        subscriptions received it (0: nobody holds the socket now); SessionNotFound when absent."""
+        msg = ControlMessage("cancel", session_id, self.replica_id, now_ms(), utterance_index=utterance_index)
+        n = await self._call(self._publish(
+            keys=[keys.session(tenant, session_id), keys.control(tenant, session_id)], args=[msg.to_json()]
+        ))
+        if n < 0:
+            raise SessionNotFound(f"session {session_id} not found")
+        return int(n)
+
+    # ---- stream limits ------------------------------------------------------------------------------
+
+    async def acquire_stream(self, tenant: str, limit: int | None) -> StreamSlot:
+        """Take one of the tenant's ``limit`` concurrent stream slots (None: unlimited, still counted);
+        StreamLimitExceeded when all are in use. Use as ``async with slot:`` to renew and release."""
+        slot_id = f"{self.replica_id}/{uuid.uuid4().hex}"
+        ttl = int(self.settings.stream_ttl_s * 1000)
+        ok, active = await self._call(self._acquire_stream_s(
+            keys=[keys.streams(tenant)], args=[slot_id, ttl, limit if limit is not None else 2**53]
+        ))
+        if not ok:
+            raise StreamLimitExceeded(tenant, limit or 0, int(active))
+        return StreamSlot(self, tenant, slot_id, ttl, int(active))
+
+    async def active_streams(self, tenant: str) -> int:
+        return int(await self._call(self._count_streams(keys=[keys.streams(tenant)])))
+
+    async def _renew_stream(self, slot: StreamSlot) -> bool:
+        return bool(await self._call(self._renew_stream_s(
+            keys=[keys.streams(slot.tenant)], args=[slot.slot_id, slot.ttl_ms]
+        )))
+
+    async def _release_stream(self, slot: StreamSlot) -> bool:
+        return bool(await self._call(self.client.zrem(keys.streams(slot.tenant), slot.slot_id)))
+
+    # ---- voices -------------------------------------------------------------------------------------
+
+    async def put_voice(self, tenant: str, voice: Voice, *, replace_existing: bool = False) -> Voice:
+        """Store a voice (no TTL: voices outlive restarts). VoiceExists unless ``replace_existing``;
+        VoiceLimitExceeded past ``max_voices_per_tenant`` or ``max_voice_bytes``."""
+        keys.check_id("voice", voice.voice_id)
+        size = len(voice.ref_audio or b"") + 4 * len(voice.speaker_embedding or ())
+        if size > self.settings.max_voice_bytes:
+            raise VoiceLimitExceeded(f"voice data is {size} bytes; the limit is {self.settings.max_voice_bytes}")
+        if not voice.created_ms:
+            voice = replace(voice, created_ms=now_ms())
+        flat = [x for kv in voice.to_fields().items() for x in kv]
+        code = await self._call(self._put_voice(
+            keys=[keys.voice(tenant, voice.voice_id), keys.voice_index(tenant)],
+            args=[voice.voice_id, self.settings.max_voices_per_tenant, int(replace_existing), *flat],
+        ))
+        if code == -1:
+            raise VoiceExists(f"voice {voice.voice_id} exists")
+        if code == -2:
+            raise VoiceLimitExceeded(f"tenant holds {self.settings.max_voices_per_tenant} voices already")
+        return voice
+
+    async def get_voice(self, tenant: str, voice_id: str) -> Voice | None:
+        fields = await self._call(self.client.hgetall(keys.voice(tenant, voice_id)))
+        return Voice.from_fields(fields) if fields else None
+
+    async def list_voices(self, tenant: str) -> list[VoiceInfo]:
+        """The tenant's voices, oldest first, without their audio or embeddings."""
+        ids = sorted(await self._call(self.client.smembers(keys.voice_index(tenant))))
+        pipe = self.client.pipeline(transaction=False)
+        light = ["voice_id", "kind", "name", "ref_text", "metadata", "created_ms"]
+        for vid in ids:
+            k = keys.voice(tenant, vid.decode())
+            pipe.hmget(k, light)
+            pipe.hstrlen(k, "ref_audio")
+            pipe.hstrlen(k, "embedding")
+        res = await self._call(pipe.execute())
+        out = []
+        for i in range(len(ids)):
+            vals, audio_len, emb_len = res[3 * i: 3 * i + 3]
+            if vals[0] is None:  # deleted between SMEMBERS and HMGET
+                continue
+            f = dict(zip([n.encode() for n in light], vals, strict=True))
+            v = Voice.from_fields(f)
+            out.append(replace(v.info(), ref_audio_bytes=int(audio_len), embedding_dim=int(emb_len) // 4))
+        return sorted(out, key=lambda v: (v.created_ms, v.voice_id))
+
+    async def delete_voice(self, tenant: str, voice_id: str) -> bool:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(keys.voice(tenant, voice_id))
+        pipe.srem(keys.voice_index(tenant), voice_id)
+        deleted, _ = await self._call(pipe.execute())
+        return deleted > 0
