@@ -1,0 +1,450 @@
+"""One WebSocket connection: a reader, a writer, and one engine stream per utterance.
+
+The reader decodes client messages and drives segmentation; each utterance's audio is pumped from
+its engine stream into a bounded outbox, in utterance order; the writer drains the outbox onto the
+socket. So a cancel is read while audio streams, and a client that stops reading fills the outbox
+and is disconnected instead of stalling anyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import time
+import uuid
+import wave
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from engine import AudioChunk, Engine, EngineError, Stream, StreamEnd
+from gateway import metrics
+from gateway.protocol import (
+    InputCancel,
+    InputDone,
+    InputText,
+    ProtocolError,
+    SessionClose,
+    SessionConfig,
+    decode,
+    event,
+)
+from segmentation import Segment, StreamSegmenter, normalize_for_speech
+
+log = logging.getLogger("voxgate.ws")
+
+Send = Callable[[bytes | str], Awaitable[None]]
+
+
+class SlowClient(Exception):
+    """The client stopped reading and its outbox stayed full."""
+
+
+@dataclass(slots=True)
+class Outgoing:
+    data: bytes | str  # str: a JSON event; bytes: audio
+    utterance: int | None = None
+    last: bool = False  # the writer's stop signal
+
+
+class Outbox:
+    """A bounded queue of frames for the writer; audio of a cancelled utterance can be purged.
+
+    Plain events rather than a Condition: every check-and-modify runs without an await between,
+    which is atomic on the event loop.
+    """
+
+    def __init__(self, maxsize: int, put_timeout: float) -> None:
+        self._items: deque[Outgoing] = deque()
+        self._maxsize = maxsize
+        self._put_timeout = put_timeout
+        self._space = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._cancelled: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    async def put(self, item: Outgoing) -> None:
+        try:
+            async with asyncio.timeout(self._put_timeout):
+                while len(self._items) >= self._maxsize:
+                    self._space.clear()
+                    await self._space.wait()
+        except TimeoutError:
+            raise SlowClient from None
+        # Checked after any wait: audio of an utterance cancelled meanwhile never gets in.
+        if isinstance(item.data, bytes) and item.utterance in self._cancelled:
+            return
+        self._items.append(item)
+        self._ready.set()
+
+    def close(self) -> None:
+        """Tell the writer to stop once what is queued has been sent (bypasses the bound)."""
+        self._items.append(Outgoing(b"", None, last=True))
+        self._ready.set()
+
+    async def get(self) -> Outgoing:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        item = self._items.popleft()
+        self._space.set()
+        return item
+
+    def cancel_audio(self, utterance: int) -> None:
+        self._cancelled.add(utterance)
+        self._items = deque(i for i in self._items if not (isinstance(i.data, bytes) and i.utterance == utterance))
+        self._space.set()
+
+
+@dataclass
+class Utterance:
+    index: int
+    segmenter: StreamSegmenter
+    stream: Stream | None = None
+    segments: list[Segment] = field(default_factory=list)
+    engine_segments: list[int] = field(default_factory=list)  # engine append index → our segment
+    sent_bytes: int = 0
+    marked: set[int] = field(default_factory=set)
+    cancelled: bool = False
+    finished: bool = False
+    opened_at: float = field(default_factory=time.monotonic)
+    pump: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    config_timeout: float = 10.0
+    idle_timeout: float = 300.0
+    outbox_frames: int = 256
+    send_timeout: float = 10.0
+    max_open_utterances: int = 8
+    poll_interval: float = 0.1
+
+
+class Connection:
+    def __init__(self, engine: Engine, limits: Limits, receive: Callable[[], Awaitable[dict]], send: Send,
+                 close: Callable[[int, str], Awaitable[None]]) -> None:  # fmt: skip
+        self.engine = engine
+        self.limits = limits
+        self._receive = receive
+        self._send = send
+        self._close = close
+        self.outbox = Outbox(limits.outbox_frames, limits.send_timeout)
+        self.config: SessionConfig | None = None
+        self.session_id = ""
+        self.utterance_count = 0
+        self.current: Utterance | None = None  # the one receiving text
+        self.playing: deque[Utterance] = deque()  # finished input, audio still to send, in order
+        self._last_pump: asyncio.Task[None] | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        metrics.SESSIONS.inc()
+        writer = asyncio.create_task(self._writer())
+        poller = asyncio.create_task(self._poller())
+        try:
+            await self._reader(writer)
+        except SlowClient:
+            log.info("session %s: client stopped reading; disconnecting", self.session_id)
+        finally:
+            await self._cancel_all(notify=False)
+            poller.cancel()
+            # Let what is queued (session.done, an error) reach the client, briefly. The writer is
+            # stopped by a sentinel, not by cancel, which asyncio can lose in a finishing send.
+            self.outbox.close()
+            await asyncio.wait({writer}, timeout=1.0)
+            writer.cancel()
+            await asyncio.wait({writer, poller}, timeout=1.0)
+            metrics.SESSIONS.dec()
+
+    async def _writer(self) -> None:
+        while True:
+            item = await self.outbox.get()
+            if item.last:
+                return
+            if isinstance(item.data, bytes) and item.utterance is not None:
+                metrics.AUDIO_BYTES.inc(len(item.data))
+            async with asyncio.timeout(self.limits.send_timeout):
+                await self._send(item.data)
+
+    async def emit(self, type_: str, utterance: int | None = None, **fields: object) -> None:
+        await self.outbox.put(Outgoing(event(type_, **fields).decode(), utterance))
+
+    async def error(self, code: str, message: str, **fields: object) -> None:
+        metrics.ERRORS.labels(code).inc()
+        await self.emit("error", code=code, message=message, **fields)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    async def _reader(self, writer: asyncio.Task[None]) -> None:
+        while True:
+            timeout = self.limits.config_timeout if self.config is None else self.limits.idle_timeout
+            try:
+                async with asyncio.timeout(timeout):
+                    ev = await self._receive()
+            except TimeoutError:
+                what = "session.config" if self.config is None else "input"
+                await self.error("timeout", f"no {what} within {timeout:g} s; closing")
+                return
+            if ev["type"] == "websocket.disconnect":
+                return
+            if writer.done():
+                return
+            raw = ev.get("text")
+            try:
+                if raw is None:
+                    raise ProtocolError("binary_not_supported", "client frames must be JSON text")
+                msg = decode(raw)
+                if self.config is None and not isinstance(msg, SessionConfig):
+                    raise ProtocolError("config_required", "the first message must be session.config")
+                if isinstance(msg, SessionClose):
+                    await self._finish_current()
+                    await self._wait_playing()
+                    return
+                await self._handle(msg)
+            except (ProtocolError, EngineError) as e:
+                await self.error(e.code, str(e))
+                if self.config is None:
+                    return  # only a bad first message closes the session
+
+    async def _handle(self, msg: SessionConfig | InputText | InputDone | InputCancel) -> None:
+        if isinstance(msg, SessionConfig):
+            await self._configure(msg)
+        elif isinstance(msg, InputText):
+            await self._text(msg.text)
+        elif isinstance(msg, InputDone):
+            await self._finish_current()
+        else:
+            await self._cancel_all(notify=True)
+
+    async def _configure(self, cfg: SessionConfig) -> None:
+        if self.current is not None:
+            raise ProtocolError(
+                "utterance_in_progress",
+                "session.config cannot change an open utterance; send input.done first",
+            )
+        cfg.validate()
+        # The engine is the judge of voices, languages and options: open and drop a probe stream.
+        self._open_stream(cfg).cancel()
+        self.config = cfg
+        self.session_id = cfg.session_id or self.session_id or uuid.uuid4().hex
+        await self.emit(
+            "session.ready",
+            session_id=self.session_id,
+            sample_rate=self.sample_rate,
+            channels=1,
+            format=cfg.response_format,
+            voice=cfg.voice_name,
+            language=cfg.language,
+            split_granularity=cfg.split_granularity,
+        )
+
+    @property
+    def sample_rate(self) -> int:
+        assert self.config is not None
+        return self.config.sample_rate or self.engine.sample_rate
+
+    def _open_stream(self, cfg: SessionConfig) -> Stream:
+        options: dict[str, object] = {}
+        if cfg.sample_rate is not None:
+            options["sample_rate"] = cfg.sample_rate
+        if cfg.speed != 1.0:
+            options["speed"] = cfg.speed
+        if cfg.seed is not None:
+            options["seed"] = cfg.seed
+        if cfg.instructions:
+            options["instructions"] = cfg.instructions
+        return self.engine.open_stream(cfg.voice_name, cfg.language, **options)
+
+    async def _text(self, text: str) -> None:
+        if not isinstance(text, str):
+            raise ProtocolError("invalid_message", "input.text requires a string value")
+        if not text:
+            return
+        utt = self.current
+        if utt is None:
+            if len(self.playing) >= self.limits.max_open_utterances:
+                raise ProtocolError(
+                    "too_many_utterances", "too many utterances waiting to play; wait or cancel"
+                )
+            assert self.config is not None
+            seg = StreamSegmenter(self.config.language, self.config.split_granularity)
+            utt = self.current = Utterance(self.utterance_count, seg)
+            self.utterance_count += 1
+            metrics.UTTERANCES.inc()
+        try:
+            segments = utt.segmenter.feed(text)
+        except ValueError as e:
+            raise ProtocolError("invalid_text", str(e)) from None
+        await self._commit(utt, segments)
+
+    async def _commit(self, utt: Utterance, segments: list[Segment]) -> None:
+        assert self.config is not None
+        for s in segments:
+            index = len(utt.segments)
+            utt.segments.append(s)
+            metrics.SEGMENTS.labels(s.reason).inc()
+            await self.emit(
+                "segment.committed",
+                utterance_index=utt.index,
+                segment_index=index,
+                text=s.text,
+                start=s.start,
+                end=s.end,
+                reason=s.reason,
+            )
+            spoken = normalize_for_speech(s.text, self.config.language)
+            if not spoken:
+                continue
+            if utt.stream is None:
+                utt.stream = self._open_stream(self.config)
+                utt.pump = self._start_pump(utt)
+            utt.engine_segments.append(index)
+            utt.stream.append(spoken + " ")
+
+    async def _finish_current(self) -> None:
+        utt = self.current
+        if utt is None:
+            # input.done with nothing said: vLLM-Omni answers session.done with no sentences.
+            if self.config is not None:
+                utt = Utterance(self.utterance_count, StreamSegmenter())
+                self.utterance_count += 1
+            else:
+                return
+        else:
+            await self._commit(utt, utt.segmenter.flush())
+        self.current = None
+        utt.finished = True
+        if utt.stream is not None:
+            utt.stream.finish()
+        else:
+            utt.pump = self._start_pump(utt)  # no audio: the pump still closes it in order
+        self.playing.append(utt)
+
+    async def _wait_playing(self) -> None:
+        for utt in list(self.playing):
+            if utt.pump is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await utt.pump
+
+    async def _poller(self) -> None:
+        while True:
+            await asyncio.sleep(self.limits.poll_interval)
+            utt = self.current
+            if utt is not None:
+                await self._commit(utt, utt.segmenter.poll(time.monotonic()))
+
+    async def _cancel_all(self, notify: bool) -> None:
+        victims = list(self.playing)
+        if self.current is not None:
+            victims.append(self.current)
+            self.current = None
+        self.playing.clear()
+        for utt in victims:
+            utt.cancelled = True
+            if utt.stream is not None:
+                utt.stream.cancel()
+            self.outbox.cancel_audio(utt.index)
+        if notify:
+            metrics.CANCELS.inc()
+            for utt in victims:
+                spoken = "".join(utt.segments[i].text for i in sorted(utt.marked))
+                await self.emit(
+                    "audio.cancelled",
+                    utterance_index=utt.index,
+                    played_bytes=utt.sent_bytes,
+                    spoken_text=spoken,
+                )
+
+    # -- audio ----------------------------------------------------------------------------------
+
+    def _start_pump(self, utt: Utterance) -> asyncio.Task[None]:
+        previous = self._last_pump
+        task = asyncio.create_task(self._pump(utt, previous))
+        self._last_pump = task
+        return task
+
+    async def _pump(self, utt: Utterance, previous: asyncio.Task[None] | None) -> None:
+        """Send one utterance's audio once the utterance before it has been sent."""
+        if previous is not None:
+            with contextlib.suppress(BaseException):
+                await previous
+        try:
+            await self._pump_audio(utt)
+        finally:
+            if utt in self.playing:
+                self.playing.remove(utt)
+
+    async def _pump_audio(self, utt: Utterance) -> None:
+        assert self.config is not None
+        cfg, rate = self.config, self.sample_rate
+        started = False
+        wav_parts: list[bytes] = []
+        end = StreamEnd("done")
+
+        async def start() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                await self.emit(
+                    "audio.start", utt.index, utterance_index=utt.index, sentence_index=0,
+                    sample_rate=rate, channels=1, format=cfg.response_format,
+                )  # fmt: skip
+
+        if utt.stream is None:  # nothing to say: close the utterance in order, without audio
+            await self.emit("session.done", utt.index, utterance_index=utt.index, total_sentences=0)
+            return
+        if utt.stream is not None:
+            async for ev in utt.stream.events():
+                if utt.cancelled:
+                    return
+                if isinstance(ev, StreamEnd):
+                    end = ev
+                    break
+                assert isinstance(ev, AudioChunk)
+                await start()
+                if utt.sent_bytes == 0:
+                    metrics.TTFA.observe(time.monotonic() - utt.opened_at)
+                seg = utt.engine_segments[ev.segment] if ev.segment < len(utt.engine_segments) else None
+                if seg is not None and seg not in utt.marked:
+                    utt.marked.add(seg)
+                    await self.emit(
+                        "audio.mark", utt.index, utterance_index=utt.index, segment_index=seg,
+                        sample_offset=ev.first_frame,
+                    )  # fmt: skip
+                data = ev.pcm.astype("<i2", copy=False).tobytes()
+                utt.sent_bytes += len(data)
+                if cfg.stream_audio:
+                    await self.outbox.put(Outgoing(data, utt.index))
+                else:
+                    wav_parts.append(data)
+        if utt.cancelled or end.reason == "cancelled":
+            return
+        await start()
+        if wav_parts:
+            await self.outbox.put(Outgoing(_wav(b"".join(wav_parts), rate), utt.index))
+        failed = end.reason == "error"
+        if failed:
+            await self.error("engine_error", end.message or "synthesis failed", utterance_index=utt.index)
+        await self.emit(
+            "audio.done", utt.index, utterance_index=utt.index, sentence_index=0,
+            total_bytes=utt.sent_bytes, error=failed,
+        )  # fmt: skip
+        await self.emit(
+            "session.done", utt.index, utterance_index=utt.index, total_sentences=len(utt.segments)
+        )
+
+
+def _wav(pcm: bytes, rate: int) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm)
+    return buf.getvalue()

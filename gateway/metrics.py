@@ -1,0 +1,19 @@
+"""Prometheus metrics (GET /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+
+SESSIONS = Gauge("voxgate_sessions", "open WebSocket sessions")
+UTTERANCES = Counter("voxgate_utterances_total", "utterances started")
+SEGMENTS = Counter("voxgate_segments_total", "segments committed", ["reason"])
+AUDIO_BYTES = Counter("voxgate_audio_bytes_total", "PCM bytes sent to clients")
+TTFA = Histogram(
+    "voxgate_ttfa_seconds",
+    "time from an utterance's first text to its first audio",
+    buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10),
+)
+CANCELS = Counter("voxgate_cancels_total", "barge-ins")
+ERRORS = Counter("voxgate_errors_total", "protocol error events sent", ["code"])
+
+__all__ = ["CONTENT_TYPE_LATEST", "generate_latest"]
