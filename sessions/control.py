@@ -218,4 +218,7 @@ class ControlBus:
             for sub in subs:
                 sub._wake_closed()
         self._subs.clear()
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.unsubscribe()
         await self._drop()

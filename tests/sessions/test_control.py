@@ -1,0 +1,67 @@
+"""Control channels: a cancel published on one replica reaches the socket's replica."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sessions import SessionStore, keys
+
+from .conftest import MakeStore
+
+
+async def test_cancel_from_another_replica_arrives(make_store: MakeStore) -> None:
+    holder, other = await make_store("a"), await make_store("b")
+    rec = await holder.create_session("acme", {})
+    async with await holder.subscribe("acme", rec.session_id) as sub:
+        assert await other.publish_cancel("acme", rec.session_id, utterance_index=3) == 1
+        msg = await sub.get(timeout=2)
+    assert msg is not None
+    assert (msg.kind, msg.session_id, msg.sender, msg.utterance_index) == ("cancel", rec.session_id, "b", 3)
+
+
+async def test_cancel_reaches_only_its_session(store: SessionStore) -> None:
+    s1 = await store.create_session("acme", {})
+    s2 = await store.create_session("acme", {})
+    sub1 = await store.subscribe("acme", s1.session_id)
+    sub2 = await store.subscribe("acme", s2.session_id)
+    await store.publish_cancel("acme", s2.session_id)
+    assert await sub1.get(timeout=0.2) is None
+    got = await sub2.get(timeout=2)
+    assert got is not None and got.session_id == s2.session_id
+
+
+async def test_cancel_with_no_listener_counts_zero(store: SessionStore) -> None:
+    rec = await store.create_session("acme", {})
+    assert await store.publish_cancel("acme", rec.session_id) == 0
+    sub = await store.subscribe("acme", rec.session_id)
+    await sub.close()
+    assert await store.publish_cancel("acme", rec.session_id) == 0
+
+
+async def test_one_pubsub_connection_serves_many_sessions(make_store: MakeStore) -> None:
+    holder, other = await make_store("a"), await make_store("b")
+    recs = [await holder.create_session("acme", {}) for _ in range(20)]
+    subs = await asyncio.gather(*(holder.subscribe("acme", r.session_id) for r in recs))
+    counts = await asyncio.gather(*(other.publish_cancel("acme", r.session_id) for r in recs))
+    assert counts == [1] * 20
+    got = await asyncio.gather(*(s.get(timeout=2) for s in subs))
+    assert [m.session_id for m in got if m] == [r.session_id for r in recs]
+    # Each channel has exactly one subscriber: the store's single pub/sub connection.
+    numsub = await holder.client.pubsub_numsub(*(keys.control("acme", r.session_id) for r in recs))
+    assert [n for _, n in numsub] == [1] * 20
+    if holder.backend == "redis":
+        assert len(await holder.client.client_list(_type="pubsub")) == 1
+
+
+async def test_closing_a_subscription_ends_iteration(store: SessionStore) -> None:
+    rec = await store.create_session("acme", {})
+    sub = await store.subscribe("acme", rec.session_id)
+
+    async def drain() -> list[str]:
+        return [m.kind async for m in sub]
+
+    task = asyncio.create_task(drain())
+    await store.publish_cancel("acme", rec.session_id)
+    await asyncio.sleep(0.1)
+    await sub.close()
+    assert await asyncio.wait_for(task, 2) == ["cancel"]

@@ -1,0 +1,49 @@
+"""Store lifecycle: the embedded default says what it is; ``sessions`` stays independent."""
+
+from __future__ import annotations
+
+import ast
+import logging
+from pathlib import Path
+
+import pytest
+
+import sessions
+from sessions import SessionStore
+
+from ..conftest import RedisServer
+
+
+async def test_embedded_store_announces_itself_and_shares_one_server(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "voxgate.sessions")
+    async with SessionStore.from_url(None) as a, SessionStore.from_url("") as b:
+        assert "embedded" in caplog.text and "single process" in caplog.text
+        rec = await a.create_session("acme", {"k": 1})
+        assert await b.load_session("acme", rec.session_id) is not None
+        health = await b.ping()
+        assert (health.status, health.backend) == ("ok", "embedded")
+        await a.delete_session("acme", rec.session_id)
+
+
+async def test_redis_store_logs_its_url_and_is_healthy(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "voxgate.sessions")
+    async with SessionStore.from_url(redis_server.url, replica_id="r1") as store:
+        health = await store.ping()
+    assert (health.status, health.backend) == ("ok", "redis")
+    assert health.latency_ms is not None and health.latency_ms < 100
+    assert redis_server.url in caplog.text and "embedded" not in caplog.text
+
+
+def test_sessions_imports_no_gateway_engine_or_segmentation() -> None:
+    forbidden = {"gateway", "engine", "segmentation"}
+    for path in Path(sessions.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            for name in names:
+                assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"
