@@ -47,3 +47,19 @@ def test_sessions_imports_no_gateway_engine_or_segmentation() -> None:
             )
             for name in names:
                 assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"
+
+
+def test_sessions_bench_smoke(redis_server: RedisServer, tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "sessions_bench.py"
+    out = tmp_path / "b.json"
+    subprocess.run(
+        [sys.executable, str(bench), "--redis-url", redis_server.url, "-n", "5", "--json", str(out)],
+        check=True, capture_output=True, timeout=60,
+    )
+    table = json.loads(out.read_text())["results_ms"]
+    assert {"session_start", "session_resume", "cross_replica_cancel"} <= set(table)
+    assert all(row[b]["p50"] > 0 for row in table.values() for b in ("redis", "embedded"))
