@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
 import time
 import uuid
-import wave
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from engine import AudioChunk, Engine, EngineError, Stream, StreamEnd
 from gateway import metrics
+from gateway.audio import Resampler, encode_file, encode_frames
 from gateway.protocol import (
     InputCancel,
     InputDone,
@@ -384,7 +385,8 @@ class Connection:
         assert self.config is not None
         cfg, rate = self.config, self.sample_rate
         started = False
-        wav_parts: list[bytes] = []
+        resample: Resampler | None = None
+        file_parts: list[np.ndarray] = []
         end = StreamEnd("done")
 
         async def start() -> None:
@@ -415,19 +417,24 @@ class Connection:
                     utt.marked.add(seg)
                     await self.emit(
                         "audio.mark", utt.index, utterance_index=utt.index, segment_index=seg,
-                        sample_offset=ev.first_frame,
+                        sample_offset=ev.first_frame * rate // ev.sample_rate,
                     )  # fmt: skip
-                data = ev.pcm.astype("<i2", copy=False).tobytes()
-                utt.sent_bytes += len(data)
+                if resample is None:
+                    resample = Resampler(ev.sample_rate, rate)
+                pcm = resample(ev.pcm)
                 if cfg.stream_audio:
+                    data = encode_frames(pcm, cfg.response_format)
+                    utt.sent_bytes += len(data)
                     await self.outbox.put(Outgoing(data, utt.index))
                 else:
-                    wav_parts.append(data)
+                    file_parts.append(pcm)
         if utt.cancelled or end.reason == "cancelled":
             return
         await start()
-        if wav_parts:
-            await self.outbox.put(Outgoing(_wav(b"".join(wav_parts), rate), utt.index))
+        if file_parts:
+            data = await asyncio.to_thread(encode_file, np.concatenate(file_parts), rate, cfg.response_format)
+            utt.sent_bytes = len(data)
+            await self.outbox.put(Outgoing(data, utt.index))
         failed = end.reason == "error"
         if failed:
             await self.error("engine_error", end.message or "synthesis failed", utterance_index=utt.index)
@@ -439,12 +446,3 @@ class Connection:
             "session.done", utt.index, utterance_index=utt.index, total_sentences=len(utt.segments)
         )
 
-
-def _wav(pcm: bytes, rate: int) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm)
-    return buf.getvalue()

@@ -11,11 +11,12 @@ from typing import Literal
 
 import msgspec
 
+from gateway.audio import FILE_FORMATS, STREAM_FORMATS
+
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # room for an inline base64 reference clip
 MAX_MESSAGE_BYTES = 128 * 1024
 
 Granularity = Literal["none", "sentence", "clause", "auto"]
-AudioFormat = Literal["pcm", "wav"]
 
 
 class ProtocolError(Exception):
@@ -40,13 +41,11 @@ class SessionConfig(msgspec.Struct, tag="session.config", tag_field="type", forb
     seed: int | None = None
 
     def validate(self) -> None:
-        if self.response_format not in ("pcm", "wav"):
+        formats = STREAM_FORMATS if self.stream_audio else FILE_FORMATS
+        if self.response_format not in formats:
+            how = "streamed (stream_audio=true)" if self.stream_audio else "sent as files (stream_audio=false)"
             raise ProtocolError(
-                "unsupported_format", f"response_format {self.response_format!r}: use pcm or wav"
-            )
-        if self.stream_audio and self.response_format != "pcm":
-            raise ProtocolError(
-                "invalid_config", "stream_audio=true streams raw pcm; set response_format=pcm"
+                "unsupported_format", f"response_format {self.response_format!r}: audio {how} is one of {formats}"
             )
         if self.sample_rate is not None and not 8000 <= self.sample_rate <= 48000:
             raise ProtocolError("invalid_config", "sample_rate must be between 8000 and 48000")

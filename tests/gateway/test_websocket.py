@@ -140,6 +140,7 @@ async def test_bad_messages_get_errors_and_the_session_goes_on(gateway: str) -> 
         ({"type": "session.config", "language": "klingon"}, "unsupported_language"),
         ({"type": "session.config", "sample_rate": 1000}, "invalid_config"),
         ({"type": "session.config", "response_format": "mp3"}, "unsupported_format"),
+        ({"type": "session.config", "response_format": "ogg", "stream_audio": False}, "unsupported_format"),
     ],
 )
 async def test_a_bad_first_message_gets_an_error_and_closes(gateway: str, config: dict[str, Any], code: str) -> None:
@@ -167,7 +168,7 @@ async def test_split_granularity_none_speaks_at_input_done(gateway: str) -> None
 
 async def test_non_streamed_wav_is_one_file_per_utterance(gateway: str) -> None:
     c = await connect(gateway, response_format="wav", stream_audio=False, sample_rate=16000)
-    events, audio = await speak(c, "A whole file, please.")
+    _, audio = await speak(c, "A whole file, please.")
     with wave.open(io.BytesIO(audio)) as w:
         assert w.getframerate() == 16000 and w.getnchannels() == 1 and w.getnframes() > 8000
     await c.ws.close()
@@ -187,3 +188,25 @@ def test_health_and_metrics(gateway: str) -> None:
     with urllib.request.urlopen(f"http://{gateway}/metrics") as r:
         body = r.read().decode()
     assert "voxgate_utterances_total" in body and "voxgate_ttfa_seconds_bucket" in body
+
+
+@pytest.mark.parametrize(("fmt", "width"), [("pcm", 2), ("ulaw", 1), ("alaw", 1)])
+async def test_streamed_formats_at_a_telephony_rate(gateway: str, fmt: str, width: int) -> None:
+    c = await connect(gateway, response_format=fmt, sample_rate=8000)
+    events, audio = await speak(c, "Your call is important to us.")
+    marks = [e["sample_offset"] for e in events if e["type"] == "audio.mark"]
+    seconds = len(audio) / width / 8000
+    assert 0.8 < seconds < 5, seconds
+    assert marks[0] == 0 and all(m < len(audio) / width for m in marks)
+    await c.ws.close()
+
+
+@pytest.mark.parametrize("fmt", ["flac", "mp3", "opus"])
+async def test_non_streamed_compressed_files_decode(gateway: str, fmt: str) -> None:
+    import soundfile
+
+    c = await connect(gateway, response_format=fmt, stream_audio=False)
+    _, audio = await speak(c, "Compressed, please.")
+    data, rate = soundfile.read(io.BytesIO(audio))
+    assert len(data) / rate > 0.5
+    await c.ws.close()
