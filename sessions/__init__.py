@@ -1,6 +1,7 @@
 """Session and voice state shared by gateway replicas (DESIGN §4). Imports no gateway, engine or
 segmentation code."""
 
+from .attached import AttachedSession
 from .auth import DEFAULT_TENANT, ApiKeys, Tenant, bind_allowed, hash_api_key, is_loopback, key_from_headers
 from .control import ControlSubscription
 from .errors import (
@@ -24,6 +25,7 @@ __all__ = [
     "DEFAULT_TENANT",
     "SESSION_TAKEN_OVER",
     "ApiKeys",
+    "AttachedSession",
     "ControlMessage",
     "ControlSubscription",
     "InvalidId",

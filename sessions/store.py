@@ -25,6 +25,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from . import keys, scripts
+from .attached import AttachedSession
 from .control import UNAVAILABLE, ControlBus, ControlSubscription
 from .errors import (
     SessionBusy,
@@ -195,6 +196,16 @@ class SessionStore:
         if not ok:
             raise SessionExists(f"session {sid} exists")
         return rec
+
+    async def attach(
+        self, tenant: str, *, session_id: str | None = None, config: dict[str, Any] | None = None,
+        voice: str | None = None, policy: TakeoverPolicy | None = None,
+    ) -> AttachedSession:
+        """Create (``session_id`` None) or resume a session and hold it for one connection: record +
+        renewed lease + control subscription. ``async with await store.attach(...) as s:``."""
+        return await AttachedSession.open(
+            self, tenant, session_id=session_id, config=config or {}, voice=voice, policy=policy
+        )
 
     async def load_session(self, tenant: str, session_id: str) -> SessionRecord | None:
         """The record with its spoken log; None when absent (or another tenant's)."""
