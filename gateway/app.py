@@ -16,6 +16,7 @@ from litestar.datastructures import State
 from engine import Engine, load_engine
 from gateway import metrics
 from gateway.connection import Connection, Limits
+from gateway.openai_api import openai_routes
 from segmentation import warm_up
 
 log = logging.getLogger("voxgate")
@@ -26,6 +27,7 @@ class Settings:
     model: str = "cpu"
     engine_options: dict[str, Any] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
+    voice_aliases: dict[str, str] = field(default_factory=dict)  # e.g. OpenAI names → engine voices
 
 
 @get("/health", sync_to_thread=False)
@@ -98,4 +100,4 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
             if loaded is not None and engine is None:
                 await asyncio.to_thread(loaded.close)
 
-    return Litestar(route_handlers=[health, metrics_endpoint, speech_stream], lifespan=[lifespan])
+    return Litestar(route_handlers=[health, metrics_endpoint, speech_stream, *openai_routes], lifespan=[lifespan])

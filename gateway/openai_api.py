@@ -1,0 +1,183 @@
+"""OpenAI-compatible HTTP: `POST /v1/audio/speech` and `GET /v1/audio/voices`.
+
+Works with the official `openai` client. Errors use OpenAI's body shape
+(`{"error": {"message", "type", "param", "code"}}`) so client libraries surface them properly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Literal
+
+import msgspec
+import numpy as np
+from litestar import Request, Response, get, post
+from litestar.response import Stream as StreamResponse
+
+from engine import AudioChunk, Engine, EngineError, StreamEnd
+from gateway.audio import MEDIA_TYPES, Resampler, encode_file, encode_frames, wav_stream_header
+from segmentation import StreamSegmenter, normalize_for_speech
+
+MAX_INPUT_CHARS = 4096  # OpenAI's limit
+# OpenAI's voice names: each maps to the engine's language-aware default unless the engine has a
+# voice of that name (or the settings alias it).
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse")
+
+
+class SpeechRequest(msgspec.Struct, forbid_unknown_fields=False):
+    input: str
+    model: str = "voxgate"
+    voice: str | None = None
+    response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
+    speed: float = 1.0
+    instructions: str | None = None
+    language: str = "auto"
+    sample_rate: int | None = None
+    stream: bool | None = None
+    stream_format: Literal["sse", "audio"] = "audio"
+    seed: int | None = None
+
+
+class ApiError(Exception):
+    def __init__(self, message: str, *, param: str | None = None, code: str = "invalid_value", status: int = 400):
+        super().__init__(message)
+        self.message, self.param, self.code, self.status = message, param, code, status
+
+    def response(self) -> Response[dict[str, object]]:
+        body = {"message": self.message, "type": "invalid_request_error", "param": self.param, "code": self.code}
+        return Response({"error": body}, status_code=self.status)
+
+
+def _parse(raw: bytes) -> SpeechRequest:
+    try:
+        req = msgspec.json.decode(raw, type=SpeechRequest)
+    except msgspec.ValidationError as e:
+        where = re.search(r"\$\.(\w+)|field `(\w+)`", str(e))
+        raise ApiError(str(e), param=where and (where[1] or where[2])) from None
+    except msgspec.DecodeError:
+        raise ApiError("the request body is not valid JSON", code="invalid_json") from None
+    if not req.input.strip():
+        raise ApiError("input must not be empty", param="input")
+    if len(req.input) > MAX_INPUT_CHARS:
+        raise ApiError(
+            f"input is limited to {MAX_INPUT_CHARS} characters", param="input", code="string_above_max_length"
+        )
+    if not 0.25 <= req.speed <= 4.0:
+        raise ApiError("speed must be between 0.25 and 4.0", param="speed")
+    if req.sample_rate is not None and not 8000 <= req.sample_rate <= 48000:
+        raise ApiError("sample_rate must be between 8000 and 48000", param="sample_rate")
+    if req.response_format == "aac":
+        raise ApiError("response_format aac is not available; use mp3, opus, flac, wav or pcm", param="response_format")
+    return req
+
+
+def _voice(engine: Engine, name: str | None, aliases: dict[str, str]) -> str | None:
+    if name is None:
+        return None
+    if name in aliases:
+        return aliases[name]
+    if name.lower() in OPENAI_VOICES and name not in {v.name for v in engine.voices()}:
+        return None  # the engine's default voice for the language
+    return name
+
+
+async def _pcm(engine: Engine, req: SpeechRequest, voice: str | None, rate: int) -> AsyncIterator[np.ndarray]:
+    """The request's audio at `rate`, chunk by chunk; cancels the engine stream if the client leaves."""
+    options: dict[str, object] = {"sample_rate": rate}
+    if req.speed != 1.0:
+        options["speed"] = req.speed
+    if req.seed is not None:
+        options["seed"] = req.seed
+    if req.instructions:
+        options["instructions"] = req.instructions
+    stream = engine.open_stream(voice, req.language, **options)
+    segmenter = StreamSegmenter(req.language, "auto")
+    for seg in [*segmenter.feed(req.input), *segmenter.flush()]:
+        if spoken := normalize_for_speech(seg.text, req.language):
+            stream.append(spoken + " ")
+    stream.finish()
+    resample: Resampler | None = None
+    try:
+        async for ev in stream.events():
+            if isinstance(ev, StreamEnd):
+                if ev.reason == "error":
+                    raise RuntimeError(ev.message or "synthesis failed")
+                break
+            assert isinstance(ev, AudioChunk)
+            resample = resample or Resampler(ev.sample_rate, rate)
+            yield resample(ev.pcm)
+    finally:
+        stream.cancel()  # a no-op once the stream has ended
+
+
+@post("/v1/audio/speech")
+async def create_speech(request: Request) -> Response:
+    engine: Engine | None = request.app.state.get("engine")
+    if engine is None:
+        return ApiError("the engine is warming up", code="engine_not_ready", status=503).response()
+    try:
+        req = _parse(await request.body())
+        voice = _voice(engine, req.voice, request.app.state.settings.voice_aliases)
+        rate = req.sample_rate or engine.sample_rate
+        fmt = req.response_format
+        if fmt == "opus" and rate not in (8000, 12000, 16000, 24000, 48000):
+            raise ApiError("opus needs a sample_rate of 8000, 12000, 16000, 24000 or 48000", param="sample_rate")
+        chunks = _pcm(engine, req, voice, rate)
+        first = await anext(chunks, None)  # surfaces engine errors (bad voice, language) as a 400
+    except ApiError as e:
+        return e.response()
+    except EngineError as e:
+        return ApiError(str(e), param="voice" if "voice" in e.code else None, code=e.code).response()
+
+    headers = {"X-Audio-Sample-Rate": str(rate), "X-Audio-Channels": "1"}
+
+    async def audio() -> AsyncIterator[bytes]:
+        try:
+            if fmt == "wav":
+                yield wav_stream_header(rate)
+            if fmt in ("wav", "pcm"):  # streamable: bytes leave as they are made
+                if first is not None:
+                    yield encode_frames(first, "pcm")
+                async for pcm in chunks:
+                    yield encode_frames(pcm, "pcm")
+            else:  # compressed: one file once the audio is complete
+                parts = [] if first is None else [first]
+                parts += [pcm async for pcm in chunks]
+                pcm = np.concatenate(parts) if parts else np.zeros(0, np.int16)
+                yield await asyncio.to_thread(encode_file, pcm, rate, fmt)
+        finally:
+            await chunks.aclose()  # a client that left frees its engine stream now
+
+    if req.stream_format == "sse":
+
+        async def sse() -> AsyncIterator[bytes]:
+            total = 0
+            async for data in audio():
+                total += len(data)
+                event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+                yield f"data: {json.dumps(event)}\n\n".encode()
+            usage = {"input_tokens": len(req.input), "output_tokens": total // 2, "total_tokens": len(req.input)}
+            yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n".encode()
+
+        return StreamResponse(sse(), media_type="text/event-stream", headers=headers)
+    return StreamResponse(audio(), media_type=MEDIA_TYPES[fmt], headers=headers)
+
+
+@get("/v1/audio/voices")
+async def list_voices(request: Request) -> Response[dict[str, object]]:
+    engine: Engine | None = request.app.state.get("engine")
+    if engine is None:
+        return ApiError("the engine is warming up", code="engine_not_ready", status=503).response()
+    voices = [
+        {"name": v.name, "languages": list(v.languages), "kind": v.kind, "description": v.description}
+        for v in engine.voices()
+    ]
+    aliases = dict.fromkeys(OPENAI_VOICES, "default") | request.app.state.settings.voice_aliases
+    return Response({"voices": voices, "languages": engine.languages(), "aliases": aliases})
+
+
+openai_routes = [create_speech, list_voices]
