@@ -2,8 +2,9 @@
 `Engine`/`Stream` contract (DESIGN §3).
 
 Threads: each `append`ed segment becomes a job on one worker pool shared by all streams and sized to
-the cores (several segments of one stream may synthesise at once, at most `workers` ahead of the one
-being delivered). A small driver thread per stream hands the finished audio of its segments, strictly
+the cores, run earliest-deadline first (the deadline: when that stream's listener would run out of
+audio; engine/cpu/pool.py). Several segments of one stream may synthesise at once, at most `workers`
+ahead of the one being delivered. A small driver thread per stream hands the finished audio of its segments, strictly
 in commit order, to the stream's `EventBridge`; only that driver ever blocks on a slow consumer, never
 a pool worker. Espeak runs on its own thread (engine/cpu/espeak.py).
 """
@@ -17,7 +18,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,9 @@ import numpy as np
 
 from engine.cpu.cache import cache_dir
 from engine.cpu.espeak import Espeak
+from engine.cpu.pool import UrgencyPool
 from engine.cpu.resample import SegmentResampler, trim_silence
-from engine.cpu.text import canonical_language, detect_language
+from engine.cpu.text import canonical_language, detect_language, estimate_seconds
 from engine.stream import EventBridge
 from engine.types import AudioChunk, EngineError, StreamEvent, VoiceInfo
 
@@ -103,7 +105,7 @@ class CpuEngine:
             self._defaults.setdefault("en", KOKORO_DEFAULT)
         self.workers = workers or os.cpu_count() or 1
         self.threads = threads
-        self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="cpu-voice")
+        self._pool = UrgencyPool(self.workers, "cpu-voice")
         self._queue_size = queue_size
         self._streams: weakref.WeakSet[CpuStream] = weakref.WeakSet()
         self._closed = False
@@ -186,7 +188,7 @@ class CpuEngine:
         self._closed = True
         for stream in list(self._streams):
             stream.cancel()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=True)
 
     # ---- used by streams ----
 
@@ -261,6 +263,8 @@ class CpuStream:
         self._submitted = 0  # segments handed to the pool so far
         self._delivering = 0  # the segment whose audio the driver is delivering
         self._finished = False
+        self._first_put_at: float | None = None  # when the listener could start playing
+        self._frames_put = 0
         self._driver = threading.Thread(target=self._drive, name="cpu-stream", daemon=True)
         self._driver.start()
 
@@ -296,13 +300,24 @@ class CpuStream:
             job.abort()
 
     def _submit_ready(self) -> None:
-        """Under `_cond`: start the segments that fit in the look-ahead window."""
+        """Under `_cond`: start the segments that fit in the look-ahead window.
+
+        Each job's deadline is when this stream's listener would run out of audio without it: the
+        end of the audio delivered so far (now, if none yet) plus the estimated length of the
+        segments before it that are still undelivered.
+        """
+        if self._submitted >= len(self._texts):
+            return
+        now = time.monotonic()
+        runs_out = now if self._first_put_at is None else self._first_put_at + self._frames_put / self.sample_rate
+        ahead = sum(estimate_seconds(t) for t in self._texts[self._delivering:self._submitted])
         while (self._submitted < len(self._texts)
                and self._submitted < self._delivering + self._engine.workers):
             job = _SegmentJob(self._submitted, self._texts[self._submitted])
             self._jobs[job.index] = job
             try:
-                job.future = self._engine._pool.submit(self._run_job, job)
+                job.future = self._engine._pool.submit(runs_out + ahead, lambda job=job: self._run_job(job))
+                ahead += estimate_seconds(job.text)
             except RuntimeError:  # the pool is shut down: the engine is closing
                 job.pieces.put(EngineError("engine_closed", "the CPU engine is closed"))
                 job.pieces.put(_DONE)
@@ -372,7 +387,10 @@ class CpuStream:
             piece = pcm[start:start + chunk]
             if not self._bridge.put(AudioChunk(piece, self.sample_rate, frame, seg)):
                 return -1
+            if self._first_put_at is None:
+                self._first_put_at = time.monotonic()
             frame += piece.size
+            self._frames_put = frame
         return frame
 
 

@@ -1,0 +1,63 @@
+"""A fixed pool of worker threads that runs the most urgent job first (earliest deadline first).
+
+The CPU voices share one pool among all streams. A FIFO pool would let one stream's look-ahead
+segments delay another stream's first audio; ordering by the time each listener will run out of
+audio (DESIGN §3: streams with no audio yet first, then the shortest playback buffer) avoids that.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+
+class UrgencyPool:
+    def __init__(self, workers: int, name: str = "worker") -> None:
+        self._heap: list[tuple[float, int, Future[Any], Callable[[], Any]]] = []
+        self._seq = itertools.count()  # ties (equal deadlines) run in submission order
+        self._cond = threading.Condition()
+        self._shutdown = False
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+                         for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, deadline: float, fn: Callable[[], Any]) -> Future[Any]:
+        """Run `fn` once a worker is free and no job with an earlier deadline waits."""
+        future: Future[Any] = Future()
+        with self._cond:
+            if self._shutdown:
+                raise RuntimeError("the pool is shut down")
+            heapq.heappush(self._heap, (deadline, next(self._seq), future, fn))
+            self._cond.notify()
+        return future
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Cancel the jobs not started; with `wait`, join the workers (running jobs finish)."""
+        with self._cond:
+            self._shutdown = True
+            for _, _, future, _ in self._heap:
+                future.cancel()
+            self._heap.clear()
+            self._cond.notify_all()
+        if wait:
+            for t in self._threads:
+                t.join()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._heap or self._shutdown)
+                if not self._heap:
+                    return  # shut down and drained
+                _, _, future, fn = heapq.heappop(self._heap)
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled while queued
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # delivered through the future, like concurrent.futures
+                future.set_exception(exc)

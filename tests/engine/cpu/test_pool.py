@@ -1,0 +1,57 @@
+"""UrgencyPool: earliest deadline first, cancellation, shutdown."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from engine.cpu.pool import UrgencyPool
+
+
+def test_queued_jobs_run_earliest_deadline_first() -> None:
+    pool = UrgencyPool(1)
+    gate = threading.Event()
+    order: list[str] = []
+    blocker = pool.submit(0.0, gate.wait)  # holds the only worker while the others queue
+    futures = [pool.submit(d, lambda n=n: order.append(n)) for n, d in (("late", 9.0), ("soon", 1.0),
+                                                                         ("mid", 5.0), ("soon2", 1.0))]
+    gate.set()
+    for f in [blocker, *futures]:
+        f.result(timeout=5)
+    assert order == ["soon", "soon2", "mid", "late"]  # equal deadlines keep submission order
+    pool.shutdown()
+
+
+def test_cancelled_and_failing_jobs() -> None:
+    pool = UrgencyPool(1)
+    gate = threading.Event()
+    ran: list[int] = []
+    pool.submit(0.0, gate.wait)
+    queued = pool.submit(1.0, lambda: ran.append(1))
+    assert queued.cancel()
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    failing = pool.submit(2.0, boom)
+    gate.set()
+    with pytest.raises(ValueError, match="boom"):
+        failing.result(timeout=5)
+    assert ran == []
+    pool.shutdown()
+
+
+def test_shutdown_cancels_queued_jobs_and_refuses_new_ones() -> None:
+    pool = UrgencyPool(1)
+    gate = threading.Event()
+    started = threading.Event()
+    running = pool.submit(0.0, lambda: (started.set(), gate.wait()))
+    queued = pool.submit(1.0, lambda: None)
+    assert started.wait(5)
+    threading.Timer(0.05, gate.set).start()
+    pool.shutdown(wait=True)
+    assert running.done() and not running.cancelled()
+    assert queued.cancelled()
+    with pytest.raises(RuntimeError):
+        pool.submit(0.0, lambda: None)
