@@ -129,3 +129,27 @@ async def test_owner_keeps_its_lease_through_an_outage_and_restores_its_record(
         assert await rival.lease_holder("acme", rec.session_id) == lease.token
         got = await rival.load_session("acme", rec.session_id)
         assert got is not None and got.owner_replica == "a" and got.config == {"voice": "anna"}
+
+
+async def test_open_session_rides_out_an_outage_and_is_whole_afterwards(
+    redis_server: RedisServer, stores: Callable[[str], SessionStore]
+) -> None:
+    holder, other = stores("a"), stores("b")
+    s = await holder.attach("acme", config={"language": "en"})
+    events = s.events()
+    await s.record_utterance(0, "before")
+    redis_server.stop()
+    with pytest.raises(StateUnavailable):
+        await s.record_utterance(1, "during")  # the socket keeps speaking; the local copy has it
+    assert s.record.next_utterance == 2
+    redis_server.start()  # empty
+    await _eventually(lambda: other.load_session("acme", s.session_id))  # restored by the lease renewal
+    got = await other.load_session("acme", s.session_id)
+    assert got is not None
+    assert ([e.text for e in got.spoken], got.next_utterance, got.owner_replica) == (["before", "during"], 2, "a")
+    await _eventually(lambda: _subscribed(other, holder))
+    assert await other.publish_cancel("acme", s.session_id) == 1
+    msg = await asyncio.wait_for(events.__anext__(), 2)
+    assert msg.kind == "cancel"
+    assert not s.lease.lost.is_set()
+    await s.close()

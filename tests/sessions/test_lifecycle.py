@@ -63,3 +63,9 @@ def test_sessions_bench_smoke(redis_server: RedisServer, tmp_path: Path) -> None
     table = json.loads(out.read_text())["results_ms"]
     assert {"session_start", "session_resume", "cross_replica_cancel"} <= set(table)
     assert all(row[b]["p50"] > 0 for row in table.values() for b in ("redis", "embedded"))
+
+
+def test_redis_fixture_fails_without_the_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(pytest.fail.Exception, match="redis-server is not on PATH"):
+        RedisServer(tmp_path)
