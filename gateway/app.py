@@ -6,8 +6,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any
 
 from litestar import Litestar, Response, get, websocket
 from litestar.connection import WebSocket
@@ -15,19 +13,12 @@ from litestar.datastructures import State
 
 from engine import Engine, load_engine
 from gateway import metrics
-from gateway.connection import Connection, Limits
+from gateway.connection import Connection
 from gateway.openai_api import openai_routes
+from gateway.settings import Settings
 from segmentation import warm_up
 
 log = logging.getLogger("voxgate")
-
-
-@dataclass(frozen=True)
-class Settings:
-    model: str = "cpu"
-    engine_options: dict[str, Any] = field(default_factory=dict)
-    limits: Limits = field(default_factory=Limits)
-    voice_aliases: dict[str, str] = field(default_factory=dict)  # e.g. OpenAI names → engine voices
 
 
 @get("/health", sync_to_thread=False)

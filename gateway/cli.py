@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 
@@ -31,12 +30,19 @@ def _segment(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gateway.app import Settings, create_app
+    from gateway.app import create_app
+    from gateway.settings import load_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(Settings(model=args.model))
-    # websockets-sansio notices a dead client on the next send (see research: cpu_backends_infra §6).
-    uvicorn.run(app, host=args.host, port=args.port, ws="websockets-sansio", ws_ping_interval=20.0)
+    try:
+        settings = load_settings(args.config, host=args.host, port=args.port, model=args.model)
+    except (OSError, ValueError) as e:
+        print(f"voxgate: {e}", file=sys.stderr)
+        return 2
+    app = create_app(settings)
+    # websockets-sansio notices a dead client on the next send (research: cpu_backends_infra §6);
+    # pings keep proxies from closing a session that is quiet between turns.
+    uvicorn.run(app, host=settings.host, port=settings.port, ws="websockets-sansio", ws_ping_interval=20.0)
     return 0
 
 
@@ -49,12 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--chunk", type=int, default=4, help="characters per delta read from stdin")
     p.set_defaults(run=_segment)
     p = sub.add_parser("serve", help="run the gateway")
-    p.add_argument("--host", default=os.environ.get("VOXGATE_HOST", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(os.environ.get("VOXGATE_PORT", "8000")))
-    p.add_argument(
-        "--model", default=os.environ.get("VOXGATE_MODEL", "cpu"),
-        help="a CPU voice backend (cpu, piper, kokoro); tiny or a checkpoint path once the Qwen3 engine lands",
-    )  # fmt: skip
+    p.add_argument("--host", help="bind address (default 127.0.0.1; env VOXGATE_HOST)")
+    p.add_argument("--port", type=int, help="port (default 8000; env VOXGATE_PORT)")
+    p.add_argument("--model", help="cpu (default), piper, kokoro, tiny or a Qwen3-TTS checkpoint directory")
+    p.add_argument("--config", help="a TOML settings file (see gateway/settings.py)")
     p.set_defaults(run=_serve)
     args = parser.parse_args(argv)
     return args.run(args)

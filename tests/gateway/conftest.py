@@ -9,8 +9,9 @@ import pytest
 import uvicorn
 
 from engine import Engine, load_engine
-from gateway.app import Settings, create_app
+from gateway.app import create_app
 from gateway.connection import Limits
+from gateway.settings import Settings
 
 
 def free_port() -> int:
