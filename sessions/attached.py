@@ -66,6 +66,7 @@ class AttachedSession:
         """Cancels and takeovers for this connection. A lease lost without a takeover message (missed
         while pub/sub was down) is reported as a takeover too; iteration ends after any takeover."""
         lost = asyncio.ensure_future(self.lease.lost.wait())
+        nxt: asyncio.Future[ControlMessage | None] | None = None
         try:
             while True:
                 nxt = asyncio.ensure_future(self.control.get())
@@ -83,6 +84,8 @@ class AttachedSession:
                 return  # subscription closed
         finally:
             lost.cancel()
+            if nxt is not None:
+                nxt.cancel()  # a consumer that stops iterating leaves no pending read behind
 
     async def update(self, *, config: dict[str, Any] | None = None, voice: str | None = None) -> None:
         """A re-sent ``session.config``: stored first, then applied locally (not acknowledged otherwise)."""

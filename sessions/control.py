@@ -167,7 +167,12 @@ class ControlBus:
     async def _connect(self) -> None:
         ps = self._client.pubsub()
         wanted = list(self._subs)
-        await ps.subscribe(*wanted)
+        try:
+            await ps.subscribe(*wanted)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await ps.aclose()
+            raise
         self._pubsub = ps
         # Channels added while SUBSCRIBE was in flight saw no pub/sub to send on.
         missing = [ch for ch in self._subs if ch not in wanted]
@@ -200,8 +205,12 @@ class ControlBus:
                 msg = await self._pubsub.get_message(timeout=1.0)
                 if msg is not None:
                     self._dispatch(msg)
-            except UNAVAILABLE as e:
-                if not lost:
+            except Exception as e:
+                # Anything else (a protocol surprise) is handled the same way: a fresh connection, so
+                # one bad read never silently ends every subscription of this replica.
+                if not isinstance(e, UNAVAILABLE):
+                    log.exception("control channel reader failed; reconnecting")
+                elif not lost:
                     log.warning("control channel connection lost (%s); reconnecting", e)
                 lost = True
                 await self._drop()

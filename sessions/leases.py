@@ -51,6 +51,8 @@ class _KeptAlive:
                     return
             except StateUnavailable as e:
                 log.debug("%s renewal deferred: %s", type(self).__name__, e)
+            except Exception:
+                log.exception("%s renewal failed; retrying", type(self).__name__)
 
     async def release(self) -> bool:
         """Stop renewing and give the lease up. False when it was no longer ours (or Redis is down: it

@@ -65,3 +65,13 @@ async def test_closing_a_subscription_ends_iteration(store: SessionStore) -> Non
     await asyncio.sleep(0.1)
     await sub.close()
     assert await asyncio.wait_for(task, 2) == ["cancel"]
+
+
+async def test_malformed_message_is_skipped_and_the_channel_keeps_working(store: SessionStore) -> None:
+    rec = await store.create_session("acme", {})
+    sub = await store.subscribe("acme", rec.session_id)
+    await store.client.publish(keys.control("acme", rec.session_id), b"\xffnot json")
+    await store.publish_cancel("acme", rec.session_id)
+    msg = await sub.get(timeout=2)
+    assert msg is not None and msg.kind == "cancel"
+    assert store.control.reconnects == 0
