@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from types import TracebackType
 
 import redis.asyncio as aioredis
@@ -89,7 +90,7 @@ class ControlSubscription:
 class ControlBus:
     def __init__(
         self, client: aioredis.Redis, *, confirm_timeout_s: float = 2.0,
-        backoff_s: tuple[float, float] = (0.05, 1.0),
+        backoff_s: tuple[float, float] = (0.05, 0.5),
     ) -> None:
         self._client = client
         self._confirm_timeout_s = confirm_timeout_s
@@ -100,6 +101,7 @@ class ControlBus:
         self._task: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self.reconnects = 0  # times the pub/sub connection was re-established after a loss
+        self.on_reconnect: Callable[[], None] | None = None  # Redis is back: e.g. renew leases now
 
     @property
     def connected(self) -> bool:
@@ -200,6 +202,8 @@ class ControlBus:
                         self.reconnects += 1
                         log.info("control channels re-subscribed after a Redis connection loss")
                         lost = False
+                        if self.on_reconnect is not None:
+                            self.on_reconnect()
                     delay = self._backoff_s[0]
                 assert self._pubsub is not None
                 msg = await self._pubsub.get_message(timeout=1.0)

@@ -28,7 +28,12 @@ class _KeptAlive:
     def __init__(self) -> None:
         self.lost = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._poke = asyncio.Event()
         self.released = False
+
+    def renew_now(self) -> None:
+        """Renew at once instead of at the next period (the store calls it when Redis is back)."""
+        self._poke.set()
 
     async def renew(self) -> bool:
         raise NotImplementedError
@@ -43,16 +48,24 @@ class _KeptAlive:
             self._task = asyncio.create_task(self._keepalive(every), name=f"voxgate-{type(self).__name__}")
 
     async def _keepalive(self, every: float) -> None:
+        wait = every
         while not self.released:
-            await asyncio.sleep(every)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), wait)
+            self._poke.clear()
             try:
                 if not await self.renew():
                     self.lost.set()
                     return
+                wait = every
             except StateUnavailable as e:
+                # Retry sooner than the period: once Redis is back, the lease (and a record Redis lost)
+                # should be restored within a fraction of a second, not a whole period later.
                 log.debug("%s renewal deferred: %s", type(self).__name__, e)
+                wait = min(every, 0.25)
             except Exception:
                 log.exception("%s renewal failed; retrying", type(self).__name__)
+                wait = min(every, 0.25)
 
     async def release(self) -> bool:
         """Stop renewing and give the lease up. False when it was no longer ours (or Redis is down: it

@@ -13,6 +13,7 @@ import os
 import socket
 import time
 import uuid
+import weakref
 from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from types import TracebackType
@@ -98,6 +99,10 @@ class SessionStore:
         self.settings = settings or StoreSettings()
         self.replica_id = replica_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.control = ControlBus(client, confirm_timeout_s=self.settings.op_timeout_s)
+        # Leases and slots held through this store: renewed at once when the control bus sees Redis back,
+        # so a record lost in a restart is restored in milliseconds rather than a renewal period later.
+        self._kept_alive: weakref.WeakSet[OwnershipLease | StreamSlot] = weakref.WeakSet()
+        self.control.on_reconnect = self._renew_all_now
         reg = client.register_script
         self._create = reg(scripts.CREATE_SESSION)
         self._restore = reg(scripts.RESTORE_SESSION)
@@ -169,6 +174,10 @@ class SessionStore:
         except UNAVAILABLE as e:
             return StoreHealth("degraded", self.backend, None, f"{type(e).__name__}: {e}")
         return StoreHealth("ok", self.backend, (time.perf_counter() - t0) * 1000)
+
+    def _renew_all_now(self) -> None:
+        for held in list(self._kept_alive):
+            held.renew_now()
 
     async def _call(self, op: Awaitable[T]) -> T:
         try:
@@ -309,7 +318,9 @@ class SessionStore:
         if old is not None:
             msg = ControlMessage("takeover", session_id, self.replica_id, now_ms(), target=old)
             await self._call(self.client.publish(keys.control(tenant, session_id), msg.to_json()))
-        return OwnershipLease(self, tenant, session_id, token, ttl, old)
+        lease = OwnershipLease(self, tenant, session_id, token, ttl, old)
+        self._kept_alive.add(lease)
+        return lease
 
     async def _renew_lease(self, lease: OwnershipLease) -> int:
         t, sid = lease.tenant, lease.session_id
@@ -362,7 +373,9 @@ class SessionStore:
         ))
         if not ok:
             raise StreamLimitExceeded(tenant, limit or 0, int(active))
-        return StreamSlot(self, tenant, slot_id, ttl, int(active))
+        slot = StreamSlot(self, tenant, slot_id, ttl, int(active))
+        self._kept_alive.add(slot)
+        return slot
 
     async def active_streams(self, tenant: str) -> int:
         return int(await self._call(self._count_streams(keys=[keys.streams(tenant)])))

@@ -153,3 +153,17 @@ async def test_open_session_rides_out_an_outage_and_is_whole_afterwards(
     assert msg.kind == "cancel"
     assert not s.lease.lost.is_set()
     await s.close()
+
+
+async def test_redis_back_triggers_renewal_at_once_not_a_period_later(redis_server: RedisServer) -> None:
+    slow = StoreSettings(lease_ttl_s=60.0, op_timeout_s=0.5, connect_timeout_s=0.3)  # renews every 20 s
+    async with SessionStore.from_url(redis_server.url, settings=slow, replica_id="a") as holder:
+        s = await holder.attach("acme")
+        redis_server.stop()
+        await asyncio.sleep(0.2)
+        redis_server.start()  # empty
+        t0 = time.monotonic()
+        await _eventually(lambda: holder.load_session("acme", s.session_id), timeout=3.0)
+        assert time.monotonic() - t0 < 3.0
+        assert await holder.lease_holder("acme", s.session_id) == s.lease.token
+        await s.close()
