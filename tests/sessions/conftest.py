@@ -18,7 +18,7 @@ FAST = StoreSettings(
 MakeStore = Callable[..., Awaitable[SessionStore]]
 
 
-@pytest.fixture(params=["redis", "embedded"])
+@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.redis), "embedded"])
 async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[MakeStore]:
     """``await make_store(replica_id=…, **settings)``: a started store; two calls are two replicas
     sharing one Redis."""

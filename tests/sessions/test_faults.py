@@ -12,6 +12,8 @@ from sessions import SessionStore, StateUnavailable, StoreSettings, Voice
 
 from ..conftest import RedisServer, free_port
 
+pytestmark = pytest.mark.redis
+
 SETTINGS = StoreSettings(lease_ttl_s=0.6, op_timeout_s=0.5, connect_timeout_s=0.3)
 
 

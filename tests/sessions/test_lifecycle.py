@@ -25,6 +25,7 @@ async def test_embedded_store_announces_itself_and_shares_one_server(caplog: pyt
         await a.delete_session("acme", rec.session_id)
 
 
+@pytest.mark.redis
 async def test_redis_store_logs_its_url_and_is_healthy(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -49,6 +50,7 @@ def test_sessions_imports_no_gateway_engine_or_segmentation() -> None:
                 assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"
 
 
+@pytest.mark.redis
 def test_sessions_bench_smoke(redis_server: RedisServer, tmp_path: Path) -> None:
     import json
     import subprocess
