@@ -352,7 +352,7 @@ class SessionStore:
 
     async def publish_cancel(self, tenant: str, session_id: str, *, utterance_index: int | None = None) -> int:
         """Cancel the session's current utterance wherever its socket lives. Returns how many
-        subscriptions received it (0: nobody holds the socket now); SessionNotFound when absent."""
+        replicas received it (Redis subscribers; 0: no socket holds it now); SessionNotFound when absent."""
         msg = ControlMessage("cancel", session_id, self.replica_id, now_ms(), utterance_index=utterance_index)
         n = await self._call(self._publish(
             keys=[keys.session(tenant, session_id), keys.control(tenant, session_id)], args=[msg.to_json()]
