@@ -1,0 +1,147 @@
+"""The scheduling policy of the Qwen3 engine core: which request to admit, which rows to step, which
+streams to decode, decided from plain request records and a clock (vLLM v1's split: this module
+decides, engine/core.py executes). No torch here, so every rule is tested with a fake clock.
+
+Urgency is the listener's point of view. A stream with no audio yet is waiting on its first audio
+(time to first audio), the most urgent kind. A stream with audio has a simulated client playback
+buffer: the seconds of audio sent minus the wall time since its first audio; the smallest buffer
+runs dry first. Negative means the listener is already hearing a gap.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+#: First code2wav chunk small (time to first audio), then larger ones (a decode has a fixed cost).
+DEFAULT_RAMP = (2, 4, 8, 16, 25)
+DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What the policy knows of one request; the core keeps it current."""
+
+    rid: int
+    arrival: float  # clock time the stream was opened (ties among streams without audio)
+    has_text: bool = False  # some committed text (a prompt can be built)
+    admitted: bool = False  # owns a slot and was prefilled
+    parked: bool = False  # text track empty before finish(): waiting for text, not fed padding
+    paused: bool = False  # its consumer is not reading (outgoing queue full): do not advance it
+    generating: bool = True  # the talker still owes frames (no EOS, under the frame cap)
+    pending_frames: int = 0  # frames generated but not yet decoded to audio
+    chunks_sent: int = 0  # code2wav chunks decoded so far (position on the ramp)
+    audio_s: float = 0.0  # seconds of audio handed to the consumer
+    first_audio_at: float | None = None  # clock time of the first audio
+
+    def buffer_s(self, now: float) -> float:
+        """The simulated client playback buffer (inf before the first audio: nothing is playing)."""
+        if self.first_audio_at is None:
+            return float("inf")
+        return self.audio_s - (now - self.first_audio_at)
+
+
+def urgency(rec: RequestRecord, now: float) -> tuple[int, float]:
+    """Sort key, most urgent first: no audio yet (oldest first), then the shortest playback buffer."""
+    if rec.first_audio_at is None:
+        return (0, rec.arrival)
+    return (1, rec.buffer_s(now))
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    max_batch: int = 32  # most talker rows per step (the prefill row included)
+    buckets: tuple[int, ...] = DEFAULT_BUCKETS
+    ramp: tuple[int, ...] = DEFAULT_RAMP
+    max_codec_rows: int = 32  # most streams decoded per cycle
+    low_water_s: float = 1.0  # a buffer below this is pressing (VoxServe's rule)
+    defer_s: float = 2.0  # a chunk of a stream with more buffered than this can wait for pressing talker work
+
+    def __post_init__(self) -> None:
+        if not self.buckets or list(self.buckets) != sorted(set(self.buckets)) or self.buckets[0] < 1:
+            raise ValueError(f"buckets must be increasing positive sizes, got {self.buckets}")
+        if self.max_batch > self.buckets[-1]:
+            raise ValueError(f"max_batch {self.max_batch} exceeds the largest bucket {self.buckets[-1]}")
+        if not self.ramp or min(self.ramp) < 1:
+            raise ValueError(f"the chunk ramp needs positive sizes, got {self.ramp}")
+
+
+@dataclass(frozen=True, slots=True)
+class TalkerPlan:
+    prefill: int | None  # the request to admit this cycle (at most one)
+    step: tuple[int, ...]  # admitted requests to advance by one frame, most urgent first
+    bucket: int  # padded batch size of the code-predictor pass (step rows + prefill row)
+    pressing: bool  # some planned row belongs to a stream without audio or under the low-water mark
+
+
+@dataclass(frozen=True, slots=True)
+class CodecPlan:
+    chunks: tuple[tuple[int, int], ...]  # (request, frames to decode), most urgent first
+
+    def by_size(self) -> dict[int, list[int]]:
+        """Requests grouped by chunk size: each group is one batched decode with a static shape."""
+        groups: dict[int, list[int]] = {}
+        for rid, n in self.chunks:
+            groups.setdefault(n, []).append(rid)
+        return groups
+
+
+@dataclass
+class Scheduler:
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+    def bucket(self, rows: int) -> int:
+        """The smallest bucket that holds `rows` (0 rows: 0, nothing runs)."""
+        if rows <= 0:
+            return 0
+        i = bisect.bisect_left(self.config.buckets, rows)
+        if i == len(self.config.buckets):
+            raise ValueError(f"{rows} rows exceed the largest bucket {self.config.buckets[-1]}")
+        return self.config.buckets[i]
+
+    def chunk_size(self, rec: RequestRecord) -> int:
+        ramp = self.config.ramp
+        return ramp[min(rec.chunks_sent, len(ramp) - 1)]
+
+    def plan_talker(self, records: Iterable[RequestRecord], now: float, free_slots: int) -> TalkerPlan:
+        """Admit at most one prefill (a long prompt must not stall every running stream twice in a
+        cycle), then fill the batch with runnable rows in urgency order. Parked and paused requests
+        are skipped: the one has no input to consume, the other has nowhere to put its audio."""
+        recs = list(records)
+        waiting = [r for r in recs if not r.admitted and r.has_text]
+        prefill = min(waiting, key=lambda r: (r.arrival, r.rid)).rid if waiting and free_slots > 0 else None
+        runnable = [r for r in recs if r.admitted and r.generating and not r.parked and not r.paused]
+        runnable.sort(key=lambda r: (urgency(r, now), r.rid))
+        room = self.config.max_batch - (1 if prefill is not None else 0)
+        chosen = runnable[:room]
+        rows = len(chosen) + (1 if prefill is not None else 0)
+        pressing = prefill is not None or any(self._pressing(r, now) for r in chosen)
+        return TalkerPlan(prefill, tuple(r.rid for r in chosen), self.bucket(rows), pressing)
+
+    def plan_codec(self, records: Iterable[RequestRecord], now: float, talker_pressing: bool) -> CodecPlan:
+        """Decode every ready chunk, most urgent first, up to `max_codec_rows`. A chunk is ready when the
+        stream's pending frames reach its next ramp size, or the talker is done (the final flush). When
+        the talker has pressing work, chunks of streams with more than `defer_s` buffered wait: their
+        listener can spare the time, a stream still waiting for its first audio cannot."""
+        ready: list[tuple[tuple[int, float], int, int]] = []
+        for r in records:
+            if not r.admitted or r.paused or r.pending_frames <= 0:
+                continue
+            need = self.chunk_size(r)
+            if r.pending_frames < need and r.generating:
+                continue
+            if talker_pressing and r.buffer_s(now) > self.config.defer_s:
+                continue
+            ready.append((urgency(r, now), r.rid, min(need, r.pending_frames)))
+        ready.sort()
+        return CodecPlan(tuple((rid, n) for _, rid, n in ready[: self.config.max_codec_rows]))
+
+    def _pressing(self, rec: RequestRecord, now: float) -> bool:
+        return rec.first_audio_at is None or rec.buffer_s(now) < self.config.low_water_s
+
+
+def bucket_sizes(max_batch: int, buckets: Sequence[int] = DEFAULT_BUCKETS) -> tuple[int, ...]:
+    """The buckets for batches up to `max_batch`: the standard sizes below it, then `max_batch` itself
+    (padding 20 rows to 32 would waste the work the cap was set to save)."""
+    return (*[b for b in buckets if b < max_batch], max_batch)

@@ -1,0 +1,155 @@
+"""The engine's scheduling policy, driven with plain records and a fake clock (no torch, no threads)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.scheduler import RequestRecord, Scheduler, SchedulerConfig, bucket_sizes, urgency
+
+
+class FakeClock:
+    def __init__(self, t: float = 100.0) -> None:
+        self.t = t
+
+    def advance(self, dt: float) -> float:
+        self.t += dt
+        return self.t
+
+
+def running(rid: int, *, arrival: float = 0.0, audio_s: float = 0.0, first_audio_at: float | None = None,
+            pending: int = 0, chunks_sent: int = 0) -> RequestRecord:
+    return RequestRecord(rid, arrival, has_text=True, admitted=True, audio_s=audio_s,
+                         first_audio_at=first_audio_at, pending_frames=pending, chunks_sent=chunks_sent)
+
+
+def test_buffer_is_audio_sent_minus_wall_time_since_first_audio() -> None:
+    clock = FakeClock()
+    r = running(1, audio_s=2.0, first_audio_at=clock.t)
+    clock.advance(0.5)
+    assert r.buffer_s(clock.t) == pytest.approx(1.5)
+    clock.advance(2.0)
+    assert r.buffer_s(clock.t) == pytest.approx(-0.5)  # the listener has been hearing a gap
+    assert running(2).buffer_s(clock.t) == float("inf")
+
+
+def test_at_most_one_prefill_per_cycle_oldest_first() -> None:
+    s = Scheduler()
+    recs = [RequestRecord(i, arrival=10.0 - i, has_text=True) for i in range(4)]
+    plan = s.plan_talker(recs, now=20.0, free_slots=4)
+    assert plan.prefill == 3  # arrived first
+    assert plan.step == ()
+    assert plan.bucket == 1
+
+
+def test_no_prefill_without_a_free_slot_or_without_text() -> None:
+    s = Scheduler()
+    assert s.plan_talker([RequestRecord(1, 0.0, has_text=True)], now=1.0, free_slots=0).prefill is None
+    assert s.plan_talker([RequestRecord(1, 0.0, has_text=False)], now=1.0, free_slots=3).prefill is None
+
+
+def test_streams_without_audio_first_then_shortest_buffer() -> None:
+    clock = FakeClock()
+    s = Scheduler(SchedulerConfig(max_batch=3, buckets=(1, 2, 3)))
+    start = clock.t
+    recs = [
+        running(1, audio_s=5.0, first_audio_at=start),  # 5 s sent
+        running(2, audio_s=1.0, first_audio_at=start),  # shortest buffer
+        running(3, arrival=start + 0.3),  # no audio yet, arrived later
+        running(4, audio_s=3.0, first_audio_at=start),
+        running(5, arrival=start + 0.1),  # no audio yet, arrived first
+    ]
+    clock.advance(0.5)
+    plan = s.plan_talker(recs, now=clock.t, free_slots=0)
+    assert plan.step == (5, 3, 2)  # the batch is full: streams 4 and 1 (comfortable buffers) wait
+    assert plan.bucket == 3
+    assert sorted(recs, key=lambda r: urgency(r, clock.t))[-1].rid == 1
+
+
+def test_prefill_takes_one_row_of_the_batch() -> None:
+    s = Scheduler(SchedulerConfig(max_batch=2, buckets=(1, 2)))
+    recs = [running(1), running(2), RequestRecord(3, 0.0, has_text=True)]
+    plan = s.plan_talker(recs, now=1.0, free_slots=1)
+    assert plan.prefill == 3
+    assert len(plan.step) == 1
+    assert plan.bucket == 2
+
+
+def test_parked_paused_and_finished_requests_are_skipped() -> None:
+    s = Scheduler()
+    parked, paused, done, ok = running(1), running(2), running(3), running(4)
+    parked.parked = True
+    paused.paused = True
+    done.generating = False
+    plan = s.plan_talker([parked, paused, done, ok], now=1.0, free_slots=0)
+    assert plan.step == (4,)
+    parked.parked = False  # text arrived: it resumes
+    assert s.plan_talker([parked, paused, done, ok], now=1.0, free_slots=0).step == (1, 4)
+
+
+def test_buckets_pad_to_static_sizes() -> None:
+    s = Scheduler(SchedulerConfig(max_batch=32))
+    assert [s.bucket(n) for n in (0, 1, 2, 3, 5, 8, 9, 17, 32)] == [0, 1, 2, 4, 8, 8, 16, 32, 32]
+    with pytest.raises(ValueError):
+        s.bucket(33)
+    assert bucket_sizes(8) == (1, 2, 4, 8)
+    assert bucket_sizes(6) == (1, 2, 4, 6)
+    with pytest.raises(ValueError):
+        SchedulerConfig(max_batch=8, buckets=(1, 2, 4))
+
+
+def test_codec_follows_the_chunk_ramp() -> None:
+    s = Scheduler(SchedulerConfig(ramp=(2, 4, 8)))
+    first = running(1, pending=1)
+    assert s.plan_codec([first], now=0.0, talker_pressing=False).chunks == ()
+    first.pending_frames = 3
+    assert s.plan_codec([first], now=0.0, talker_pressing=False).chunks == ((1, 2),)
+    later = running(2, pending=9, chunks_sent=5, audio_s=1.0, first_audio_at=0.0)  # past the ramp: 8
+    assert s.plan_codec([later], now=0.0, talker_pressing=False).chunks == ((2, 8),)
+
+
+def test_codec_flushes_the_remainder_when_the_talker_is_done() -> None:
+    s = Scheduler(SchedulerConfig(ramp=(2, 4, 8)))
+    r = running(1, pending=3, chunks_sent=2, audio_s=1.0, first_audio_at=0.0)
+    assert s.plan_codec([r], now=0.0, talker_pressing=False).chunks == ()
+    r.generating = False
+    assert s.plan_codec([r], now=0.0, talker_pressing=False).chunks == ((1, 3),)
+
+
+def test_codec_orders_by_urgency_and_groups_by_size() -> None:
+    s = Scheduler(SchedulerConfig(ramp=(2, 4), max_codec_rows=2))
+    recs = [
+        running(1, pending=4, chunks_sent=1, audio_s=1.0, first_audio_at=0.0),
+        running(2, pending=2),  # no audio yet
+        running(3, pending=4, chunks_sent=1, audio_s=0.5, first_audio_at=0.0),
+    ]
+    plan = s.plan_codec(recs, now=0.2, talker_pressing=False)
+    assert plan.chunks == ((2, 2), (3, 4))  # stream 1 has the longest buffer and the cap is 2
+    assert plan.by_size() == {2: [2], 4: [3]}
+
+
+def test_comfortable_streams_defer_decoding_while_the_talker_has_pressing_work() -> None:
+    clock = FakeClock()
+    s = Scheduler(SchedulerConfig(ramp=(2,), defer_s=2.0))
+    comfy = running(1, pending=2, chunks_sent=3, audio_s=5.0, first_audio_at=clock.t)
+    low = running(2, pending=2, chunks_sent=3, audio_s=1.0, first_audio_at=clock.t)
+    assert s.plan_codec([comfy, low], now=clock.t, talker_pressing=True).chunks == ((2, 2),)
+    assert s.plan_codec([comfy, low], now=clock.t, talker_pressing=False).chunks == ((2, 2), (1, 2))
+    clock.advance(3.5)  # the comfortable buffer drained below defer_s: it no longer waits
+    assert [rid for rid, _ in s.plan_codec([comfy, low], now=clock.t, talker_pressing=True).chunks] == [2, 1]
+
+
+def test_paused_streams_are_not_decoded() -> None:
+    s = Scheduler(SchedulerConfig(ramp=(2,)))
+    r = running(1, pending=4)
+    r.paused = True
+    assert s.plan_codec([r], now=0.0, talker_pressing=False).chunks == ()
+
+
+def test_talker_plan_reports_pressing_rows() -> None:
+    clock = FakeClock()
+    s = Scheduler(SchedulerConfig(low_water_s=1.0))
+    comfy = running(1, audio_s=5.0, first_audio_at=clock.t)
+    assert not s.plan_talker([comfy], now=clock.t, free_slots=0).pressing
+    assert s.plan_talker([comfy, running(2)], now=clock.t, free_slots=0).pressing
+    clock.advance(4.5)
+    assert s.plan_talker([comfy], now=clock.t, free_slots=0).pressing
