@@ -61,6 +61,7 @@ from websockets.exceptions import ConnectionClosed
 REPO = Path(__file__).resolve().parents[1]
 OWN_TEXTS = REPO / "bench" / "data" / "paragraphs.jsonl"
 CORPUS = REPO.parent / "shared" / "corpus" / "segmentation_cases.jsonl"
+CORPUS_COPY = REPO / "tests" / "data" / "segmentation_cases.jsonl"  # for checkouts without ../shared
 MODES = ("none", "sentence", "auto")
 WS_PATH = "/v1/audio/speech/stream"
 # Seconds of speech per character, to estimate the audio asked for when a text never completed.
@@ -90,7 +91,7 @@ def llm_pieces(text: str) -> list[str]:
 
 
 def load_texts(sources: Sequence[str], languages: Sequence[str]) -> list[Text]:
-    files = {"own": OWN_TEXTS, "corpus": CORPUS}
+    files = {"own": OWN_TEXTS, "corpus": CORPUS if CORPUS.exists() else CORPUS_COPY}
     texts: list[Text] = []
     for name in sources:
         path = files[name]

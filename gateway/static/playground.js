@@ -1,0 +1,420 @@
+// voxgate playground: streams typed text to /v1/audio/speech/stream as an LLM would, plays the
+// PCM as it arrives through a jitter buffer, and shows commits, audio marks, TTFA and underruns.
+// Plain script, no build step. `window.voxgate` exposes the live state for tests.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const HAN = "\u3400-\u4dbf\u4e00-\u9fff";
+const PIECE = new RegExp(`[${HAN}]{1,2}|[^\\s${HAN}]+\\s*|\\s+`, "gu");
+const ONSET_DBFS = -40, ONSET_WINDOW_MS = 10, ONSET_SUSTAIN_MS = 50; // as bench/audio_metrics.py
+
+const SAMPLES = {
+  en: "Sure, I can help with that. Your table for four is booked for Friday at 7:30 p.m. at the Harbour Grill. I've sent a confirmation to your email, and you can cancel up to two hours before.",
+  zh: "好的，我来帮您安排。您周五晚上七点半在海港餐厅的四人桌已经订好了。确认信息已经发到您的邮箱，如需取消，请提前两个小时告诉我们。",
+};
+
+// The units an LLM streams: a word with its trailing space, or one or two Han characters.
+function llmPieces(text) {
+  return text.match(PIECE) || [];
+}
+
+const metrics = { frames: 0, bytes: 0, ttfaMs: null, audibleMs: null, underruns: 0, stallMs: 0, bufferedMs: 0 };
+const S = {
+  ws: null, config: null, sampleRate: 24000, ctx: null, connected: null,
+  utt: null, playHead: 0, started: false, sources: [], timers: [], cancelling: false,
+  log: [], errors: [],
+};
+window.voxgate = { metrics, state: S, llmPieces };
+
+function log(line) {
+  const t = (performance.now() / 1000).toFixed(3);
+  S.log.push(`${t} ${line}`);
+  if (S.log.length > 200) S.log.shift();
+  $("log").textContent = S.log.slice(-60).join("\n");
+  $("log").scrollTop = 1e9;
+}
+
+function setStatus(text, cls = "") {
+  const el = $("status");
+  el.textContent = text;
+  el.className = `status ${cls}`;
+}
+
+function currentConfig() {
+  const cfg = {
+    type: "session.config", language: $("language").value, split_granularity: $("granularity").value,
+    response_format: "pcm", stream_audio: true,
+  };
+  if ($("voice").value) cfg.voice = $("voice").value;
+  return cfg;
+}
+
+// -- connection -----------------------------------------------------------------------------------
+
+function wsUrl() {
+  const proto = location.protocol === "https:" ? "wss:" : "ws:";
+  return `${proto}//${location.host}/v1/audio/speech/stream`;
+}
+
+function waitReady() {
+  return new Promise((resolve, reject) => { S.connected = { resolve, reject }; });
+}
+
+function settleReady(error) {
+  const waiter = S.connected;
+  S.connected = null;
+  if (!waiter) return;
+  if (error) waiter.reject(error); else waiter.resolve();
+}
+
+async function ensureSession() {
+  const cfg = currentConfig();
+  const same = S.config && JSON.stringify(S.config) === JSON.stringify(cfg);
+  if (S.ws && S.ws.readyState === WebSocket.OPEN && same) return;
+  if (!S.ws || S.ws.readyState !== WebSocket.OPEN) {
+    S.ws = new WebSocket(wsUrl());
+    S.ws.binaryType = "arraybuffer";
+    S.ws.onmessage = onMessage;
+    S.ws.onclose = () => {
+      setStatus("disconnected");
+      S.ws = null;
+      S.config = null;
+      settleReady(new Error("the connection closed"));
+    };
+    await new Promise((resolve, reject) => {
+      S.ws.onopen = resolve;
+      S.ws.onerror = () => reject(new Error("WebSocket failed"));
+    });
+  }
+  const ready = waitReady();
+  S.ws.send(JSON.stringify(cfg)); // sticky; re-sent between utterances when a control changed
+  await ready;
+  S.config = cfg;
+}
+
+// -- streaming text -------------------------------------------------------------------------------
+
+async function speak() {
+  const text = $("text").value;
+  if (!text.trim()) return;
+  // An AudioContext may only start inside a user gesture; buffers carry the stream's own rate.
+  if (!S.ctx) S.ctx = new (window.AudioContext || window.webkitAudioContext)();
+  if (S.ctx.state === "suspended") await S.ctx.resume();
+  stopAudio();
+  try {
+    await ensureSession();
+  } catch (e) {
+    setStatus(String(e.message || e), "err");
+    return;
+  }
+  resetUtterance(text);
+  const pieces = llmPieces(text);
+  const rate = Number($("rate").value);
+  $("rate-out").textContent = String(rate);
+  const t0 = performance.now();
+  S.utt.tFirstText = t0;
+  $("cancel").disabled = false;
+  pieces.forEach((piece, i) => {
+    // Absolute deadlines, like bench/load.py: a late timer never shifts the rest of the text.
+    S.timers.push(setTimeout(() => {
+      if (!S.ws || S.utt.cancelled) return;
+      S.ws.send(JSON.stringify({ type: "input.text", text: piece }));
+      S.utt.sent += piece.length;
+      render();
+      if (i === pieces.length - 1) {
+        S.ws.send(JSON.stringify({ type: "input.done" }));
+        S.utt.tLastText = performance.now();
+        log("→ input.done");
+      }
+    }, Math.max(0, t0 + (i * 1000) / rate - performance.now())));
+  });
+  log(`→ ${pieces.length} pieces at ${rate}/s`);
+}
+
+function resetUtterance(text) {
+  S.utt = {
+    text, sent: 0, segments: [], marks: [], chunks: [], samples: 0, index: null, cancelled: false,
+    done: false, tFirstText: null, tLastText: null, onset: newOnset(), speaking: null,
+  };
+  S.started = false;
+  S.cancelling = false;
+  Object.assign(metrics, { frames: 0, bytes: 0, ttfaMs: null, audibleMs: null, underruns: 0, stallMs: 0 });
+  $("segments").innerHTML = "";
+  $("cancelled").hidden = true;
+  render();
+  readouts();
+}
+
+function bargeIn() {
+  if (!S.ws || !S.utt) return;
+  S.utt.cancelled = true;
+  S.cancelling = true; // frames still in flight before audio.cancelled are dropped
+  S.ws.send(JSON.stringify({ type: "input.cancel" }));
+  log("→ input.cancel");
+  stopAudio();
+  $("cancel").disabled = true;
+}
+
+function stopAudio() {
+  S.timers.forEach(clearTimeout);
+  S.timers = [];
+  for (const src of S.sources) { try { src.stop(); } catch (_) { /* already ended */ } }
+  S.sources = [];
+  if (S.ctx) S.playHead = S.ctx.currentTime;
+  S.started = false;
+}
+
+// -- server messages ------------------------------------------------------------------------------
+
+function onMessage(ev) {
+  if (typeof ev.data !== "string") return onAudio(ev.data);
+  const msg = JSON.parse(ev.data);
+  const u = S.utt;
+  switch (msg.type) {
+    case "session.ready":
+      S.sampleRate = msg.sample_rate || 24000;
+      setStatus(`connected · ${msg.voice || "default voice"} · ${msg.language} · ${S.sampleRate} Hz`, "ok");
+      settleReady(null);
+      break;
+    case "segment.committed":
+      if (!u || u.cancelled) break;
+      u.segments[msg.segment_index] = { ...msg, state: "committed" };
+      addSegmentRow(msg);
+      break;
+    case "audio.start":
+      if (u) u.index = msg.utterance_index;
+      if (msg.sample_rate) S.sampleRate = msg.sample_rate;
+      break;
+    case "audio.mark":
+      if (!u || u.cancelled) break;
+      u.marks.push({ segment: msg.segment_index, offset: msg.sample_offset, placed: false });
+      placeMarks();
+      break;
+    case "session.done":
+      if (u && !u.cancelled) {
+        u.done = true;
+        $("cancel").disabled = true;
+        const end = Math.max(0, (S.playHead - S.ctx.currentTime) * 1000);
+        S.timers.push(setTimeout(() => { finishSpeaking(); }, end));
+      }
+      break;
+    case "audio.cancelled":
+      S.cancelling = false;
+      showCancelled(msg);
+      break;
+    case "error":
+      S.errors.push(msg);
+      setStatus(`error ${msg.code}: ${msg.message}`, "err");
+      settleReady(new Error(`${msg.code}: ${msg.message}`)); // a refused session.config
+      break;
+    default:
+      break;
+  }
+  log(`← ${msg.type} ${brief(msg)}`);
+}
+
+function brief(msg) {
+  const { type, ...rest } = msg;
+  const s = JSON.stringify(rest);
+  return s.length > 120 ? `${s.slice(0, 117)}…` : s;
+}
+
+function onAudio(buf) {
+  const u = S.utt;
+  if (!u || u.cancelled || S.cancelling || !S.ctx) return;
+  const now = performance.now();
+  const pcm = new Int16Array(buf);
+  metrics.frames += 1;
+  metrics.bytes += buf.byteLength;
+  if (metrics.ttfaMs === null) metrics.ttfaMs = now - u.tFirstText;
+  if (metrics.audibleMs === null && feedOnset(u.onset, pcm)) metrics.audibleMs = now - u.tFirstText;
+  schedule(pcm);
+  readouts();
+}
+
+// -- playback: a jitter buffer over Web Audio -----------------------------------------------------
+
+function schedule(pcm) {
+  const u = S.utt;
+  const rate = S.sampleRate;
+  const jitter = Math.max(0, Number($("jitter").value) || 0) / 1000;
+  const now = S.ctx.currentTime;
+  if (!S.started) {
+    S.started = true;
+    S.playHead = now + jitter;
+  } else if (S.playHead < now) {
+    // The buffer ran dry: the listener heard a gap. Re-buffer by the jitter allowance.
+    metrics.underruns += 1;
+    metrics.stallMs += (now - S.playHead) * 1000;
+    S.playHead = now + jitter;
+  }
+  const data = new Float32Array(pcm.length);
+  for (let i = 0; i < pcm.length; i++) data[i] = pcm[i] / 32768;
+  const ab = S.ctx.createBuffer(1, pcm.length, rate);
+  ab.copyToChannel(data, 0);
+  const src = S.ctx.createBufferSource();
+  src.buffer = ab;
+  src.connect(S.ctx.destination);
+  src.start(S.playHead);
+  src.onended = () => { S.sources = S.sources.filter((s) => s !== src); };
+  S.sources.push(src);
+  u.chunks.push({ at: S.playHead, first: u.samples, n: pcm.length });
+  u.samples += pcm.length;
+  S.playHead += pcm.length / rate;
+  placeMarks();
+}
+
+// A mark says where a segment's audio begins; light the segment when that sample plays.
+function placeMarks() {
+  const u = S.utt;
+  for (const m of u.marks) {
+    if (m.placed) continue;
+    const c = u.chunks.find((c) => m.offset >= c.first && m.offset < c.first + c.n);
+    if (!c) continue;
+    m.placed = true;
+    const at = c.at + (m.offset - c.first) / S.sampleRate;
+    const delay = Math.max(0, (at - S.ctx.currentTime) * 1000);
+    S.timers.push(setTimeout(() => speaking(m.segment), delay));
+  }
+}
+
+function speaking(index) {
+  const u = S.utt;
+  if (!u || u.cancelled) return;
+  if (u.speaking !== null && u.segments[u.speaking]) u.segments[u.speaking].state = "spoken";
+  if (u.segments[index]) u.segments[index].state = "speaking";
+  u.speaking = index;
+  render();
+  updateRows();
+}
+
+function finishSpeaking() {
+  const u = S.utt;
+  if (!u || u.cancelled) return;
+  for (const s of u.segments) if (s && s.state === "speaking") s.state = "spoken";
+  render();
+  updateRows();
+}
+
+// -- audible onset (same rule as the load harness) ------------------------------------------------
+
+function newOnset() {
+  return { window: 0, need: Math.ceil(ONSET_SUSTAIN_MS / ONSET_WINDOW_MS), run: 0, acc: 0, n: 0, found: false };
+}
+
+function feedOnset(o, pcm) {
+  if (o.found) return true;
+  o.window = o.window || Math.max(1, Math.round((S.sampleRate * ONSET_WINDOW_MS) / 1000));
+  const threshold = Math.pow(10, ONSET_DBFS / 20);
+  for (let i = 0; i < pcm.length; i++) {
+    const x = pcm[i] / 32768;
+    o.acc += x * x;
+    o.n += 1;
+    if (o.n === o.window) {
+      const rms = Math.sqrt(o.acc / o.n);
+      o.run = rms > threshold ? o.run + 1 : 0;
+      o.acc = 0;
+      o.n = 0;
+      if (o.run >= o.need) { o.found = true; return true; }
+    }
+  }
+  return false;
+}
+
+// -- rendering ------------------------------------------------------------------------------------
+
+function render() {
+  const u = S.utt;
+  const view = $("view");
+  view.textContent = "";
+  if (!u) return;
+  let pos = 0;
+  for (const s of u.segments) {
+    if (!s) continue;
+    if (s.start > pos) view.append(span(u.text.slice(pos, s.start), "sent"));
+    view.append(span(u.text.slice(s.start, s.end), s.state));
+    pos = Math.max(pos, s.end);
+  }
+  if (u.sent > pos) view.append(span(u.text.slice(pos, u.sent), "sent"));
+  view.append(span(u.text.slice(Math.max(pos, u.sent)), "pending"));
+}
+
+function span(text, cls) {
+  const el = document.createElement("span");
+  el.className = cls;
+  el.textContent = text;
+  return el;
+}
+
+function addSegmentRow(msg) {
+  const tr = document.createElement("tr");
+  tr.dataset.index = msg.segment_index;
+  for (const v of [msg.segment_index, msg.reason, msg.text, "committed"]) {
+    const td = document.createElement("td");
+    td.textContent = v;
+    tr.append(td);
+  }
+  tr.lastChild.className = "state";
+  $("segments").append(tr);
+  render();
+}
+
+function updateRows() {
+  for (const tr of $("segments").children) {
+    const s = S.utt.segments[Number(tr.dataset.index)];
+    if (!s) continue;
+    tr.lastChild.textContent = s.state;
+    tr.className = s.state;
+  }
+}
+
+function showCancelled(msg) {
+  const el = $("cancelled");
+  const heard = (S.utt ? S.utt.segments : []).filter((s) => s && s.state !== "committed").map((s) => s.text).join("");
+  const secs = (msg.played_bytes / 2 / S.sampleRate).toFixed(2);
+  el.hidden = false;
+  el.textContent = `Barge-in: the server had sent ${secs} s of audio. Spoken (server): “${msg.spoken_text}”` +
+    (heard ? ` · heard here: “${heard}”` : "");
+  if (S.utt) {
+    for (const s of S.utt.segments) if (s && s.state === "speaking") s.state = "spoken";
+    render();
+    updateRows();
+  }
+}
+
+function readouts() {
+  const ms = (v) => (v === null ? "–" : `${Math.round(v)} ms`);
+  $("ttfa").textContent = ms(metrics.ttfaMs);
+  $("ttfa-audible").textContent = ms(metrics.audibleMs);
+  $("underruns").textContent = String(metrics.underruns);
+  $("stall").textContent = `${Math.round(metrics.stallMs)} ms`;
+  $("frames").textContent = String(metrics.frames);
+  $("audio-s").textContent = `${(metrics.bytes / 2 / S.sampleRate).toFixed(2)} s`;
+}
+
+setInterval(() => {
+  if (!S.ctx) return;
+  metrics.bufferedMs = Math.max(0, (S.playHead - S.ctx.currentTime) * 1000);
+  $("buffered").textContent = `${Math.round(metrics.bufferedMs)} ms`;
+}, 100);
+
+async function loadVoices() {
+  try {
+    const r = await fetch("/v1/audio/voices");
+    if (!r.ok) return;
+    const body = await r.json();
+    for (const v of body.voices || []) {
+      const opt = document.createElement("option");
+      opt.value = v.name;
+      opt.textContent = `${v.name} (${(v.languages || []).join(", ")})`;
+      $("voice").append(opt);
+    }
+  } catch (_) { /* the voice list is optional: the default voice always works */ }
+}
+
+$("rate").addEventListener("input", () => { $("rate-out").textContent = $("rate").value; });
+$("speak").addEventListener("click", speak);
+$("cancel").addEventListener("click", bargeIn);
+$("sample-en").addEventListener("click", () => { $("text").value = SAMPLES.en; $("language").value = "en"; });
+$("sample-zh").addEventListener("click", () => { $("text").value = SAMPLES.zh; $("language").value = "zh"; });
+loadVoices();

@@ -1,0 +1,104 @@
+"""End to end in headless Chromium: the page streams text to a real gateway, plays the audio as it
+arrives, shows commits, marks and TTFA, and barges in. Screenshots land in the test's tmp_path."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None or CHROMEDRIVER is None, reason="Debian chromium and chromium-driver are not installed"
+    ),
+]
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[object]:
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--autoplay-policy=no-user-gesture-required",
+                 "--window-size=1100,1400", f"--user-data-dir={tmp_path / 'profile'}"):  # fmt: skip
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_script_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(driver: object, script: str, timeout: float = 30.0) -> object:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: d.execute_script(script))
+
+
+def set_text(driver: object, text: str, rate: int) -> None:
+    driver.execute_script(
+        "document.getElementById('text').value = arguments[0];"
+        "document.getElementById('rate').value = arguments[1];"
+        "document.getElementById('language').value = 'en';", text, rate,
+    )  # fmt: skip
+
+
+def test_page_streams_a_sentence_and_shows_it(playground_server: str, browser: object, tmp_path: Path) -> None:
+    d = browser
+    d.get(playground_server + "/")
+    assert "voxgate" in d.title
+    set_text(d, "Your table is booked for Friday at seven. I sent the confirmation to your email.", 40)
+    d.find_element("id", "speak").click()
+    wait_for(d, "const u = window.voxgate.state.utt; return !!(u && u.done);")
+    m = d.execute_script("return window.voxgate.metrics;")
+    assert m["frames"] > 0 and m["bytes"] > 24000  # well over half a second of speech
+    assert m["ttfaMs"] is not None and 0 < m["ttfaMs"] < 10000
+    assert m["audibleMs"] is not None and m["audibleMs"] >= m["ttfaMs"]
+    rows = d.find_elements("css selector", "#segments tr")
+    assert len(rows) >= 2  # two sentences committed
+    assert "booked" in rows[0].text
+    assert re.fullmatch(r"\d+ ms", d.find_element("id", "ttfa").text)
+    assert re.fullmatch(r"\d+ ms", d.find_element("id", "ttfa-audible").text)
+    assert d.find_element("id", "underruns").text.isdigit()
+    # Marks light up the text as it plays: every segment ends up spoken once playback ends.
+    wait_for(d, "return [...document.querySelectorAll('#segments tr td.state')]"
+                ".every(td => td.textContent === 'spoken');", timeout=20)  # fmt: skip
+    assert d.find_elements("css selector", "#view .spoken")
+    assert not d.execute_script("return window.voxgate.state.errors;")
+    shot = tmp_path / "playground.png"
+    d.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000
+    print(f"screenshot: {shot}")
+
+
+def test_barge_in_stops_and_says_what_was_spoken(playground_server: str, browser: object, tmp_path: Path) -> None:
+    d = browser
+    d.get(playground_server + "/")
+    long_text = " ".join(["The first sentence is short.", "Then comes a much longer part, with a clause."] * 6)
+    set_text(d, long_text, 8)  # slow text: the barge-in lands mid-utterance
+    d.find_element("id", "speak").click()
+    wait_for(d, "return window.voxgate.metrics.frames > 0;")
+    d.find_element("id", "cancel").click()
+    wait_for(d, "return !document.getElementById('cancelled').hidden;", timeout=15)
+    note = d.find_element("id", "cancelled").text
+    assert "Spoken (server)" in note and "first sentence" in note
+    frames = d.execute_script("return window.voxgate.metrics.frames;")
+    sent = d.execute_script("return window.voxgate.state.utt.sent;")
+    assert sent < len(long_text)  # the text stream stopped with the barge-in
+    d.save_screenshot(str(tmp_path / "barge-in.png"))
+    import time
+
+    time.sleep(1.0)
+    assert d.execute_script("return window.voxgate.metrics.frames;") == frames  # no audio after it
