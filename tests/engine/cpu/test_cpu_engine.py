@@ -143,8 +143,12 @@ async def test_cancel_aborts_a_model_run_in_progress(cpu_engine: Any) -> None:
     text = ", ".join(["the quick brown fox jumps over the lazy dog"] * 6) + "."
     stream = cpu_engine.open_stream("jf_gongitsune", "en")
     stream.append(text)
-    await asyncio.sleep(0.3)  # the run has started
     job = stream._jobs[0]
+    deadline = time.perf_counter() + 10
+    while not (job.future.running() or job.future.done()) and time.perf_counter() < deadline:
+        await asyncio.sleep(0.01)
+    assert job.future.running()
+    await asyncio.sleep(0.2)  # past phonemisation (milliseconds), inside the model run
     t0 = time.perf_counter()
     stream.cancel()
     while not job.future.done() and time.perf_counter() - t0 < 5:
