@@ -362,6 +362,7 @@ class CpuStream:
                         break
                     if isinstance(item, Exception):
                         self._bridge.end("error", f"segment {seg}: {item}")
+                        self._abort()  # the stream is over: stop its other segments' work
                         return
                     audio, rate = item
                     if resampler is None:
@@ -382,6 +383,7 @@ class CpuStream:
         except Exception as exc:
             log.exception("CPU stream driver failed")
             self._bridge.end("error", str(exc))
+            self._abort()
 
     def _deliver(self, pcm: np.ndarray, frame: int, seg: int, chunk: int) -> int:
         """Put `pcm` as chunks; the next frame index, or -1 once the stream is cancelled/ended."""

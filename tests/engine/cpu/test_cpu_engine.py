@@ -206,3 +206,39 @@ def test_load_engine_says_the_qwen3_engine_is_not_built(model: str) -> None:
         load_engine(model)
     assert err.value.code == "model_unavailable"
     assert "Qwen3" in str(err.value)
+
+
+async def test_a_synthesis_fault_ends_the_stream_with_error_after_earlier_audio(
+        cpu_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A model run that raises cannot be caused for real with the shipped models: inject it.
+    piper = cpu_engine._piper
+    real_run = piper.run
+    calls: list[int] = []
+
+    def failing_run(ids: list[int], *args: Any) -> np.ndarray:
+        calls.append(len(ids))
+        if len(calls) == 2:
+            raise RuntimeError("onnxruntime fault")
+        return real_run(ids, *args)
+
+    monkeypatch.setattr(piper, "run", failing_run)
+    stream = cpu_engine.open_stream("joe", "en")
+    stream.append("First segment.")
+    chunks, end = await asyncio.wait_for(_first_then_rest(stream, ["Second segment.", "Third one."]), 30)
+    assert end.reason == "error" and "onnxruntime fault" in end.message
+    assert chunks and {c.segment for c in chunks} == {0}  # segment 0 was spoken; nothing after the fault
+
+
+async def _first_then_rest(stream: Any, more: list[str]) -> tuple[list[AudioChunk], StreamEnd]:
+    out: list[AudioChunk] = []
+    events = stream.events()
+    first = await events.__anext__()
+    out.append(first)
+    for text in more:
+        stream.append(text)
+    stream.finish()
+    async for ev in events:
+        if isinstance(ev, StreamEnd):
+            return out, ev
+        out.append(ev)
+    raise AssertionError("no StreamEnd")
