@@ -200,12 +200,18 @@ def test_open_stream_rejects_what_the_cpu_voices_lack(cpu_engine: Any, voice: st
     assert err.value.code == code
 
 
-@pytest.mark.parametrize("model", ["tiny", "/nonexistent/qwen3-checkpoint"])
-def test_load_engine_says_the_qwen3_engine_is_not_built(model: str) -> None:
-    with pytest.raises(EngineError) as err:
-        load_engine(model)
-    assert err.value.code == "model_unavailable"
-    assert "Qwen3" in str(err.value)
+def test_load_engine_dispatches_cpu_backend_names(tmp_path: Any) -> None:
+    pytest.importorskip("onnxruntime", reason="CPU voices need the cpu extra")
+    engine = load_engine("Piper", cache_dir=tmp_path)  # English only: no Kokoro model assembled
+    try:
+        assert [v.name for v in engine.voices()] == ["joe"]
+        assert engine.languages() == ["auto", "en"]
+        with pytest.raises(EngineError) as err:
+            engine.open_stream(None, "zh")
+        assert err.value.code == "unsupported_language"
+        assert not (tmp_path / "kokoro").exists()
+    finally:
+        engine.close()
 
 
 async def test_a_synthesis_fault_ends_the_stream_with_error_after_earlier_audio(
