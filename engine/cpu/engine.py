@@ -40,6 +40,10 @@ CHUNK_MS = 250  # longest AudioChunk: keeps the gateway's queues and a barge-in'
 # Of the five Japanese style packs, gongitsune is the most intelligible in Mandarin and English:
 # Whisper CER 11–13 % (jf_alpha 19–44 %, jm_kumo 10–21 %) and tiny.en WER 0 % (jf_alpha 16 %).
 KOKORO_DEFAULT = "jf_gongitsune"
+# Piper joe comes out about 5 dB quieter than Kokoro (speech RMS 0.05 vs 0.09, peaks ≤ 0.42): a fixed
+# gain keeps the level steady when a mixed-language stream switches voice (no per-sentence normalising,
+# which would pump the level from sentence to sentence).
+PIPER_GAIN = 1.8
 STREAM_OPTIONS = ("sample_rate", "speed", "instructions", "seed")
 BACKENDS = {"cpu": ("piper", "kokoro"), "piper": ("piper",), "kokoro": ("kokoro",)}
 
@@ -215,7 +219,7 @@ class CpuEngine:
             for ids in self._piper.units(text):
                 if cancelled.is_set():
                     return
-                yield trim_silence(self._piper.run(ids, speed, run_options), rate), rate
+                yield trim_silence(self._piper.run(ids, speed, run_options) * PIPER_GAIN, rate), rate
         else:
             assert self._kokoro is not None
             rate = self._kokoro.sample_rate

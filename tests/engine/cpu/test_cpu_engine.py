@@ -41,6 +41,14 @@ def assert_speech(pcm: np.ndarray, rate: int, min_s: float, max_s: float) -> Non
     assert np.abs(pcm).max() < 32767 * 0.999 or (np.abs(pcm) >= 32767).mean() < 0.001, "clipping"
 
 
+def speech_rms(pcm: np.ndarray, rate: int = 24000) -> float:
+    """RMS over the voiced 20 ms frames (pauses excluded)."""
+    n = rate // 50
+    frames = pcm[: pcm.size // n * n].reshape(-1, n).astype(np.float64)
+    rms = np.sqrt((frames**2).mean(axis=1))
+    return float(np.sqrt((rms[rms > 300] ** 2).mean()))
+
+
 async def run(engine: Any, collect: Collect, texts: list[str], voice: str | None = None,
               language: str = "auto", **options: Any) -> tuple[list[AudioChunk], StreamEnd, float]:
     stream = engine.open_stream(voice, language, **options)
@@ -95,6 +103,9 @@ async def test_auto_language_handles_mixed_text_segment_by_segment(cpu_engine: A
     assert_contract(chunks, 24000)
     assert_speech(pcm(chunks, 1), 24000, 1.3, 4.5)
     assert [int(pcm(chunks, s).size > 0) for s in range(3)] == [1, 1, 1]
+    # The voice switch keeps the level: speech RMS of the Piper and Kokoro segments within 4 dB.
+    en, zh = speech_rms(pcm(chunks, 0)), speech_rms(pcm(chunks, 1))
+    assert abs(20 * np.log10(en / zh)) < 4.0, f"level jump {20 * np.log10(en / zh):.1f} dB"
 
 
 async def test_output_sample_rate_and_speed_options(cpu_engine: Any, collect: Collect, pcm: Any) -> None:
