@@ -141,27 +141,37 @@ class Connection:
         self.current: Utterance | None = None  # the one receiving text
         self.playing: deque[Utterance] = deque()  # finished input, audio still to send, in order
         self._last_pump: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Serve the connection until the client leaves, a bad first message, or `stop()`."""
         metrics.SESSIONS.inc()
         writer = asyncio.create_task(self._writer())
         poller = asyncio.create_task(self._poller())
+        reader = asyncio.create_task(self._reader())
+        stopped = asyncio.create_task(self._stopped.wait())
         try:
-            await self._reader(writer)
-        except SlowClient:
-            log.info("session %s: client stopped reading; disconnecting", self.session_id)
+            await asyncio.wait({reader, writer, stopped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            for task in (reader, stopped, poller):
+                task.cancel()
             await self._cancel_all(notify=False)
-            poller.cancel()
+            for task in (reader, writer):
+                if task.done() and not task.cancelled() and isinstance(task.exception(), SlowClient | TimeoutError):
+                    log.info("session %s: the client stopped reading; disconnected", self.session_id)
             # Let what is queued (session.done, an error) reach the client, briefly. The writer is
             # stopped by a sentinel, not by cancel, which asyncio can lose in a finishing send.
             self.outbox.close()
             await asyncio.wait({writer}, timeout=1.0)
             writer.cancel()
-            await asyncio.wait({writer, poller}, timeout=1.0)
+            await asyncio.wait({writer, reader, poller}, timeout=1.0)
             metrics.SESSIONS.dec()
+
+    def stop(self) -> None:
+        """End the connection from outside the reader (a slow client, a takeover)."""
+        self._stopped.set()
 
     async def _writer(self) -> None:
         while True:
@@ -182,7 +192,7 @@ class Connection:
 
     # -- reading ----------------------------------------------------------------------------------
 
-    async def _reader(self, writer: asyncio.Task[None]) -> None:
+    async def _reader(self) -> None:
         while True:
             timeout = self.limits.config_timeout if self.config is None else self.limits.idle_timeout
             try:
@@ -193,8 +203,6 @@ class Connection:
                 await self.error("timeout", f"no {what} within {timeout:g} s; closing")
                 return
             if ev["type"] == "websocket.disconnect":
-                return
-            if writer.done():
                 return
             raw = ev.get("text")
             try:
@@ -337,8 +345,15 @@ class Connection:
         while True:
             await asyncio.sleep(self.limits.poll_interval)
             utt = self.current
-            if utt is not None:
+            if utt is None:
+                continue
+            try:
                 await self._commit(utt, utt.segmenter.poll(time.monotonic()))
+            except EngineError as e:
+                await self.error(e.code, str(e))
+            except SlowClient:
+                self.stop()
+                return
 
     async def _cancel_all(self, notify: bool) -> None:
         victims = list(self.playing)
@@ -377,6 +392,8 @@ class Connection:
                 await previous
         try:
             await self._pump_audio(utt)
+        except SlowClient:
+            self.stop()
         finally:
             if utt in self.playing:
                 self.playing.remove(utt)
