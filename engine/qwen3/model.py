@@ -1,0 +1,304 @@
+"""Qwen3TTSModel: a loaded checkpoint and the batched generation primitives the engine core drives.
+
+The primitives (issue 4 builds its scheduler on them; `generate_batch` is their reference composition):
+- `prompts.build(...) -> Prompt` — prefill rows + trailing text queue for one request;
+- `talker.prefill(embeds[B,T,H], lengths[B], slots[B], cache)` / `talker.step(x[B,H], positions[B], slots[B],
+  cache)` — codebook-0 logits and hidden states, against a slot-indexed static KV cache;
+- `choose_cb0(logits, seen, n_generated, params)` — penalty, suppression, min-new-tokens, sampling;
+- `complete_frames(hidden[B,H], cb0[B], params)` — the code predictor, batched: [B, 16] frames;
+- `next_inputs(frames[B,16], text_rows[B,H])` — the talker's next input rows;
+- `codec.new_state(B)` / `codec.step(codes[B,16,n], state)` — exact streaming decode.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.qwen3 import sampling
+from engine.qwen3.code_predictor import CodePredictor
+from engine.qwen3.codec import CodecDecoder, CodecState
+from engine.qwen3.config import GenerationDefaults, Qwen3TTSConfig, SpeechTokenizerConfig, load_configs
+from engine.qwen3.layers import KVCache
+from engine.qwen3.prompt import Prompt, PromptBuilder, VoiceClone, frame_embedding
+from engine.qwen3.talker import Talker
+from engine.qwen3.text import TextTokenizer
+from engine.qwen3.weights import check_routed, load_module, read_tensors
+
+
+@dataclass
+class SamplingParams:
+    """Per-request sampling. `greedy` = argmax in talker and code predictor (penalty and suppression still
+    apply, as the reference's do_sample=False, subtalker_dosample=False)."""
+
+    greedy: bool = False
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05
+    sub_temperature: float = 0.9
+    sub_top_k: int = 50
+    sub_top_p: float = 1.0
+    min_new_tokens: int = 2
+    seed: int | None = None
+    generator: torch.Generator | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_defaults(cls, gen: GenerationDefaults, *, greedy: bool = False, seed: int | None = None
+                      ) -> SamplingParams:
+        p = cls(greedy=greedy or not gen.do_sample, temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p,
+                repetition_penalty=gen.repetition_penalty, sub_temperature=gen.subtalker_temperature,
+                sub_top_k=gen.subtalker_top_k, sub_top_p=gen.subtalker_top_p, seed=seed)
+        return p.seeded()
+
+    def seeded(self) -> SamplingParams:
+        """A copy with its own generator (seeded from `seed`, or from fresh entropy)."""
+        seed = self.seed if self.seed is not None else random.SystemRandom().randrange(2**63)
+        return replace(self, seed=seed, generator=torch.Generator().manual_seed(seed))
+
+
+@dataclass
+class GenerationRequest:
+    prompt: Prompt
+    params: SamplingParams
+    max_frames: int
+
+
+def _col(values: Sequence[float | int | bool], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.tensor(list(values), dtype=dtype, device=device)
+
+
+class Qwen3TTSModel:
+    def __init__(self, cfg: Qwen3TTSConfig, codec_cfg: SpeechTokenizerConfig, gen: GenerationDefaults,
+                 talker: Talker, predictor: CodePredictor, codec: CodecDecoder, tokenizer: TextTokenizer) -> None:
+        self.cfg, self.codec_cfg, self.gen = cfg, codec_cfg, gen
+        self.talker, self.predictor, self.codec, self.tokenizer = talker, predictor, codec, tokenizer
+        self.prompts = PromptBuilder(cfg, talker, predictor)
+        tc = cfg.talker_config
+        self.eos_id = tc.codec_eos_token_id
+        self.suppress_mask = sampling.control_id_mask(tc.vocab_size, self.eos_id).to(self.device)
+        self._predictor_cache: KVCache | None = None
+
+    # ---- facts -------------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.talker.codec_head.weight.device
+
+    @property
+    def speakers(self) -> list[str]:
+        return list(self.cfg.talker_config.spk_id)
+
+    @property
+    def languages(self) -> list[str]:
+        return self.prompts.languages()
+
+    @property
+    def sample_rate(self) -> int:
+        return self.codec_cfg.output_sample_rate
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.codec.samples_per_frame
+
+    @property
+    def model_type(self) -> str:
+        return self.cfg.tts_model_type
+
+    # ---- prompts -----------------------------------------------------------------------------------
+    def build_prompt(self, text: str, *, voice: str | VoiceClone | None, language: str = "auto",
+                     instructions: str | None = None, streaming_text: bool = True, final: bool = True) -> Prompt:
+        kind, tok = self.cfg.tts_model_type, self.tokenizer
+        speaker, clone = None, None
+        if kind == "base":
+            if not isinstance(voice, VoiceClone):
+                raise ValueError("a Base checkpoint needs a VoiceClone voice (x-vector, optional ICL reference)")
+            clone, instructions = voice, None  # the reference's voice-clone path takes no instruction
+        elif isinstance(voice, VoiceClone):
+            raise ValueError(f"a {kind} checkpoint cannot clone voices")
+        elif kind == "custom_voice":
+            speaker = voice or self.speakers[0]
+            if self.cfg.tts_model_size == "0b6":
+                instructions = None  # the reference drops instructions for the 0.6B CustomVoice model
+        elif voice:
+            raise ValueError(f"a voice_design checkpoint has no named voices (got {voice!r}); use instructions")
+        return self.prompts.build(
+            tok.content_ids(text), role_ids=tok.role_ids(), language=language, speaker=speaker, clone=clone,
+            clone_ref_ids=tok.ref_ids(clone.ref_text) if clone is not None and clone.icl else None,
+            instruct_ids=tok.instruct_ids(instructions) if instructions else None,
+            streaming_text=streaming_text, final=final,
+        )
+
+    # ---- generation primitives ---------------------------------------------------------------------
+    def new_kv_cache(self, slots: int, max_len: int) -> KVCache:
+        return self.talker.new_cache(slots, max_len)
+
+    def choose_cb0(self, logits: torch.Tensor, seen: torch.Tensor, n_generated: torch.Tensor,
+                   params: Sequence[SamplingParams]) -> torch.Tensor:
+        """Codebook 0 for rows [B]: seen [B, V] bool (their generated cb0 ids), n_generated [B]."""
+        dev = logits.device
+        x = sampling.repetition_penalty(logits, seen, _col([p.repetition_penalty for p in params], logits.dtype, dev))
+        x = sampling.suppress(x, self.suppress_mask)
+        x = sampling.forbid_eos(x, self.eos_id, n_generated < _col([p.min_new_tokens for p in params], torch.long, dev))
+        greedy = _col([p.greedy for p in params], torch.bool, dev)
+        u = sampling.draw_uniforms([None if p.greedy else p.generator for p in params], dev)
+        return sampling.choose(x, greedy, _col([p.temperature for p in params], x.dtype, dev),
+                               _col([p.top_k for p in params], torch.long, dev),
+                               _col([p.top_p for p in params], x.dtype, dev), u)
+
+    def complete_frames(self, hidden: torch.Tensor, cb0: torch.Tensor, params: Sequence[SamplingParams]
+                        ) -> torch.Tensor:
+        """Run the code predictor for rows [B]: hidden [B, H] (the talker state that produced cb0) → [B, 16]."""
+        b, dev = hidden.shape[0], hidden.device
+        if self._predictor_cache is None or self._predictor_cache.slots < b:
+            self._predictor_cache = self.predictor.new_cache(max(b, 8))
+        greedy = _col([p.greedy for p in params], torch.bool, dev)
+        temp = _col([p.sub_temperature for p in params], torch.float32, dev)
+        top_k = _col([p.sub_top_k for p in params], torch.long, dev)
+        top_p = _col([p.sub_top_p for p in params], torch.float32, dev)
+        gens = [None if p.greedy else p.generator for p in params]
+
+        def pick(_codebook: int, logits: torch.Tensor) -> torch.Tensor:
+            return sampling.choose(logits, greedy, temp, top_k, top_p, sampling.draw_uniforms(gens, dev))
+
+        rest = self.predictor(hidden, self.talker.codec_rows(cb0), pick, self._predictor_cache)
+        return torch.cat([cb0[:, None], rest], dim=1)
+
+    def next_inputs(self, frames: torch.Tensor, text_rows: torch.Tensor) -> torch.Tensor:
+        """Talker input rows [B, H] after frames [B, 16]: Σ16 code embeddings + the text-track row."""
+        return frame_embedding(self.talker, self.predictor, frames) + text_rows
+
+    @torch.no_grad()
+    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[np.ndarray]:
+        """Generate several requests together (prompts of different lengths) → [frames, 16] int64 each."""
+        dev, b = self.device, len(requests)
+        lengths = torch.tensor([r.prompt.rows.shape[0] for r in requests], device=dev)
+        t_max = int(lengths.max())
+        hidden_size = self.talker.cfg.hidden_size
+        embeds = torch.zeros(b, t_max, hidden_size, dtype=requests[0].prompt.rows.dtype, device=dev)
+        for i, r in enumerate(requests):
+            embeds[i, : r.prompt.rows.shape[0]] = r.prompt.rows
+        cache = self.new_kv_cache(b, t_max + max(r.max_frames for r in requests) + 1)
+        slots = torch.arange(b, device=dev)
+        params = [r.params for r in requests]
+        logits, hidden = self.talker.prefill(embeds, lengths, slots, cache)
+        seen = torch.zeros(b, self.talker.cfg.vocab_size, dtype=torch.bool, device=dev)
+        n_gen = torch.zeros(b, dtype=torch.long, device=dev)
+        cb0 = self.choose_cb0(logits, seen, n_gen, params)
+        frames: list[list[torch.Tensor]] = [[] for _ in range(b)]
+        rows = [i for i in range(b) if int(cb0[i]) != self.eos_id and requests[i].max_frames > 0]
+        while rows:
+            idx = torch.tensor(rows, device=dev)
+            sub = [params[i] for i in rows]
+            seen[idx, cb0[idx]] = True
+            n_gen[idx] += 1
+            done = self.complete_frames(hidden[idx], cb0[idx], sub)
+            text = []
+            for j, i in enumerate(rows):
+                frames[i].append(done[j])
+                g, trailing = len(frames[i]) - 1, requests[i].prompt.trailing
+                text.append(trailing[g] if g < trailing.shape[0] else requests[i].prompt.pad)
+            keep = [j for j, i in enumerate(rows) if len(frames[i]) < requests[i].max_frames]
+            if not keep:
+                break
+            rows = [rows[j] for j in keep]
+            idx, keep_t = torch.tensor(rows, device=dev), torch.tensor(keep, device=dev)
+            x = self.next_inputs(done[keep_t], torch.stack([text[j] for j in keep]))
+            positions = lengths[idx] + n_gen[idx] - 1
+            step_logits, step_hidden = self.talker.step(x, positions, idx, cache)
+            hidden[idx] = step_hidden
+            cb0[idx] = self.choose_cb0(step_logits, seen[idx], n_gen[idx], [params[i] for i in rows])
+            rows = [i for i in rows if int(cb0[i]) != self.eos_id]
+        return [torch.stack(f).cpu().numpy().astype(np.int64) if f else np.zeros((0, 16), np.int64) for f in frames]
+
+    def generate(self, text: str, *, voice: str | VoiceClone | None = None, language: str = "auto",
+                 instructions: str | None = None, greedy: bool = False, seed: int | None = None,
+                 max_frames: int | None = None, streaming_text: bool = True) -> np.ndarray:
+        """Codes [frames, 16] (int64) for one utterance; EOS may stop before `max_frames`."""
+        prompt = self.build_prompt(text, voice=voice, language=language, instructions=instructions,
+                                   streaming_text=streaming_text)
+        params = SamplingParams.from_defaults(self.gen, greedy=greedy, seed=seed)
+        limit = max_frames if max_frames is not None else self.gen.max_new_tokens
+        return self.generate_batch([GenerationRequest(prompt, params, limit)])[0]
+
+    # ---- codec -------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def decode(self, codes: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Full decode: codes [frames, 16] → float32 waveform [frames · 1920] at 24 kHz."""
+        c = torch.as_tensor(np.asarray(codes), dtype=torch.long, device=self.device)
+        if c.ndim != 2 or c.shape[1] != 16:
+            raise ValueError(f"codes must be [frames, 16], got {tuple(c.shape)}")
+        if c.shape[0] == 0:
+            return np.zeros(0, np.float32)
+        return self.codec(c.T[None])[0].float().cpu().numpy()
+
+    def stream_decoder(self) -> StreamDecoder:
+        return StreamDecoder(self.codec)
+
+
+class StreamDecoder:
+    """Decodes one stream chunk by chunk; each `step` continues exactly where the previous one ended."""
+
+    def __init__(self, codec: CodecDecoder) -> None:
+        self.codec = codec
+        self.state: CodecState = codec.new_state(1)
+
+    @torch.no_grad()
+    def step(self, codes_chunk: np.ndarray | torch.Tensor) -> np.ndarray:
+        c = torch.as_tensor(np.asarray(codes_chunk), dtype=torch.long, device=self.state.pos.device)
+        if c.ndim != 2 or c.shape[1] != 16:
+            raise ValueError(f"codes must be [frames, 16], got {tuple(c.shape)}")
+        if c.shape[0] == 0:
+            return np.zeros(0, np.float32)
+        return self.codec.step(c.T[None], self.state)[0].float().cpu().numpy()
+
+    @property
+    def frames(self) -> int:
+        return int(self.state.pos[0])
+
+
+def _materialize(module: torch.nn.Module) -> None:
+    """Recompute non-persistent buffers (RoPE tables) of a module built on the meta device."""
+    from engine.qwen3.codec import CodecTransformer
+    from engine.qwen3.layers import DecoderStack, rope_inv_freq
+
+    for m in module.modules():
+        if isinstance(m, DecoderStack | CodecTransformer):
+            head_dim = m.inv_freq.shape[0] * 2
+            theta = m.rope_theta
+            m.inv_freq = rope_inv_freq(head_dim, theta)
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+               ) -> Qwen3TTSModel:
+    """Load a Qwen3-TTS 12Hz checkpoint directory. Talker and predictor in `dtype` (default fp32 on CPU,
+    bf16 elsewhere); the codec always in fp32."""
+    root = Path(path)
+    cfg, codec_cfg, gen = load_configs(root)
+    if dtype is None:
+        dtype = torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+    tc = cfg.talker_config
+    with torch.device("meta"):  # no throwaway random init: every parameter comes from the files
+        talker = Talker(tc)
+        predictor = CodePredictor(tc.code_predictor_config, tc.hidden_size)
+        codec = CodecDecoder(codec_cfg.decoder_config)
+    tensors = read_tensors(root)
+    check_routed(tensors, ("talker.",), ("speaker_encoder.",), "model.safetensors")
+    load_module(talker, tensors, "talker.", exclude=("talker.code_predictor.",), dtype=dtype, source=str(root))
+    load_module(predictor, tensors, "talker.code_predictor.", dtype=dtype, source=str(root))
+    del tensors
+    codec_tensors = read_tensors(root / "speech_tokenizer")
+    # The Mimi encoder (voice-clone reference encoding) is not implemented here; its weights are skipped.
+    check_routed(codec_tensors, ("decoder.",), ("encoder.",), "speech_tokenizer/model.safetensors")
+    load_module(codec, codec_tensors, "decoder.", dtype=torch.float32, source=str(root / "speech_tokenizer"))
+    for m in (talker, predictor, codec):
+        _materialize(m)
+    codec.refresh()
+    talker.to(device).eval()
+    predictor.to(device).eval()
+    codec.to(device).eval()
+    return Qwen3TTSModel(cfg, codec_cfg, gen, talker, predictor, codec, TextTokenizer.from_dir(root))

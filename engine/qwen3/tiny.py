@@ -1,0 +1,205 @@
+"""`make_tiny_checkpoint(path, seed)`: a tiny, randomly initialised Qwen3-TTS 12Hz checkpoint directory.
+
+Same architecture, tensor names, file layout and special ids as the real CustomVoice checkpoints, only
+narrow: talker 64 wide × 2 layers, code predictor 32 wide × 2 layers (so `small_to_mtp_projection` is
+exercised), codec decoder with the real strides (1920 samples/frame), window 72 and 16×2048 codebooks
+but 32 channels. The text tokenizer is a byte-level BPE with 512 learned tokens plus Qwen's special
+tokens. Weights are scaled so activations stay O(1): logits are decisive (no argmax near-ties to flip
+between batched and unbatched runs) and the waveform is not clamped flat.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from torch import nn
+
+from engine.qwen3.code_predictor import CodePredictor
+from engine.qwen3.codec import Codebook, CodecDecoder, LayerScale, ResidualUnit, SnakeBeta
+from engine.qwen3.config import (
+    CodecDecoderConfig,
+    CodePredictorConfig,
+    GenerationDefaults,
+    Qwen3TTSConfig,
+    SpeechTokenizerConfig,
+    TalkerConfig,
+)
+from engine.qwen3.layers import RMSNorm
+from engine.qwen3.talker import Talker
+from engine.qwen3.text import qwen2_bpe
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>",
+                  "<tts_text_bos_single>"]
+BPE_SIZE = 512
+
+# Enough English and Mandarin for the BPE trainer to learn common merges (deterministic).
+_CORPUS = [
+    # The chat template's pieces must be single tokens, as in Qwen's vocabulary (the prompt slices by count).
+    *["assistant\n", "user\n"] * 40,
+    "Hello there, how are you doing today? I am doing well, thank you for asking.",
+    "The quick brown fox jumps over the lazy dog. This is a test of the text to speech system.",
+    "Streaming speech for voice agents should start quickly and never stop in the middle of a sentence.",
+    "Numbers like 42 and 3.14 are read aloud; the weather is nice, and the meeting starts at ten.",
+    "你好，今天天气很好。我们一起去公园散步吧。语音合成系统需要快速响应。",
+    "谢谢你的帮助！请问现在几点了？我想听一段流畅自然的中文语音。",
+]
+
+
+def tiny_configs() -> tuple[Qwen3TTSConfig, SpeechTokenizerConfig, GenerationDefaults]:
+    n_text = BPE_SIZE + len(SPECIAL_TOKENS)
+    special = {tok: BPE_SIZE + i for i, tok in enumerate(SPECIAL_TOKENS)}
+    talker = TalkerConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, text_vocab_size=n_text, text_hidden_size=32, max_position_embeddings=4096,
+        rope_scaling={"mrope_section": [4, 2, 2], "interleaved": True, "rope_type": "default"},
+        codec_language_id={"chinese": 2055, "english": 2050, "japanese": 2058, "beijing_dialect": 2074,
+                           "sichuan_dialect": 2062},
+        spk_id={"vivian": 3065, "ryan": 3061, "dylan": 2878, "eric": 2875},
+        spk_is_dialect={"vivian": False, "ryan": False, "dylan": "beijing_dialect", "eric": "sichuan_dialect"},
+        code_predictor_config=CodePredictorConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+        ),
+    )
+    cfg = Qwen3TTSConfig(
+        talker_config=talker, tts_model_type="custom_voice", tts_model_size="0b6",
+        im_start_token_id=special["<|im_start|>"], im_end_token_id=special["<|im_end|>"],
+        tts_pad_token_id=special["<tts_pad>"], tts_bos_token_id=special["<tts_text_bos>"],
+        tts_eos_token_id=special["<tts_text_eod>"],
+        extra={"architectures": ["Qwen3TTSForConditionalGeneration"], "transformers_version": "4.57.3"},
+    )
+    codec = SpeechTokenizerConfig(decoder_config=CodecDecoderConfig(
+        codebook_dim=32, latent_dim=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, head_dim=16, decoder_dim=32,
+    ))
+    return cfg, codec, GenerationDefaults()
+
+
+def _init_(module: nn.Module, g: torch.Generator) -> None:
+    """Deterministic O(1)-activation init for every parameter (the reference's default init leaves
+    codebooks at zero, which would make the codec's output constant and its tests vacuous)."""
+
+    def normal(t: torch.Tensor, std: float, mean: float = 0.0) -> None:
+        t.copy_(torch.randn(t.shape, generator=g) * std + mean)
+
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            normal(m.weight, 1 / math.sqrt(m.in_features))
+            if m.bias is not None:
+                normal(m.bias, 0.05)
+        elif isinstance(m, nn.Conv1d):
+            normal(m.weight, 1 / math.sqrt(m.weight.shape[1] * m.weight.shape[2]))
+            if m.bias is not None:
+                normal(m.bias, 0.05)
+        elif isinstance(m, nn.ConvTranspose1d):
+            normal(m.weight, 1 / math.sqrt(m.weight.shape[0] * m.weight.shape[2] / m.stride[0]))
+            if m.bias is not None:
+                normal(m.bias, 0.05)
+        elif isinstance(m, nn.Embedding):
+            normal(m.weight, 1.0)
+        elif isinstance(m, RMSNorm | nn.LayerNorm):
+            normal(m.weight, 0.1, 1.0)
+            if isinstance(m, nn.LayerNorm):
+                normal(m.bias, 0.05)
+        elif isinstance(m, Codebook):
+            m.cluster_usage.copy_(torch.rand(m.cluster_usage.shape, generator=g) * 1.5 + 0.5)
+            normal(m.embedding_sum, 1.0)
+        elif isinstance(m, SnakeBeta):
+            normal(m.alpha, 0.1)
+            normal(m.beta, 0.1)
+        elif isinstance(m, LayerScale):
+            normal(m.scale, 0.02, 0.3)
+    for name, p in module.named_parameters():
+        if name.endswith("gamma"):  # ConvNeXt residual scale
+            normal(p, 0.02, 0.3)
+
+
+def _calibrate_codec(codec: CodecDecoder, g: torch.Generator) -> None:
+    """Tame the residual stacks and scale the output conv so random codes give ~0.3 RMS, unclamped."""
+    for m in codec.modules():
+        if isinstance(m, ResidualUnit):
+            m.conv2.conv.weight.mul_(0.3)
+    codec.refresh()
+    codes = torch.randint(0, codec.cfg.codebook_size, (1, 16, 24), generator=g)
+    last = codec.decoder[-1].conv
+    h = codes
+    with torch.no_grad():
+        x = codec.pre_conv(codec.quantizer.decode(h))
+        x = codec.pre_transformer(x.transpose(1, 2)).transpose(1, 2)
+        for trans, convnext in codec.upsample:
+            x = convnext(trans(x))
+        for m in codec.decoder:
+            x = m(x)
+    scale = 0.3 / float(x.std())
+    last.weight.mul_(scale)
+    assert last.bias is not None
+    last.bias.mul_(scale)
+
+
+def _train_tokenizer() -> Tokenizer:
+    tok = qwen2_bpe({}, [])
+    tok.model = models.BPE()
+    trainer = trainers.BpeTrainer(vocab_size=BPE_SIZE, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    return tok
+
+
+def _write_tokenizer(root: Path) -> None:
+    tok = _train_tokenizer()
+    vocab: dict[str, int] = tok.get_vocab()
+    if len(vocab) > BPE_SIZE:
+        raise RuntimeError(f"tiny BPE learned {len(vocab)} tokens, more than {BPE_SIZE}")
+    # Pad the vocabulary to exactly BPE_SIZE with unreachable tokens so the special ids are fixed.
+    for i in range(len(vocab), BPE_SIZE):
+        vocab[f"<|unused_{i}|>"] = i
+    model_json = json.loads(tok.to_str())["model"]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model_json["merges"]]
+    (root / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (root / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    added = {
+        str(BPE_SIZE + i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                             "single_word": False, "special": True}
+        for i, t in enumerate(SPECIAL_TOKENS)
+    }
+    (root / "tokenizer_config.json").write_text(json.dumps({
+        "add_prefix_space": False, "added_tokens_decoder": added, "bos_token": None,
+        "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>", "errors": "replace",
+        "model_max_length": 32768, "pad_token": "<|endoftext|>", "split_special_tokens": False,
+        "tokenizer_class": "Qwen2Tokenizer", "unk_token": None,
+    }, indent=2), encoding="utf-8")
+
+
+def _state(module: nn.Module, prefix: str) -> dict[str, torch.Tensor]:
+    return {prefix + k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}
+
+
+def make_tiny_checkpoint(path: str | Path, seed: int = 0) -> Path:
+    """Write a tiny checkpoint directory at `path` (created if needed) and return it."""
+    root = Path(path)
+    (root / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
+    cfg, codec_cfg, gen = tiny_configs()
+    g = torch.Generator().manual_seed(seed)
+    tc = cfg.talker_config
+    with torch.no_grad():
+        talker = Talker(tc)
+        predictor = CodePredictor(tc.code_predictor_config, tc.hidden_size)
+        codec = CodecDecoder(codec_cfg.decoder_config)
+        for m in (talker, predictor, codec):
+            _init_(m, g)
+        _calibrate_codec(codec, g)
+    tensors = _state(talker, "talker.") | _state(predictor, "talker.code_predictor.")
+    save_file(tensors, str(root / "model.safetensors"), metadata={"format": "pt"})
+    codec_path = root / "speech_tokenizer" / "model.safetensors"
+    save_file(_state(codec, "decoder."), str(codec_path), metadata={"format": "pt"})
+    (root / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2), encoding="utf-8")
+    (root / "generation_config.json").write_text(json.dumps(gen.to_dict(), indent=2), encoding="utf-8")
+    st = codec_cfg.to_dict() | {"architectures": ["Qwen3TTSTokenizerV2Model"]}
+    (root / "speech_tokenizer" / "config.json").write_text(json.dumps(st, indent=2), encoding="utf-8")
+    _write_tokenizer(root)
+    return root
