@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
+
+# onnxruntime 1.32 on Linux starts a telemetry client that writes a device id and an event database
+# under ~/.cache/Microsoft and may upload them. Off unless the operator sets the variable otherwise;
+# it must be set before the library creates its environment.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 
 def make_session(path: Path, threads: int) -> Any:
