@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -124,6 +125,7 @@ def main() -> None:
     t0 = time.perf_counter()
     engine = load_engine("cpu", cache_dir=args.cache_dir, threads=args.threads, workers=args.workers)
     load_total = time.perf_counter() - t0
+    rss_loaded_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     try:
         rows = asyncio.run(single(engine, args.repeats))
         conc = [asyncio.run(concurrency(engine, v, lang, args.max_streams)) for v, lang in CASES]
@@ -132,7 +134,8 @@ def main() -> None:
 
     print(f"load {engine.load_seconds:.2f} s + warm-up {engine.warmup_seconds:.2f} s "
           f"(load_engine total {load_total:.2f} s); {engine.workers} workers × {engine.threads} threads, "
-          f"{os.cpu_count()} cores")
+          f"{os.cpu_count()} cores; peak RSS {rss_loaded_mb:.0f} MB after load, "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB at the end")
     print(f"{'voice':<10}{'lang':<6}{'segment':<9}{'TTFA ms':>9}{'RTF':>7}{'audio s':>9}")
     for r in rows:
         print(f"{r['voice']:<10}{r['language']:<6}{r['segment']:<9}{r['ttfa_ms']:>9.0f}{r['rtf']:>7.3f}"
@@ -143,7 +146,8 @@ def main() -> None:
         print(f"{c['voice']:<10}{c['language']:<6}{c['realtime_streams']:>18}   {trials}")
 
     out = {"load_s": engine.load_seconds, "warmup_s": engine.warmup_seconds,
-           "load_engine_total_s": load_total,
+           "load_engine_total_s": load_total, "rss_loaded_mb": rss_loaded_mb,
+           "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "workers": engine.workers, "threads": engine.threads, "cores": os.cpu_count(),
            "single": rows, "concurrency": conc}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
