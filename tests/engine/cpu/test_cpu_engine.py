@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine import EngineError, load_engine
-from engine.types import AudioChunk, StreamEnd
+from engine.types import AudioChunk, Engine, Stream, StreamEnd
 
 EN = ["Sure, I can help with that. ", "Your order ships tomorrow morning. ", "Is there anything else?"]
 ZH = ["好的，我来帮您处理。", "您的订单明天发货。"]
@@ -180,6 +180,13 @@ async def test_concurrent_streams_both_complete(cpu_engine: Any, collect: Collec
     assert ea == eb == StreamEnd("done")
     assert_contract(ca, 24000)
     assert_contract(cb, 24000)
+
+
+def test_engine_and_stream_implement_the_contract(cpu_engine: Any) -> None:
+    assert isinstance(cpu_engine, Engine)
+    stream = cpu_engine.open_stream(None, "auto")
+    assert isinstance(stream, Stream)
+    stream.cancel()
 
 
 def test_voices_carry_language_tags_and_defaults(cpu_engine: Any) -> None:
