@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.types import Engine, EngineError
+from engine.types import Engine
 
 #: Names of the CPU voice backends: "cpu" is the default bundle (Piper joe for English, Kokoro-82M for
 #: Mandarin), "piper" English only, "kokoro" Mandarin + English with one model.
@@ -17,7 +17,8 @@ def load_engine(model: str = DEFAULT_MODEL, **options: Any) -> Engine:
 
     - a CPU voice backend name (`CPU_BACKENDS`): options `cache_dir`, `workers`, `threads`, `warmup`,
       `queue_size` (see engine.cpu.engine.CpuEngine);
-    - "tiny" or a Qwen3-TTS checkpoint directory: the Qwen3 engine (not built yet).
+    - "tiny" or a Qwen3-TTS checkpoint directory: the Qwen3 engine (engine.qwen3_engine.Qwen3Engine):
+      options `cache_dir`, `device`, `greedy` and the core's (`max_streams`, `max_context`, `threads`, …).
     Raises EngineError("model_unavailable", …) when the model cannot be served.
     """
     name = model.strip().lower()
@@ -25,8 +26,6 @@ def load_engine(model: str = DEFAULT_MODEL, **options: Any) -> Engine:
         from engine.cpu.engine import load_cpu_engine  # heavy imports (onnxruntime) stay lazy
 
         return load_cpu_engine(name, **options)
-    raise EngineError(
-        "model_unavailable",
-        f"model {model!r}: the Qwen3-TTS engine (tiny model or checkpoint directory) is not built yet; "
-        f"use a CPU voice backend: {', '.join(CPU_BACKENDS)}",
-    )
+    from engine.qwen3_engine import load_qwen3_engine  # torch stays unimported for CPU voices
+
+    return load_qwen3_engine(model, **options)

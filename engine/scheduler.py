@@ -131,7 +131,7 @@ class Scheduler:
             need = self.chunk_size(r)
             if r.pending_frames < need and r.generating:
                 continue
-            if talker_pressing and r.buffer_s(now) > self.config.defer_s:
+            if talker_pressing and r.first_audio_at is not None and r.buffer_s(now) > self.config.defer_s:
                 continue
             ready.append((urgency(r, now), r.rid, min(need, r.pending_frames)))
         ready.sort()
@@ -141,7 +141,7 @@ class Scheduler:
         return rec.first_audio_at is None or rec.buffer_s(now) < self.config.low_water_s
 
 
-def bucket_sizes(max_batch: int, buckets: Sequence[int] = DEFAULT_BUCKETS) -> tuple[int, ...]:
-    """The buckets for batches up to `max_batch`: the standard sizes below it, then `max_batch` itself
-    (padding 20 rows to 32 would waste the work the cap was set to save)."""
-    return (*[b for b in buckets if b < max_batch], max_batch)
+def bucket_sizes(max_batch: int, buckets: Sequence[int] = DEFAULT_BUCKETS, min_bucket: int = 1) -> tuple[int, ...]:
+    """The buckets for batches up to `max_batch`: the standard sizes from `min_bucket` below it, then
+    `max_batch` itself (padding 20 rows to 32 would waste the work the cap was set to save)."""
+    return (*[b for b in buckets if min_bucket <= b < max_batch], max(max_batch, min_bucket))

@@ -93,6 +93,8 @@ def test_buckets_pad_to_static_sizes() -> None:
         s.bucket(33)
     assert bucket_sizes(8) == (1, 2, 4, 8)
     assert bucket_sizes(6) == (1, 2, 4, 6)
+    assert bucket_sizes(32, min_bucket=4) == (4, 8, 16, 32)
+    assert bucket_sizes(2, min_bucket=4) == (4,)
     with pytest.raises(ValueError):
         SchedulerConfig(max_batch=8, buckets=(1, 2, 4))
 
@@ -136,6 +138,11 @@ def test_comfortable_streams_defer_decoding_while_the_talker_has_pressing_work()
     assert s.plan_codec([comfy, low], now=clock.t, talker_pressing=False).chunks == ((2, 2), (1, 2))
     clock.advance(3.5)  # the comfortable buffer drained below defer_s: it no longer waits
     assert [rid for rid, _ in s.plan_codec([comfy, low], now=clock.t, talker_pressing=True).chunks] == [2, 1]
+
+
+def test_a_stream_without_audio_is_never_deferred() -> None:
+    s = Scheduler(SchedulerConfig(ramp=(2,), defer_s=2.0))
+    assert s.plan_codec([running(1, pending=2)], now=0.0, talker_pressing=True).chunks == ((1, 2),)
 
 
 def test_paused_streams_are_not_decoded() -> None:

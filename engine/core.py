@@ -1,0 +1,531 @@
+"""EngineCore: the one thread that owns every tensor of the Qwen3 engine (DESIGN §3).
+
+Other threads only post commands (open, append, finish, cancel) to a queue; the core drains it at the
+top of every cycle, so a cancel takes effect before the next step. A cycle:
+
+    drain commands → hand queued audio to consumers → plan (engine/scheduler.py) →
+    ≤1 prefill + one batched talker step → one batched code-predictor pass for every row that produced
+    codebook 0 → code2wav chunks batched by size → end finished streams
+
+Streaming text in: each request has a text track (one projected text row per frame). `append` extends
+it; a request whose track runs dry before `finish()` is parked (skipped, not fed padding) and resumes
+when text arrives; `finish()` appends the end-of-text row, after which the talker is fed padding rows
+until EOS or the request's frame cap. Audio leaves through a bounded `EventBridge` per stream; a chunk
+the bridge will not take stays in the request's one-chunk outbox and the request is paused (not
+advanced) until its consumer reads again. A failure inside one request's work ends that stream with
+`StreamEnd("error")`; a failing batched call is retried row by row so only the culprit ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.cpu.resample import SegmentResampler
+from engine.qwen3.model import Qwen3TTSModel, SamplingParams
+from engine.scheduler import DEFAULT_RAMP, RequestRecord, Scheduler, SchedulerConfig, bucket_sizes
+from engine.slots import SlotPool
+from engine.stream import EventBridge
+from engine.talker_backend import NativeTalker
+from engine.types import AudioChunk
+
+log = logging.getLogger("voxgate.engine.core")
+
+
+@dataclass(frozen=True, slots=True)
+class CoreConfig:
+    max_streams: int = 32  # slots: streams admitted at once (more wait for a free slot)
+    max_context: int = 2048  # KV positions per slot: prompt + frames (2048 frames ≈ 164 s of audio)
+    max_batch: int = 32  # talker rows per step
+    ramp: tuple[int, ...] = DEFAULT_RAMP
+    max_codec_rows: int = 8  # streams per batched decode (16 × 25 frames ran 3× slower per frame on CPU)
+    queue_size: int = 8  # audio chunks buffered per stream before its consumer is considered not reading
+    threads: int = 2  # torch intra-op threads of the core thread
+    frames_per_token: float = 6.0  # frame cap: text tokens × this + min_frames (real speech: ~2–4)
+    min_frames: int = 24
+    kv_block: int = 64  # attention key lengths are rounded up to this (few distinct shapes)
+    # Smallest batch bucket. On CPU a row's logits were bitwise equal in every batch of >= 4 rows but
+    # differed by ~1e-6 at 1, 2 or 3 (GEMM kernel choice): enough to flip a sampled id now and then,
+    # so a seeded stream would not reproduce alone vs. batched. Padding one stream to 4 rows costs
+    # little: a single-row step is bound by reading the weights, not by arithmetic.
+    min_bucket: int = 4
+    low_water_s: float = 1.0
+    defer_s: float = 2.0
+    warm_up: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_batch <= self.max_streams:
+            raise ValueError(f"max_batch must be in [1, max_streams={self.max_streams}], got {self.max_batch}")
+
+
+@dataclass
+class StreamOptions:
+    speaker: str | None
+    language: str  # model language name ("english", "auto", ...)
+    instructions: str | None
+    sample_rate: int
+    params: SamplingParams
+
+
+@dataclass
+class CoreRequest:
+    rid: int
+    opts: StreamOptions
+    bridge: EventBridge
+    record: RequestRecord
+    pending_text: list[tuple[int, str]] = field(default_factory=list)  # (segment, text) before admission
+    segments: int = 0  # append calls so far
+    carry: str = ""  # whitespace cut from the end of the last piece (it belongs before the next word)
+    finished: bool = False
+    slot: int | None = None
+    track: torch.Tensor | None = None  # [N, H] text rows; frame g+1's talker input uses row g
+    token_segments: list[int] = field(default_factory=list)  # segment of each content token
+    eos_fed: bool = False
+    pad_row: torch.Tensor | None = None
+    prompt_len: int = 0
+    frames: int = 0  # frames completed by the code predictor
+    codes: list[torch.Tensor] = field(default_factory=list)  # completed, not yet decoded [16] each
+    frames_decoded: int = 0
+    samples_out: int = 0  # PCM samples handed out, at the stream's rate
+    resampler: SegmentResampler | None = None
+    outbox: deque[AudioChunk] = field(default_factory=deque)
+    ended: bool = False
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_segments)
+
+
+class EngineCore:
+    """The engine thread. Thread-safe entry points: `submit`, `append`, `finish`, `cancel`, `stop`."""
+
+    def __init__(self, model: Qwen3TTSModel, config: CoreConfig = CoreConfig(),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.model, self.config, self.clock = model, config, clock
+        self.frame_seconds = model.samples_per_frame / model.sample_rate
+        buckets = bucket_sizes(config.max_batch, min_bucket=config.min_bucket)
+        self.scheduler = Scheduler(SchedulerConfig(
+            max_batch=config.max_batch, buckets=buckets, ramp=config.ramp, max_codec_rows=config.max_codec_rows,
+            low_water_s=config.low_water_s, defer_s=config.defer_s,
+        ))
+        self._commands: deque[tuple[Any, ...]] = deque()
+        self._wake = threading.Event()
+        self._ids = itertools.count(1)
+        self._requests: dict[int, CoreRequest] = {}
+        self._stopping = False
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+        self.stats: dict[str, Any] = {"cycles": 0, "talker_rows": 0, "frames": 0, "decode_calls": 0}
+        #: recent durations of cycles that did work, and of cancel() → slot freed (bench and tests)
+        self.cycle_s: deque[float] = deque(maxlen=4096)
+        self.cancel_latency_s: deque[float] = deque(maxlen=4096)
+        #: frames each stream made, recorded when it finished (tests and the bench check audio against it)
+        self.finished_frames: dict[int, int] = {}
+        self.pool: SlotPool | None = None
+        self.talker: NativeTalker | None = None
+        self._buckets = buckets
+        self._thread = threading.Thread(target=self._main, name="qwen3-engine-core", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._startup_error is not None:
+            raise self._startup_error
+
+    # ---- entry points (any thread) -------------------------------------------------------------------
+    def submit(self, opts: StreamOptions, bridge_factory: Callable[[int], EventBridge]) -> tuple[int, EventBridge]:
+        rid = next(self._ids)
+        bridge = bridge_factory(rid)
+        self._post("open", rid, opts, bridge)
+        return rid, bridge
+
+    def append(self, rid: int, text: str) -> None:
+        self._post("append", rid, text)
+
+    def finish(self, rid: int) -> None:
+        self._post("finish", rid)
+
+    def cancel(self, rid: int) -> None:
+        self._post("cancel", rid, time.perf_counter())
+
+    def stop(self) -> None:
+        self._post("stop")
+        self._thread.join(timeout=30)
+
+    @property
+    def free_slots(self) -> int:
+        return self.pool.available if self.pool is not None else 0
+
+    @property
+    def active(self) -> int:
+        return len(self._requests)
+
+    def _post(self, *cmd: Any) -> None:
+        self._commands.append(cmd)  # deque.append is atomic: no lock on the caller's side
+        self._wake.set()
+
+    # ---- the thread ------------------------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            # Intra-op threads of this thread's torch work: set here, deliberately, not inherited.
+            torch.set_num_threads(self.config.threads)
+            t0 = time.perf_counter()
+            self.pool = SlotPool.allocate(self.model, self.config.max_streams, self.config.max_context)
+            self.talker = NativeTalker(self.model, self.pool, self.config.kv_block)
+            if self.config.warm_up:
+                self._warm_up()
+            per_slot = self.pool.bytes_per_slot()
+            log.info("Qwen3 engine core: %d slots × %d positions, %d bytes per slot (%s), buckets %s, "
+                     "%d threads, ready in %.2f s", self.config.max_streams, self.config.max_context,
+                     sum(per_slot.values()), per_slot, self._buckets, self.config.threads, time.perf_counter() - t0)
+        except BaseException as exc:  # reported to the constructor's caller
+            self._startup_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        with torch.no_grad():
+            while not self._stopping:
+                t0 = time.perf_counter()
+                try:
+                    worked = self._cycle()
+                except Exception:  # a bug outside any one request: log it, keep serving
+                    log.exception("engine core cycle failed")
+                    worked = False
+                if worked:
+                    self.cycle_s.append(time.perf_counter() - t0)
+                else:
+                    self._idle()
+        for req in list(self._requests.values()):
+            self._end(req, "error", "the engine was closed")
+
+    def _warm_up(self) -> None:
+        assert self.talker is not None and self.pool is not None
+        self.talker.warm_up(self._buckets)
+        state = self.model.codec.new_state(1)
+        for n in sorted(set(self.config.ramp)):
+            self.model.codec.step(torch.zeros(1, 16, n, dtype=torch.long, device=self.model.device), state)
+
+    def _idle(self) -> None:
+        # A paused stream is waiting for its consumer, which signals nothing: poll it briefly.
+        paused = any(r.outbox for r in self._requests.values())
+        self._wake.wait(0.005 if paused else 0.5)
+        self._wake.clear()
+
+    def _cycle(self) -> bool:
+        self._drain_commands()
+        self._flush_outboxes()
+        now = self.clock()
+        assert self.pool is not None
+        live = [r for r in self._requests.values() if not r.ended]
+        for r in live:
+            self._refresh(r)
+        plan = self.scheduler.plan_talker((r.record for r in live), now, self.pool.available)
+        worked = False
+        produced: list[CoreRequest] = []
+        if plan.prefill is not None:
+            req = self._requests[plan.prefill]
+            if self._admit(req):
+                produced.append(req)
+            worked = True
+        if plan.step:
+            produced += self._step([self._requests[rid] for rid in plan.step], plan.bucket)
+            worked = True
+        if produced:
+            self._complete(produced, self.scheduler.bucket(len(produced)))
+        now = self.clock()
+        codec = self.scheduler.plan_codec((r.record for r in live if not r.ended), now, plan.pressing)
+        for size, rids in codec.by_size().items():
+            self._decode([self._requests[rid] for rid in rids], size)
+            worked = True
+        for r in live:
+            if not r.ended:
+                self._maybe_done(r)
+        self._flush_outboxes()
+        self.stats["cycles"] += 1
+        return worked
+
+    # ---- commands --------------------------------------------------------------------------------
+    def _drain_commands(self) -> None:
+        while self._commands:
+            cmd = self._commands.popleft()
+            kind = cmd[0]
+            if kind == "stop":
+                self._stopping = True
+                continue
+            if kind == "open":
+                _, rid, opts, bridge = cmd
+                self._requests[rid] = CoreRequest(rid, opts, bridge, RequestRecord(rid, self.clock()))
+                if opts.sample_rate != self.model.sample_rate:
+                    self._requests[rid].resampler = SegmentResampler(self.model.sample_rate, opts.sample_rate)
+                continue
+            req = self._requests.get(cmd[1])
+            if req is None or req.ended:
+                continue  # a late command for a stream that has ended: nothing to do
+            try:
+                if kind == "append":
+                    self._on_append(req, cmd[2])
+                elif kind == "finish":
+                    self._on_finish(req)
+                elif kind == "cancel":
+                    self._release(req)
+                    req.ended = True
+                    self._requests.pop(req.rid, None)
+                    self.cancel_latency_s.append(time.perf_counter() - cmd[2])
+            except Exception as exc:
+                self._fail(req, exc)
+
+    def _on_append(self, req: CoreRequest, text: str) -> None:
+        seg = req.segments
+        req.segments += 1
+        if req.finished:
+            raise RuntimeError("append after finish")
+        if req.slot is None:
+            req.pending_text.append((seg, text))
+            req.record.has_text = req.record.has_text or bool(text.strip())
+        else:
+            self._extend_track(req, seg, text)
+
+    def _on_finish(self, req: CoreRequest) -> None:
+        req.finished = True
+        if req.slot is not None:
+            self._feed_eos(req)
+        elif not req.record.has_text:
+            self._end(req, "done")  # nothing to say
+
+    # ---- text track ------------------------------------------------------------------------------
+    def _piece_ids(self, req: CoreRequest, text: str) -> list[int]:
+        """Token ids of one appended piece. Segments end with a space; it is held back and put before
+        the next piece, where Qwen's BPE expects it (" world", not "hello " + "world")."""
+        stripped = text.rstrip()
+        if not stripped:
+            req.carry += text
+            return []
+        piece = req.carry + stripped
+        req.carry = text[len(stripped):]
+        return self.model.tokenizer.encode(piece)
+
+    def _extend_track(self, req: CoreRequest, seg: int, text: str) -> None:
+        ids = self._piece_ids(req, text)
+        if not ids:
+            return
+        rows = self.model.prompts.text_rows(ids)
+        assert req.track is not None
+        req.track = torch.cat([req.track, rows])
+        req.token_segments += [seg] * len(ids)
+
+    def _feed_eos(self, req: CoreRequest) -> None:
+        if not req.eos_fed:
+            assert req.track is not None
+            req.track = torch.cat([req.track, self.model.prompts.eos_row()])
+            req.eos_fed = True
+
+    def _refresh(self, req: CoreRequest) -> None:
+        """Parked: admitted, still generating, and no text row for its next step yet."""
+        rec = req.record
+        rec.paused = bool(req.outbox)
+        if req.slot is not None and rec.generating:
+            rec.parked = self._next_text_row(req) is None
+
+    def _next_text_row(self, req: CoreRequest) -> torch.Tensor | None:
+        assert req.track is not None
+        g = req.frames - 1  # the step that makes frame `frames` consumes text row frames-1
+        if g < req.track.shape[0]:
+            return req.track[g]
+        return req.pad_row if req.eos_fed else None
+
+    def frame_cap(self, req: CoreRequest) -> int:
+        """Frames a request may make: from its text length (a model that never emits EOS must stop),
+        and never past its slot's KV positions."""
+        by_text = self.config.min_frames + math.ceil(self.config.frames_per_token * req.n_tokens)
+        return min(by_text, self.config.max_context - req.prompt_len)
+
+    # ---- talker ----------------------------------------------------------------------------------
+    def _admit(self, req: CoreRequest) -> bool:
+        """Build the prompt from the text committed so far and prefill it into a free slot. True when
+        the request produced codebook 0 of its first frame."""
+        assert self.pool is not None and self.talker is not None
+        try:
+            first = 0
+            while not req.pending_text[first][1].strip():
+                first += 1
+            seg, text = req.pending_text[first]
+            stripped = text.rstrip()
+            prompt = self.model.build_prompt(
+                stripped, voice=req.opts.speaker, language=req.opts.language,
+                instructions=req.opts.instructions, streaming_text=True, final=False,
+            )
+            req.carry = text[len(stripped):]
+            n_first = 1 + prompt.trailing.shape[0]  # text token 0 sits in the last prompt row
+            req.token_segments = [seg] * n_first
+            req.track, req.pad_row, req.prompt_len = prompt.trailing, prompt.pad, prompt.rows.shape[0]
+            for later_seg, later in req.pending_text[first + 1:]:
+                self._extend_track(req, later_seg, later)
+            req.pending_text.clear()
+            if req.finished:
+                self._feed_eos(req)
+            req.slot = self.pool.acquire()
+            req.record.admitted = True
+            cb0 = self.talker.prefill(req.slot, prompt.rows, req.opts.params)
+        except Exception as exc:
+            self._fail(req, exc)
+            return False
+        if cb0 == self.talker.eos_id:
+            req.record.generating = False
+            return False
+        return True
+
+    def _step(self, reqs: list[CoreRequest], bucket: int) -> list[CoreRequest]:
+        """One batched talker step; returns the requests that produced codebook 0 (not EOS)."""
+        assert self.talker is not None
+
+        def run(batch: list[CoreRequest], b: int) -> list[int]:
+            rows = []
+            for r in batch:
+                row = self._next_text_row(r)
+                assert row is not None  # the scheduler never plans a parked request
+                rows.append(row)
+            assert self.talker is not None
+            return self.talker.step([r.slot for r in batch], torch.stack(rows),  # type: ignore[misc]
+                                    [r.opts.params for r in batch], b)
+
+        results = self._isolated(reqs, bucket, run)
+        out = []
+        for r, cb0 in results:
+            self.stats["talker_rows"] += 1
+            if cb0 == self.talker.eos_id:
+                r.record.generating = False
+            else:
+                out.append(r)
+        return out
+
+    def _complete(self, reqs: list[CoreRequest], bucket: int) -> None:
+        """The code predictor for every row that produced codebook 0 this cycle, in one pass."""
+
+        def run(batch: list[CoreRequest], b: int) -> list[torch.Tensor]:
+            assert self.talker is not None
+            frames = self.talker.complete([r.slot for r in batch], [r.opts.params for r in batch], b)  # type: ignore[misc]
+            return list(frames)
+
+        for r, frame in self._isolated(reqs, bucket, run):
+            r.codes.append(frame)
+            r.frames += 1
+            r.record.pending_frames += 1
+            self.stats["frames"] += 1
+            if r.frames >= self.frame_cap(r):
+                r.record.generating = False
+
+    def _isolated(self, reqs: list[CoreRequest], bucket: int,
+                  run: Callable[[list[CoreRequest], int], Sequence[Any]]) -> list[tuple[CoreRequest, Any]]:
+        """Run a batched call; if it raises, run each row alone so the failure ends only its own stream.
+        (Rows are independent and cache writes idempotent, so re-running the survivors is safe.)"""
+        try:
+            return list(zip(reqs, run(reqs, bucket), strict=True))
+        except Exception as exc:
+            if len(reqs) == 1:
+                self._fail(reqs[0], exc)
+                return []
+        out = []
+        for r in reqs:
+            try:
+                out.append((r, run([r], self.scheduler.bucket(1))[0]))
+            except Exception as exc:
+                self._fail(r, exc)
+        return out
+
+    # ---- codec -----------------------------------------------------------------------------------
+    def _decode(self, reqs: list[CoreRequest], size: int) -> None:
+        """One code2wav chunk of `size` frames for each request, batched, with exact carried state."""
+        assert self.pool is not None
+
+        def run(batch: list[CoreRequest], _b: int) -> list[np.ndarray]:
+            assert self.pool is not None
+            codes = torch.stack([torch.stack(r.codes[:size], dim=1) for r in batch])  # [B, 16, size]
+            slots = [r.slot for r in batch]
+            state = self.pool.codec.rows(slots)  # type: ignore[arg-type]
+            wav = self.model.codec.step(codes, state)
+            self.pool.codec.put(slots, state)  # type: ignore[arg-type]
+            return list(wav.float().cpu().numpy())
+
+        self.stats["decode_calls"] += 1
+        now = self.clock()
+        for r, wav in self._isolated(reqs, len(reqs), run):
+            try:
+                first = r.frames_decoded
+                del r.codes[:size]
+                r.frames_decoded += size
+                rec = r.record
+                rec.pending_frames -= size
+                rec.chunks_sent += 1
+                self._emit(r, wav, first)
+                rec.audio_s += size * self.frame_seconds
+                if rec.first_audio_at is None:
+                    rec.first_audio_at = now
+            except Exception as exc:
+                self._fail(r, exc)
+
+    def _emit(self, req: CoreRequest, wav: np.ndarray, first_frame: int) -> None:
+        if req.resampler is not None:
+            pcm = req.resampler.push(wav)
+            if not req.record.generating and req.record.pending_frames == 0:
+                pcm = np.concatenate([pcm, req.resampler.flush()])
+        else:
+            pcm = (np.clip(wav, -1.0, 1.0) * 32767.0).astype(np.int16)
+        seg = req.token_segments[min(first_frame, req.n_tokens - 1)]
+        if pcm.size:
+            req.outbox.append(AudioChunk(pcm, req.opts.sample_rate, req.samples_out, seg))
+            req.samples_out += pcm.size
+
+    # ---- endings ---------------------------------------------------------------------------------
+    def _flush_outboxes(self) -> None:
+        for req in list(self._requests.values()):
+            while req.outbox:
+                try:
+                    if not req.bridge.put(req.outbox[0], timeout=0):
+                        req.outbox.clear()  # the stream ended (cancelled): drop the audio
+                        break
+                except TimeoutError:
+                    break  # the consumer is not reading: keep the chunk, the request stays paused
+                req.outbox.popleft()
+            if req.ended and not req.outbox and req.rid in self._requests and req.slot is None:
+                self._requests.pop(req.rid, None)
+                req.bridge.end("done")
+
+    def _maybe_done(self, req: CoreRequest) -> None:
+        rec = req.record
+        if req.slot is None or rec.generating or rec.pending_frames > 0:
+            return
+        self._release(req)
+        self.finished_frames[req.rid] = req.frames
+        if len(self.finished_frames) > 4096:  # a long-running server keeps only recent ones
+            del self.finished_frames[next(iter(self.finished_frames))]
+        req.ended = True  # the outbox drains in _flush_outboxes, then the stream ends "done"
+
+    def _release(self, req: CoreRequest) -> None:
+        if req.slot is not None:
+            assert self.pool is not None and self.talker is not None
+            self.talker.abort(req.slot)
+            self.pool.release(req.slot)
+            req.slot = None
+        req.record.admitted = False
+
+    def _end(self, req: CoreRequest, reason: str, message: str = "") -> None:
+        self._release(req)
+        req.ended = True
+        req.outbox.clear()
+        self._requests.pop(req.rid, None)
+        req.bridge.end(reason, message)
+
+    def _fail(self, req: CoreRequest, exc: BaseException) -> None:
+        log.warning("stream %d failed: %s: %s", req.rid, type(exc).__name__, exc)
+        with contextlib.suppress(Exception):
+            self._end(req, "error", f"{type(exc).__name__}: {exc}")
+
