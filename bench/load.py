@@ -29,6 +29,7 @@ import contextlib
 import ipaddress
 import json
 import math
+import os
 import random
 import re
 import socket
@@ -350,6 +351,7 @@ def poisson_schedule(rate: float, duration: float, limit: int, rng: random.Rando
 
 
 async def run_one(spec: RunSpec, args: argparse.Namespace, texts: list[Text], ws_url: str) -> dict[str, Any]:
+    cpu0 = time.process_time()
     clock = Clock()
     pool = Pool(ws_url, spec.mode, args.voice, clock, args.max_inflight)
     rng = random.Random(args.seed)  # the same schedule and texts for every mode
@@ -368,6 +370,7 @@ async def run_one(spec: RunSpec, args: argparse.Namespace, texts: list[Text], ws
                 pool.put(s)
     responses: list[Response] = []
     shed = 0
+    shed_texts: list[Text] = []
     inflight: list[tuple[float, int]] = []
     tasks: set[asyncio.Task[None]] = set()
 
@@ -382,6 +385,7 @@ async def run_one(spec: RunSpec, args: argparse.Namespace, texts: list[Text], ws
         s = await pool.get(text.lang)  # here, not in the arrival loop: a slow open never delays arrivals
         if s is None:
             shed += 1  # the client bound is reached: the overload is reported, not hidden
+            shed_texts.append(text)
             return
         r = Response(len(responses), spec.mode, text, t)
         responses.append(r)
@@ -420,7 +424,6 @@ async def run_one(spec: RunSpec, args: argparse.Namespace, texts: list[Text], ws
             workers = [asyncio.create_task(worker()) for _ in range(spec.concurrency)]
             async with asyncio.timeout(args.duration + args.response_timeout + 5):
                 await asyncio.gather(*workers)
-        t_end_arrivals = clock.now()
         if tasks:
             await asyncio.wait(set(tasks), timeout=args.drain)
         for task in list(tasks):  # still running past the drain bound: counted as timeouts
@@ -433,10 +436,14 @@ async def run_one(spec: RunSpec, args: argparse.Namespace, texts: list[Text], ws
     finally:
         mon.cancel()
         await pool.close()
-    result = summarize_run(spec, args, responses, shed, inflight, wall, t_end_arrivals)
+    result = summarize_run(spec, args, responses, shed, inflight, wall)
+    result["_texts"] += [(t, None) for t in shed_texts]  # shed arrivals asked for audio too
     result["connect_s"] = summarize(pool.connect_s)
     result["connect_errors"] = dict(pool.connect_errors)
     result["orphan_frames"] = sum(s.orphan_frames for s in pool.all)
+    # The harness shares the machine with the server: its own CPU share says when it is the bottleneck.
+    result["client_cpu_share"] = (time.process_time() - cpu0) / max(wall, 1e-9)
+    result["loadavg_1m_after"] = os.getloadavg()[0]  # other work on the machine skews every number
     return result
 
 
@@ -457,6 +464,10 @@ def response_metrics(r: Response, prebuffer_s: float) -> dict[str, Any]:
     samples = [n // 2 for n in nbytes]
     t_first = arrivals[0]
     out["ttfa_first_s"] = t_first - r.t_first_text
+    if r.t_first_commit is not None:
+        # TTFA = waiting for the first commit (segmentation) + the server's synthesis after it.
+        out["first_commit_s"] = r.t_first_commit - r.t_first_text
+        out["commit_to_audio_s"] = t_first - r.t_first_commit
     if r.t_last_text is not None:
         out["ttfa_last_s"] = t_first - r.t_last_text  # negative: audio began before the text ended
         out["tail_s"] = arrivals[-1] - r.t_last_text
@@ -480,7 +491,7 @@ def response_metrics(r: Response, prebuffer_s: float) -> dict[str, Any]:
 
 
 def summarize_run(spec: RunSpec, args: argparse.Namespace, responses: list[Response], shed: int,
-                  inflight: list[tuple[float, int]], wall: float, t_end_arrivals: float) -> dict[str, Any]:  # fmt: skip
+                  inflight: list[tuple[float, int]], wall: float) -> dict[str, Any]:  # fmt: skip
     per = [response_metrics(r, args.prebuffer) for r in responses]
     ok = [m for m, r in zip(per, responses, strict=True) if r.ok]
 
@@ -505,12 +516,14 @@ def summarize_run(spec: RunSpec, args: argparse.Namespace, responses: list[Respo
         "shed_client_bound": shed,
         "failed": sum(1 for r in responses if not r.ok),
         "errors": dict(error_codes),
-        "achieved_rate": len(responses) / max(t_end_arrivals, 1e-9),
+        "achieved_rate": len(responses) / (args.duration if spec.rate is not None else max(wall, 1e-9)),
         "ttfa_first_s": summarize(col("ttfa_first_s")),
         "ttfa_last_s": summarize(col("ttfa_last_s")),
         "audible_first_s": summarize(col("audible_first_s")),
         "audible_last_s": summarize(col("audible_last_s")),
         "tail_s": summarize(col("tail_s")),
+        "first_commit_s": summarize(col("first_commit_s")),
+        "commit_to_audio_s": summarize(col("commit_to_audio_s")),
         "underruns_total": sum(m["underruns"] for m in heard),
         "stall_s_total": sum(m["stall_s"] for m in heard),
         "stall_s": summarize(col("stall_s")),
@@ -530,9 +543,27 @@ def summarize_run(spec: RunSpec, args: argparse.Namespace, responses: list[Respo
         for m, r in zip(per, responses, strict=True):
             base = r.t_first_text if r.t_first_text is not None else r.scheduled
             m["frames"] = [[round(t - base, 4), n] for t, n in r.frames]
+    result["by_lang"] = by_lang(per)
     result["inflight"] = inflight if not args.no_frames else []
     result["_texts"] = [(r.text, r.audio_seconds() if r.ok else None) for r in responses]
     return result
+
+
+def by_lang(per: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The headline numbers per language: voices differ in cost (Piper vs Kokoro, say)."""
+    out: dict[str, dict[str, Any]] = {}
+    for lang in sorted({m["lang"] for m in per}):
+        ok = [m for m in per if m["lang"] == lang and m["ok"]]
+        heard = [m for m in ok if "underruns" in m]
+        out[lang] = {
+            "started": sum(1 for m in per if m["lang"] == lang),
+            "completed": len(ok),
+            "audible_first_s": summarize([m["audible_first_s"] for m in heard]),
+            "ttfa_last_s": summarize([m["ttfa_last_s"] for m in ok if "ttfa_last_s" in m]),
+            "gap_free_share": (sum(1 for m in heard if m["underruns"] == 0) / len(heard)) if heard else None,
+            "stall_s_total": sum(m["stall_s"] for m in heard),
+        }
+    return out
 
 
 def add_asked(runs: list[dict[str, Any]], duration: float) -> None:
@@ -622,6 +653,18 @@ def table(runs: list[dict[str, Any]], axis: str) -> str:
     return "\n".join(lines)
 
 
+def table_by_lang(runs: list[dict[str, Any]], axis: str) -> str:
+    lines = [f"| mode | {axis} | lang | done/started | audible first p50/p95 ms | TTFA last p50/p95 ms | gap-free | "
+             "stall s |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in runs:
+        for lang, b in (r.get("by_lang") or by_lang(r["responses"])).items():
+            au, tl = b["audible_first_s"], b["ttfa_last_s"]
+            lines.append(f"| {r['mode']} | {r[axis]} | {lang} | {b['completed']}/{b['started']} | "
+                         f"{_ms(au['p50'])}/{_ms(au['p95'])} | {_ms(tl['p50'])}/{_ms(tl['p95'])} | "
+                         f"{_pct(b['gap_free_share'])} | {b['stall_s_total']:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def knee_lines(cmp: dict[str, Any]) -> str:
     out = []
     for mode, m in cmp["modes"].items():
@@ -649,7 +692,7 @@ def plot(cmp: dict[str, Any], args: argparse.Namespace, path: Path) -> bool:
         print("note: matplotlib not installed (pip install 'voxgate[bench]'); no plot", file=sys.stderr)
         return False
     axis = cmp["axis"]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(15, 4.4))
     def share(v: float | None) -> float:
         return math.nan if v is None else 100 * v
 
@@ -661,14 +704,25 @@ def plot(cmp: dict[str, Any], args: argparse.Namespace, path: Path) -> bool:
                 label=f"{mode} (pausing player)")  # fmt: skip
         a2.plot(xs, [share(p["vllm_continuous_share"]) for p in m["points"]], "x--", color=c, alpha=0.6,
                 label=f"{mode} (vLLM-Omni rule)")  # fmt: skip
+        a3.plot(xs, [p["produced_audio_s_per_s"] for p in m["points"]], "o-", color=c, label=f"{mode} produced")
+        a3.plot(xs, [p.get("asked_audio_s_per_s") or math.nan for p in m["points"]], ":", color=c, alpha=0.6,
+                label=f"{mode} asked")  # fmt: skip
+    ticks = sorted({p[axis] for m in cmp["modes"].values() for p in m["points"]})
+    for a in (a1, a2, a3):
+        if len(ticks) > 2 and ticks[-1] / ticks[0] >= 4:  # geometric rate steps read best on a log axis
+            a.set_xscale("log")
+        a.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        a.minorticks_off()
     a1.axhline(args.ttfa_target, color="grey", ls=":", label="target")
     a1.set(xlabel=f"arrival {axis}" + (" (responses/s)" if axis == "rate" else " (sessions)"),
            ylabel="audible TTFA p95 from first text unit (s)", title="Time to first audible audio")  # fmt: skip
-    a1.set_ylim(bottom=0)
+    a1.set_yscale("log")
     a2.axhline(100 * args.gap_free_target, color="grey", ls=":")
     a2.set(xlabel=f"arrival {axis}", ylabel="responses without a gap (%)", title="Gap-free share", ylim=(-5, 105))
+    a3.set(xlabel=f"arrival {axis}", ylabel="audio seconds per second", title="Audio asked for vs produced")
     a1.legend(fontsize=8)
     a2.legend(fontsize=7)
+    a3.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -769,6 +823,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--wait-ready", type=float, default=60.0, help="seconds to wait for /health")
     p.add_argument("--no-frames", action="store_true", help="leave per-frame arrivals out of the JSON")
+    p.add_argument("--report", default=None, help="print the tables (and --plot) of a saved --json; no traffic")
     args = p.parse_args(argv)
     args.modes = [m for m in args.modes.split(",") if m]
     if bad := set(args.modes) - set(MODES):
@@ -820,10 +875,21 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    result = asyncio.run(main_async(args))
-    cmp = result.pop("_cmp")
+    if args.report:  # re-render a saved run: tables and plot, no traffic
+        result = json.loads(Path(args.report).read_text())
+        cmp = compare(result["runs"], args)
+    else:
+        result = asyncio.run(main_async(args))
+        cmp = result.pop("_cmp")
     print(table(result["runs"], cmp["axis"]))
+    if len(result["languages"]) > 1:
+        print()
+        print(table_by_lang(result["runs"], cmp["axis"]))
     print(knee_lines(cmp))
+    if args.report:
+        if args.plot:
+            plot(cmp, args, Path(args.plot))
+        return 0
     plot_path = Path(args.plot) if args.plot else (Path(args.json_path).with_suffix(".png") if args.json_path else None)
     if plot_path is not None and plot(cmp, args, plot_path):
         result["plot"] = str(plot_path)

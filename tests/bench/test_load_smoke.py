@@ -44,7 +44,7 @@ def test_load_smoke_against_piper(piper_gateway: str, tmp_path: Path) -> None:
     out = tmp_path / "load.json"
     cmd = [
         sys.executable, str(REPO / "bench" / "load.py"), "--url", piper_gateway, "--rates", "1.5",
-        "--duration", "2", "--json", str(out), "--units-per-s", "40", "--texts", "own", "--languages", "en",
+        "--duration", "2", "--json", str(out), "--units-per-s", "20", "--texts", "own", "--languages", "en",
         "--sessions", "2", "--drain", "20", "--response-timeout", "20", "--seed", "1",
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
