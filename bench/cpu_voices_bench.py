@@ -136,14 +136,14 @@ def main() -> None:
           f"(load_engine total {load_total:.2f} s); {engine.workers} workers × {engine.threads} threads, "
           f"{os.cpu_count()} cores; peak RSS {rss_loaded_mb:.0f} MB after load, "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB at the end")
-    print(f"{'voice':<10}{'lang':<6}{'segment':<9}{'TTFA ms':>9}{'RTF':>7}{'audio s':>9}")
+    print(f"{'voice':<15}{'lang':<6}{'segment':<9}{'TTFA ms':>9}{'RTF':>7}{'audio s':>9}")
     for r in rows:
-        print(f"{r['voice']:<10}{r['language']:<6}{r['segment']:<9}{r['ttfa_ms']:>9.0f}{r['rtf']:>7.3f}"
+        print(f"{r['voice']:<15}{r['language']:<6}{r['segment']:<9}{r['ttfa_ms']:>9.0f}{r['rtf']:>7.3f}"
               f"{r['audio_s']:>9.2f}")
-    print(f"{'voice':<10}{'lang':<6}{'real-time streams':>18}   trials (streams: max late s)")
+    print(f"{'voice':<15}{'lang':<6}{'real-time streams':>18}   trials (streams: max late s)")
     for c in conc:
         trials = ", ".join(f"{t['streams']}: {t['max_late_s']:.2f}" for t in c["trials"])
-        print(f"{c['voice']:<10}{c['language']:<6}{c['realtime_streams']:>18}   {trials}")
+        print(f"{c['voice']:<15}{c['language']:<6}{c['realtime_streams']:>18}   {trials}")
 
     out = {"load_s": engine.load_seconds, "warmup_s": engine.warmup_seconds,
            "load_engine_total_s": load_total, "rss_loaded_mb": rss_loaded_mb,
