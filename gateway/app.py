@@ -1,4 +1,4 @@
-"""The Litestar app factory: routes, and the engine's lifespan."""
+"""The Litestar app factory: routes, and the lifespan of the engine and the session store."""
 
 from __future__ import annotations
 
@@ -7,26 +7,55 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from litestar import Litestar, Response, get, websocket
+from litestar import Litestar, Request, Response, get, post, websocket
 from litestar.connection import WebSocket
 from litestar.datastructures import State
+from litestar.params import FromPath
 
 from engine import Engine, load_engine
 from gateway import metrics
+from gateway.auth import authenticate
 from gateway.connection import Connection
 from gateway.openai_api import openai_routes
+from gateway.session_state import SessionBinding
 from gateway.settings import Settings
 from segmentation import warm_up
+from sessions import InvalidId, SessionNotFound, SessionStore, StateUnavailable, StoreSettings
 
 log = logging.getLogger("voxgate")
 
 
-@get("/health", sync_to_thread=False)
-def health(state: State) -> Response[dict[str, str]]:
+@get("/health")
+async def health(state: State) -> Response[dict[str, str]]:
+    """200 once the engine is warm (the contract); "degraded" while the state store is unreachable."""
     if state.get("engine") is None:
         status = "failed" if state.get("engine_error") else "warming"
         return Response({"status": status, "detail": state.get("engine_error", "")}, status_code=503)
-    return Response({"status": "ok", "model": state.settings.model})
+    store: SessionStore = state.store
+    h = await store.ping()
+    body = {"status": "ok" if h.status == "ok" else "degraded", "model": state.settings.model, "state": h.backend}
+    if h.error:
+        body["detail"] = h.error
+    return Response(body)
+
+
+@post("/v1/sessions/{session_id:str}/cancel", status_code=202)
+async def cancel_session(request: Request, session_id: FromPath[str]) -> Response[dict[str, object]]:
+    """Barge-in from anywhere: the replica holding the session's socket cancels within a cycle."""
+    tenant = authenticate(request)
+    if tenant is None:
+        return _error(401, "unauthorized", "a valid API key is required")
+    try:
+        reached = await request.app.state.store.publish_cancel(tenant.name, session_id)
+    except (SessionNotFound, InvalidId):
+        return _error(404, "session_not_found", f"no session {session_id!r}")
+    except StateUnavailable as e:
+        return _error(503, e.code, str(e))
+    return Response({"session_id": session_id, "cancelled": True, "replicas": reached}, status_code=202)
+
+
+def _error(status: int, code: str, message: str) -> Response[dict[str, object]]:
+    return Response({"error": {"message": message, "type": "invalid_request_error", "code": code}}, status_code=status)
 
 
 @get("/metrics", sync_to_thread=False)
@@ -38,10 +67,14 @@ def metrics_endpoint() -> Response[bytes]:
 async def speech_stream(socket: WebSocket) -> None:
     await socket.accept()
     engine: Engine | None = socket.app.state.get("engine")
+    tenant = authenticate(socket)
+    if tenant is None:
+        message = "a valid API key is required (Authorization: Bearer, X-API-Key or ?api_key=)"
+        await socket.send_json({"type": "error", "code": "unauthorized", "message": message})
+        await socket.close(code=1008)
+        return
     if engine is None:
-        await socket.send_json(
-            {"type": "error", "code": "engine_not_ready", "message": "the engine is warming up"}
-        )
+        await socket.send_json({"type": "error", "code": "engine_not_ready", "message": "the engine is warming up"})
         await socket.close(code=1013)
         return
 
@@ -51,7 +84,8 @@ async def speech_stream(socket: WebSocket) -> None:
         else:
             await socket.send_text(data)
 
-    conn = Connection(engine, socket.app.state.settings.limits, socket.receive, send, socket.close)
+    state = socket.app.state
+    conn = Connection(engine, state.settings.limits, SessionBinding(state.store, tenant), socket.receive, send)
     try:
         await conn.run()
     finally:
@@ -67,6 +101,14 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         app.state.settings = settings
         app.state.engine = engine
+        app.state.api_keys = settings.keys()
+        if app.state.api_keys.is_open:
+            log.warning("no API keys configured: the gateway is open to every caller on %s", settings.host)
+        # A configured Redis that cannot be reached fails start-up (StateUnavailable), clearly.
+        app.state.store = SessionStore.from_url(
+            settings.redis_url, settings=StoreSettings(takeover=settings.takeover)  # type: ignore[arg-type]
+        )
+        await app.state.store.start()
         task = None
         if engine is None:
 
@@ -90,5 +132,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
             loaded = app.state.get("engine")
             if loaded is not None and engine is None:
                 await asyncio.to_thread(loaded.close)
+            await app.state.store.close()
 
-    return Litestar(route_handlers=[health, metrics_endpoint, speech_stream, *openai_routes], lifespan=[lifespan])
+    routes = [health, metrics_endpoint, speech_stream, cancel_session, *openai_routes]
+    return Litestar(route_handlers=routes, lifespan=[lifespan])

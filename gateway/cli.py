@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import sys
@@ -27,23 +28,55 @@ def _segment(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _probe_store(url: str) -> str | None:
+    """Fail fast and clearly on an unreachable Redis, before the server starts."""
+    from sessions import SessionStore, StateUnavailable
+
+    store = SessionStore.from_url(url)
+    try:
+        await store.start()
+    except StateUnavailable as e:
+        return str(e)
+    finally:
+        await store.close()
+    return None
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import create_app
     from gateway.settings import load_settings
+    from sessions import bind_allowed
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        settings = load_settings(args.config, host=args.host, port=args.port, model=args.model)
+        settings = load_settings(
+            args.config, host=args.host, port=args.port, model=args.model, redis_url=args.redis_url,
+            api_keys=args.api_keys, insecure=args.insecure or None, takeover=args.takeover,
+        )  # fmt: skip
+        keys = settings.keys()
     except (OSError, ValueError) as e:
         print(f"voxgate: {e}", file=sys.stderr)
         return 2
+    if not bind_allowed(settings.host, keys=keys, insecure=settings.insecure):
+        print(
+            f"voxgate: refusing to serve {settings.host} with no API keys; configure --api-keys, bind a loopback "
+            "address, or pass --insecure",
+            file=sys.stderr,
+        )
+        return 2
+    if settings.redis_url and (problem := asyncio.run(_probe_store(settings.redis_url))):
+        print(f"voxgate: {problem}", file=sys.stderr)
+        return 1
     app = create_app(settings)
     # websockets-sansio notices a dead client on the next send (research: cpu_backends_infra §6);
     # pings keep proxies from closing a session that is quiet between turns.
-    uvicorn.run(app, host=settings.host, port=settings.port, ws="websockets-sansio", ws_ping_interval=20.0)
-    return 0
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, ws="websockets-sansio", ws_ping_interval=20.0)
+    server = uvicorn.Server(config)
+    server.run()
+    # A failed start-up (an unreachable Redis, say) leaves the server not started: say so in the exit code.
+    return 0 if server.started else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--port", type=int, help="port (default 8000; env VOXGATE_PORT)")
     p.add_argument("--model", help="cpu (default), piper, kokoro, tiny or a Qwen3-TTS checkpoint directory")
     p.add_argument("--config", help="a TOML settings file (see gateway/settings.py)")
+    p.add_argument("--redis-url", help="shared session state (env VOXGATE_REDIS_URL); default: embedded, one process")
+    p.add_argument("--api-keys", help="tenant=<sha256hex>,… or a JSON file of tenants (env VOXGATE_API_KEYS)")
+    p.add_argument("--insecure", action="store_true", help="allow serving a non-loopback address with no API keys")
+    p.add_argument("--takeover", choices=("takeover", "refuse"), help="a second connection to a live session")
     p.set_defaults(run=_serve)
     args = parser.parse_args(argv)
     return args.run(args)

@@ -12,11 +12,11 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from engine import AudioChunk, Engine, EngineError, Stream, StreamEnd
@@ -32,7 +32,9 @@ from gateway.protocol import (
     decode,
     event,
 )
+from gateway.session_state import SessionBinding
 from segmentation import Segment, StreamSegmenter, normalize_for_speech
+from sessions import SESSION_TAKEN_OVER, StreamSlot
 
 log = logging.getLogger("voxgate.ws")
 
@@ -114,6 +116,7 @@ class Utterance:
     finished: bool = False
     opened_at: float = field(default_factory=time.monotonic)
     pump: asyncio.Task[None] | None = None
+    slot: StreamSlot | None = None  # the tenant's stream slot, when limited
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,13 +130,13 @@ class Limits:
 
 
 class Connection:
-    def __init__(self, engine: Engine, limits: Limits, receive: Callable[[], Awaitable[dict]], send: Send,
-                 close: Callable[[int, str], Awaitable[None]]) -> None:  # fmt: skip
+    def __init__(self, engine: Engine, limits: Limits, session: SessionBinding,
+                 receive: Callable[[], Awaitable[dict]], send: Send) -> None:  # fmt: skip
         self.engine = engine
         self.limits = limits
+        self.session = session
         self._receive = receive
         self._send = send
-        self._close = close
         self.outbox = Outbox(limits.outbox_frames, limits.send_timeout)
         self.config: SessionConfig | None = None
         self.session_id = ""
@@ -142,6 +145,7 @@ class Connection:
         self.playing: deque[Utterance] = deque()  # finished input, audio still to send, in order
         self._last_pump: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
+        self._watch: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -155,8 +159,9 @@ class Connection:
         try:
             await asyncio.wait({reader, writer, stopped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (reader, stopped, poller):
-                task.cancel()
+            for task in (reader, stopped, poller, self._watch):
+                if task is not None:
+                    task.cancel()
             await self._cancel_all(notify=False)
             for task in (reader, writer):
                 if task.done() and not task.cancelled() and isinstance(task.exception(), SlowClient | TimeoutError):
@@ -167,6 +172,7 @@ class Connection:
             await asyncio.wait({writer}, timeout=1.0)
             writer.cancel()
             await asyncio.wait({writer, reader, poller}, timeout=1.0)
+            await self.session.close()
             metrics.SESSIONS.dec()
 
     def stop(self) -> None:
@@ -215,33 +221,45 @@ class Connection:
                     await self._finish_current()
                     await self._wait_playing()
                     return
-                await self._handle(msg)
+                if isinstance(msg, SessionConfig):
+                    await self._configure(msg, msgspec.json.decode(raw))
+                else:
+                    await self._handle(msg)
             except (ProtocolError, EngineError) as e:
                 await self.error(e.code, str(e))
                 if self.config is None:
                     return  # only a bad first message closes the session
 
-    async def _handle(self, msg: SessionConfig | InputText | InputDone | InputCancel) -> None:
-        if isinstance(msg, SessionConfig):
-            await self._configure(msg)
-        elif isinstance(msg, InputText):
+    async def _handle(self, msg: InputText | InputDone | InputCancel) -> None:
+        if isinstance(msg, InputText):
             await self._text(msg.text)
         elif isinstance(msg, InputDone):
             await self._finish_current()
         else:
             await self._cancel_all(notify=True)
 
-    async def _configure(self, cfg: SessionConfig) -> None:
+    async def _configure(self, cfg: SessionConfig, explicit: dict[str, object]) -> None:
         if self.current is not None:
             raise ProtocolError(
                 "utterance_in_progress",
                 "session.config cannot change an open utterance; send input.done first",
             )
-        cfg.validate()
-        # The engine is the judge of voices, languages and options: open and drop a probe stream.
-        self._open_stream(cfg).cancel()
+        if self.config is None:
+            cfg = await self.session.attach(cfg, explicit)  # a resume restores the stored config
+            try:
+                self._check(cfg)
+            except (ProtocolError, EngineError):
+                await self.session.close()
+                raise
+            self.utterance_count = self.session.next_utterance
+            self._watch = asyncio.create_task(self._control())
+        else:
+            if cfg.session_id not in (None, self.session_id):
+                raise ProtocolError("invalid_config", "session_id cannot change on an open connection")
+            self._check(cfg)
+            await self.session.update(cfg)
         self.config = cfg
-        self.session_id = cfg.session_id or self.session_id or uuid.uuid4().hex
+        self.session_id = self.session.session_id
         await self.emit(
             "session.ready",
             session_id=self.session_id,
@@ -251,7 +269,24 @@ class Connection:
             voice=cfg.voice_name,
             language=cfg.language,
             split_granularity=cfg.split_granularity,
+            resumed=self.session.resumed,
+            next_utterance_index=self.utterance_count,
         )
+
+    def _check(self, cfg: SessionConfig) -> None:
+        cfg.validate()
+        # The engine is the judge of voices, languages and options: open and drop a probe stream.
+        self._open_stream(cfg).cancel()
+
+    async def _control(self) -> None:
+        """Cancels and takeovers sent by other replicas through the store."""
+        async for msg in self.session.events():
+            if msg.kind == "cancel":
+                await self._cancel_all(notify=True)
+            elif msg.kind == "takeover":
+                await self.error(SESSION_TAKEN_OVER, "another connection took over this session")
+                self.stop()
+                return
 
     @property
     def sample_rate(self) -> int:
@@ -311,6 +346,7 @@ class Connection:
             if not spoken:
                 continue
             if utt.stream is None:
+                utt.slot = await self.session.acquire_slot()
                 utt.stream = self._open_stream(self.config)
                 utt.pump = self._start_pump(utt)
             utt.engine_segments.append(index)
@@ -368,13 +404,12 @@ class Connection:
             self.outbox.cancel_audio(utt.index)
         if notify:
             metrics.CANCELS.inc()
-            for utt in victims:
-                spoken = "".join(utt.segments[i].text for i in sorted(utt.marked))
+        for utt in victims:
+            spoken = "".join(utt.segments[i].text for i in sorted(utt.marked))
+            await self.session.record(utt.index, spoken, cancelled=True)
+            if notify:
                 await self.emit(
-                    "audio.cancelled",
-                    utterance_index=utt.index,
-                    played_bytes=utt.sent_bytes,
-                    spoken_text=spoken,
+                    "audio.cancelled", utterance_index=utt.index, played_bytes=utt.sent_bytes, spoken_text=spoken
                 )
 
     # -- audio ----------------------------------------------------------------------------------
@@ -397,6 +432,13 @@ class Connection:
         finally:
             if utt in self.playing:
                 self.playing.remove(utt)
+            await self._release_slot(utt)
+
+    async def _release_slot(self, utt: Utterance) -> None:
+        slot, utt.slot = utt.slot, None
+        if slot is not None:
+            with contextlib.suppress(Exception):
+                await slot.release()
 
     async def _pump_audio(self, utt: Utterance) -> None:
         assert self.config is not None
@@ -445,6 +487,9 @@ class Connection:
                     await self.outbox.put(Outgoing(data, utt.index))
                 else:
                     file_parts.append(pcm)
+        # The engine is done with this stream: free the tenant's slot before telling the client, so
+        # its next utterance can start at once.
+        await self._release_slot(utt)
         if utt.cancelled or end.reason == "cancelled":
             return
         await start()
@@ -459,6 +504,9 @@ class Connection:
             "audio.done", utt.index, utterance_index=utt.index, sentence_index=0,
             total_bytes=utt.sent_bytes, error=failed,
         )  # fmt: skip
+        # Redis has the spoken log before the client hears the utterance is done (a resume elsewhere
+        # right after session.done sees it).
+        await self.session.record(utt.index, "".join(s.text for s in utt.segments), cancelled=failed)
         await self.emit(
             "session.done", utt.index, utterance_index=utt.index, total_sentences=len(utt.segments)
         )

@@ -8,8 +8,9 @@
     [voxgate.voice_aliases]
     alloy = "joe"
 
-Environment: `VOXGATE_HOST`, `VOXGATE_PORT`, `VOXGATE_MODEL`, `VOXGATE_IDLE_TIMEOUT`, … (a field's
-name, upper-cased). Flags win over both.
+Environment: `VOXGATE_HOST`, `VOXGATE_PORT`, `VOXGATE_MODEL`, `VOXGATE_REDIS_URL`, `VOXGATE_API_KEYS`,
+`VOXGATE_INSECURE`, `VOXGATE_TAKEOVER`, `VOXGATE_IDLE_TIMEOUT`, … (a field's name, upper-cased).
+Flags win over both.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.connection import Limits
+from sessions import ApiKeys
 
 
 @dataclass(frozen=True)
@@ -33,10 +35,34 @@ class Settings:
     engine_options: dict[str, Any] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
     voice_aliases: dict[str, str] = field(default_factory=dict)  # e.g. OpenAI names → engine voices
+    redis_url: str | None = None  # None: the embedded single-process store
+    api_keys: str = ""  # "tenant=<sha256hex>,…" or a JSON file of tenants; empty: open mode
+    insecure: bool = False  # allow open mode on a non-loopback address
+    takeover: str = "takeover"  # a second connection for a live session: "takeover" or "refuse"
+
+    def __post_init__(self) -> None:
+        if self.takeover not in ("takeover", "refuse"):
+            raise ValueError("setting takeover must be 'takeover' or 'refuse'")
+
+    def keys(self) -> ApiKeys:
+        spec = self.api_keys.strip()
+        if spec and Path(spec).is_file():
+            return ApiKeys.from_file(spec)
+        return ApiKeys.from_spec(spec)
 
 
-_SCALARS = {f.name: f.type for f in dataclasses.fields(Settings) if f.name in ("host", "port", "model")}
+_SCALARS = ("host", "port", "model", "redis_url", "api_keys", "insecure", "takeover")
 _LIMITS = {f.name: f for f in dataclasses.fields(Limits)}
+
+
+def _boolean(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("1", "true", "yes", "on"):
+        return True
+    if str(value).lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(value)
 
 
 def _coerce(name: str, value: object, kind: type) -> object:
@@ -67,7 +93,8 @@ def load_settings(
     extra: dict[str, Any] = {}
     for name, value in merged.items():
         if name in _SCALARS:
-            scalars[name] = _coerce(name, value, int if name == "port" else str)
+            kind = {"port": int, "insecure": _boolean}.get(name, str)
+            scalars[name] = _coerce(name, value, kind)  # type: ignore[arg-type]
         elif name in _LIMITS:
             limits[name] = _coerce(name, value, type(_LIMITS[name].default))
         elif name in ("engine_options", "voice_aliases"):

@@ -47,3 +47,17 @@ def test_cli_reports_a_bad_config_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[voxgate]\nnope = 1\n")
     assert main(["serve", "--config", str(bad)]) == 2
+
+
+def test_cli_refuses_an_open_non_loopback_bind(capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli import main
+
+    assert main(["serve", "--host", "0.0.0.0", "--port", "1"]) == 2
+    assert "--insecure" in capsys.readouterr().err
+
+
+def test_cli_exits_clearly_when_redis_is_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
+    from gateway.cli import main
+
+    assert main(["serve", "--port", "1", "--redis-url", "redis://127.0.0.1:1/0"]) == 1
+    assert "cannot reach Redis" in capsys.readouterr().err
