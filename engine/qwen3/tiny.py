@@ -73,7 +73,14 @@ def tiny_configs() -> tuple[Qwen3TTSConfig, SpeechTokenizerConfig, GenerationDef
         tts_eos_token_id=special["<tts_text_eod>"],
         extra={"architectures": ["Qwen3TTSForConditionalGeneration"], "transformers_version": "4.57.3"},
     )
-    codec = SpeechTokenizerConfig(decoder_config=CodecDecoderConfig(
+    # A narrow Mimi encoder config: the official loader builds (and randomly fills) the encoder even to
+    # decode; the default one is ~100 M parameters. Its frame rate (1920 samples) matches the real one.
+    mimi = {"hidden_size": 32, "num_filters": 4, "upsampling_ratios": [8, 6, 5, 4], "codebook_size": 2048,
+            "codebook_dim": 32, "vector_quantization_hidden_dimension": 32, "num_quantizers": 16,
+            "upsample_groups": 32, "num_hidden_layers": 1, "intermediate_size": 64, "num_attention_heads": 2,
+            "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 250, "num_semantic_quantizers": 1,
+            "sampling_rate": 24000, "frame_rate": 12.5, "audio_channels": 1}
+    codec = SpeechTokenizerConfig(encoder_config=mimi, decoder_config=CodecDecoderConfig(
         codebook_dim=32, latent_dim=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=2, head_dim=16, decoder_dim=32,
     ))
@@ -201,5 +208,11 @@ def make_tiny_checkpoint(path: str | Path, seed: int = 0) -> Path:
     (root / "generation_config.json").write_text(json.dumps(gen.to_dict(), indent=2), encoding="utf-8")
     st = codec_cfg.to_dict() | {"architectures": ["Qwen3TTSTokenizerV2Model"]}
     (root / "speech_tokenizer" / "config.json").write_text(json.dumps(st, indent=2), encoding="utf-8")
+    # What the official loader's AutoFeatureExtractor reads (the encoder side; unused by our decoder).
+    (root / "speech_tokenizer" / "preprocessor_config.json").write_text(json.dumps({
+        "chunk_length_s": None, "feature_extractor_type": "EncodecFeatureExtractor", "feature_size": 1,
+        "overlap": None, "padding_side": "right", "padding_value": 0.0, "return_attention_mask": True,
+        "sampling_rate": 24000,
+    }, indent=2), encoding="utf-8")
     _write_tokenizer(root)
     return root
