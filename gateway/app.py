@@ -19,6 +19,7 @@ from gateway.connection import Connection
 from gateway.openai_api import openai_routes
 from gateway.session_state import SessionBinding
 from gateway.settings import Settings
+from gateway.voices import voice_routes
 from segmentation import warm_up
 from sessions import InvalidId, SessionNotFound, SessionStore, StateUnavailable, StoreSettings
 
@@ -134,5 +135,5 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
                 await asyncio.to_thread(loaded.close)
             await app.state.store.close()
 
-    routes = [health, metrics_endpoint, speech_stream, cancel_session, *openai_routes]
+    routes = [health, metrics_endpoint, speech_stream, cancel_session, *openai_routes, *voice_routes]
     return Litestar(route_handlers=routes, lifespan=[lifespan])

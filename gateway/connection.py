@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -146,6 +147,7 @@ class Connection:
         self._last_pump: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._watch: asyncio.Task[None] | None = None
+        self._voice: tuple[str | None, dict[str, Any]] = (None, {})  # resolved at session.config
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -247,7 +249,7 @@ class Connection:
         if self.config is None:
             cfg = await self.session.attach(cfg, explicit)  # a resume restores the stored config
             try:
-                self._check(cfg)
+                voice = await self._check(cfg)
             except (ProtocolError, EngineError):
                 await self.session.close()
                 raise
@@ -256,9 +258,9 @@ class Connection:
         else:
             if cfg.session_id not in (None, self.session_id):
                 raise ProtocolError("invalid_config", "session_id cannot change on an open connection")
-            self._check(cfg)
+            voice = await self._check(cfg)
             await self.session.update(cfg)
-        self.config = cfg
+        self.config, self._voice = cfg, voice
         self.session_id = self.session.session_id
         await self.emit(
             "session.ready",
@@ -273,10 +275,13 @@ class Connection:
             next_utterance_index=self.utterance_count,
         )
 
-    def _check(self, cfg: SessionConfig) -> None:
+    async def _check(self, cfg: SessionConfig) -> tuple[str | None, dict[str, Any]]:
+        """Validate a config; returns the engine voice and options its voice name resolves to."""
         cfg.validate()
+        voice = await self.session.resolve_voice(self.engine, cfg.voice_name)
         # The engine is the judge of voices, languages and options: open and drop a probe stream.
-        self._open_stream(cfg).cancel()
+        self._open_stream(cfg, voice).cancel()
+        return voice
 
     async def _control(self) -> None:
         """Cancels and takeovers sent by other replicas through the store."""
@@ -293,8 +298,8 @@ class Connection:
         assert self.config is not None
         return self.config.sample_rate or self.engine.sample_rate
 
-    def _open_stream(self, cfg: SessionConfig) -> Stream:
-        options: dict[str, object] = {}
+    def _open_stream(self, cfg: SessionConfig, voice: tuple[str | None, dict[str, Any]]) -> Stream:
+        name, options = voice[0], dict(voice[1])  # a registered preset's defaults, overridden below
         if cfg.sample_rate is not None:
             options["sample_rate"] = cfg.sample_rate
         if cfg.speed != 1.0:
@@ -303,7 +308,7 @@ class Connection:
             options["seed"] = cfg.seed
         if cfg.instructions:
             options["instructions"] = cfg.instructions
-        return self.engine.open_stream(cfg.voice_name, cfg.language, **options)
+        return self.engine.open_stream(name, cfg.language, **options)
 
     async def _text(self, text: str) -> None:
         if not isinstance(text, str):
@@ -347,7 +352,7 @@ class Connection:
                 continue
             if utt.stream is None:
                 utt.slot = await self.session.acquire_slot()
-                utt.stream = self._open_stream(self.config)
+                utt.stream = self._open_stream(self.config, self._voice)
                 utt.pump = self._start_pump(utt)
             utt.engine_segments.append(index)
             utt.stream.append(spoken + " ")

@@ -15,12 +15,15 @@ from typing import Literal
 
 import msgspec
 import numpy as np
-from litestar import Request, Response, get, post
+from litestar import Request, Response, post
 from litestar.response import Stream as StreamResponse
 
 from engine import AudioChunk, Engine, EngineError, StreamEnd
 from gateway.audio import MEDIA_TYPES, Resampler, encode_file, encode_frames, wav_stream_header
+from gateway.auth import authenticate
+from gateway.voices import resolve_voice
 from segmentation import StreamSegmenter, normalize_for_speech
+from sessions import StateUnavailable
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit
 # OpenAI's voice names: each maps to the engine's language-aware default unless the engine has a
@@ -85,9 +88,11 @@ def _voice(engine: Engine, name: str | None, aliases: dict[str, str]) -> str | N
     return name
 
 
-async def _pcm(engine: Engine, req: SpeechRequest, voice: str | None, rate: int) -> AsyncIterator[np.ndarray]:
+async def _pcm(
+    engine: Engine, req: SpeechRequest, voice: str | None, rate: int, voice_options: dict[str, object]
+) -> AsyncIterator[np.ndarray]:
     """The request's audio at `rate`, chunk by chunk; cancels the engine stream if the client leaves."""
-    options: dict[str, object] = {"sample_rate": rate}
+    options: dict[str, object] = {**voice_options, "sample_rate": rate}
     if req.speed != 1.0:
         options["speed"] = req.speed
     if req.seed is not None:
@@ -117,21 +122,27 @@ async def _pcm(engine: Engine, req: SpeechRequest, voice: str | None, rate: int)
 @post("/v1/audio/speech")
 async def create_speech(request: Request) -> Response:
     engine: Engine | None = request.app.state.get("engine")
+    tenant = authenticate(request)
+    if tenant is None:
+        return ApiError("a valid API key is required", code="unauthorized", status=401).response()
     if engine is None:
         return ApiError("the engine is warming up", code="engine_not_ready", status=503).response()
     try:
         req = _parse(await request.body())
-        voice = _voice(engine, req.voice, request.app.state.settings.voice_aliases)
+        name = _voice(engine, req.voice, request.app.state.settings.voice_aliases)
+        voice, voice_options = await resolve_voice(request.app.state.store, tenant, engine, name)
         rate = req.sample_rate or engine.sample_rate
         fmt = req.response_format
         if fmt == "opus" and rate not in (8000, 12000, 16000, 24000, 48000):
             raise ApiError("opus needs a sample_rate of 8000, 12000, 16000, 24000 or 48000", param="sample_rate")
-        chunks = _pcm(engine, req, voice, rate)
+        chunks = _pcm(engine, req, voice, rate, voice_options)
         first = await anext(chunks, None)  # surfaces engine errors (bad voice, language) as a 400
     except ApiError as e:
         return e.response()
     except EngineError as e:
         return ApiError(str(e), param="voice" if "voice" in e.code else None, code=e.code).response()
+    except StateUnavailable as e:
+        return ApiError(str(e), code=e.code, status=503).response()
 
     headers = {"X-Audio-Sample-Rate": str(rate), "X-Audio-Channels": "1"}
 
@@ -167,17 +178,4 @@ async def create_speech(request: Request) -> Response:
     return StreamResponse(audio(), media_type=MEDIA_TYPES[fmt], headers=headers)
 
 
-@get("/v1/audio/voices")
-async def list_voices(request: Request) -> Response[dict[str, object]]:
-    engine: Engine | None = request.app.state.get("engine")
-    if engine is None:
-        return ApiError("the engine is warming up", code="engine_not_ready", status=503).response()
-    voices = [
-        {"name": v.name, "languages": list(v.languages), "kind": v.kind, "description": v.description}
-        for v in engine.voices()
-    ]
-    aliases = dict.fromkeys(OPENAI_VOICES, "default") | request.app.state.settings.voice_aliases
-    return Response({"voices": voices, "languages": engine.languages(), "aliases": aliases})
-
-
-openai_routes = [create_speech, list_voices]
+openai_routes = [create_speech]

@@ -14,7 +14,9 @@ from typing import Any
 
 import msgspec
 
+from engine import Engine
 from gateway.protocol import ProtocolError, SessionConfig
+from gateway.voices import resolve_voice
 from sessions import (
     AttachedSession,
     ControlMessage,
@@ -100,6 +102,13 @@ class SessionBinding:
             raise ProtocolError(e.code, str(e)) from None
         slot.start_keepalive()
         return slot
+
+    async def resolve_voice(self, engine: Engine, name: str | None) -> tuple[str | None, dict[str, Any]]:
+        """An engine voice, or a registered preset/clone from the tenant's registry."""
+        try:
+            return await resolve_voice(self.store, self.tenant, engine, name)
+        except StateUnavailable as e:
+            raise ProtocolError(e.code, str(e)) from None
 
     async def events(self) -> AsyncIterator[ControlMessage]:
         assert self.attached is not None

@@ -1,0 +1,113 @@
+"""The tenant voice registry: presets work with any engine, clones only where the engine can clone."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import openai
+import pytest
+from support.servers import serve
+
+from engine import Engine
+from sessions import hash_api_key
+
+KEYS = f"acme={hash_api_key('acme-key')},beta={hash_api_key('beta-key')}"
+
+
+@pytest.fixture(scope="module")
+def keyed_gateway(cpu_engine: Engine) -> Any:
+    yield from serve(cpu_engine, api_keys=KEYS)
+
+
+def call(addr: str, method: str, path: str, key: str | None, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    req = urllib.request.Request(f"http://{addr}{path}", json.dumps(body).encode() if body else None, method=method)
+    req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def seconds_of(addr: str, key: str, voice: str) -> float:
+    client = openai.OpenAI(base_url=f"http://{addr}/v1", api_key=key, max_retries=0)
+    audio = client.audio.speech.create(
+        model="tts-1", voice=voice, input="Hello there, how are you?", response_format="pcm"
+    )
+    return len(audio.content) / 2 / 24000
+
+
+def test_a_preset_is_an_engine_voice_with_defaults(keyed_gateway: str) -> None:
+    status, body = call(keyed_gateway, "POST", "/v1/audio/voices", "acme-key",
+                        {"voice_id": "slow-joe", "base_voice": "joe", "speed": 0.5, "description": "calm"})  # fmt: skip
+    assert status == 201 and body["kind"] == "preset", body
+    assert (
+        call(keyed_gateway, "POST", "/v1/audio/voices", "acme-key", {"voice_id": "slow-joe", "base_voice": "joe"})[0]
+        == 409
+    )
+    _, listing = call(keyed_gateway, "GET", "/v1/audio/voices", "acme-key")
+    assert {"name": "slow-joe", "kind": "preset", "base_voice": "joe"}.items() <= listing["voices"][-1].items()
+    assert listing["cloning"] is False
+    # The preset's speed reaches the engine: half speed is about twice as long.
+    ratio = seconds_of(keyed_gateway, "acme-key", "slow-joe") / seconds_of(keyed_gateway, "acme-key", "joe")
+    assert 1.5 < ratio < 2.5, ratio
+    # Another tenant sees nothing of it.
+    _, other = call(keyed_gateway, "GET", "/v1/audio/voices", "beta-key")
+    assert all(v["name"] != "slow-joe" for v in other["voices"])
+    assert call(keyed_gateway, "DELETE", "/v1/audio/voices/slow-joe", "beta-key")[0] == 404
+    assert call(keyed_gateway, "DELETE", "/v1/audio/voices/slow-joe", "acme-key") == (
+        200,
+        {"id": "slow-joe", "object": "voice", "deleted": True},
+    )
+    assert call(keyed_gateway, "DELETE", "/v1/audio/voices/slow-joe", "acme-key")[0] == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"voice_id": "c", "ref_audio": base64.b64encode(b"RIFF").decode(), "ref_text": "hi"}, 400,
+         "voice_cloning_unsupported"),
+        ({"voice_id": "p", "base_voice": "nobody"}, 400, "unknown_voice"),
+        ({"voice_id": "p"}, 400, "invalid_value"),
+        ({"voice_id": "bad id!", "base_voice": "joe"}, 400, "invalid_id"),
+        ({"voice_id": "p", "base_voice": "joe", "colour": "blue"}, 400, "invalid_value"),
+    ],
+)  # fmt: skip
+def test_bad_voice_registrations(keyed_gateway: str, body: dict[str, Any], status: int, code: str) -> None:
+    got, err = call(keyed_gateway, "POST", "/v1/audio/voices", "acme-key", body)
+    assert got == status and err["error"]["code"] == code, err
+
+
+def test_the_registry_needs_a_key(keyed_gateway: str) -> None:
+    assert call(keyed_gateway, "GET", "/v1/audio/voices", None)[0] == 401
+    assert call(keyed_gateway, "POST", "/v1/audio/voices", "nope", {"voice_id": "x", "base_voice": "joe"})[0] == 401
+
+
+async def test_a_websocket_session_can_use_a_registered_voice(keyed_gateway: str) -> None:
+    import websockets
+
+    assert (
+        call(keyed_gateway, "POST", "/v1/audio/voices", "acme-key", {"voice_id": "agent", "base_voice": "joe"})[0]
+        == 201
+    )
+    url = f"ws://{keyed_gateway}/v1/audio/speech/stream?api_key=acme-key"  # browsers' way to send a key
+    async with websockets.connect(url, max_size=None) as ws:
+        await ws.send(json.dumps({"type": "session.config", "voice": "agent"}))
+        ready = json.loads(await ws.recv())
+        assert ready["type"] == "session.ready" and ready["voice"] == "agent"
+        await ws.send(json.dumps({"type": "input.text", "text": "Registered voices work here too."}))
+        await ws.send(json.dumps({"type": "input.done"}))
+        audio = 0
+        while True:
+            m = await ws.recv()
+            if isinstance(m, bytes):
+                audio += len(m)
+            elif json.loads(m)["type"] == "session.done":
+                break
+        assert audio > 24000
