@@ -4,9 +4,9 @@
 Threads: each `append`ed segment becomes a job on one worker pool shared by all streams and sized to
 the cores, run earliest-deadline first (the deadline: when that stream's listener would run out of
 audio; engine/cpu/pool.py). Several segments of one stream may synthesise at once, at most `workers`
-ahead of the one being delivered. A small driver thread per stream hands the finished audio of its segments, strictly
-in commit order, to the stream's `EventBridge`; only that driver ever blocks on a slow consumer, never
-a pool worker. Espeak runs on its own thread (engine/cpu/espeak.py).
+ahead of the one being delivered. A small driver thread per stream hands the finished audio of its
+segments, strictly in commit order, to the stream's `EventBridge`; only that driver ever blocks on a
+slow consumer, never a pool worker. Espeak runs on its own thread (engine/cpu/espeak.py).
 """
 
 from __future__ import annotations
