@@ -54,7 +54,8 @@ def temperature_top_k_top_p(logits: torch.Tensor, temperature: torch.Tensor, top
     v = logits.shape[-1]
     x = logits / temperature[:, None].to(logits.dtype)
     k = torch.where(top_k > 0, top_k.clamp(max=v), torch.full_like(top_k, v))
-    kth = torch.sort(x, dim=-1, descending=True).values.gather(1, (k - 1)[:, None])
+    # topk to the largest k in the batch, not a full sort: it was 35% of a sampled batch-8 step.
+    kth = torch.topk(x, int(k.max()), dim=-1).values.gather(1, (k - 1)[:, None])
     x = x.masked_fill(x < kth, NEG_INF)
     if bool((top_p < 1.0).any()):
         sorted_x, order = torch.sort(x, dim=-1)
@@ -77,11 +78,9 @@ def sample_from_logits(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Te
 
 def draw_uniforms(generators: Sequence[torch.Generator | None], device: torch.device | str = "cpu") -> torch.Tensor:
     """One uniform in (0, 1] per row from that row's generator (rows without one get zeros: unused)."""
-    u = torch.zeros(len(generators), dtype=torch.float64)
-    for i, g in enumerate(generators):
-        if g is not None:
-            u[i] = 1.0 - torch.rand((), generator=g, dtype=torch.float64)
-    return u.to(device)
+    u = [1.0 - torch.rand((), generator=g, dtype=torch.float64).item() if g is not None else 0.0
+         for g in generators]
+    return torch.tensor(u, dtype=torch.float64, device=device)
 
 
 def choose(logits: torch.Tensor, greedy: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
