@@ -688,6 +688,7 @@ def plot(cmp: dict[str, Any], args: argparse.Namespace, path: Path) -> bool:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         print("note: matplotlib not installed (pip install 'voxgate[bench]'); no plot", file=sys.stderr)
         return False
@@ -714,12 +715,16 @@ def plot(cmp: dict[str, Any], args: argparse.Namespace, path: Path) -> bool:
         a.set_xticks(ticks, [f"{t:g}" for t in ticks])
         a.minorticks_off()
     a1.axhline(args.ttfa_target, color="grey", ls=":", label="target")
-    a1.set(xlabel=f"arrival {axis}" + (" (responses/s)" if axis == "rate" else " (sessions)"),
+    xlabel = "arrival rate (responses/s)" if axis == "rate" else "sessions (closed loop)"
+    a1.set(xlabel=xlabel,
            ylabel="audible TTFA p95 from first text unit (s)", title="Time to first audible audio")  # fmt: skip
     a1.set_yscale("log")
+    a1.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    a1.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    a1.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     a2.axhline(100 * args.gap_free_target, color="grey", ls=":")
-    a2.set(xlabel=f"arrival {axis}", ylabel="responses without a gap (%)", title="Gap-free share", ylim=(-5, 105))
-    a3.set(xlabel=f"arrival {axis}", ylabel="audio seconds per second", title="Audio asked for vs produced")
+    a2.set(xlabel=xlabel, ylabel="responses without a gap (%)", title="Gap-free share", ylim=(-5, 105))
+    a3.set(xlabel=xlabel, ylabel="audio seconds per second", title="Audio asked for vs produced")
     a1.legend(fontsize=8)
     a2.legend(fontsize=7)
     a3.legend(fontsize=7)
@@ -877,6 +882,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.report:  # re-render a saved run: tables and plot, no traffic
         result = json.loads(Path(args.report).read_text())
+        if result.get("axis") == "concurrency":
+            args.concurrency = result["settings"]["concurrency"]
         cmp = compare(result["runs"], args)
     else:
         result = asyncio.run(main_async(args))
