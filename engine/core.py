@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import logging
 import math
+import statistics
 import threading
 import time
 from collections import deque
@@ -180,7 +181,7 @@ class EngineCore:
             torch.set_num_threads(self.config.threads)
             t0 = time.perf_counter()
             self.pool = SlotPool.allocate(self.model, self.config.max_streams, self.config.max_context)
-            self.talker = NativeTalker(self.model, self.pool, self.config.kv_block)
+            self.talker = NativeTalker(self.model, self.pool, self._buckets[-1], self.config.kv_block)
             if self.config.warm_up:
                 self._warm_up()
             per_slot = self.pool.bytes_per_slot()
@@ -242,7 +243,9 @@ class EngineCore:
         if produced:
             self._complete(produced, self.scheduler.bucket(len(produced)))
         now = self.clock()
-        codec = self.scheduler.plan_codec((r.record for r in live if not r.ended), now, plan.pressing)
+        recent = list(itertools.islice(reversed(self.cycle_s), 8))
+        cycle_s = statistics.median(recent) if recent else 0.0
+        codec = self.scheduler.plan_codec((r.record for r in live if not r.ended), now, plan.pressing, cycle_s)
         for size, rids in codec.by_size().items():
             self._decode([self._requests[rid] for rid in rids], size)
             worked = True

@@ -57,6 +57,7 @@ class SchedulerConfig:
     max_codec_rows: int = 32  # most streams decoded per cycle
     low_water_s: float = 1.0  # a buffer below this is pressing (VoxServe's rule)
     defer_s: float = 2.0  # a chunk of a stream with more buffered than this can wait for pressing talker work
+    flush_margin_s: float = 0.05  # decode a partial chunk when the buffer would run out this close to its arrival
 
     def __post_init__(self) -> None:
         if not self.buckets or list(self.buckets) != sorted(set(self.buckets)) or self.buckets[0] < 1:
@@ -119,23 +120,39 @@ class Scheduler:
         pressing = prefill is not None or any(self._pressing(r, now) for r in chosen)
         return TalkerPlan(prefill, tuple(r.rid for r in chosen), self.bucket(rows), pressing)
 
-    def plan_codec(self, records: Iterable[RequestRecord], now: float, talker_pressing: bool) -> CodecPlan:
-        """Decode every ready chunk, most urgent first, up to `max_codec_rows`. A chunk is ready when the
-        stream's pending frames reach its next ramp size, or the talker is done (the final flush). When
-        the talker has pressing work, chunks of streams with more than `defer_s` buffered wait: their
+    def plan_codec(self, records: Iterable[RequestRecord], now: float, talker_pressing: bool,
+                   cycle_s: float = 0.0) -> CodecPlan:
+        """Decode every ready chunk (`ready_frames`), most urgent first, up to `max_codec_rows`. When the
+        talker has pressing work, chunks of streams with more than `defer_s` buffered wait: their
         listener can spare the time, a stream still waiting for its first audio cannot."""
         ready: list[tuple[tuple[int, float], int, int]] = []
         for r in records:
             if not r.admitted or r.paused or r.pending_frames <= 0:
                 continue
-            need = self.chunk_size(r)
-            if r.pending_frames < need and r.generating:
+            n = self.ready_frames(r, now, cycle_s)
+            if n == 0:
                 continue
             if talker_pressing and r.first_audio_at is not None and r.buffer_s(now) > self.config.defer_s:
                 continue
-            ready.append((urgency(r, now), r.rid, min(need, r.pending_frames)))
+            ready.append((urgency(r, now), r.rid, n))
         ready.sort()
         return CodecPlan(tuple((rid, n) for _, rid, n in ready[: self.config.max_codec_rows]))
+
+    def ready_frames(self, rec: RequestRecord, now: float, cycle_s: float) -> int:
+        """Frames to decode now (0: keep waiting). The next ramp size once it is pending; everything
+        pending when no more frames are coming soon (the talker is done, or parked on text); and a
+        partial chunk when waiting for the full one (about one cycle per missing frame) would let the
+        listener's buffer run dry: a smaller decode costs a little throughput, a gap is audible."""
+        need = self.chunk_size(rec)
+        if rec.pending_frames >= need:
+            return need
+        if not rec.generating or rec.parked:
+            return rec.pending_frames
+        if rec.first_audio_at is not None:
+            wait_s = (need - rec.pending_frames + 1) * cycle_s
+            if rec.buffer_s(now) < wait_s + self.config.flush_margin_s:
+                return rec.pending_frames
+        return 0
 
     def _pressing(self, rec: RequestRecord, now: float) -> bool:
         return rec.first_audio_at is None or rec.buffer_s(now) < self.config.low_water_s

@@ -86,6 +86,12 @@ def reference_pcm(eng: Qwen3Engine, text: str, voice: str = "ryan", language: st
     return out[0]
 
 
+def assert_same_audio(got: np.ndarray, expected: np.ndarray) -> None:
+    """Equal up to float summation order (chunked vs. full decode): one wrong code moves thousands of LSBs."""
+    assert got.size == expected.size
+    assert np.abs(got.astype(np.int32) - expected).max() <= 2
+
+
 async def request_of(eng: Qwen3Engine, stream: Qwen3Stream) -> CoreRequest:
     await wait_for(lambda: stream.rid in eng.core._requests)
     return eng.core._requests[stream.rid]
@@ -110,17 +116,17 @@ async def test_engine_audio_equals_the_models_reference_generation(tmp_path: Pat
         batched = await asyncio.gather(*[speak(eng, t) for t in TEXTS[:4]])
     finally:
         eng.close()
-    assert alone.size == expected.size
     # Streaming decode with carried state equals the full decode up to float summation order.
-    assert np.abs(alone.astype(np.int32) - expected).max() <= 2
-    assert np.abs(batched[0].astype(np.int32) - expected).max() <= 2
+    assert_same_audio(alone, expected)
+    assert_same_audio(batched[0], expected)
 
 
 async def test_a_seeded_stream_is_reproducible_alone_and_batched(engine: Qwen3Engine) -> None:
     alone = await speak(engine, TEXTS[0], seed=7)
     batched = await asyncio.gather(speak(engine, TEXTS[1], seed=8), speak(engine, TEXTS[0], seed=7),
                                    *[speak(engine, t, seed=100 + i) for i, t in enumerate(TEXTS[2:6])])
-    np.testing.assert_array_equal(batched[1], alone)
+    # Same codes; chunk boundaries may differ with timing, which moves float rounding by an LSB at most.
+    assert_same_audio(batched[1], alone)
     other = await speak(engine, TEXTS[0], seed=9)
     assert not np.array_equal(other[: alone.size], alone[: other.size])  # another seed, other audio
 
@@ -150,8 +156,9 @@ async def test_many_streams_with_text_in_random_pieces_finish_with_audio_matchin
         assert [c.first_frame for c in chunks] == list(np.cumsum([0] + [c.pcm.size for c in chunks[:-1]]))
         segments = [c.segment for c in chunks]
         assert segments == sorted(segments) and segments[0] >= 0 and segments[-1] < n_pieces
-        sizes = [c.pcm.size // FRAME for c in chunks]
-        assert sizes[:2] == [2, 4][: len(sizes[:2])]  # the start of the code2wav ramp
+        ramp = engine.config.ramp
+        # code2wav chunks follow the ramp (smaller when a listener would run dry or the text did)
+        assert all(c.pcm.size // FRAME <= ramp[min(i, len(ramp) - 1)] for i, c in enumerate(chunks))
     await wait_for(lambda: engine.core.free_slots == MAX_STREAMS)
 
 
@@ -216,15 +223,15 @@ async def test_an_exception_in_one_stream_ends_only_that_stream(engine: Qwen3Eng
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     expected = dict(zip((21, 22), await asyncio.gather(speak(engine, TEXTS[0], 21), speak(engine, TEXTS[0], 22)),
                         strict=True))
-    model = engine.model
-    real = model.complete_frames
+    talker = engine.core.talker
+    real = talker.complete
 
-    def faulty(hidden: Any, cb0: Any, params: Any) -> Any:
+    def faulty(slots: Any, params: Any, bucket: int) -> Any:
         if any(p.seed == 666 for p in params):
-            raise RuntimeError("injected fault")
-        return real(hidden, cb0, params)
+            raise RuntimeError("injected fault")  # before any work: like a bad row's shape error
+        return real(slots, params, bucket)
 
-    monkeypatch.setattr(model, "complete_frames", faulty)
+    monkeypatch.setattr(talker, "complete", faulty)
     streams = {seed: engine.open_stream("ryan", "en", seed=seed) for seed in (21, 666, 22)}
     for st in streams.values():
         st.append(TEXTS[0])
@@ -235,7 +242,7 @@ async def test_an_exception_in_one_stream_ends_only_that_stream(engine: Qwen3Eng
     for seed in (21, 22):
         chunks, end = results[seed]
         assert end.reason == "done"
-        np.testing.assert_array_equal(pcm(chunks), expected[seed])  # as if the faulty stream never was
+        assert_same_audio(pcm(chunks), expected[seed])  # as if the faulty stream never was
     assert engine.core._thread.is_alive()
     await wait_for(lambda: engine.core.free_slots == MAX_STREAMS)
 

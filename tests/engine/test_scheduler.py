@@ -160,3 +160,23 @@ def test_talker_plan_reports_pressing_rows() -> None:
     assert s.plan_talker([comfy, running(2)], now=clock.t, free_slots=0).pressing
     clock.advance(4.5)
     assert s.plan_talker([comfy], now=clock.t, free_slots=0).pressing
+
+
+def test_a_partial_chunk_is_decoded_when_waiting_for_the_full_one_would_starve_the_listener() -> None:
+    clock = FakeClock()
+    s = Scheduler(SchedulerConfig(ramp=(2, 8), flush_margin_s=0.05))
+    r = running(1, pending=3, chunks_sent=1, audio_s=0.16, first_audio_at=clock.t)  # next chunk: 8
+    # 5 more frames at 0.01 s a cycle arrive well before 0.16 s of audio runs out: wait for the full chunk.
+    assert s.plan_codec([r], now=clock.t, talker_pressing=False, cycle_s=0.01).chunks == ()
+    # At 0.05 s a cycle they would not: decode the 3 frames there are now.
+    assert s.plan_codec([r], now=clock.t, talker_pressing=False, cycle_s=0.05).chunks == ((1, 3),)
+    clock.advance(0.1)  # the buffer drained to 0.06 s: even fast cycles cannot fill the gap in time
+    assert s.plan_codec([r], now=clock.t, talker_pressing=False, cycle_s=0.01).chunks == ((1, 3),)
+
+
+def test_a_parked_stream_speaks_what_it_has() -> None:
+    s = Scheduler(SchedulerConfig(ramp=(4,)))
+    r = running(1, pending=1)  # no audio yet, one frame, text ran dry
+    assert s.plan_codec([r], now=0.0, talker_pressing=False).chunks == ()
+    r.parked = True
+    assert s.plan_codec([r], now=0.0, talker_pressing=False).chunks == ((1, 1),)

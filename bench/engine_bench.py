@@ -1,0 +1,315 @@
+"""Qwen3 engine benchmark: continuous batching vs. a naive one-stream-at-a-time baseline, same process.
+
+For each concurrency N (default 1, 2, 4, 8, 16, 32), N streams open at once, each appends its text and
+finishes; every stream makes `--frames` frames (the tiny model almost never says EOS, so the frame cap
+sets the length; a real checkpoint may stop earlier). Measured through the real Stream/EventBridge path:
+
+- aggregate frames/s (all frames ÷ wall time to the last StreamEnd) and per-stream real-time factor
+  (open → end wall time ÷ audio seconds; < 1 is faster than real time);
+- time to first audio (open → first AudioChunk) p50/p95;
+- underruns: a player that starts at a stream's first chunk and pauses when dry (bench/audio_metrics.py);
+- cancel latency: N streams with audio, each cancelled in turn; cancel() → StreamEnd at the consumer,
+  and cancel() → slot freed inside the core, against the engine's cycle time.
+
+The baseline (the faster-qwen3-tts shape) serves the same N requests one at a time: a batch-1 talker
+loop (with the engine's sampling functions, so only batching and decoding differ), and every
+`BASELINE_CHUNK` frames a full re-decode of the chunk with `BASELINE_LEFT` frames of
+left context (approximate, no carried state), keeping only the new samples.
+
+    python bench/engine_bench.py [--model tiny|PATH] [--concurrency 1,2,4,8,16,32] [--frames 50]
+        [--threads 1] [--json bench/out/engine.json] [--png bench/out/engine.png] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from audio_metrics import pausing_player, percentile  # noqa: E402
+
+from engine import AudioChunk, StreamEnd, load_engine  # noqa: E402
+from engine.qwen3.model import Qwen3TTSModel, SamplingParams  # noqa: E402
+from engine.qwen3_engine import Qwen3Engine  # noqa: E402
+from engine.talker_backend import choose_cb0, complete_frames  # noqa: E402
+
+RATE = 24000
+FRAME = 1920
+BASELINE_CHUNK = 12  # frames per baseline decode (faster-qwen3-tts streams 12-frame chunks)
+BASELINE_LEFT = 25  # frames of left context re-decoded with each chunk
+TEXT = "Thanks for waiting. I checked your account, and the refund went out this morning. "
+
+
+# ---- the engine ----------------------------------------------------------------------------------
+async def _consume(stream: Any, t_open: float) -> dict[str, Any]:
+    arrivals: list[float] = []
+    sizes: list[int] = []
+    end: StreamEnd | None = None
+    async for ev in stream.events():
+        if isinstance(ev, AudioChunk):
+            arrivals.append(time.perf_counter() - t_open)
+            sizes.append(ev.pcm.size)
+        else:
+            end = ev
+    return {"arrivals": arrivals, "sizes": sizes, "end": end, "t_end": time.perf_counter() - t_open}
+
+
+async def engine_run(eng: Qwen3Engine, n: int, seed0: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    streams = []
+    for i in range(n):
+        s = eng.open_stream(None, "en", seed=seed0 + i)
+        s.append(TEXT)
+        s.finish()
+        streams.append(s)
+    results = await asyncio.gather(*[_consume(s, t0) for s in streams])
+    wall = time.perf_counter() - t0
+    return summarize_run(results, wall)
+
+
+async def engine_cancels(eng: Qwen3Engine, n: int, seed0: int) -> dict[str, Any]:
+    """N streams with audio flowing, cancelled one by one: consumer-side and core-side latency."""
+    streams = []
+    for i in range(n):
+        s = eng.open_stream(None, "en", seed=seed0 + i)
+        s.append(TEXT * 4)  # long enough to still be talking when cancelled
+        s.finish()
+        streams.append(s)
+    first = [asyncio.Event() for _ in streams]
+    ends: list[float] = [0.0] * n
+    cancelled_at: list[float] = [0.0] * n
+
+    async def consume(i: int) -> None:
+        async for ev in streams[i].events():
+            if isinstance(ev, AudioChunk):
+                first[i].set()
+            else:
+                ends[i] = time.perf_counter()
+
+    tasks = [asyncio.create_task(consume(i)) for i in range(n)]
+    await asyncio.gather(*[e.wait() for e in first])
+    core_before = len(eng.core.cancel_latency_s)
+    cycles = list(eng.core.cycle_s)[-200:]
+    for i, s in enumerate(streams):
+        cancelled_at[i] = time.perf_counter()
+        s.cancel()
+        await asyncio.sleep(0.02)
+    await asyncio.gather(*tasks)
+    consumer = [e - c for e, c in zip(ends, cancelled_at, strict=True)]
+    core = list(eng.core.cancel_latency_s)[core_before:]
+    return {
+        "consumer_p50_ms": 1e3 * statistics.median(consumer),
+        "core_p50_ms": 1e3 * statistics.median(core) if core else None,
+        "core_max_ms": 1e3 * max(core) if core else None,
+        "cycle_p50_ms": 1e3 * statistics.median(cycles) if cycles else None,
+        "cycle_max_ms": 1e3 * max(cycles) if cycles else None,
+    }
+
+
+# ---- the baseline --------------------------------------------------------------------------------
+@torch.no_grad()
+def baseline_one(model: Qwen3TTSModel, seed: int, frames: int, emit: Any) -> int:
+    """One request, batch 1, frame by frame; left-context re-decode every BASELINE_CHUNK frames."""
+    prompt = model.build_prompt(TEXT.rstrip(), voice=None, language="english")
+    params = SamplingParams.from_defaults(model.gen, seed=seed)
+    dev = model.device
+    t = prompt.rows.shape[0]
+    cache = model.new_kv_cache(1, t + frames + 1)
+    predictor_cache = model.predictor.new_cache(1)
+    slot = torch.zeros(1, dtype=torch.long, device=dev)
+    logits, hidden = model.talker.prefill(prompt.rows[None], torch.tensor([t], device=dev), slot, cache)
+    seen = torch.zeros(1, model.talker.cfg.vocab_size, dtype=torch.bool, device=dev)
+    n_gen = torch.zeros(1, dtype=torch.long, device=dev)
+    cb0 = choose_cb0(model, logits, seen, n_gen, [params])
+    codes: list[torch.Tensor] = []
+    decoded = 0
+    while int(cb0[0]) != model.eos_id and len(codes) < frames:
+        seen[0, cb0[0]] = True
+        n_gen += 1
+        frame = complete_frames(model, hidden, cb0, [params], predictor_cache)
+        codes.append(frame[0])
+        if len(codes) - decoded >= BASELINE_CHUNK:
+            decoded = _baseline_decode(model, codes, decoded, emit)
+        if len(codes) >= frames:
+            break
+        g = len(codes) - 1
+        text = prompt.trailing[g] if g < prompt.trailing.shape[0] else prompt.pad
+        x = model.next_inputs(frame, text[None])
+        logits, hidden = model.talker.step(x, t + n_gen - 1, slot, cache)
+        cb0 = choose_cb0(model, logits, seen, n_gen, [params])
+    if len(codes) > decoded:
+        _baseline_decode(model, codes, decoded, emit)
+    return len(codes)
+
+
+def _baseline_decode(model: Qwen3TTSModel, codes: list[torch.Tensor], decoded: int, emit: Any) -> int:
+    start = max(0, decoded - BASELINE_LEFT)
+    window = torch.stack(codes[start:]).T[None]  # [1, 16, frames]
+    wav = model.codec(window)[0]
+    new = (len(codes) - decoded) * FRAME
+    emit(wav[-new:].numpy())
+    return len(codes)
+
+
+def baseline_run(model: Qwen3TTSModel, n: int, frames: int, threads: int, seed0: int) -> dict[str, Any]:
+    """N requests arriving together, served one at a time on one thread (as the engine core is)."""
+    results: list[dict[str, Any]] = []
+
+    def serve() -> None:
+        torch.set_num_threads(threads)
+        t0 = time.perf_counter()
+        for i in range(n):
+            arrivals: list[float] = []
+            sizes: list[int] = []
+
+            def emit(pcm: np.ndarray, a: list[float] = arrivals, s: list[int] = sizes) -> None:
+                a.append(time.perf_counter() - t0)
+                s.append(pcm.size)
+
+            baseline_one(model, seed0 + i, frames, emit)
+            results.append({"arrivals": arrivals, "sizes": sizes, "end": StreamEnd("done"),
+                            "t_end": time.perf_counter() - t0})
+        results.append({"wall": time.perf_counter() - t0})
+
+    worker = threading.Thread(target=serve)
+    worker.start()
+    worker.join()
+    wall = results.pop()["wall"]
+    return summarize_run(results, wall)
+
+
+# ---- metrics -------------------------------------------------------------------------------------
+def summarize_run(results: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+    frames = sum(sum(r["sizes"]) for r in results) / FRAME
+    ttfa = [r["arrivals"][0] for r in results if r["arrivals"]]
+    rtf = [r["t_end"] / (sum(r["sizes"]) / RATE) for r in results if r["sizes"]]
+    players = [pausing_player(r["arrivals"], r["sizes"], RATE) for r in results if r["sizes"]]
+    return {
+        "streams": len(results),
+        "ended_done": sum(1 for r in results if r["end"] is not None and r["end"].reason == "done"),
+        "frames": frames,
+        "wall_s": wall,
+        "frames_per_s": frames / wall,
+        "rtf_p50": statistics.median(rtf) if rtf else None,
+        "ttfa_p50_s": percentile(ttfa, 50),
+        "ttfa_p95_s": percentile(ttfa, 95),
+        "underruns": sum(p.underruns for p in players),
+        "streams_with_underruns": sum(1 for p in players if p.underruns),
+        "stall_s": sum(p.stall_s for p in players),
+    }
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    head = (f"{'N':>3} | {'engine f/s':>10} {'RTF':>5} {'TTFA p50':>8} {'p95':>6} {'undr':>4} "
+            f"{'cancel core/cycle ms':>20} | {'base f/s':>8} {'TTFA p50':>8} {'p95':>6} {'undr':>4} | {'×base1':>6}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        e, b, c = r["engine"], r["baseline"], r["cancel"]
+        print(f"{r['n']:>3} | {e['frames_per_s']:>10.1f} {_fmt(e['rtf_p50'], '.2f'):>5} "
+              f"{_fmt(e['ttfa_p50_s'], '.3f'):>8} {_fmt(e['ttfa_p95_s'], '.3f'):>6} {e['underruns']:>4} "
+              f"{_fmt(c.get('core_max_ms'), '.1f'):>9}/{_fmt(c.get('cycle_max_ms'), '.1f'):<10} | "
+              f"{b['frames_per_s']:>8.1f} {_fmt(b['ttfa_p50_s'], '.3f'):>8} {_fmt(b['ttfa_p95_s'], '.3f'):>6} "
+              f"{b['underruns']:>4} | {r['speedup_vs_baseline_1']:>6.1f}")
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    ns = [r["n"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for who, style in (("engine", "o-"), ("baseline", "s--")):
+        ax1.plot(ns, [r[who]["ttfa_p95_s"] for r in rows], style, label=who)
+        ax2.plot(ns, [r[who]["underruns"] for r in rows], style, label=who)
+    for ax, title in ((ax1, "time to first audio p95 (s)"), (ax2, "underruns (all streams)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.set_xlabel("concurrent streams")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    ax1.set_yscale("log")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--concurrency", default="1,2,4,8,16,32")
+    ap.add_argument("--frames", type=int, default=50, help="frames per stream (the cap; 12.5 frames = 1 s)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (engine core and baseline)")
+    ap.add_argument("--json", type=Path, default=REPO / "bench" / "out" / "engine.json")
+    ap.add_argument("--png", type=Path, default=REPO / "bench" / "out" / "engine.png")
+    ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="concurrency 1,2 and 8 frames: checks the harness runs")
+    args = ap.parse_args(argv)
+    levels = [int(x) for x in args.concurrency.split(",")]
+    if args.smoke:
+        levels, args.frames = [1, 2], 8
+    max_n = max(levels)
+    t = time.perf_counter()
+    eng = load_engine(args.model, max_streams=max_n, threads=args.threads, min_frames=args.frames,
+                      frames_per_token=0.0, max_context=max(256, 64 * math.ceil((args.frames + 160) / 64)))
+    assert isinstance(eng, Qwen3Engine)
+    assert eng.core.pool is not None
+    per_slot = eng.core.pool.bytes_per_slot()
+    print(f"model {args.model}: loaded and warmed in {time.perf_counter() - t:.1f} s; "
+          f"{sum(per_slot.values())} bytes per slot {per_slot}; "
+          f"{args.threads} thread(s), {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    rows: list[dict[str, Any]] = []
+    base1: float | None = None
+    try:
+        for i, n in enumerate(levels):
+            e = asyncio.run(engine_run(eng, n, seed0=1000 * i))
+            c = asyncio.run(engine_cancels(eng, n, seed0=1000 * i + 500))
+            b = (baseline_run(eng.model, n, args.frames, args.threads, seed0=1000 * i) if not args.no_baseline
+                 else {"frames_per_s": float("nan"), "ttfa_p50_s": None, "ttfa_p95_s": None, "underruns": 0})
+            if base1 is None:
+                base1 = b["frames_per_s"]
+            rows.append({"n": n, "engine": e, "cancel": c, "baseline": b,
+                         "speedup_vs_baseline_1": e["frames_per_s"] / base1 if base1 else float("nan")})
+            print(f"  N={n}: engine {e['frames_per_s']:.1f} f/s, baseline {b['frames_per_s']:.1f} f/s", flush=True)
+    finally:
+        eng.close()
+    print()
+    print_table(rows)
+    out = {"model": args.model, "frames_per_stream": args.frames, "threads": args.threads,
+           "cpu_count": os.cpu_count(), "load_average": os.getloadavg()[0],
+           "bytes_per_slot": per_slot, "max_context": eng.config.max_context,
+           "baseline": {"chunk": BASELINE_CHUNK, "left_context": BASELINE_LEFT},
+           "rows": rows}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(out, indent=2, default=float))
+    print(f"\nwrote {args.json}" + (f" and {args.png}" if plot(rows, args.png) else " (no matplotlib: no PNG)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
