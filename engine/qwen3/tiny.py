@@ -126,6 +126,29 @@ def _init_(module: nn.Module, g: torch.Generator) -> None:
             normal(p, 0.02, 0.3)
 
 
+def _wire_end_of_text(talker: Talker, cfg: Qwen3TTSConfig, g: torch.Generator) -> None:
+    """Make the tiny talker end an utterance the way a trained one does: EOS right after it reads tts_eos.
+
+    Random weights never choose EOS, so tiny streams would only end at max_frames. One hidden unit of the
+    text projection becomes a tts_eos detector that writes a large vector along a direction d into the
+    row's residual stream, and the codec head's EOS row reads d. Final-norm gain 5 sharpens all logits so
+    sampling takes that EOS too; elsewhere EOS stays as unlikely as any code (its row is 0.6·d, |d| = 1).
+    In streaming-text mode an utterance of n text tokens thus gives about n frames; non-streaming prompts
+    have tts_eos mid-prompt, so they run to max_frames.
+    """
+    h = talker.cfg.hidden_size
+    d = torch.randn(h, generator=g)
+    d /= d.norm()
+    e = talker.model.text_embedding.weight[cfg.tts_eos_token_id]
+    fc1, fc2 = talker.text_projection.linear_fc1, talker.text_projection.linear_fc2
+    fc1.weight[0] = e * (20 / e.dot(e))  # 20 on tts_eos; other tokens ~N(0, 3.5), below the 16 threshold
+    assert fc1.bias is not None
+    fc1.bias[0] = -16.0
+    fc2.weight[:, 0] = d * 80.0
+    talker.model.norm.weight.mul_(5.0)
+    talker.codec_head.weight[talker.cfg.codec_eos_token_id] = d * 0.6
+
+
 def _calibrate_codec(codec: CodecDecoder, g: torch.Generator) -> None:
     """Tame the residual stacks and scale the output conv so random codes give ~0.3 RMS, unclamped."""
     for m in codec.modules():
@@ -200,6 +223,7 @@ def make_tiny_checkpoint(path: str | Path, seed: int = 0) -> Path:
         for m in (talker, predictor, codec):
             _init_(m, g)
         _calibrate_codec(codec, g)
+        _wire_end_of_text(talker, cfg, g)
     tensors = _state(talker, "talker.") | _state(predictor, "talker.code_predictor.")
     save_file(tensors, str(root / "model.safetensors"), metadata={"format": "pt"})
     codec_path = root / "speech_tokenizer" / "model.safetensors"

@@ -9,38 +9,50 @@ import torch
 from engine.qwen3 import GenerationRequest, Qwen3TTSModel, SamplingParams, load_model
 
 FRAMES = 20
+LONG = "The quick brown fox jumps over the lazy dog, and then it runs all the way back home again."
 
 
 def _requests(model: Qwen3TTSModel, greedy: bool, seeds: tuple[int, ...] = (11, 12, 13)) -> list[GenerationRequest]:
-    """Three prompts of different lengths, voices, languages and text modes."""
+    """Three prompts of different lengths, voices, languages and text modes; they end at different frames
+    (two by EOS after their text, one at max_frames)."""
     prompts = [
-        model.build_prompt("Hello there.", voice="ryan", language="english"),
-        model.build_prompt("The quick brown fox jumps over the lazy dog, twice.", voice="vivian", language="auto",
-                           streaming_text=False),
+        model.build_prompt(LONG, voice="ryan", language="english"),
+        model.build_prompt("Hello there, how are you?", voice="vivian", language="auto", streaming_text=False),
         model.build_prompt("你好，今天天气很好。", voice="dylan", language="chinese"),
     ]
-    return [GenerationRequest(p, SamplingParams.from_defaults(model.gen, greedy=greedy, seed=s), FRAMES + i)
-            for i, (p, s) in enumerate(zip(prompts, seeds, strict=True))]
+    return [GenerationRequest(p, SamplingParams.from_defaults(model.gen, greedy=greedy, seed=s), 48)
+            for p, s in zip(prompts, seeds, strict=True)]
 
 
 @pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "seeded-sampling"])
 def test_batched_generation_equals_each_request_alone(tiny_model: Qwen3TTSModel, greedy: bool) -> None:
     batched = tiny_model.generate_batch(_requests(tiny_model, greedy))
+    assert len({b.shape[0] for b in batched}) == 3  # rows really leave the batch at different steps
+    assert max(b.shape[0] for b in batched) >= FRAMES
     for i, req in enumerate(_requests(tiny_model, greedy)):
         alone = tiny_model.generate_batch([req])[0]
-        assert alone.shape == (FRAMES + i, 16)
         assert np.array_equal(alone, batched[i]), f"request {i} differs when batched"
 
 
+def test_tiny_model_ends_right_after_its_text_in_streaming_mode(tiny_model: Qwen3TTSModel) -> None:
+    """The tiny checkpoint is wired to say EOS after reading tts_eos (tiny.py), so streams end on their own."""
+    for text in (LONG, "你好，今天天气很好。"):
+        n_tokens = len(tiny_model.tokenizer.content_ids(text))
+        codes = tiny_model.generate(text, voice="ryan", greedy=True, max_frames=200)
+        assert codes.shape[0] == n_tokens
+        assert tiny_model.generate(text, voice="ryan", seed=3, max_frames=200).shape[0] == n_tokens
+
+
 def test_codes_are_real_codes_and_vary(tiny_model: Qwen3TTSModel) -> None:
-    codes = tiny_model.generate("Hello there.", voice="ryan", language="english", greedy=True, max_frames=FRAMES)
+    codes = tiny_model.generate("Hello there.", voice="ryan", language="english", greedy=True, max_frames=FRAMES,
+                                streaming_text=False)
     assert codes.dtype == np.int64 and codes.shape == (FRAMES, 16)
     assert codes.min() >= 0 and codes.max() < 2048  # control ids are suppressed
     assert len(np.unique(codes[:, 0])) > 5
 
 
 def test_seed_reproduces_and_different_seeds_differ(tiny_model: Qwen3TTSModel) -> None:
-    kw = {"voice": "ryan", "language": "english", "max_frames": 10}
+    kw = {"voice": "ryan", "language": "english", "max_frames": 10, "streaming_text": False}
     a = tiny_model.generate("Hello there.", seed=5, **kw)
     b = tiny_model.generate("Hello there.", seed=5, **kw)
     c = tiny_model.generate("Hello there.", seed=6, **kw)
@@ -51,7 +63,7 @@ def test_seed_reproduces_and_different_seeds_differ(tiny_model: Qwen3TTSModel) -
 
 
 def test_prompt_conditions_the_output(tiny_model: Qwen3TTSModel) -> None:
-    kw = {"language": "english", "greedy": True, "max_frames": 8}
+    kw = {"language": "english", "greedy": True, "max_frames": 8, "streaming_text": False}
     a = tiny_model.generate("Hello there.", voice="ryan", **kw)
     assert not np.array_equal(a, tiny_model.generate("Hello there.", voice="vivian", **kw))
     assert not np.array_equal(a, tiny_model.generate("Good morning.", voice="ryan", **kw))
@@ -96,7 +108,7 @@ def test_a_reused_slot_never_sees_its_previous_occupant(tiny_model: Qwen3TTSMode
 
 
 def test_max_frames_bounds_the_output(tiny_model: Qwen3TTSModel) -> None:
-    assert tiny_model.generate("Hi.", voice="ryan", greedy=True, max_frames=3).shape == (3, 16)
+    assert tiny_model.generate(LONG, voice="ryan", greedy=True, max_frames=3).shape == (3, 16)
     assert tiny_model.generate("Hi.", voice="ryan", greedy=True, max_frames=0).shape == (0, 16)
 
 
@@ -110,10 +122,10 @@ def eager_eos_model(tiny_dir: Path) -> Qwen3TTSModel:
 
 
 def test_eos_ends_generation_but_not_before_two_frames(eager_eos_model: Qwen3TTSModel) -> None:
-    codes = eager_eos_model.generate("Hello there.", voice="ryan", greedy=True, max_frames=50)
+    codes = eager_eos_model.generate(LONG, voice="ryan", greedy=True, max_frames=50)
     assert 2 <= codes.shape[0] < 10  # min_new_tokens=2 masks EOS for the first two codebook-0 choices
     assert (codes[:, 0] != eager_eos_model.eos_id).all()  # the EOS frame itself is not returned
-    plain = eager_eos_model.generate("Hello there.", voice="ryan", greedy=True, max_frames=codes.shape[0] + 5)
+    plain = eager_eos_model.generate(LONG, voice="ryan", greedy=True, max_frames=codes.shape[0] + 5)
     assert np.array_equal(plain, codes)  # it stopped on EOS, not on max_frames
 
 

@@ -77,7 +77,8 @@ def test_official_tokenizer_gives_the_same_ids(reference: Any, tiny_model: Qwen3
                          [("ryan", "english", True), ("vivian", "auto", False), ("dylan", "chinese", True)])
 def test_greedy_codes_match_the_official_generate(reference: Any, tiny_model: Qwen3TTSModel, speaker: str,
                                                   language: str, streaming_text: bool) -> None:
-    text = "Hello there, how are you?" if language != "chinese" else "你好，今天天气很好。"
+    text = ("The quick brown fox jumps over the lazy dog, and then it runs all the way back home again."
+            if language != "chinese" else "你好，今天天气很好。我们一起去公园散步吧，然后回家吃晚饭。")
     want = _reference_codes(reference, text, speaker, language, non_streaming=not streaming_text)
     got = tiny_model.generate(text, voice=speaker, language=language, greedy=True, max_frames=FRAMES,
                               streaming_text=streaming_text)
