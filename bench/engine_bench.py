@@ -70,6 +70,7 @@ async def _consume(stream: Any, t_open: float) -> dict[str, Any]:
 
 
 async def engine_run(eng: Qwen3Engine, n: int, seed0: int) -> dict[str, Any]:
+    cpu0 = eng.core.cpu_s
     t0 = time.perf_counter()
     streams = []
     for i in range(n):
@@ -79,7 +80,7 @@ async def engine_run(eng: Qwen3Engine, n: int, seed0: int) -> dict[str, Any]:
         streams.append(s)
     results = await asyncio.gather(*[_consume(s, t0) for s in streams])
     wall = time.perf_counter() - t0
-    return summarize_run(results, wall)
+    return summarize_run(results, wall, eng.core.cpu_s - cpu0)
 
 
 async def engine_cancels(eng: Qwen3Engine, n: int, seed0: int) -> dict[str, Any]:
@@ -172,7 +173,7 @@ def baseline_run(model: Qwen3TTSModel, n: int, frames: int, threads: int, seed0:
 
     def serve() -> None:
         torch.set_num_threads(threads)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         for i in range(n):
             arrivals: list[float] = []
             sizes: list[int] = []
@@ -184,17 +185,17 @@ def baseline_run(model: Qwen3TTSModel, n: int, frames: int, threads: int, seed0:
             baseline_one(model, seed0 + i, frames, emit)
             results.append({"arrivals": arrivals, "sizes": sizes, "end": StreamEnd("done"),
                             "t_end": time.perf_counter() - t0})
-        results.append({"wall": time.perf_counter() - t0})
+        results.append({"wall": time.perf_counter() - t0, "cpu": time.thread_time() - c0})
 
     worker = threading.Thread(target=serve)
     worker.start()
     worker.join()
-    wall = results.pop()["wall"]
-    return summarize_run(results, wall)
+    totals = results.pop()
+    return summarize_run(results, totals["wall"], totals["cpu"])
 
 
 # ---- metrics -------------------------------------------------------------------------------------
-def summarize_run(results: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+def summarize_run(results: list[dict[str, Any]], wall: float, cpu: float) -> dict[str, Any]:
     frames = sum(sum(r["sizes"]) for r in results) / FRAME
     ttfa = [r["arrivals"][0] for r in results if r["arrivals"]]
     rtf = [r["t_end"] / (sum(r["sizes"]) / RATE) for r in results if r["sizes"]]
@@ -205,6 +206,9 @@ def summarize_run(results: list[dict[str, Any]], wall: float) -> dict[str, Any]:
         "frames": frames,
         "wall_s": wall,
         "frames_per_s": frames / wall,
+        "cpu_s": cpu,
+        "frames_per_cpu_s": frames / cpu if cpu > 0 else None,
+        "load_average": os.getloadavg()[0],
         "rtf_p50": statistics.median(rtf) if rtf else None,
         "ttfa_p50_s": percentile(ttfa, 50),
         "ttfa_p95_s": percentile(ttfa, 95),
@@ -219,17 +223,20 @@ def _fmt(v: Any, spec: str) -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    head = (f"{'N':>3} | {'engine f/s':>10} {'RTF':>5} {'TTFA p50':>8} {'p95':>6} {'undr':>4} "
-            f"{'cancel core/cycle ms':>20} | {'base f/s':>8} {'TTFA p50':>8} {'p95':>6} {'undr':>4} | {'×base1':>6}")
+    head = (f"{'N':>3} {'load':>4} | {'f/s':>6} {'f/cpu-s':>7} {'RTF':>5} {'TTFA p50':>8} {'p95':>6} {'undr':>4} "
+            f"{'cancel/cycle ms':>15} | {'f/s':>6} {'f/cpu-s':>7} {'TTFA p50':>8} {'p95':>6} {'undr':>4} "
+            f"| {'×base1 wall':>11} {'cpu':>5}")
     print(head)
     print("-" * len(head))
     for r in rows:
         e, b, c = r["engine"], r["baseline"], r["cancel"]
-        print(f"{r['n']:>3} | {e['frames_per_s']:>10.1f} {_fmt(e['rtf_p50'], '.2f'):>5} "
+        print(f"{r['n']:>3} {e['load_average']:>4.1f} | {e['frames_per_s']:>6.1f} "
+              f"{_fmt(e['frames_per_cpu_s'], '.1f'):>7} {_fmt(e['rtf_p50'], '.2f'):>5} "
               f"{_fmt(e['ttfa_p50_s'], '.3f'):>8} {_fmt(e['ttfa_p95_s'], '.3f'):>6} {e['underruns']:>4} "
-              f"{_fmt(c.get('core_max_ms'), '.1f'):>9}/{_fmt(c.get('cycle_max_ms'), '.1f'):<10} | "
-              f"{b['frames_per_s']:>8.1f} {_fmt(b['ttfa_p50_s'], '.3f'):>8} {_fmt(b['ttfa_p95_s'], '.3f'):>6} "
-              f"{b['underruns']:>4} | {r['speedup_vs_baseline_1']:>6.1f}")
+              f"{_fmt(c.get('core_max_ms'), '.1f'):>7}/{_fmt(c.get('cycle_max_ms'), '.1f'):<7} | "
+              f"{b['frames_per_s']:>6.1f} {_fmt(b.get('frames_per_cpu_s'), '.1f'):>7} "
+              f"{_fmt(b['ttfa_p50_s'], '.3f'):>8} {_fmt(b['ttfa_p95_s'], '.3f'):>6} {b['underruns']:>4} "
+              f"| {r['speedup_vs_baseline_1']:>11.1f} {_fmt(r.get('cpu_speedup_vs_baseline_1'), '.1f'):>5}")
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:
@@ -285,16 +292,20 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.threads} thread(s), {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     rows: list[dict[str, Any]] = []
     base1: float | None = None
+    base1_cpu: float | None = None
     try:
         for i, n in enumerate(levels):
             e = asyncio.run(engine_run(eng, n, seed0=1000 * i))
             c = asyncio.run(engine_cancels(eng, n, seed0=1000 * i + 500))
             b = (baseline_run(eng.model, n, args.frames, args.threads, seed0=1000 * i) if not args.no_baseline
-                 else {"frames_per_s": float("nan"), "ttfa_p50_s": None, "ttfa_p95_s": None, "underruns": 0})
+                 else {"frames_per_s": float("nan"), "ttfa_p50_s": None, "ttfa_p95_s": None, "underruns": 0,
+                       "frames_per_cpu_s": None})
             if base1 is None:
-                base1 = b["frames_per_s"]
+                base1, base1_cpu = b["frames_per_s"], b.get("frames_per_cpu_s")
             rows.append({"n": n, "engine": e, "cancel": c, "baseline": b,
-                         "speedup_vs_baseline_1": e["frames_per_s"] / base1 if base1 else float("nan")})
+                         "speedup_vs_baseline_1": e["frames_per_s"] / base1 if base1 else float("nan"),
+                         "cpu_speedup_vs_baseline_1": (e["frames_per_cpu_s"] / base1_cpu
+                                                       if base1_cpu and e["frames_per_cpu_s"] else None)})
             print(f"  N={n}: engine {e['frames_per_s']:.1f} f/s, baseline {b['frames_per_s']:.1f} f/s", flush=True)
     finally:
         eng.close()

@@ -131,6 +131,9 @@ class EngineCore:
         #: recent durations of cycles that did work, and of cancel() → slot freed (bench and tests)
         self.cycle_s: deque[float] = deque(maxlen=4096)
         self.cancel_latency_s: deque[float] = deque(maxlen=4096)
+        #: CPU seconds this thread spent in working cycles: capacity on a shared machine, where wall time
+        #: also counts other processes' turns
+        self.cpu_s = 0.0
         #: frames each stream made, recorded when it finished (tests and the bench check audio against it)
         self.finished_frames: dict[int, int] = {}
         self.pool: SlotPool | None = None
@@ -195,7 +198,7 @@ class EngineCore:
         self._ready.set()
         with torch.no_grad():
             while not self._stopping:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 try:
                     worked = self._cycle()
                 except Exception:  # a bug outside any one request: log it, keep serving
@@ -203,6 +206,7 @@ class EngineCore:
                     worked = False
                 if worked:
                     self.cycle_s.append(time.perf_counter() - t0)
+                    self.cpu_s += time.thread_time() - c0
                 else:
                     self._idle()
         for req in list(self._requests.values()):
