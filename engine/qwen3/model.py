@@ -26,6 +26,7 @@ from engine.qwen3.codec import CodecDecoder, CodecState
 from engine.qwen3.config import GenerationDefaults, Qwen3TTSConfig, SpeechTokenizerConfig, load_configs
 from engine.qwen3.layers import KVCache
 from engine.qwen3.prompt import Prompt, PromptBuilder, VoiceClone, frame_embedding
+from engine.qwen3.speaker_encoder import SpeakerEncoder
 from engine.qwen3.talker import Talker
 from engine.qwen3.text import TextTokenizer
 from engine.qwen3.weights import check_routed, load_module, read_tensors
@@ -75,9 +76,11 @@ def _col(values: Sequence[float | int | bool], dtype: torch.dtype, device: torch
 
 class Qwen3TTSModel:
     def __init__(self, cfg: Qwen3TTSConfig, codec_cfg: SpeechTokenizerConfig, gen: GenerationDefaults,
-                 talker: Talker, predictor: CodePredictor, codec: CodecDecoder, tokenizer: TextTokenizer) -> None:
+                 talker: Talker, predictor: CodePredictor, codec: CodecDecoder, tokenizer: TextTokenizer,
+                 speaker_encoder: SpeakerEncoder | None = None) -> None:
         self.cfg, self.codec_cfg, self.gen = cfg, codec_cfg, gen
         self.talker, self.predictor, self.codec, self.tokenizer = talker, predictor, codec, tokenizer
+        self.speaker_encoder = speaker_encoder
         self.prompts = PromptBuilder(cfg, talker, predictor)
         tc = cfg.talker_config
         self.eos_id = tc.codec_eos_token_id
@@ -132,6 +135,23 @@ class Qwen3TTSModel:
             instruct_ids=tok.instruct_ids(instructions) if instructions else None,
             streaming_text=streaming_text, final=final,
         )
+
+    def clone_voice(self, wav: np.ndarray, sample_rate: int = 24000, *, ref_text: str | None = None,
+                    ref_codes: np.ndarray | torch.Tensor | None = None) -> VoiceClone:
+        """A Base-model voice from reference audio: its x-vector, plus — for ICL — the transcript and the
+        reference's codec frames [R, 16] (encoding audio to codes needs the Mimi encoder, not built here)."""
+        if self.speaker_encoder is None:
+            raise ValueError(f"a {self.cfg.tts_model_type} checkpoint has no speaker encoder (Base models only)")
+        audio = np.asarray(wav, dtype=np.float32)
+        if audio.ndim != 1:
+            raise ValueError("reference audio must be mono [samples]")
+        if sample_rate != 24000:
+            import soxr
+
+            audio = soxr.resample(audio, sample_rate, 24000).astype(np.float32)
+        xvec = self.speaker_encoder.embed(audio).to(self.talker.codec_head.weight.dtype)
+        codes = None if ref_codes is None else torch.as_tensor(np.asarray(ref_codes), dtype=torch.long)
+        return VoiceClone(xvec, ref_text=ref_text, ref_codes=codes)
 
     # ---- generation primitives ---------------------------------------------------------------------
     def new_kv_cache(self, slots: int, max_len: int) -> KVCache:
@@ -286,10 +306,15 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
         talker = Talker(tc)
         predictor = CodePredictor(tc.code_predictor_config, tc.hidden_size)
         codec = CodecDecoder(codec_cfg.decoder_config)
+    speaker_encoder = SpeakerEncoder(cfg.speaker_encoder_config) if cfg.tts_model_type == "base" else None
     tensors = read_tensors(root)
-    check_routed(tensors, ("talker.",), ("speaker_encoder.",), "model.safetensors")
+    check_routed(tensors, ("talker.", "speaker_encoder.") if speaker_encoder else ("talker.",), (),
+                 "model.safetensors")
     load_module(talker, tensors, "talker.", exclude=("talker.code_predictor.",), dtype=dtype, source=str(root))
     load_module(predictor, tensors, "talker.code_predictor.", dtype=dtype, source=str(root))
+    if speaker_encoder is not None:
+        load_module(speaker_encoder, tensors, "speaker_encoder.", dtype=torch.float32, source=str(root))
+        speaker_encoder.to(device).eval()
     del tensors
     codec_tensors = read_tensors(root / "speech_tokenizer")
     # The Mimi encoder (voice-clone reference encoding) is not implemented here; its weights are skipped.
@@ -301,4 +326,5 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
     talker.to(device).eval()
     predictor.to(device).eval()
     codec.to(device).eval()
-    return Qwen3TTSModel(cfg, codec_cfg, gen, talker, predictor, codec, TextTokenizer.from_dir(root))
+    return Qwen3TTSModel(cfg, codec_cfg, gen, talker, predictor, codec, TextTokenizer.from_dir(root),
+                         speaker_encoder)

@@ -30,6 +30,7 @@ from engine.qwen3.config import (
     TalkerConfig,
 )
 from engine.qwen3.layers import RMSNorm
+from engine.qwen3.speaker_encoder import SpeakerEncoder
 from engine.qwen3.talker import Talker
 from engine.qwen3.text import qwen2_bpe
 
@@ -50,7 +51,13 @@ _CORPUS = [
 ]
 
 
-def tiny_configs() -> tuple[Qwen3TTSConfig, SpeechTokenizerConfig, GenerationDefaults]:
+TINY_SPEAKER_ENCODER = {"mel_dim": 128, "enc_dim": 64, "enc_channels": [32, 32, 32, 32, 96],
+                        "enc_kernel_sizes": [5, 3, 3, 3, 1], "enc_dilations": [1, 2, 3, 4, 1],
+                        "enc_attention_channels": 16, "enc_res2net_scale": 8, "enc_se_channels": 16,
+                        "sample_rate": 24000}
+
+
+def tiny_configs(model_type: str = "custom_voice") -> tuple[Qwen3TTSConfig, SpeechTokenizerConfig, GenerationDefaults]:
     n_text = BPE_SIZE + len(SPECIAL_TOKENS)
     special = {tok: BPE_SIZE + i for i, tok in enumerate(SPECIAL_TOKENS)}
     talker = TalkerConfig(
@@ -73,6 +80,11 @@ def tiny_configs() -> tuple[Qwen3TTSConfig, SpeechTokenizerConfig, GenerationDef
         tts_eos_token_id=special["<tts_text_eod>"],
         extra={"architectures": ["Qwen3TTSForConditionalGeneration"], "transformers_version": "4.57.3"},
     )
+    if model_type != "custom_voice":  # VoiceDesign and Base checkpoints carry no preset speakers
+        cfg.tts_model_type = model_type
+        talker.spk_id, talker.spk_is_dialect = {}, {}
+    if model_type == "base":
+        cfg.speaker_encoder_config = dict(TINY_SPEAKER_ENCODER)
     # A narrow Mimi encoder config: the official loader builds (and randomly fills) the encoder even to
     # decode; the default one is ~100 M parameters. Its frame rate (1920 samples) matches the real one.
     mimi = {"hidden_size": 32, "num_filters": 4, "upsampling_ratios": [8, 6, 5, 4], "codebook_size": 2048,
@@ -209,11 +221,12 @@ def _state(module: nn.Module, prefix: str) -> dict[str, torch.Tensor]:
     return {prefix + k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}
 
 
-def make_tiny_checkpoint(path: str | Path, seed: int = 0) -> Path:
-    """Write a tiny checkpoint directory at `path` (created if needed) and return it."""
+def make_tiny_checkpoint(path: str | Path, seed: int = 0, model_type: str = "custom_voice") -> Path:
+    """Write a tiny checkpoint directory at `path` (created if needed) and return it. `model_type`:
+    custom_voice (speakers vivian, ryan, dylan, eric), voice_design, or base (with a speaker encoder)."""
     root = Path(path)
     (root / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
-    cfg, codec_cfg, gen = tiny_configs()
+    cfg, codec_cfg, gen = tiny_configs(model_type)
     g = torch.Generator().manual_seed(seed)
     tc = cfg.talker_config
     with torch.no_grad():
@@ -225,6 +238,11 @@ def make_tiny_checkpoint(path: str | Path, seed: int = 0) -> Path:
         _calibrate_codec(codec, g)
         _wire_end_of_text(talker, cfg, g)
     tensors = _state(talker, "talker.") | _state(predictor, "talker.code_predictor.")
+    if model_type == "base":
+        encoder = SpeakerEncoder(cfg.speaker_encoder_config)
+        with torch.no_grad():
+            _init_(encoder, g)
+        tensors |= _state(encoder, "speaker_encoder.")
     save_file(tensors, str(root / "model.safetensors"), metadata={"format": "pt"})
     codec_path = root / "speech_tokenizer" / "model.safetensors"
     save_file(_state(codec, "decoder."), str(codec_path), metadata={"format": "pt"})

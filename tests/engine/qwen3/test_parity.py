@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.qwen3 import Qwen3TTSModel
+from engine.qwen3 import Qwen3TTSModel, load_model, make_tiny_checkpoint
+from engine.qwen3.speaker_encoder import mel_filterbank
 
 pytestmark = pytest.mark.parity
 FRAMES = 24
@@ -92,3 +93,58 @@ def test_codec_waveform_matches_the_official_decoder(reference: Any, tiny_model:
     ours = tiny_model.decode(codes.numpy())
     assert sr == 24000 and wavs[0].shape == ours.shape
     assert float(np.max(np.abs(wavs[0] - ours))) <= 1e-5 * float(np.max(np.abs(ours)))
+
+
+@pytest.fixture(scope="module")
+def base_pair(tmp_path_factory: pytest.TempPathFactory, reference: Any) -> tuple[Any, Qwen3TTSModel]:
+    from qwen_tts import Qwen3TTSModel as Official
+
+    d = make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-base"), seed=1, model_type="base")
+    return Official.from_pretrained(str(d), dtype=torch.float32, attn_implementation="sdpa"), load_model(d)
+
+
+def _voice_audio() -> np.ndarray:
+    t = np.arange(24000 * 2) / 24000
+    return (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + 0.5 * np.sin(2 * np.pi * 4 * t))).astype(np.float32)
+
+
+def test_mel_filters_match_librosa(reference: Any) -> None:
+    import librosa
+
+    want = librosa.filters.mel(sr=24000, n_fft=1024, n_mels=128, fmin=0, fmax=12000)
+    assert np.allclose(mel_filterbank(), want, rtol=1e-5, atol=1e-8)
+
+
+def test_x_vector_and_base_codes_match_the_official_model(base_pair: tuple[Any, Qwen3TTSModel]) -> None:
+    ref, ours = base_pair
+    wav = _voice_audio()
+    want = ref.model.extract_speaker_embedding(wav, 24000)
+    voice = ours.clone_voice(wav)
+    assert torch.allclose(voice.speaker_embedding, want.float(), rtol=1e-4, atol=1e-5)
+    text = "The quick brown fox jumps over the lazy dog, and then it runs all the way back home again."
+    ids = ref._tokenize_texts([ref._build_assistant_text(text)])
+    prompt = {"ref_code": [None], "ref_spk_embedding": [voice.speaker_embedding], "x_vector_only_mode": [True],
+              "icl_mode": [False]}
+    codes, _ = ref.model.generate(input_ids=ids, voice_clone_prompt=prompt, languages=["english"],
+                                  non_streaming_mode=False, max_new_tokens=FRAMES + 1, do_sample=False,
+                                  subtalker_dosample=False)
+    got = ours.generate(text, voice=voice, language="english", greedy=True, max_frames=FRAMES)
+    assert codes[0].shape[0] >= 20 and np.array_equal(got, codes[0].numpy())
+
+
+def test_icl_codes_match_the_official_model(base_pair: tuple[Any, Qwen3TTSModel]) -> None:
+    ref, ours = base_pair
+    voice = ours.clone_voice(_voice_audio(), ref_text="Good morning to you.",
+                             ref_codes=torch.randint(0, 2048, (6, 16), generator=torch.Generator().manual_seed(5)))
+    text = "The quick brown fox jumps over the lazy dog, and then it runs all the way back home again."
+    ids = ref._tokenize_texts([ref._build_assistant_text(text)])
+    ref_ids = [ref._tokenize_texts([ref._build_ref_text("Good morning to you.")])[0]]
+    prompt = {"ref_code": [voice.ref_codes], "ref_spk_embedding": [voice.speaker_embedding],
+              "x_vector_only_mode": [False], "icl_mode": [True]}
+    for streaming in (True, False):
+        codes, _ = ref.model.generate(input_ids=ids, ref_ids=ref_ids, voice_clone_prompt=prompt,
+                                      languages=["english"], non_streaming_mode=not streaming,
+                                      max_new_tokens=FRAMES + 1, do_sample=False, subtalker_dosample=False)
+        got = ours.generate(text, voice=voice, language="english", greedy=True, max_frames=FRAMES,
+                            streaming_text=streaming)
+        assert codes[0].shape[0] >= 20 and np.array_equal(got, codes[0].numpy()), streaming

@@ -6,10 +6,11 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from engine.qwen3 import Qwen3TTSModel, VoiceClone, load_model
+from engine.qwen3 import Qwen3TTSModel, VoiceClone, load_model, make_tiny_checkpoint
 
 T, C = "text", "codec"
 
@@ -113,8 +114,13 @@ def test_voice_design_puts_the_instruction_turn_first(tiny_dir: Path, tmp_path: 
         model.build_prompt("Hi.", voice="ryan")
 
 
-def test_base_x_vector_and_icl_layouts(tiny_dir: Path, tmp_path: Path) -> None:
-    model = _variant(tiny_dir, tmp_path, tts_model_type="base")
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory: pytest.TempPathFactory) -> Qwen3TTSModel:
+    return load_model(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-base"), seed=0, model_type="base"))
+
+
+def test_base_x_vector_and_icl_layouts(base_model: Qwen3TTSModel) -> None:
+    model = base_model
     i, h = _ids(model), model.talker.cfg.hidden_size
     xvec = torch.randn(h, generator=torch.Generator().manual_seed(1))
     p = model.build_prompt("Hello there.", voice=VoiceClone(xvec), language="english")
@@ -142,3 +148,19 @@ def test_base_x_vector_and_icl_layouts(tiny_dir: Path, tmp_path: Path) -> None:
     assert icl.ref_codes is not None and torch.equal(icl.ref_codes, ref_codes)
     with pytest.raises(ValueError, match="VoiceClone"):
         model.build_prompt("Hi.", voice="ryan")
+
+
+def test_base_clones_a_voice_from_reference_audio(base_model: Qwen3TTSModel, tiny_model: Qwen3TTSModel) -> None:
+    t = np.arange(24000 * 2) / 24000
+    wav = (0.3 * np.sin(2 * np.pi * 220 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+    voice = base_model.clone_voice(wav)
+    assert voice.speaker_embedding.shape == (base_model.talker.cfg.hidden_size,)
+    assert torch.equal(voice.speaker_embedding, base_model.clone_voice(wav).speaker_embedding)
+    other = base_model.clone_voice(np.roll(wav, 3000) * 0.5 + 0.1 * np.sin(2 * np.pi * 990 * t).astype(np.float32))
+    assert not torch.allclose(voice.speaker_embedding, other.speaker_embedding)
+    resampled = base_model.clone_voice(wav[::3].copy(), sample_rate=8000)
+    assert resampled.speaker_embedding.shape == voice.speaker_embedding.shape
+    codes = base_model.generate("Hello there.", voice=voice, language="english", greedy=True, max_frames=30)
+    assert codes.shape == (3, 16)  # the tiny talker ends after its 3 text tokens
+    with pytest.raises(ValueError, match="no speaker encoder"):
+        tiny_model.clone_voice(wav)
