@@ -89,8 +89,8 @@ class SessionBinding:
             return
         try:
             await self.attached.record_utterance(utterance, spoken, cancelled=cancelled)
-        except StateUnavailable:
-            log.warning("session %s: state store unavailable; utterance %d kept locally", self.session_id, utterance)
+        except SessionStoreError as e:  # down, or the record expired/was lost: the lease renewal restores it
+            log.warning("session %s: utterance %d kept locally (%s)", self.session_id, utterance, e.code)
 
     async def acquire_slot(self) -> StreamSlot | None:
         """A per-tenant stream slot, when the tenant has a limit."""
