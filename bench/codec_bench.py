@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine.qwen3 import load_model, make_tiny_checkpoint
 from engine.qwen3.codec import CodecDecoder
 from engine.qwen3.config import CodecDecoderConfig
-from engine.qwen3.tiny import _init_
+from engine.qwen3.tiny import _calibrate_codec, _init_
 
 SAMPLES_PER_FRAME, RATE = 1920, 24000
 
@@ -39,10 +39,9 @@ def build_codec(size: str) -> CodecDecoder:
             return load_model(make_tiny_checkpoint(d, seed=0)).codec
     codec = CodecDecoder(CodecDecoderConfig())  # the published 12Hz decoder shape
     with torch.no_grad():
-        _init_(codec, torch.Generator().manual_seed(0))
-        for m in codec.modules():  # keep the random real-size decoder out of the ±1 clamp
-            if isinstance(m, torch.nn.Conv1d) and m.out_channels == 1:
-                m.weight.mul_(0.01)
+        g = torch.Generator().manual_seed(0)
+        _init_(codec, g)
+        _calibrate_codec(codec, g)  # same taming as the tiny model: ~0.3 RMS output, off the ±1 clamp
     codec.refresh()
     return codec.eval()
 
@@ -78,10 +77,14 @@ def main() -> None:
     ap.add_argument("--chunks", default="1,4,12,25")
     ap.add_argument("--context", type=int, default=25)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--float64", action="store_true", help="run in float64 (exactness check, not speed)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     codec = build_codec(args.size)
+    if args.float64:
+        codec = codec.double()
+        codec.refresh()
     g = torch.Generator().manual_seed(1)
     codes = torch.randint(0, codec.cfg.codebook_size, (1, 16, args.frames), generator=g)
     audio_s = args.frames * SAMPLES_PER_FRAME / RATE
@@ -95,7 +98,8 @@ def main() -> None:
         full_s = time.perf_counter() - t0
     peak = float(np.max(np.abs(full)))
     rows = []
-    print(f"codec {args.size}, {args.frames} frames = {audio_s:.1f} s of audio, {args.threads} thread(s); "
+    kind = f"{args.size} float64" if args.float64 else args.size
+    print(f"codec {kind}, {args.frames} frames = {audio_s:.1f} s of audio, {args.threads} thread(s); "
           f"full decode {1000 * full_s / audio_s:.1f} ms per audio-second")
     print(f"{'chunk':>5} | {'exact ms/s':>10} {'exact err':>9} | {'redecode ms/s':>13} {'frames/frame':>12} "
           f"{'redecode err':>12} | {'speedup':>7}")
@@ -115,7 +119,8 @@ def main() -> None:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"size": args.size, "frames": args.frames, "context": args.context,
-                                         "threads": args.threads, "full_ms_per_audio_s": 1000 * full_s / audio_s,
+                                         "threads": args.threads, "float64": args.float64,
+                                         "full_ms_per_audio_s": 1000 * full_s / audio_s,
                                          "rows": rows}, indent=2))
 
 

@@ -28,7 +28,8 @@ TEXTS = ["Hello there, how are you doing today?", "The quick brown fox jumps ove
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny")
-    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--batches", default="1,8,16")
+    ap.add_argument("--sampled", action="store_true", help="sample (seeded) instead of greedy")
     ap.add_argument("--frames", type=int, default=50)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -39,8 +40,10 @@ def main() -> None:
     voice = model.speakers[0] if model.speakers else None
 
     def requests(b: int) -> list[GenerationRequest]:
-        return [GenerationRequest(model.build_prompt(TEXTS[i % len(TEXTS)], voice=voice),
-                                  SamplingParams.from_defaults(model.gen, greedy=True), args.frames) for i in range(b)]
+        # Non-streaming text: the tiny talker then runs to max_frames instead of ending after its text.
+        return [GenerationRequest(model.build_prompt(TEXTS[i % len(TEXTS)], voice=voice, streaming_text=False),
+                                  SamplingParams.from_defaults(model.gen, greedy=not args.sampled, seed=i), args.frames)
+                for i in range(b)]
 
     model.generate_batch(requests(2))  # warm-up
     for b in (int(x) for x in args.batches.split(",")):

@@ -1,8 +1,22 @@
 """Qwen3-TTS 12Hz in PyTorch: config, loader, talker, code predictor, sampling, exact streaming codec.
 
+Model level (DESIGN §3):
+
     model = load_model(path)                       # a checkpoint directory (or make_tiny_checkpoint(path))
     codes = model.generate("Hello.", voice="ryan", language="english", greedy=True, max_frames=50)
     wav = model.decode(codes)                      # or model.stream_decoder().step(chunk) chunk by chunk
+
+Engine level (what a continuous-batching core drives; model.py's generate_batch is the reference loop):
+
+    prompt = model.build_prompt(text, voice=..., language=..., streaming_text=True, final=False)
+    more = model.prompts.text_rows(model.tokenizer.content_ids(segment)); end = model.prompts.eos_row()
+    cache = model.new_kv_cache(slots, max_len)                       # static [layers, slots, kv, len, dim]
+    logits, hidden = model.talker.prefill(rows[B,T,H], lengths[B], slots[B], cache)
+    cb0 = model.choose_cb0(logits, seen[B,V], n_generated[B], params)  # penalty, suppression, min tokens
+    frames = model.complete_frames(hidden[B,H], cb0[B], params)       # code predictor → [B, 16]
+    x = model.next_inputs(frames, text_rows[B,H])                     # Σ16 embeddings + text row
+    logits, hidden = model.talker.step(x, positions[B], slots[B], cache)
+    state = model.codec.new_state(n); wav = model.codec.step(codes[b,16,k], state.rows(idx)) ...
 """
 
 from engine.qwen3.codec import CodecDecoder, CodecState
