@@ -79,6 +79,10 @@ class TextTokenizer:
         added = json.loads(config_path.read_text(encoding="utf-8")).get("added_tokens_decoder", {}) \
             if config_path.exists() else {}
         for id_str, spec in sorted(added.items(), key=lambda kv: int(kv[0])):
+            # Added tokens get the next free id; fill any gap in the file's numbering with unmatchable
+            # placeholders so every listed token keeps exactly its id.
+            while tok.get_vocab_size(with_added_tokens=True) < int(id_str):
+                tok.add_special_tokens([f"<|voxgate_unused_{tok.get_vocab_size(with_added_tokens=True)}|>"])
             token = AddedToken(spec["content"], single_word=spec.get("single_word", False),
                                lstrip=spec.get("lstrip", False), rstrip=spec.get("rstrip", False),
                                normalized=spec.get("normalized", False), special=spec.get("special", True))

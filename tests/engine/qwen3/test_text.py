@@ -51,13 +51,30 @@ def test_added_token_id_mismatch_is_an_error(tiny_dir: Path, tmp_path: Path) -> 
     for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
         shutil.copy(tiny_dir / name, d / name)
     conf = json.loads((d / "tokenizer_config.json").read_text())
-    first = min(conf["added_tokens_decoder"], key=int)
-    conf["added_tokens_decoder"][str(int(first) + 100)] = conf["added_tokens_decoder"].pop(first)
+    vocab = json.loads((d / "vocab.json").read_text())
+    last = max(conf["added_tokens_decoder"], key=int)
+    taken = next(t for t, i in vocab.items() if i == 300)  # a content the BPE vocabulary already owns
+    conf["added_tokens_decoder"][str(int(last) + 1)] = dict(conf["added_tokens_decoder"][last], content=taken)
     (d / "tokenizer_config.json").write_text(json.dumps(conf))
-    with pytest.raises(ConfigError, match="got id"):
+    with pytest.raises(ConfigError, match="got id 300"):
         TextTokenizer.from_dir(d)
 
 
 def test_missing_tokenizer_files_are_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"vocab\.json"):
         TextTokenizer.from_dir(tmp_path)
+
+
+def test_gaps_in_added_token_ids_keep_every_id(tiny_dir: Path, tmp_path: Path) -> None:
+    d = tmp_path / "tok"
+    d.mkdir()
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        shutil.copy(tiny_dir / name, d / name)
+    conf = json.loads((d / "tokenizer_config.json").read_text())
+    last = max(conf["added_tokens_decoder"], key=int)
+    spec = dict(conf["added_tokens_decoder"][last], content="<|audio_pad|>")
+    conf["added_tokens_decoder"][str(int(last) + 3)] = spec  # ids last+1, last+2 unused, as real files may do
+    (d / "tokenizer_config.json").write_text(json.dumps(conf))
+    tok = TextTokenizer.from_dir(d)
+    assert tok.encode("<|audio_pad|>") == [int(last) + 3]
+    assert tok.encode("<|im_start|>") == [int(min(conf["added_tokens_decoder"], key=int)) + 1]
