@@ -65,6 +65,7 @@ CORPUS = REPO.parent / "shared" / "corpus" / "segmentation_cases.jsonl"
 CORPUS_COPY = REPO / "tests" / "data" / "segmentation_cases.jsonl"  # for checkouts without ../shared
 MODES = ("none", "sentence", "auto")
 WS_PATH = "/v1/audio/speech/stream"
+API_KEY: list[str | None] = [None]  # set once from --api-key; sent as a bearer token
 # Seconds of speech per character, to estimate the audio asked for when a text never completed.
 SPEECH_S_PER_CHAR = {"en": 1 / 14.0, "zh": 1 / 4.5}
 
@@ -155,24 +156,28 @@ class Session:
 
     @classmethod
     async def open(cls, ws_url: str, mode: str, lang: str, voice: str | None, clock: Clock) -> Session:
-        ws = await connect(ws_url, compression=None, max_size=2**24, open_timeout=10)
+        headers = {"Authorization": f"Bearer {API_KEY[0]}"} if API_KEY[0] else None
+        ws = await connect(ws_url, compression=None, max_size=2**24, open_timeout=10, additional_headers=headers)
         config: dict[str, Any] = {
             "type": "session.config", "language": lang, "response_format": "pcm", "stream_audio": True,
             "split_granularity": "auto" if mode == "auto" else "none",
         }  # fmt: skip
         if voice:
             config["voice"] = voice
-        await ws.send(json.dumps(config))
-        async with asyncio.timeout(10):
-            while True:
-                msg = await ws.recv()
-                if isinstance(msg, str):
-                    ev = json.loads(msg)
-                    if ev["type"] == "session.ready":
-                        return cls(ws, mode, lang, int(ev.get("sample_rate") or 24000), clock)
-                    if ev["type"] == "error":
-                        await ws.close()
-                        raise RuntimeError(f"session.config refused: {ev.get('code')}: {ev.get('message')}")
+        try:
+            await ws.send(json.dumps(config))
+            async with asyncio.timeout(10):
+                while True:
+                    msg = await ws.recv()
+                    if isinstance(msg, str):
+                        ev = json.loads(msg)
+                        if ev["type"] == "session.ready":
+                            return cls(ws, mode, lang, int(ev.get("sample_rate") or 24000), clock)
+                        if ev["type"] == "error":
+                            raise RuntimeError(f"session.config refused: {ev.get('code')}: {ev.get('message')}")
+        except BaseException:
+            await ws.close()
+            raise
 
     async def _read(self) -> None:
         try:
@@ -814,6 +819,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--languages", default="auto", help="en,zh or auto (those the server accepts)")
     p.add_argument("--texts", default="own,corpus", help="own (bench/data) and/or corpus (../shared/corpus)")
     p.add_argument("--voice", default=None)
+    p.add_argument("--api-key", default=os.environ.get("VOXGATE_API_KEY"), help="for a gateway run with --api-keys")
     p.add_argument("--units-per-s", type=float, default=20.0, help="LLM text pace, word/token pieces per second")
     p.add_argument("--sessions", type=int, default=4, help="warm sessions per language opened before arrivals")
     p.add_argument("--max-inflight", type=int, default=32, help="most sessions at once; arrivals past it are shed")
@@ -844,6 +850,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     ws_url, http_base = loopback_only(args.url)
+    API_KEY[0] = args.api_key
     model = wait_healthy(http_base, args.wait_ready)
     wanted = ["en", "zh"] if args.languages == "auto" else args.languages.split(",")
     langs = await probe_languages(ws_url, args.voice, wanted)
@@ -871,7 +878,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     cmp = compare(runs, args)
     return {
         "url": args.url, "model": model, "languages": langs,
-        "settings": {k: v for k, v in vars(args).items() if k not in ("url",)},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("url", "api_key")},
         "runs": runs, "knees": {m: v["knee"] for m, v in cmp["modes"].items()},
         "knees_server_share": {m: v["knee_server_share"] for m, v in cmp["modes"].items()},
         "ratios_vs_auto": cmp["ratios_vs_auto"], "axis": cmp["axis"], "_cmp": cmp,
