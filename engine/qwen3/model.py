@@ -75,6 +75,7 @@ def _col(values: Sequence[float | int | bool], dtype: torch.dtype, device: torch
 
 
 class Qwen3TTSModel:
+    FULL_DECODE_FRAMES = 300  # longer `decode` inputs are decoded in exact streaming blocks of this size
     def __init__(self, cfg: Qwen3TTSConfig, codec_cfg: SpeechTokenizerConfig, gen: GenerationDefaults,
                  talker: Talker, predictor: CodePredictor, codec: CodecDecoder, tokenizer: TextTokenizer,
                  speaker_encoder: SpeakerEncoder | None = None) -> None:
@@ -254,7 +255,14 @@ class Qwen3TTSModel:
             raise ValueError(f"codes must be [frames, 16], got {tuple(c.shape)}")
         if c.shape[0] == 0:
             return np.zeros(0, np.float32)
-        return self.codec(c.T[None])[0].float().cpu().numpy()
+        if c.shape[0] <= self.FULL_DECODE_FRAMES:
+            return self.codec(c.T[None])[0].float().cpu().numpy()
+        # Long inputs go through the exact streaming path in blocks: same samples, bounded attention memory
+        # (a one-shot pass would hold [heads, T, T] scores).
+        state = self.codec.new_state(1)
+        blocks = [self.codec.step(c[s:s + self.FULL_DECODE_FRAMES].T[None], state)[0]
+                  for s in range(0, c.shape[0], self.FULL_DECODE_FRAMES)]
+        return torch.cat(blocks).float().cpu().numpy()
 
     def stream_decoder(self) -> StreamDecoder:
         return StreamDecoder(self.codec)

@@ -114,3 +114,11 @@ def test_state_size_is_reported(tiny_model: Qwen3TTSModel) -> None:
     assert state.nbytes() > 0
     with pytest.raises(ValueError, match="streams"):
         tiny_model.codec.step(torch.zeros(1, 16, 2, dtype=torch.long), state)
+
+
+def test_long_decode_in_blocks_equals_one_pass(tiny_model: Qwen3TTSModel, codes: np.ndarray, full: np.ndarray,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tiny_model, "FULL_DECODE_FRAMES", 64)
+    blocked = tiny_model.decode(codes)
+    assert blocked.shape == full.shape
+    assert np.max(np.abs(blocked - full)) <= 1e-5
