@@ -22,9 +22,9 @@ import torch
 
 from engine.qwen3 import sampling
 from engine.qwen3.code_predictor import CodePredictor
-from engine.qwen3.codec import CodecDecoder, CodecState
+from engine.qwen3.codec import CodecDecoder, CodecState, CodecTransformer
 from engine.qwen3.config import GenerationDefaults, Qwen3TTSConfig, SpeechTokenizerConfig, load_configs
-from engine.qwen3.layers import KVCache
+from engine.qwen3.layers import DecoderStack, KVCache, rope_inv_freq
 from engine.qwen3.prompt import Prompt, PromptBuilder, VoiceClone, frame_embedding
 from engine.qwen3.speaker_encoder import SpeakerEncoder
 from engine.qwen3.talker import Talker
@@ -291,14 +291,9 @@ class StreamDecoder:
 
 def _materialize(module: torch.nn.Module) -> None:
     """Recompute non-persistent buffers (RoPE tables) of a module built on the meta device."""
-    from engine.qwen3.codec import CodecTransformer
-    from engine.qwen3.layers import DecoderStack, rope_inv_freq
-
     for m in module.modules():
         if isinstance(m, DecoderStack | CodecTransformer):
-            head_dim = m.inv_freq.shape[0] * 2
-            theta = m.rope_theta
-            m.inv_freq = rope_inv_freq(head_dim, theta)
+            m.inv_freq = rope_inv_freq(m.inv_freq.shape[0] * 2, m.rope_theta)
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
@@ -322,7 +317,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
     load_module(predictor, tensors, "talker.code_predictor.", dtype=dtype, source=str(root))
     if speaker_encoder is not None:
         load_module(speaker_encoder, tensors, "speaker_encoder.", dtype=torch.float32, source=str(root))
-        speaker_encoder.to(device).eval()
+        speaker_encoder.to(device).eval().requires_grad_(False)
     del tensors
     codec_tensors = read_tensors(root / "speech_tokenizer")
     # The Mimi encoder (voice-clone reference encoding) is not implemented here; its weights are skipped.
@@ -331,8 +326,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
     for m in (talker, predictor, codec):
         _materialize(m)
     codec.refresh()
-    talker.to(device).eval()
-    predictor.to(device).eval()
-    codec.to(device).eval()
+    for m in (talker, predictor, codec):  # inference only: no autograd bookkeeping in the primitives
+        m.to(device).eval().requires_grad_(False)
     return Qwen3TTSModel(cfg, codec_cfg, gen, talker, predictor, codec, TextTokenizer.from_dir(root),
                          speaker_encoder)
