@@ -12,11 +12,11 @@ sets the length; a real checkpoint may stop earlier). Measured through the real 
   and cancel() → slot freed inside the core, against the engine's cycle time.
 
 The baseline (the faster-qwen3-tts shape) serves the same N requests one at a time: a batch-1 talker
-loop (with the engine's sampling functions, so only batching and decoding differ), and every
+loop (the same model primitives, so only batching and decoding differ), and every
 `BASELINE_CHUNK` frames a full re-decode of the chunk with `BASELINE_LEFT` frames of
 left context (approximate, no carried state), keeping only the new samples.
 
-    python bench/engine_bench.py [--model tiny|PATH] [--concurrency 1,2,4,8,16,32] [--frames 50]
+    python bench/engine_bench.py [--model tiny|PATH] [--concurrency 1,2,4,8,16,32] [--frames 100]
         [--threads 1] [--json bench/out/engine.json] [--png bench/out/engine.png] [--smoke]
 """
 
@@ -46,13 +46,21 @@ from audio_metrics import pausing_player, percentile  # noqa: E402
 from engine import AudioChunk, StreamEnd, load_engine  # noqa: E402
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams  # noqa: E402
 from engine.qwen3_engine import Qwen3Engine  # noqa: E402
-from engine.talker_backend import choose_cb0, complete_frames  # noqa: E402
 
 RATE = 24000
 FRAME = 1920
 BASELINE_CHUNK = 12  # frames per baseline decode (faster-qwen3-tts streams 12-frame chunks)
 BASELINE_LEFT = 25  # frames of left context re-decoded with each chunk
 TEXT = "Thanks for waiting. I checked your account, and the refund went out this morning. "
+
+
+def bench_text(model: Qwen3TTSModel, frames: int) -> str:
+    """TEXT repeated to at least `frames` tokens: a model reads one text token per frame and may say EOS
+    once the text is read, so the frame cap, not the text, sets every stream's length."""
+    text = TEXT
+    while len(model.tokenizer.encode(text)) < frames:
+        text += TEXT
+    return text
 
 
 # ---- the engine ----------------------------------------------------------------------------------
@@ -69,13 +77,13 @@ async def _consume(stream: Any, t_open: float) -> dict[str, Any]:
     return {"arrivals": arrivals, "sizes": sizes, "end": end, "t_end": time.perf_counter() - t_open}
 
 
-async def engine_run(eng: Qwen3Engine, n: int, seed0: int) -> dict[str, Any]:
+async def engine_run(eng: Qwen3Engine, n: int, text: str, seed0: int) -> dict[str, Any]:
     cpu0 = eng.core.cpu_s
     t0 = time.perf_counter()
     streams = []
     for i in range(n):
         s = eng.open_stream(None, "en", seed=seed0 + i)
-        s.append(TEXT)
+        s.append(text)
         s.finish()
         streams.append(s)
     results = await asyncio.gather(*[_consume(s, t0) for s in streams])
@@ -83,12 +91,12 @@ async def engine_run(eng: Qwen3Engine, n: int, seed0: int) -> dict[str, Any]:
     return summarize_run(results, wall, eng.core.cpu_s - cpu0)
 
 
-async def engine_cancels(eng: Qwen3Engine, n: int, seed0: int) -> dict[str, Any]:
+async def engine_cancels(eng: Qwen3Engine, n: int, text: str, seed0: int) -> dict[str, Any]:
     """N streams with audio flowing, cancelled one by one: consumer-side and core-side latency."""
     streams = []
     for i in range(n):
         s = eng.open_stream(None, "en", seed=seed0 + i)
-        s.append(TEXT * 4)  # long enough to still be talking when cancelled
+        s.append(text * 4)  # long enough to still be talking when cancelled
         s.finish()
         streams.append(s)
     first = [asyncio.Event() for _ in streams]
@@ -124,25 +132,24 @@ async def engine_cancels(eng: Qwen3Engine, n: int, seed0: int) -> dict[str, Any]
 
 # ---- the baseline --------------------------------------------------------------------------------
 @torch.no_grad()
-def baseline_one(model: Qwen3TTSModel, seed: int, frames: int, emit: Any) -> int:
+def baseline_one(model: Qwen3TTSModel, text: str, seed: int, frames: int, emit: Any) -> int:
     """One request, batch 1, frame by frame; left-context re-decode every BASELINE_CHUNK frames."""
-    prompt = model.build_prompt(TEXT.rstrip(), voice=None, language="english")
+    prompt = model.build_prompt(text.rstrip(), voice=None, language="english")
     params = SamplingParams.from_defaults(model.gen, seed=seed)
     dev = model.device
     t = prompt.rows.shape[0]
     cache = model.new_kv_cache(1, t + frames + 1)
-    predictor_cache = model.predictor.new_cache(1)
     slot = torch.zeros(1, dtype=torch.long, device=dev)
     logits, hidden = model.talker.prefill(prompt.rows[None], torch.tensor([t], device=dev), slot, cache)
     seen = torch.zeros(1, model.talker.cfg.vocab_size, dtype=torch.bool, device=dev)
     n_gen = torch.zeros(1, dtype=torch.long, device=dev)
-    cb0 = choose_cb0(model, logits, seen, n_gen, [params])
+    cb0 = model.choose_cb0(logits, seen, n_gen, [params])
     codes: list[torch.Tensor] = []
     decoded = 0
     while int(cb0[0]) != model.eos_id and len(codes) < frames:
         seen[0, cb0[0]] = True
         n_gen += 1
-        frame = complete_frames(model, hidden, cb0, [params], predictor_cache)
+        frame = model.complete_frames(hidden, cb0, [params])
         codes.append(frame[0])
         if len(codes) - decoded >= BASELINE_CHUNK:
             decoded = _baseline_decode(model, codes, decoded, emit)
@@ -152,7 +159,7 @@ def baseline_one(model: Qwen3TTSModel, seed: int, frames: int, emit: Any) -> int
         text = prompt.trailing[g] if g < prompt.trailing.shape[0] else prompt.pad
         x = model.next_inputs(frame, text[None])
         logits, hidden = model.talker.step(x, t + n_gen - 1, slot, cache)
-        cb0 = choose_cb0(model, logits, seen, n_gen, [params])
+        cb0 = model.choose_cb0(logits, seen, n_gen, [params])
     if len(codes) > decoded:
         _baseline_decode(model, codes, decoded, emit)
     return len(codes)
@@ -167,7 +174,7 @@ def _baseline_decode(model: Qwen3TTSModel, codes: list[torch.Tensor], decoded: i
     return len(codes)
 
 
-def baseline_run(model: Qwen3TTSModel, n: int, frames: int, threads: int, seed0: int) -> dict[str, Any]:
+def baseline_run(model: Qwen3TTSModel, n: int, text: str, frames: int, threads: int, seed0: int) -> dict[str, Any]:
     """N requests arriving together, served one at a time on one thread (as the engine core is)."""
     results: list[dict[str, Any]] = []
 
@@ -182,7 +189,7 @@ def baseline_run(model: Qwen3TTSModel, n: int, frames: int, threads: int, seed0:
                 a.append(time.perf_counter() - t0)
                 s.append(pcm.size)
 
-            baseline_one(model, seed0 + i, frames, emit)
+            baseline_one(model, text, seed0 + i, frames, emit)
             results.append({"arrivals": arrivals, "sizes": sizes, "end": StreamEnd("done"),
                             "t_end": time.perf_counter() - t0})
         results.append({"wall": time.perf_counter() - t0, "cpu": time.thread_time() - c0})
@@ -270,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--concurrency", default="1,2,4,8,16,32")
-    ap.add_argument("--frames", type=int, default=50, help="frames per stream (the cap; 12.5 frames = 1 s)")
+    ap.add_argument("--frames", type=int, default=100, help="frames per stream (the cap; 12.5 frames = 1 s)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (engine core and baseline)")
     ap.add_argument("--json", type=Path, default=REPO / "bench" / "out" / "engine.json")
     ap.add_argument("--png", type=Path, default=REPO / "bench" / "out" / "engine.png")
@@ -290,14 +297,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model {args.model}: loaded and warmed in {time.perf_counter() - t:.1f} s; "
           f"{sum(per_slot.values())} bytes per slot {per_slot}; "
           f"{args.threads} thread(s), {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    text = bench_text(eng.model, args.frames)
     rows: list[dict[str, Any]] = []
     base1: float | None = None
     base1_cpu: float | None = None
     try:
         for i, n in enumerate(levels):
-            e = asyncio.run(engine_run(eng, n, seed0=1000 * i))
-            c = asyncio.run(engine_cancels(eng, n, seed0=1000 * i + 500))
-            b = (baseline_run(eng.model, n, args.frames, args.threads, seed0=1000 * i) if not args.no_baseline
+            e = asyncio.run(engine_run(eng, n, text, seed0=1000 * i))
+            c = asyncio.run(engine_cancels(eng, n, text, seed0=1000 * i + 500))
+            b = (baseline_run(eng.model, n, text, args.frames, args.threads, seed0=1000 * i) if not args.no_baseline
                  else {"frames_per_s": float("nan"), "ttfa_p50_s": None, "ttfa_p95_s": None, "underruns": 0,
                        "frames_per_cpu_s": None})
             if base1 is None:

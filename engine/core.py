@@ -184,7 +184,7 @@ class EngineCore:
             torch.set_num_threads(self.config.threads)
             t0 = time.perf_counter()
             self.pool = SlotPool.allocate(self.model, self.config.max_streams, self.config.max_context)
-            self.talker = NativeTalker(self.model, self.pool, self._buckets[-1], self.config.kv_block)
+            self.talker = NativeTalker(self.model, self.pool, self.config.kv_block)
             if self.config.warm_up:
                 self._warm_up()
             per_slot = self.pool.bytes_per_slot()
@@ -482,13 +482,13 @@ class EngineCore:
     def _emit(self, req: CoreRequest, wav: np.ndarray, first_frame: int) -> None:
         if req.resampler is not None:
             pcm = req.resampler.push(wav)
-            if not req.record.generating and req.record.pending_frames == 0:
-                pcm = np.concatenate([pcm, req.resampler.flush()])
         else:
             pcm = (np.clip(wav, -1.0, 1.0) * 32767.0).astype(np.int16)
-        seg = req.token_segments[min(first_frame, req.n_tokens - 1)]
+        self._queue_audio(req, pcm, req.token_segments[min(first_frame, req.n_tokens - 1)])
+
+    def _queue_audio(self, req: CoreRequest, pcm: np.ndarray, segment: int) -> None:
         if pcm.size:
-            req.outbox.append(AudioChunk(pcm, req.opts.sample_rate, req.samples_out, seg))
+            req.outbox.append(AudioChunk(pcm, req.opts.sample_rate, req.samples_out, segment))
             req.samples_out += pcm.size
 
     # ---- endings ---------------------------------------------------------------------------------
@@ -511,6 +511,8 @@ class EngineCore:
         if req.slot is None or rec.generating or rec.pending_frames > 0:
             return
         self._release(req)
+        if req.resampler is not None:  # the filter's tail: the last few ms of the utterance
+            self._queue_audio(req, req.resampler.flush(), req.token_segments[-1] if req.token_segments else 0)
         self.finished_frames[req.rid] = req.frames
         if len(self.finished_frames) > 4096:  # a long-running server keeps only recent ones
             del self.finished_frames[next(iter(self.finished_frames))]
