@@ -375,7 +375,7 @@ async def run_one(spec: RunSpec, args: argparse.Namespace, texts: list[Text], ws
                 pool.put(s)
     responses: list[Response] = []
     shed = 0
-    shed_texts: list[Text] = []
+    shed_texts: list[tuple[Text, float]] = []
     inflight: list[tuple[float, int]] = []
     tasks: set[asyncio.Task[None]] = set()
 
@@ -390,7 +390,7 @@ async def run_one(spec: RunSpec, args: argparse.Namespace, texts: list[Text], ws
         s = await pool.get(text.lang)  # here, not in the arrival loop: a slow open never delays arrivals
         if s is None:
             shed += 1  # the client bound is reached: the overload is reported, not hidden
-            shed_texts.append(text)
+            shed_texts.append((text, t))
             return
         r = Response(len(responses), spec.mode, text, t)
         responses.append(r)
@@ -442,7 +442,7 @@ async def run_one(spec: RunSpec, args: argparse.Namespace, texts: list[Text], ws
         mon.cancel()
         await pool.close()
     result = summarize_run(spec, args, responses, shed, inflight, wall)
-    result["_texts"] += [(t, None) for t in shed_texts]  # shed arrivals asked for audio too
+    result["_texts"] += [(text, None, t) for text, t in shed_texts]  # shed arrivals asked for audio too
     result["connect_s"] = summarize(pool.connect_s)
     result["connect_errors"] = dict(pool.connect_errors)
     result["orphan_frames"] = sum(s.orphan_frames for s in pool.all)
@@ -550,7 +550,7 @@ def summarize_run(spec: RunSpec, args: argparse.Namespace, responses: list[Respo
             m["frames"] = [[round(t - base, 4), n] for t, n in r.frames]
     result["by_lang"] = by_lang(per)
     result["inflight"] = inflight if not args.no_frames else []
-    result["_texts"] = [(r.text, r.audio_seconds() if r.ok else None) for r in responses]
+    result["_texts"] = [(r.text, r.audio_seconds() if r.ok else None, r.scheduled) for r in responses]
     return result
 
 
@@ -572,27 +572,33 @@ def by_lang(per: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def add_asked(runs: list[dict[str, Any]], duration: float) -> None:
-    """Audio seconds asked for per second: each arrival's expected speech length (the median that
-    text produced whenever it completed anywhere in this invocation, else a per-character
-    estimate) summed over the arrival window."""
+    """Audio seconds asked for per second, as listeners consume it: each arrival asks for its
+    expected speech (the median that text produced whenever it completed anywhere in this
+    invocation, else a per-character estimate) at 1 s per s from its arrival; what falls inside
+    the window, per second of window. Produced counts audio received inside the same window, so a
+    server that keeps up produces at least what is asked (it runs ahead of playback), and one past
+    capacity falls behind. `asked_audio_s_total_per_s` is every arrival's whole speech instead."""
     seen: dict[Text, list[float]] = {}
     for run in runs:
-        for text, secs in run["_texts"]:
+        for text, secs, _ in run["_texts"]:
             if secs:
                 seen.setdefault(text, []).append(secs)
     per_char: dict[str, list[float]] = {}
     for text, secs in seen.items():
         per_char.setdefault(text.lang, []).append(statistics.median(secs) / max(1, len(text.text)))
     for run in runs:
-        asked = 0.0
-        for text, _ in run["_texts"]:
+        window = duration if run["rate"] is not None else max(run["wall_s"], 1e-9)
+        total = in_window = 0.0
+        for text, _, at in run["_texts"]:
             if text in seen:
-                asked += statistics.median(seen[text])
+                expected = statistics.median(seen[text])
             else:
                 rate = statistics.median(per_char[text.lang]) if per_char.get(text.lang) else None
-                asked += len(text.text) * (rate or SPEECH_S_PER_CHAR.get(text.lang, 1 / 10))
-        window = duration if run["rate"] is not None else max(run["wall_s"], 1e-9)
-        run["asked_audio_s_per_s"] = asked / window
+                expected = len(text.text) * (rate or SPEECH_S_PER_CHAR.get(text.lang, 1 / 10))
+            total += expected
+            in_window += max(0.0, min(at + expected, window) - at)
+        run["asked_audio_s_per_s"] = in_window / window
+        run["asked_audio_s_total_per_s"] = total / window
         run["produced_over_asked"] = ratio(run["produced_audio_s_per_s"], run["asked_audio_s_per_s"])
         del run["_texts"]
 
@@ -623,6 +629,9 @@ def compare(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, A
                 "ttfa_first_p95": ratio(p["ttfa_first_s"]["p95"], b["ttfa_first_s"]["p95"]),
                 "stall_s_total": ratio(p["stall_s_total"], b["stall_s_total"]),
                 "gap_free_share": ratio(p["gap_free_share"], b["gap_free_share"]),
+                # The raw pairs too: a ratio against zero stall time cannot be read.
+                "stall_s_total_pair": [p["stall_s_total"], b["stall_s_total"]],
+                "gap_free_share_pair": [p["gap_free_share"], b["gap_free_share"]],
             })  # fmt: skip
     return {"axis": axis, "modes": modes, "ratios_vs_auto": ratios}
 
@@ -680,10 +689,16 @@ def knee_lines(cmp: dict[str, Any]) -> str:
             return f"{k['knee_rate']} ({'+'.join(k['reasons'])}; last ok: {k['max_ok_rate']})"
         out.append(f"- knee {mode}: audible TTFA p95 ≤ {k['ttfa_target_s']} s & gap-free ≥ {k['gap_free_target']}: "
                    f"{say(k)}; server share (TTFA from last text p95 ≤ {ks['ttfa_target_s']} s): {say(ks)}")
+    if cmp["ratios_vs_auto"]:
+        out += ["", f"| peer mode ÷ auto | {cmp['axis']} | audible TTFA p50 | audible TTFA p95 | "
+                "gap-free (peer vs auto) | stall s (peer vs auto) |", "|---|---|---|---|---|---|"]  # fmt: skip
     for r in cmp["ratios_vs_auto"]:
-        vals = ", ".join(f"{k} {'-' if v is None else f'{v:.2f}×'}" for k, v in r.items()
-                         if k not in ("mode", cmp["axis"]))  # fmt: skip
-        out.append(f"- {r['mode']} / auto at {cmp['axis']} {r[cmp['axis']]}: {vals}")
+        def x(v: float | None) -> str:
+            return "-" if v is None else f"{v:.2f}×"
+
+        (sp, sa), (gp, ga) = r["stall_s_total_pair"], r["gap_free_share_pair"]
+        out.append(f"| {r['mode']} | {r[cmp['axis']]} | {x(r['audible_first_p50'])} | {x(r['audible_first_p95'])} | "
+                   f"{_pct(gp)} vs {_pct(ga)} | {sp:.2f} vs {sa:.2f} |")  # fmt: skip
     return "\n".join(out)
 
 

@@ -21,7 +21,7 @@ function llmPieces(text) {
 const metrics = { frames: 0, bytes: 0, ttfaMs: null, audibleMs: null, underruns: 0, stallMs: 0, bufferedMs: 0 };
 const S = {
   ws: null, config: null, sampleRate: 24000, ctx: null, connected: null,
-  utt: null, playHead: 0, started: false, sources: [], timers: [], cancelling: false,
+  utt: null, playHead: 0, started: false, sources: [], timers: [], nextIndex: 0,
   log: [], errors: [],
 };
 window.voxgate = { metrics, state: S, llmPieces };
@@ -74,6 +74,7 @@ async function ensureSession() {
   if (!S.ws || S.ws.readyState !== WebSocket.OPEN) {
     S.ws = new WebSocket(wsUrl());
     S.ws.binaryType = "arraybuffer";
+    S.nextIndex = 0; // the server numbers utterances per connection, from 0
     S.ws.onmessage = onMessage;
     S.ws.onclose = () => {
       setStatus("disconnected");
@@ -100,6 +101,12 @@ async function speak() {
   // An AudioContext may only start inside a user gesture; buffers carry the stream's own rate.
   if (!S.ctx) S.ctx = new (window.AudioContext || window.webkitAudioContext)();
   if (S.ctx.state === "suspended") await S.ctx.resume();
+  const prev = S.utt;
+  if (prev && !prev.done && !prev.cancelled && S.ws && S.ws.readyState === WebSocket.OPEN) {
+    // Speaking again interrupts: the open (or still playing) utterance is cancelled first.
+    prev.cancelled = true;
+    S.ws.send(JSON.stringify({ type: "input.cancel" }));
+  }
   stopAudio();
   try {
     await ensureSession();
@@ -114,30 +121,34 @@ async function speak() {
   const t0 = performance.now();
   S.utt.tFirstText = t0;
   $("cancel").disabled = false;
-  pieces.forEach((piece, i) => {
-    // Absolute deadlines, like bench/load.py: a late timer never shifts the rest of the text.
-    S.timers.push(setTimeout(() => {
-      if (!S.ws || S.utt.cancelled) return;
-      S.ws.send(JSON.stringify({ type: "input.text", text: piece }));
-      S.utt.sent += piece.length;
-      render();
-      if (i === pieces.length - 1) {
-        S.ws.send(JSON.stringify({ type: "input.done" }));
-        S.utt.tLastText = performance.now();
-        log("→ input.done");
-      }
-    }, Math.max(0, t0 + (i * 1000) / rate - performance.now())));
-  });
+  const utt = S.utt;
+  const send = (i) => {
+    if (!S.ws || utt.cancelled) return;
+    S.ws.send(JSON.stringify({ type: "input.text", text: pieces[i] }));
+    utt.sent += pieces[i].length;
+    render();
+    if (i === pieces.length - 1) {
+      S.ws.send(JSON.stringify({ type: "input.done" }));
+      utt.tLastText = performance.now();
+      log("→ input.done");
+    }
+  };
+  // The first piece goes now, so the server has opened this utterance (and numbered it) before
+  // anything else can happen; the rest on absolute deadlines, like bench/load.py.
+  send(0);
+  for (let i = 1; i < pieces.length; i++) {
+    S.timers.push(setTimeout(() => send(i), Math.max(0, t0 + (i * 1000) / rate - performance.now())));
+  }
   log(`→ ${pieces.length} pieces at ${rate}/s`);
 }
 
 function resetUtterance(text) {
   S.utt = {
-    text, sent: 0, segments: [], marks: [], chunks: [], samples: 0, index: null, cancelled: false,
+    text, sent: 0, segments: [], marks: [], chunks: [], samples: 0, index: S.nextIndex++, cancelled: false,
+    audioStarted: false,
     done: false, tFirstText: null, tLastText: null, onset: newOnset(), speaking: null,
   };
   S.started = false;
-  S.cancelling = false;
   Object.assign(metrics, { frames: 0, bytes: 0, ttfaMs: null, audibleMs: null, underruns: 0, stallMs: 0 });
   $("segments").innerHTML = "";
   $("cancelled").hidden = true;
@@ -147,8 +158,7 @@ function resetUtterance(text) {
 
 function bargeIn() {
   if (!S.ws || !S.utt) return;
-  S.utt.cancelled = true;
-  S.cancelling = true; // frames still in flight before audio.cancelled are dropped
+  S.utt.cancelled = true; // frames still in flight before audio.cancelled are dropped
   S.ws.send(JSON.stringify({ type: "input.cancel" }));
   log("→ input.cancel");
   stopAudio();
@@ -170,6 +180,10 @@ function onMessage(ev) {
   if (typeof ev.data !== "string") return onAudio(ev.data);
   const msg = JSON.parse(ev.data);
   const u = S.utt;
+  if (u && msg.utterance_index !== undefined && msg.utterance_index !== u.index) {
+    log(`← ${msg.type} (utterance ${msg.utterance_index}, not the current one: ignored)`);
+    return;
+  }
   switch (msg.type) {
     case "session.ready":
       S.sampleRate = msg.sample_rate || 24000;
@@ -182,7 +196,7 @@ function onMessage(ev) {
       addSegmentRow(msg);
       break;
     case "audio.start":
-      if (u) u.index = msg.utterance_index;
+      if (u) u.audioStarted = true; // binary frames before it belong to an earlier utterance
       if (msg.sample_rate) S.sampleRate = msg.sample_rate;
       break;
     case "audio.mark":
@@ -199,7 +213,6 @@ function onMessage(ev) {
       }
       break;
     case "audio.cancelled":
-      S.cancelling = false;
       showCancelled(msg);
       break;
     case "error":
@@ -221,7 +234,7 @@ function brief(msg) {
 
 function onAudio(buf) {
   const u = S.utt;
-  if (!u || u.cancelled || S.cancelling || !S.ctx) return;
+  if (!u || u.cancelled || !u.audioStarted || !S.ctx) return;
   const now = performance.now();
   const pcm = new Int16Array(buf);
   metrics.frames += 1;

@@ -77,6 +77,18 @@ def test_page_streams_a_sentence_and_shows_it(playground_server: str, browser: o
                 ".every(td => td.textContent === 'spoken');", timeout=20)  # fmt: skip
     assert d.find_elements("css selector", "#view .spoken")
     assert not d.execute_script("return window.voxgate.state.errors;")
+    # A second utterance on the same connection (utterance_index 1) plays too.
+    set_text(d, "And one more thing.", 40)
+    d.find_element("id", "speak").click()
+    wait_for(d, "const u = window.voxgate.state.utt; return !!(u && u.done && u.index === 1);")
+    second = d.execute_script("return window.voxgate.metrics;")
+    assert second["frames"] > 0 and 0 < second["bytes"] < m["bytes"]  # counted afresh, a shorter text
+    assert d.execute_script("return window.voxgate.state.utt.text;") == "And one more thing."
+    set_text(d, "Your table is booked for Friday at seven. I sent the confirmation to your email.", 40)
+    d.find_element("id", "speak").click()
+    wait_for(d, "const u = window.voxgate.state.utt; return !!(u && u.done && u.index === 2);")
+    wait_for(d, "return [...document.querySelectorAll('#segments tr td.state')]"
+                ".every(td => td.textContent === 'spoken');", timeout=20)  # fmt: skip
     shot = tmp_path / "playground.png"
     d.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000
@@ -102,3 +114,17 @@ def test_barge_in_stops_and_says_what_was_spoken(playground_server: str, browser
 
     time.sleep(1.0)
     assert d.execute_script("return window.voxgate.metrics.frames;") == frames  # no audio after it
+    # The connection goes on: the next utterance (index 1) plays in full.
+    set_text(d, "Okay, stopping there.", 40)
+    d.find_element("id", "speak").click()
+    wait_for(d, "const u = window.voxgate.state.utt; return !!(u && u.done && u.index === 1);")
+    assert d.execute_script("return window.voxgate.metrics.frames;") > 0
+    # Speaking again mid-utterance interrupts it (input.cancel first), and the new one plays.
+    set_text(d, long_text, 8)
+    d.find_element("id", "speak").click()
+    wait_for(d, "return window.voxgate.metrics.frames > 0;")
+    set_text(d, "New answer.", 40)
+    d.find_element("id", "speak").click()
+    wait_for(d, "const u = window.voxgate.state.utt; return !!(u && u.done && u.index === 3);")
+    assert d.execute_script("return window.voxgate.metrics.frames;") > 0
+    assert not d.execute_script("return window.voxgate.state.errors;")
