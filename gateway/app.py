@@ -17,6 +17,7 @@ from gateway import metrics
 from gateway.auth import authenticate
 from gateway.connection import Connection
 from gateway.openai_api import openai_routes
+from gateway.playground import playground_routes
 from gateway.session_state import SessionBinding
 from gateway.settings import Settings
 from gateway.voices import voice_routes
@@ -135,5 +136,5 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
                 await asyncio.to_thread(loaded.close)
             await app.state.store.close()
 
-    routes = [health, metrics_endpoint, speech_stream, cancel_session, *openai_routes, *voice_routes]
+    routes = [health, metrics_endpoint, speech_stream, cancel_session, *openai_routes, *voice_routes, *playground_routes]
     return Litestar(route_handlers=routes, lifespan=[lifespan])
