@@ -136,5 +136,6 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
                 await asyncio.to_thread(loaded.close)
             await app.state.store.close()
 
-    routes = [health, metrics_endpoint, speech_stream, cancel_session, *openai_routes, *voice_routes, *playground_routes]
+    routes = [health, metrics_endpoint, speech_stream, cancel_session]
+    routes += [*openai_routes, *voice_routes, *playground_routes]
     return Litestar(route_handlers=routes, lifespan=[lifespan])
