@@ -22,7 +22,6 @@ import contextlib
 import itertools
 import logging
 import math
-import statistics
 import threading
 import time
 from collections import deque
@@ -247,8 +246,8 @@ class EngineCore:
         if produced:
             self._complete(produced, self.scheduler.bucket(len(produced)))
         now = self.clock()
-        recent = list(itertools.islice(reversed(self.cycle_s), 8))
-        cycle_s = statistics.median(recent) if recent else 0.0
+        # The slowest recent cycle, not the typical one: a listener runs dry in the slow ones.
+        cycle_s = max(itertools.islice(reversed(self.cycle_s), 8), default=0.0)
         codec = self.scheduler.plan_codec((r.record for r in live if not r.ended), now, plan.pressing, cycle_s)
         for size, rids in codec.by_size().items():
             self._decode([self._requests[rid] for rid in rids], size)
