@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.qwen3 import CheckpointError, Qwen3TTSModel, load_model
+from engine.qwen3 import CheckpointError, Qwen3TTSModel, load_model, make_tiny_checkpoint
 from engine.qwen3.weights import read_tensors
 
 
@@ -113,3 +113,13 @@ def test_bf16_talker_keeps_an_fp32_codec(tiny_dir: Path) -> None:
     assert m.codec.pre_conv.conv.weight.dtype == torch.float32
     codes = m.generate("Hi there.", voice="ryan", language="english", greedy=True, max_frames=4)
     assert codes.shape == (4, 16)
+
+
+def test_tiny_checkpoint_is_deterministic_per_seed(tiny_dir: Path, tmp_path: Path) -> None:
+    again = make_tiny_checkpoint(tmp_path / "again", seed=0)
+    other = make_tiny_checkpoint(tmp_path / "other", seed=1)
+    files = sorted(p.relative_to(tiny_dir) for p in tiny_dir.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
+    for f in files:
+        assert (tiny_dir / f).read_bytes() == (again / f).read_bytes(), f
+    assert (other / "model.safetensors").read_bytes() != (tiny_dir / "model.safetensors").read_bytes()
