@@ -136,3 +136,42 @@ def test_unknown_voice_and_language_are_rejected(tiny_model: Qwen3TTSModel) -> N
         tiny_model.generate("Hi.", voice="ryan", language="klingon")
     with pytest.raises(ValueError, match="empty"):
         tiny_model.generate("", voice="ryan")
+
+
+def _generate_live(model: Qwen3TTSModel, segments: list[list[int]], max_frames: int) -> np.ndarray:
+    """The engine-core loop over the primitives with live text: the request is prefilled with the first
+    segment only; whenever its trailing queue runs dry the row is parked (not fed tts_pad) until the
+    next segment's rows arrive; tts_eos is appended after the last one."""
+    tok, params = model.tokenizer, [SamplingParams.from_defaults(model.gen, greedy=True)]
+    prompt = model.prompts.build(segments[0], role_ids=tok.role_ids(), language="english", speaker="ryan",
+                                 final=False)
+    pending = [model.prompts.text_rows(s) for s in segments[1:]] + [model.prompts.eos_row()]
+    queue = list(prompt.trailing)
+    cache = model.new_kv_cache(1, prompt.rows.shape[0] + max_frames + 1)
+    slot, seen = torch.tensor([0]), torch.zeros(1, model.talker.cfg.vocab_size, dtype=torch.bool)
+    n_gen, frames = torch.zeros(1, dtype=torch.long), []
+    with torch.no_grad():
+        logits, hidden = model.talker.prefill(prompt.rows[None], torch.tensor([prompt.rows.shape[0]]), slot, cache)
+        cb0 = model.choose_cb0(logits, seen, n_gen, params)
+        while int(cb0[0]) != model.eos_id and len(frames) < max_frames:
+            seen[0, cb0[0]] = True
+            n_gen += 1
+            frame = model.complete_frames(hidden, cb0, params)
+            frames.append(frame[0])
+            g = len(frames) - 1
+            while g >= len(queue) and pending:  # parked: text ran dry; resume when the next segment comes
+                queue.extend(pending.pop(0))
+            text_row = queue[g] if g < len(queue) else prompt.pad
+            x = model.next_inputs(frame, text_row[None])
+            logits, hidden = model.talker.step(x, torch.tensor([prompt.rows.shape[0]]) + n_gen - 1, slot, cache)
+            cb0 = model.choose_cb0(logits, seen, n_gen, params)
+    return torch.stack(frames).numpy()
+
+
+def test_live_text_with_parking_equals_the_whole_text_at_once(tiny_model: Qwen3TTSModel) -> None:
+    ids = tiny_model.tokenizer.content_ids(LONG)
+    segments = [ids[:3], ids[3:4], ids[4:20], ids[20:]]
+    live = _generate_live(tiny_model, segments, max_frames=80)
+    whole = tiny_model.generate(LONG, voice="ryan", language="english", greedy=True, max_frames=80)
+    assert live.shape[0] == len(ids)  # ended by EOS after the last segment's tts_eos, not by max_frames
+    assert np.array_equal(live, whole)
