@@ -47,14 +47,6 @@ def read_tensors(directory: str | Path, stem: str = "model") -> dict[str, torch.
     return out
 
 
-def stored_dtype(tensors: dict[str, torch.Tensor], prefix: str) -> torch.dtype | None:
-    """The floating dtype the checkpoint stores under `prefix` (bf16 for the official talker)."""
-    for name, t in tensors.items():
-        if name.startswith(prefix) and t.is_floating_point():
-            return t.dtype
-    return None
-
-
 def _show(keys: Iterable[str], limit: int = 8) -> str:
     keys = sorted(keys)
     more = f" … (+{len(keys) - limit} more)" if len(keys) > limit else ""

@@ -123,3 +123,15 @@ def test_tiny_checkpoint_is_deterministic_per_seed(tiny_dir: Path, tmp_path: Pat
     for f in files:
         assert (tiny_dir / f).read_bytes() == (again / f).read_bytes(), f
     assert (other / "model.safetensors").read_bytes() != (tiny_dir / "model.safetensors").read_bytes()
+
+
+def test_bf16_stored_weights_load_into_an_fp32_model(tiny_dir: Path, tmp_path: Path) -> None:
+    """Official checkpoints store the talker in bf16; on CPU the loader upcasts to fp32 by default."""
+    d = _copy(tiny_dir, tmp_path / "ckpt")
+    t = {k: v.to(torch.bfloat16) for k, v in load_file(str(d / "model.safetensors")).items()}
+    save_file(t, str(d / "model.safetensors"))
+    m = load_model(d)
+    w = m.talker.model.layers[0].mlp.up_proj.weight
+    assert w.dtype == torch.float32
+    assert torch.equal(w, t["talker.model.layers.0.mlp.up_proj.weight"].float())
+    assert m.generate("Hi there.", voice="ryan", greedy=True, max_frames=4).shape[1] == 16
