@@ -319,3 +319,43 @@ def test_a_checkpoint_directory_loads_through_the_loader(engine: Qwen3Engine) ->
 
 def engine_cache(eng: Qwen3Engine) -> Path:
     return Path(eng.model_path).parent
+
+
+async def test_random_appends_finishes_cancels_and_slow_readers_leave_the_engine_clean(engine: Qwen3Engine) -> None:
+    rng = random.Random(11)
+
+    async def life(i: int) -> None:
+        s = engine.open_stream(None, "auto", seed=i)
+        chunks: list[AudioChunk] = []
+        ends: list[StreamEnd] = []
+        plan = rng.choice(["finish", "cancel", "cancel_early", "slow_reader"])
+
+        async def consume() -> None:
+            async for ev in s.events():
+                if isinstance(ev, StreamEnd):
+                    ends.append(ev)
+                else:
+                    chunks.append(ev)
+                    if plan == "slow_reader":
+                        await asyncio.sleep(rng.uniform(0, 0.2))
+
+        task = asyncio.create_task(consume())
+        for _ in range(rng.randint(1, 4)):
+            s.append(rng.choice(TEXTS))
+            await asyncio.sleep(rng.uniform(0, 0.1))
+            if plan == "cancel_early":
+                break
+        if plan in ("cancel", "cancel_early"):
+            await asyncio.sleep(rng.uniform(0, 0.3))
+            s.cancel()
+        else:
+            s.finish()
+        await asyncio.wait_for(task, 60)
+        assert len(ends) == 1  # exactly one end, and it is the last event
+        assert ends[0].reason == ("cancelled" if "cancel" in plan else "done")
+        assert [c.first_frame for c in chunks] == [sum(c.pcm.size for c in chunks[:k]) for k in range(len(chunks))]
+        if plan in ("finish", "slow_reader"):
+            assert pcm(chunks).size == engine.core.finished_frames[s.rid] * FRAME
+
+    await asyncio.gather(*[life(i) for i in range(14)])
+    await wait_for(lambda: engine.core.free_slots == MAX_STREAMS and not engine.core._requests)
