@@ -42,6 +42,24 @@ log = logging.getLogger("voxgate.ws")
 Send = Callable[[bytes | str], Awaitable[None]]
 
 
+class _Playback:
+    """A simulated client player that starts at the first audio: counts the times it would run dry
+    (the server's view of underruns; a real player with a jitter buffer does better)."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.queued = 0.0  # seconds of audio sent
+
+    def add(self, seconds: float) -> None:
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+        elif now - self.started > self.queued + 0.02:  # played past what was sent: a gap
+            metrics.UNDERRUNS.inc()
+            self.started = now - self.queued  # playback resumes with this chunk
+        self.queued += seconds
+
+
 class SlowClient(Exception):
     """The client stopped reading and its outbox stayed full."""
 
@@ -83,7 +101,13 @@ class Outbox:
         if isinstance(item.data, bytes) and item.utterance in self._cancelled:
             return
         self._items.append(item)
+        metrics.OUTBOX.inc()
         self._ready.set()
+
+    def discard(self) -> None:
+        """Drop whatever the writer did not send (the connection is gone)."""
+        metrics.OUTBOX.dec(sum(1 for i in self._items if not i.last))
+        self._items.clear()
 
     def close(self) -> None:
         """Tell the writer to stop once what is queued has been sent (bypasses the bound)."""
@@ -95,12 +119,16 @@ class Outbox:
             self._ready.clear()
             await self._ready.wait()
         item = self._items.popleft()
+        if not item.last:
+            metrics.OUTBOX.dec()
         self._space.set()
         return item
 
     def cancel_audio(self, utterance: int) -> None:
         self._cancelled.add(utterance)
-        self._items = deque(i for i in self._items if not (isinstance(i.data, bytes) and i.utterance == utterance))
+        kept = deque(i for i in self._items if not (isinstance(i.data, bytes) and i.utterance == utterance))
+        metrics.OUTBOX.dec(len(self._items) - len(kept))
+        self._items = kept
         self._space.set()
 
 
@@ -166,14 +194,18 @@ class Connection:
                     task.cancel()
             await self._cancel_all(notify=False)
             for task in (reader, writer):
-                if task.done() and not task.cancelled() and isinstance(task.exception(), SlowClient | TimeoutError):
+                exc = task.exception() if task.done() and not task.cancelled() else None
+                if isinstance(exc, SlowClient | TimeoutError):
                     log.info("session %s: the client stopped reading; disconnected", self.session_id)
+                elif exc is not None:
+                    log.error("session %s: connection failed", self.session_id, exc_info=exc)
             # Let what is queued (session.done, an error) reach the client, briefly. The writer is
             # stopped by a sentinel, not by cancel, which asyncio can lose in a finishing send.
             self.outbox.close()
             await asyncio.wait({writer}, timeout=1.0)
             writer.cancel()
             await asyncio.wait({writer, reader, poller}, timeout=1.0)
+            self.outbox.discard()
             await self.session.close()
             metrics.SESSIONS.dec()
 
@@ -434,6 +466,13 @@ class Connection:
             await self._pump_audio(utt)
         except SlowClient:
             self.stop()
+        except Exception:  # one utterance's failure must not take the session down silently
+            log.exception("session %s: utterance %d failed", self.session_id, utt.index)
+            utt.cancelled = True
+            if utt.stream is not None:
+                utt.stream.cancel()
+            with contextlib.suppress(SlowClient):
+                await self.error("internal_error", "the utterance failed", utterance_index=utt.index)
         finally:
             if utt in self.playing:
                 self.playing.remove(utt)
@@ -445,59 +484,61 @@ class Connection:
             with contextlib.suppress(Exception):
                 await slot.release()
 
+    async def _audio_start(self, utt: Utterance, rate: int) -> None:
+        assert self.config is not None
+        await self.emit(
+            "audio.start", utt.index, utterance_index=utt.index, sentence_index=0,
+            sample_rate=rate, channels=1, format=self.config.response_format,
+        )  # fmt: skip
+
     async def _pump_audio(self, utt: Utterance) -> None:
         assert self.config is not None
         cfg, rate = self.config, self.sample_rate
-        started = False
-        resample: Resampler | None = None
-        file_parts: list[np.ndarray] = []
-        end = StreamEnd("done")
-
-        async def start() -> None:
-            nonlocal started
-            if not started:
-                started = True
-                await self.emit(
-                    "audio.start", utt.index, utterance_index=utt.index, sentence_index=0,
-                    sample_rate=rate, channels=1, format=cfg.response_format,
-                )  # fmt: skip
-
         if utt.stream is None:  # nothing to say: close the utterance in order, without audio
             await self.emit("session.done", utt.index, utterance_index=utt.index, total_sentences=0)
             return
-        if utt.stream is not None:
-            async for ev in utt.stream.events():
-                if utt.cancelled:
-                    return
-                if isinstance(ev, StreamEnd):
-                    end = ev
-                    break
-                assert isinstance(ev, AudioChunk)
-                await start()
-                if utt.sent_bytes == 0:
-                    metrics.TTFA.observe(time.monotonic() - utt.opened_at)
-                seg = utt.engine_segments[ev.segment] if ev.segment < len(utt.engine_segments) else None
-                if seg is not None and seg not in utt.marked:
-                    utt.marked.add(seg)
-                    await self.emit(
-                        "audio.mark", utt.index, utterance_index=utt.index, segment_index=seg,
-                        sample_offset=ev.first_frame * rate // ev.sample_rate,
-                    )  # fmt: skip
-                if resample is None:
-                    resample = Resampler(ev.sample_rate, rate)
-                pcm = resample(ev.pcm)
-                if cfg.stream_audio:
-                    data = encode_frames(pcm, cfg.response_format)
-                    utt.sent_bytes += len(data)
-                    await self.outbox.put(Outgoing(data, utt.index))
-                else:
-                    file_parts.append(pcm)
+        resample: Resampler | None = None
+        file_parts: list[np.ndarray] = []
+        end = StreamEnd("done")
+        playback = _Playback()
+
+        async def send(pcm: np.ndarray) -> None:
+            if not cfg.stream_audio:
+                file_parts.append(pcm)
+                return
+            data = encode_frames(pcm, cfg.response_format)
+            utt.sent_bytes += len(data)
+            playback.add(pcm.size / rate)
+            await self.outbox.put(Outgoing(data, utt.index))
+
+        async for ev in utt.stream.events():
+            if utt.cancelled:
+                return
+            if isinstance(ev, StreamEnd):
+                end = ev
+                break
+            assert isinstance(ev, AudioChunk)
+            if resample is None:  # the first audio
+                metrics.TTFA.observe(time.monotonic() - utt.opened_at)
+                resample = Resampler(ev.sample_rate, rate)
+                await self._audio_start(utt, rate)
+            seg = utt.engine_segments[ev.segment] if ev.segment < len(utt.engine_segments) else None
+            if seg is not None and seg not in utt.marked:
+                utt.marked.add(seg)
+                await self.emit(
+                    "audio.mark", utt.index, utterance_index=utt.index, segment_index=seg,
+                    sample_offset=ev.first_frame * rate // ev.sample_rate,
+                )  # fmt: skip
+            await send(resample(ev.pcm))
+        if resample is not None and not utt.cancelled:
+            await send(resample(np.zeros(0, np.int16), last=True))  # the resampler's filter tail
         # The engine is done with this stream: free the tenant's slot before telling the client, so
         # its next utterance can start at once.
         await self._release_slot(utt)
         if utt.cancelled or end.reason == "cancelled":
             return
-        await start()
+        if resample is None:
+            await self._audio_start(utt, rate)  # paired with audio.done even when no audio came
         if file_parts:
             data = await asyncio.to_thread(encode_file, np.concatenate(file_parts), rate, cfg.response_format)
             utt.sent_bytes = len(data)

@@ -14,6 +14,8 @@ TTFA = Histogram(
     buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10),
 )
 CANCELS = Counter("voxgate_cancels_total", "barge-ins")
+UNDERRUNS = Counter("voxgate_underruns_total", "gaps a real-time player starting at the first audio would hear")
+OUTBOX = Gauge("voxgate_outbox_frames", "frames queued for WebSocket clients")
 ERRORS = Counter("voxgate_errors_total", "protocol error events sent", ["code"])
 
 __all__ = ["CONTENT_TYPE_LATEST", "generate_latest"]

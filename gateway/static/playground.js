@@ -53,7 +53,10 @@ function currentConfig() {
 
 function wsUrl() {
   const proto = location.protocol === "https:" ? "wss:" : "ws:";
-  return `${proto}//${location.host}/v1/audio/speech/stream`;
+  const key = $("api-key").value.trim();
+  // Browsers cannot set headers on a WebSocket: the gateway also takes the key as ?api_key=.
+  const query = key ? `?api_key=${encodeURIComponent(key)}` : "";
+  return `${proto}//${location.host}/v1/audio/speech/stream${query}`;
 }
 
 function waitReady() {
@@ -413,9 +416,12 @@ setInterval(() => {
 
 async function loadVoices() {
   try {
-    const r = await fetch("/v1/audio/voices");
+    const key = $("api-key").value.trim();
+    const r = await fetch("/v1/audio/voices", key ? { headers: { Authorization: `Bearer ${key}` } } : {});
     if (!r.ok) return;
     const body = await r.json();
+    const select = $("voice");
+    while (select.options.length > 1) select.remove(1);
     for (const v of body.voices || []) {
       const opt = document.createElement("option");
       opt.value = v.name;
@@ -426,6 +432,10 @@ async function loadVoices() {
 }
 
 $("rate").addEventListener("input", () => { $("rate-out").textContent = $("rate").value; });
+$("api-key").addEventListener("change", () => {
+  if (S.ws) S.ws.close(); // the next Speak connects with the new key
+  loadVoices();
+});
 $("speak").addEventListener("click", speak);
 $("cancel").addEventListener("click", bargeIn);
 $("sample-en").addEventListener("click", () => { $("text").value = SAMPLES.en; $("language").value = "en"; });

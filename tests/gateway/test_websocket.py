@@ -187,7 +187,10 @@ def test_health_and_metrics(gateway: str) -> None:
         assert r.status == 200 and json.load(r)["status"] == "ok"
     with urllib.request.urlopen(f"http://{gateway}/metrics") as r:
         body = r.read().decode()
-    assert "voxgate_utterances_total" in body and "voxgate_ttfa_seconds_bucket" in body
+    for name in ("voxgate_utterances_total", "voxgate_ttfa_seconds_bucket", "voxgate_underruns_total",
+                 "voxgate_outbox_frames", "voxgate_cancels_total", 'voxgate_errors_total{code="invalid_json"}',
+                 'voxgate_segments_total{reason="sentence"}', "voxgate_sessions"):  # fmt: skip
+        assert name in body, name
 
 
 @pytest.mark.parametrize(("fmt", "width"), [("pcm", 2), ("ulaw", 1), ("alaw", 1)])
