@@ -57,7 +57,7 @@ class SchedulerConfig:
     max_codec_rows: int = 32  # most streams decoded per cycle
     low_water_s: float = 1.0  # a buffer below this is pressing (VoxServe's rule)
     defer_s: float = 2.0  # a chunk of a stream with more buffered than this can wait for pressing talker work
-    flush_margin_s: float = 0.05  # decode a partial chunk when the buffer would run out this close to its arrival
+    flush_margin_s: float = 0.05  # decode a partial chunk when the buffer lasts less than 2 cycles + this
 
     def __post_init__(self) -> None:
         if not self.buckets or list(self.buckets) != sorted(set(self.buckets)) or self.buckets[0] < 1:
@@ -140,18 +140,18 @@ class Scheduler:
 
     def ready_frames(self, rec: RequestRecord, now: float, cycle_s: float) -> int:
         """Frames to decode now (0: keep waiting). The next ramp size once it is pending; everything
-        pending when no more frames are coming soon (the talker is done, or parked on text); and a
-        partial chunk when waiting for the full one (about one cycle per missing frame) would let the
-        listener's buffer run dry: a smaller decode costs a little throughput, a gap is audible."""
+        pending when no more frames are coming soon (the talker is done, or parked on text); and
+        everything pending when the listener's buffer would run dry within two cycles (this one and
+        the decode's). Waiting until then, not until the full chunk, keeps the partial chunks as large
+        as the buffer allows: a stream near capacity that decoded a frame or two every cycle would
+        spend its time in per-call codec overhead and fall further behind."""
         need = self.chunk_size(rec)
         if rec.pending_frames >= need:
             return need
         if not rec.generating or rec.parked:
             return rec.pending_frames
-        if rec.first_audio_at is not None:
-            wait_s = (need - rec.pending_frames + 1) * cycle_s
-            if rec.buffer_s(now) < wait_s + self.config.flush_margin_s:
-                return rec.pending_frames
+        if rec.first_audio_at is not None and rec.buffer_s(now) < 2 * cycle_s + self.config.flush_margin_s:
+            return rec.pending_frames
         return 0
 
     def _pressing(self, rec: RequestRecord, now: float) -> bool:

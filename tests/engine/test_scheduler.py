@@ -162,15 +162,15 @@ def test_talker_plan_reports_pressing_rows() -> None:
     assert s.plan_talker([comfy], now=clock.t, free_slots=0).pressing
 
 
-def test_a_partial_chunk_is_decoded_when_waiting_for_the_full_one_would_starve_the_listener() -> None:
+def test_a_partial_chunk_is_decoded_when_the_listener_would_run_dry_within_two_cycles() -> None:
     clock = FakeClock()
     s = Scheduler(SchedulerConfig(ramp=(2, 8), flush_margin_s=0.05))
     r = running(1, pending=3, chunks_sent=1, audio_s=0.16, first_audio_at=clock.t)  # next chunk: 8
-    # 5 more frames at 0.01 s a cycle arrive well before 0.16 s of audio runs out: wait for the full chunk.
-    assert s.plan_codec([r], now=clock.t, talker_pressing=False, cycle_s=0.01).chunks == ()
-    # At 0.05 s a cycle they would not: decode the 3 frames there are now.
-    assert s.plan_codec([r], now=clock.t, talker_pressing=False, cycle_s=0.05).chunks == ((1, 3),)
-    clock.advance(0.1)  # the buffer drained to 0.06 s: even fast cycles cannot fill the gap in time
+    # 0.16 s of audio outlasts two 0.05 s cycles and the margin: keep collecting frames.
+    assert s.plan_codec([r], now=clock.t, talker_pressing=False, cycle_s=0.05).chunks == ()
+    # With 0.06 s cycles it would not: decode the 3 frames there are now.
+    assert s.plan_codec([r], now=clock.t, talker_pressing=False, cycle_s=0.06).chunks == ((1, 3),)
+    clock.advance(0.1)  # the buffer drained to 0.06 s: even fast cycles cannot wait
     assert s.plan_codec([r], now=clock.t, talker_pressing=False, cycle_s=0.01).chunks == ((1, 3),)
 
 
