@@ -282,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=REPO / "bench" / "out" / "engine.json")
     ap.add_argument("--png", type=Path, default=REPO / "bench" / "out" / "engine.png")
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra load_engine option, e.g. max_codec_rows=4 (value parsed as JSON when it can be)")
     ap.add_argument("--smoke", action="store_true", help="concurrency 1,2 and 8 frames: checks the harness runs")
     args = ap.parse_args(argv)
     levels = [int(x) for x in args.concurrency.split(",")]
@@ -289,8 +291,15 @@ def main(argv: list[str] | None = None) -> int:
         levels, args.frames = [1, 2], 8
     max_n = max(levels)
     t = time.perf_counter()
+    extra: dict[str, Any] = {}
+    for item in args.engine_option:
+        key, _, value = item.partition("=")
+        try:
+            extra[key] = json.loads(value)
+        except json.JSONDecodeError:
+            extra[key] = value
     eng = load_engine(args.model, max_streams=max_n, threads=args.threads, min_frames=args.frames,
-                      frames_per_token=0.0, max_context=max(256, 64 * math.ceil((args.frames + 160) / 64)))
+                      frames_per_token=0.0, max_context=max(256, 64 * math.ceil((args.frames + 160) / 64)), **extra)
     assert isinstance(eng, Qwen3Engine)
     assert eng.core.pool is not None
     per_slot = eng.core.pool.bytes_per_slot()
@@ -319,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         eng.close()
     print()
     print_table(rows)
-    out = {"model": args.model, "frames_per_stream": args.frames, "threads": args.threads,
+    out = {"model": args.model, "frames_per_stream": args.frames, "threads": args.threads, "engine_options": extra,
            "cpu_count": os.cpu_count(), "load_average": os.getloadavg()[0],
            "bytes_per_slot": per_slot, "max_context": eng.config.max_context,
            "baseline": {"chunk": BASELINE_CHUNK, "left_context": BASELINE_LEFT},
