@@ -54,7 +54,10 @@ class CoreConfig:
     # (16 × 25 frames × 1920 samples × channels) no longer fit in cache.
     max_codec_rows: int = 4
     queue_size: int = 8  # audio chunks buffered per stream before its consumer is considered not reading
-    threads: int = 2  # torch intra-op threads of the core thread
+    # torch intra-op threads of the core thread. 1 for the tiny model: with 2 on 2 busy cores a tiny
+    # attention call took 10.5 ms instead of 6 µs (waking the second thread). A real checkpoint's
+    # GEMMs on CPU want more.
+    threads: int = 1
     frames_per_token: float = 6.0  # frame cap: text tokens × this + min_frames (real speech: ~2–4)
     min_frames: int = 24
     kv_block: int = 64  # attention key lengths are rounded up to this (few distinct shapes)

@@ -92,8 +92,6 @@ class Qwen3Engine:
                  **options: Any) -> None:
         if "max_batch" not in options and "max_streams" in options:
             options["max_batch"] = min(int(options["max_streams"]), CoreConfig().max_batch)
-        if "threads" not in options:
-            options["threads"] = 1
         try:
             self.config = CoreConfig(**options)
         except TypeError as exc:
