@@ -22,7 +22,9 @@ from engine.cpu.onnx import make_session
 from engine.cpu.text import han_latin_runs, sentences, split_long
 
 SAMPLE_RATE = 24000
-_MAX_TOKENS = 240  # of the model's 510: run time grows with length, so long sentences are cut at clauses
+# Of the model's 510 tokens: long sentences are cut at clauses so first audio comes sooner. On 2 cores
+# 100 vs 240 cut Mandarin time-to-first-audio about 40 % for 2 long segments (CER 0.14 vs 0.11).
+_MAX_TOKENS = 100
 _PARTS = 4
 _MODEL_NAME = "kokoro-v1.0.int8.onnx"
 
