@@ -150,7 +150,7 @@ async def test_cancel_mid_stream_ends_cancelled_and_frees_work(cpu_engine: Any) 
 
 
 async def test_cancel_aborts_a_model_run_in_progress(cpu_engine: Any) -> None:
-    # One long Kokoro run (about 2 s of compute); the cancel must not wait for it to finish.
+    # Long Kokoro runs (each about 90 tokens); the cancel must not wait for the current one to finish.
     text = ", ".join(["the quick brown fox jumps over the lazy dog"] * 6) + "."
     stream = cpu_engine.open_stream("jf_gongitsune", "en")
     stream.append(text)
@@ -165,7 +165,8 @@ async def test_cancel_aborts_a_model_run_in_progress(cpu_engine: Any) -> None:
     while not job.future.done() and time.perf_counter() - t0 < 5:
         await asyncio.sleep(0.005)
     assert job.future.done()
-    assert time.perf_counter() - t0 < 1.0  # uninterrupted, this run takes several seconds
+    # An aborted run stops within milliseconds; uninterrupted, this ~90-token run takes over a second.
+    assert time.perf_counter() - t0 < 0.3
     assert [ev async for ev in stream.events()] == [StreamEnd("cancelled")]
 
 
