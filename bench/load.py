@@ -539,6 +539,8 @@ def summarize_run(spec: RunSpec, args: argparse.Namespace, responses: list[Respo
         "audio_produced_s": produced,
         "produced_audio_s_per_s": in_window_s / max(window, 1e-9),
         "produced_audio_s_per_wall_s": produced / max(wall, 1e-9),
+        # Zero-byte binary frames carry no audio; counted because a client may mistake one for an end.
+        "empty_frames": sum(1 for r in responses for _, n in r.frames if n == 0),
         "inflight_mean": statistics.fmean(counts) if counts else 0.0,
         "inflight_max": max(counts, default=0),
         "wall_s": wall,

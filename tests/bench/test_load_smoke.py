@@ -62,7 +62,9 @@ def test_load_smoke_against_piper(piper_gateway: str, tmp_path: Path) -> None:
         assert r["asked_audio_s_per_s"] > 0 and r["produced_audio_s_per_s"] > 0
         assert r["inflight_max"] >= 1
         resp = r["responses"][0]
-        assert resp["frames"] and all(n > 0 for _, n in resp["frames"])
+        assert resp["frames"] and sum(n for _, n in resp["frames"]) > 0
+        assert all(n % 2 == 0 for _, n in resp["frames"])  # whole s16le samples
+        assert r["empty_frames"] == sum(1 for x in r["responses"] for _, n in x["frames"] if n == 0)
         assert resp["audio_s"] == pytest.approx(sum(n for _, n in resp["frames"]) / 2 / 24000, rel=1e-3)
     # `none` speaks only after input.done; sentence mode splits per sentence; auto starts mid-text.
     assert runs["none"]["ttfa_last_s"]["p50"] > 0
