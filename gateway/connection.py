@@ -503,6 +503,8 @@ class Connection:
         playback = _Playback()
 
         async def send(pcm: np.ndarray) -> None:
+            if pcm.size == 0:  # e.g. the resampler's tail when no resampling was needed
+                return
             if not cfg.stream_audio:
                 file_parts.append(pcm)
                 return

@@ -213,3 +213,16 @@ async def test_non_streamed_compressed_files_decode(gateway: str, fmt: str) -> N
     data, rate = soundfile.read(io.BytesIO(audio))
     assert len(data) / rate > 0.5
     await c.ws.close()
+
+
+async def test_no_empty_binary_frames(gateway: str) -> None:
+    c = await connect(gateway)  # 24 kHz, the engine's rate after its own resampling: no edge resampling
+    for _ in range(2):
+        await c.send("input.text", text="Short and sweet.")
+        await c.send("input.done")
+        while True:
+            m = await c.recv()
+            assert not (isinstance(m, bytes) and len(m) == 0), "an empty audio frame"
+            if isinstance(m, dict) and m["type"] == "session.done":
+                break
+    await c.ws.close()
