@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine import AudioChunk, EngineError, StreamEnd, load_engine
+from engine import AudioChunk, Engine, EngineError, Stream, StreamEnd, load_engine
 from engine.core import CoreRequest
 from engine.qwen3_engine import Qwen3Engine, Qwen3Stream
 
@@ -293,6 +293,13 @@ def test_open_stream_rejects_what_it_cannot_serve(engine: Qwen3Engine, voice: st
     with pytest.raises(EngineError) as err:
         engine.open_stream(voice, language, **options)
     assert err.value.code == code
+
+
+def test_the_engine_and_its_streams_meet_the_contract(engine: Qwen3Engine) -> None:
+    assert isinstance(engine, Engine)
+    stream = engine.open_stream(None, "auto")
+    assert isinstance(stream, Stream)
+    stream.cancel()
 
 
 def test_voices_and_languages_come_from_the_checkpoint(engine: Qwen3Engine) -> None:
