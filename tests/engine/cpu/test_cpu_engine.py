@@ -145,8 +145,9 @@ async def test_cancel_mid_stream_ends_cancelled_and_frees_work(cpu_engine: Any) 
             await asyncio.sleep(0.01)
         assert job.future.done()
     assert time.perf_counter() - t0 < 3.0
-    # Segments beyond the look-ahead window were never started.
-    assert stream._submitted <= 1 + cpu_engine.workers < 8
+    # Segments beyond the look-ahead window were never started. (How far delivery got before the
+    # cancel depends on the machine: the bridge holds many chunks, so bound it relative to that.)
+    assert stream._submitted <= stream._delivering + 1 + cpu_engine.workers
 
 
 async def test_cancel_aborts_a_model_run_in_progress(cpu_engine: Any) -> None:
