@@ -23,34 +23,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(Path(__file__).parent)]
 
 from segmentation_peers import SEGMENTERS  # noqa: E402
-from support.segcases import Case, char_deltas, load_cases, word_deltas  # noqa: E402
+from support.segcases import Case, char_deltas, clause_ends, load_cases, sentence_ends, word_deltas  # noqa: E402
 
-from segmentation.chars import CLOSERS  # noqa: E402
 from segmentation.segmenter import warm_up  # noqa: E402
 
-CLAUSE_MARKS = ",;:，、；：—"
 CLAUSE_SEGMENTERS = ("voxgate/clause", "voxgate/auto", "vllm-omni/clause")
-
-
-def sentence_ends(case: Case) -> set[int]:
-    ends, pos = set(), 0
-    for s in case.sentences[:-1]:
-        pos += len(s)
-        ends.add(pos)
-    return ends
-
-
-def clause_ends(text: str) -> set[int]:
-    out = set()
-    for i, c in enumerate(text):
-        if c in CLAUSE_MARKS:
-            j = i + 1
-            while j < len(text) and (text[j] in CLOSERS or text[j] == "—"):
-                j += 1
-            while j < len(text) and text[j].isspace():
-                j += 1
-            out.add(j)
-    return out
 
 
 def replay(name: str, deltas: list[str]) -> list[tuple[int, int]]:

@@ -16,6 +16,7 @@ from engine import Engine, load_engine
 from gateway import metrics
 from gateway.auth import authenticate
 from gateway.connection import Connection
+from gateway.errors import api_error
 from gateway.openai_api import openai_routes
 from gateway.playground import playground_routes
 from gateway.session_state import SessionBinding
@@ -46,18 +47,14 @@ async def cancel_session(request: Request, session_id: FromPath[str]) -> Respons
     """Barge-in from anywhere: the replica holding the session's socket cancels within a cycle."""
     tenant = authenticate(request)
     if tenant is None:
-        return _error(401, "unauthorized", "a valid API key is required")
+        return api_error(401, "unauthorized", "a valid API key is required")
     try:
         reached = await request.app.state.store.publish_cancel(tenant.name, session_id)
     except (SessionNotFound, InvalidId):
-        return _error(404, "session_not_found", f"no session {session_id!r}")
+        return api_error(404, "session_not_found", f"no session {session_id!r}")
     except StateUnavailable as e:
-        return _error(503, e.code, str(e))
+        return api_error(503, e.code, str(e))
     return Response({"session_id": session_id, "cancelled": True, "replicas": reached}, status_code=202)
-
-
-def _error(status: int, code: str, message: str) -> Response[dict[str, object]]:
-    return Response({"error": {"message": message, "type": "invalid_request_error", "code": code}}, status_code=status)
 
 
 @get("/metrics", sync_to_thread=False)

@@ -34,6 +34,7 @@ from gateway.protocol import (
     event,
 )
 from gateway.session_state import SessionBinding
+from gateway.voices import stream_options
 from segmentation import Segment, StreamSegmenter, normalize_for_speech
 from sessions import SESSION_TAKEN_OVER, StreamSlot
 
@@ -331,16 +332,9 @@ class Connection:
         return self.config.sample_rate or self.engine.sample_rate
 
     def _open_stream(self, cfg: SessionConfig, voice: tuple[str | None, dict[str, Any]]) -> Stream:
-        name, options = voice[0], dict(voice[1])  # a registered preset's defaults, overridden below
-        if cfg.sample_rate is not None:
-            options["sample_rate"] = cfg.sample_rate
-        if cfg.speed != 1.0:
-            options["speed"] = cfg.speed
-        if cfg.seed is not None:
-            options["seed"] = cfg.seed
-        if cfg.instructions:
-            options["instructions"] = cfg.instructions
-        return self.engine.open_stream(name, cfg.language, **options)
+        options = stream_options(voice[1], sample_rate=cfg.sample_rate, speed=cfg.speed, seed=cfg.seed,
+                                 instructions=cfg.instructions)  # fmt: skip
+        return self.engine.open_stream(voice[0], cfg.language, **options)
 
     async def _text(self, text: str) -> None:
         if not isinstance(text, str):

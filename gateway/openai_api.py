@@ -21,7 +21,8 @@ from litestar.response import Stream as StreamResponse
 from engine import AudioChunk, Engine, EngineError, StreamEnd
 from gateway.audio import MEDIA_TYPES, Resampler, encode_file, encode_frames, wav_stream_header
 from gateway.auth import authenticate
-from gateway.voices import resolve_voice
+from gateway.errors import ApiError
+from gateway.voices import resolve_voice, stream_options
 from segmentation import StreamSegmenter, normalize_for_speech
 from sessions import StateUnavailable
 
@@ -43,16 +44,6 @@ class SpeechRequest(msgspec.Struct, forbid_unknown_fields=False):
     stream: bool | None = None
     stream_format: Literal["sse", "audio"] = "audio"
     seed: int | None = None
-
-
-class ApiError(Exception):
-    def __init__(self, message: str, *, param: str | None = None, code: str = "invalid_value", status: int = 400):
-        super().__init__(message)
-        self.message, self.param, self.code, self.status = message, param, code, status
-
-    def response(self) -> Response[dict[str, object]]:
-        body = {"message": self.message, "type": "invalid_request_error", "param": self.param, "code": self.code}
-        return Response({"error": body}, status_code=self.status)
 
 
 def _parse(raw: bytes) -> SpeechRequest:
@@ -92,13 +83,8 @@ async def _pcm(
     engine: Engine, req: SpeechRequest, voice: str | None, rate: int, voice_options: dict[str, object]
 ) -> AsyncIterator[np.ndarray]:
     """The request's audio at `rate`, chunk by chunk; cancels the engine stream if the client leaves."""
-    options: dict[str, object] = {**voice_options, "sample_rate": rate}
-    if req.speed != 1.0:
-        options["speed"] = req.speed
-    if req.seed is not None:
-        options["seed"] = req.seed
-    if req.instructions:
-        options["instructions"] = req.instructions
+    options = stream_options(voice_options, sample_rate=rate, speed=req.speed, seed=req.seed,
+                             instructions=req.instructions)  # fmt: skip
     stream = engine.open_stream(voice, req.language, **options)
     segmenter = StreamSegmenter(req.language, "auto")
     for seg in [*segmenter.feed(req.input), *segmenter.flush()]:

@@ -18,6 +18,7 @@ from litestar.params import FromPath
 
 from engine import Engine, EngineError
 from gateway.auth import authenticate
+from gateway.errors import api_error
 from sessions import (
     InvalidId,
     SessionStore,
@@ -41,6 +42,22 @@ class VoiceRequest(msgspec.Struct, forbid_unknown_fields=True):
     description: str = ""
     ref_audio: str | None = None  # clone: base64 or a data: URI of an audio file …
     ref_text: str | None = None  # … and what it says
+
+
+def stream_options(
+    voice_options: dict[str, Any], *, sample_rate: int | None, speed: float, seed: int | None, instructions: str | None
+) -> dict[str, Any]:
+    """Engine options for a stream: a registered voice's defaults, overridden by the request's settings."""
+    options = dict(voice_options)
+    if sample_rate is not None:
+        options["sample_rate"] = sample_rate
+    if speed != 1.0:
+        options["speed"] = speed
+    if seed is not None:
+        options["seed"] = seed
+    if instructions:
+        options["instructions"] = instructions
+    return options
 
 
 def can_clone(engine: Engine) -> bool:
@@ -67,11 +84,6 @@ async def resolve_voice(
     if not can_clone(engine):
         raise EngineError("voice_cloning_unsupported", f"voice {name!r} is a clone; this engine cannot clone voices")
     return None, {"ref_audio": voice.ref_audio, "ref_text": voice.ref_text}
-
-
-def _error(status: int, code: str, message: str, param: str | None = None) -> Response[dict[str, Any]]:
-    body = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
-    return Response({"error": body}, status_code=status)
 
 
 def _decode_audio(value: str) -> bytes:
@@ -107,18 +119,18 @@ def _voice_from(req: VoiceRequest, engine: Engine) -> Voice:
 async def create_voice(request: Request) -> Response[dict[str, Any]]:
     tenant, engine = authenticate(request), request.app.state.get("engine")
     if tenant is None:
-        return _error(401, "unauthorized", "a valid API key is required")
+        return api_error(401, "unauthorized", "a valid API key is required")
     if engine is None:
-        return _error(503, "engine_not_ready", "the engine is warming up")
+        return api_error(503, "engine_not_ready", "the engine is warming up")
     try:
         req = msgspec.json.decode(await request.body(), type=VoiceRequest)
         voice = await request.app.state.store.put_voice(tenant.name, _voice_from(req, engine))
     except EngineError as e:  # before ValueError, which it extends
-        return _error(400, e.code, str(e), "voice")
+        return api_error(400, e.code, str(e), "voice")
     except SessionStoreError as e:
-        return _error(_STATUS.get(type(e), 400), e.code, str(e))
+        return api_error(_STATUS.get(type(e), 400), e.code, str(e))
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as e:
-        return _error(400, "invalid_value", str(e))
+        return api_error(400, "invalid_value", str(e))
     return Response({"voice_id": voice.voice_id, "kind": voice.kind, "created_ms": voice.created_ms}, status_code=201)
 
 
@@ -126,13 +138,13 @@ async def create_voice(request: Request) -> Response[dict[str, Any]]:
 async def delete_voice(request: Request, voice_id: FromPath[str]) -> Response[dict[str, Any]]:
     tenant = authenticate(request)
     if tenant is None:
-        return _error(401, "unauthorized", "a valid API key is required")
+        return api_error(401, "unauthorized", "a valid API key is required")
     try:
         deleted = await request.app.state.store.delete_voice(tenant.name, voice_id)
     except SessionStoreError as e:
-        return _error(_STATUS.get(type(e), 400), e.code, str(e))
+        return api_error(_STATUS.get(type(e), 400), e.code, str(e))
     if not deleted:
-        return _error(404, "voice_not_found", f"no voice {voice_id!r}")
+        return api_error(404, "voice_not_found", f"no voice {voice_id!r}")
     return Response({"id": voice_id, "object": "voice", "deleted": True})  # OpenAI's shape for deletions
 
 
@@ -142,9 +154,9 @@ async def list_voices(request: Request) -> Response[dict[str, Any]]:
 
     tenant, engine = authenticate(request), request.app.state.get("engine")
     if tenant is None:
-        return _error(401, "unauthorized", "a valid API key is required")
+        return api_error(401, "unauthorized", "a valid API key is required")
     if engine is None:
-        return _error(503, "engine_not_ready", "the engine is warming up")
+        return api_error(503, "engine_not_ready", "the engine is warming up")
     voices = [
         {"name": v.name, "languages": list(v.languages), "kind": v.kind, "description": v.description}
         for v in engine.voices()
@@ -152,7 +164,7 @@ async def list_voices(request: Request) -> Response[dict[str, Any]]:
     try:
         registered = await request.app.state.store.list_voices(tenant.name)
     except StateUnavailable as e:
-        return _error(503, e.code, str(e))
+        return api_error(503, e.code, str(e))
     for v in registered:
         voices.append({"name": v.voice_id, "kind": v.kind, "description": v.metadata.get("description", ""),
                        "base_voice": v.metadata.get("base_voice"), "created_ms": v.created_ms})  # fmt: skip

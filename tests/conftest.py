@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,3 +67,13 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def piper_engine() -> Iterator[Any]:
+    """The fastest real voice (English Piper joe), loaded once for every test that serves a gateway."""
+    from engine import load_engine
+
+    engine = load_engine("piper")
+    yield engine
+    engine.close()

@@ -5,15 +5,13 @@ from collections.abc import Iterator
 import pytest
 from support.servers import serve
 
-from engine import Engine, load_engine
+from engine import Engine
 from gateway.connection import Limits
 
 
 @pytest.fixture(scope="session")
-def cpu_engine() -> Iterator[Engine]:
-    engine = load_engine("piper")  # the fastest real voice: English Piper joe
-    yield engine
-    engine.close()
+def cpu_engine(piper_engine: Engine) -> Engine:
+    return piper_engine
 
 
 @pytest.fixture(scope="module")

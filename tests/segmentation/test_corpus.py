@@ -6,37 +6,12 @@ import random
 from collections.abc import Iterable
 
 import pytest
-from support.segcases import Case, char_deltas, load_cases, word_deltas
+from support.segcases import Case, char_deltas, clause_ends, load_cases, word_deltas
+from support.segcases import sentence_ends as sentence_ends_of
 
 from segmentation import Segment, StreamSegmenter
-from segmentation.chars import CLOSERS
 
 CASES = load_cases()
-CLAUSE_MARKS = ",;:，、；：—"
-
-
-def boundaries(sentences: list[str]) -> list[int]:
-    out, pos = [], 0
-    for s in sentences[:-1]:
-        pos += len(s)
-        out.append(pos)
-    return out
-
-
-def clause_boundaries(text: str) -> set[int]:
-    """Where a clause commit may end: after a clause mark, its closers and whitespace."""
-    out = set()
-    for i, c in enumerate(text):
-        if c in CLAUSE_MARKS:
-            j = i + 1
-            while j < len(text) and (text[j] in CLOSERS or text[j] == "—"):
-                j += 1
-            while j < len(text) and text[j].isspace():
-                j += 1
-            out.add(j)
-    return out
-
-
 def run(text: str, deltas: Iterable[str], granularity: str) -> list[tuple[Segment, int]]:
     """Feed the deltas; return each segment with how many characters had arrived at its commit."""
     seg = StreamSegmenter(granularity=granularity)
@@ -60,10 +35,10 @@ def feeds(case: Case) -> list[tuple[str, list[str]]]:
 @pytest.mark.parametrize("granularity", ["sentence", "clause", "auto"])
 def test_corpus_splits_lag_and_round_trip(case: Case, granularity: str) -> None:
     assert "".join(case.sentences) == case.text, "corpus case is inconsistent"
-    sentence_ends = boundaries(case.sentences)
+    sentence_ends = sentence_ends_of(case)
     allowed = set(sentence_ends)
     if granularity != "sentence":
-        allowed |= clause_boundaries(case.text)
+        allowed |= clause_ends(case.text)
     for name, deltas in feeds(case):
         got = run(case.text, deltas, granularity)
         texts = [s.text for s, _ in got]

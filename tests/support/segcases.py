@@ -42,3 +42,31 @@ def char_deltas(text: str, rng: random.Random, lo: int = 1, hi: int = 6) -> Iter
 def word_deltas(text: str) -> Iterator[str]:
     """Whole-word tokens the way an LLM streams English ("Hello", " world", "."), Han one by one."""
     yield from (m.group(0) for m in re.finditer(r"\s*(?:[A-Za-z0-9']+|.)", text, re.S))
+
+
+CLAUSE_MARKS = ",;:，、；：—"
+
+
+def sentence_ends(case: Case) -> set[int]:
+    """The offsets where the case's sentences end (the last one's end excluded)."""
+    ends, pos = set(), 0
+    for sentence in case.sentences[:-1]:
+        pos += len(sentence)
+        ends.add(pos)
+    return ends
+
+
+def clause_ends(text: str) -> set[int]:
+    """Where a clause commit may end: after a clause mark, its closers and whitespace."""
+    from segmentation.chars import CLOSERS
+
+    out = set()
+    for i, c in enumerate(text):
+        if c in CLAUSE_MARKS:
+            j = i + 1
+            while j < len(text) and (text[j] in CLOSERS or text[j] == "—"):
+                j += 1
+            while j < len(text) and text[j].isspace():
+                j += 1
+            out.add(j)
+    return out
