@@ -1,0 +1,47 @@
+"""A small WebSocket/HTTP client for gateway tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import websockets
+
+
+async def open_session(addr: str, key: str | None = None, **config: Any) -> tuple[Any, dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    ws = await websockets.connect(f"ws://{addr}/v1/audio/speech/stream", max_size=None, additional_headers=headers)
+    with contextlib.suppress(websockets.ConnectionClosed):  # a refused client may be closed already
+        await ws.send(json.dumps({"type": "session.config", "voice": "joe", "language": "en"} | config))
+    return ws, json.loads(await asyncio.wait_for(ws.recv(), 10))
+
+
+async def until(ws: Any, kind: str, timeout: float = 30) -> list[dict[str, Any]]:
+    events = []
+    while True:
+        m = await asyncio.wait_for(ws.recv(), timeout)
+        if isinstance(m, str):
+            events.append(json.loads(m))
+            if events[-1]["type"] == kind:
+                return events
+
+
+async def say(ws: Any, text: str) -> list[dict[str, Any]]:
+    await ws.send(json.dumps({"type": "input.text", "text": text}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    return await until(ws, "session.done")
+
+
+def post(addr: str, path: str, key: str | None = None) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(f"http://{addr}{path}", b"", method="POST")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
