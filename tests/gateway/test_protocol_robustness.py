@@ -1,0 +1,161 @@
+"""Cancel at every point, idle timeouts, random message sequences, and 64 concurrent sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import websockets
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.servers import serve
+
+from engine import Engine, load_engine
+from gateway.connection import Limits
+
+URL = "ws://{}/v1/audio/speech/stream"
+LONG = " ".join(f"This is sentence number {i} of a long answer." for i in range(30))
+
+
+async def connect(addr: str, **config: Any) -> Any:
+    ws = await websockets.connect(URL.format(addr), max_size=None)
+    await ws.send(json.dumps({"type": "session.config", "voice": "joe", "language": "en"} | config))
+    ready = json.loads(await asyncio.wait_for(ws.recv(), 10))
+    assert ready["type"] == "session.ready", ready
+    return ws
+
+
+async def send(ws: Any, type_: str, **fields: Any) -> None:
+    await ws.send(json.dumps({"type": type_, **fields}))
+
+
+async def drain_until(ws: Any, kind: str, timeout: float = 30) -> tuple[list[dict[str, Any]], int]:
+    """Events up to `kind`, and how many audio bytes came with them."""
+    events, audio = [], 0
+    while True:
+        m = await asyncio.wait_for(ws.recv(), timeout)
+        if isinstance(m, bytes):
+            audio += len(m)
+        else:
+            events.append(json.loads(m))
+            if events[-1]["type"] == kind:
+                return events, audio
+
+
+async def assert_next_utterance_is_clean(ws: Any, index: int) -> None:
+    """Nothing of an earlier utterance arrives once the next one starts: its first event is its own."""
+    await send(ws, "input.text", text="Fresh start.")
+    await send(ws, "input.done")
+    first = await asyncio.wait_for(ws.recv(), 30)
+    assert isinstance(first, str), "audio arrived after audio.cancelled"
+    assert json.loads(first)["utterance_index"] == index
+    events, audio = await drain_until(ws, "session.done")
+    assert audio > 0 and {e.get("utterance_index", index) for e in events} == {index}
+
+
+@pytest.mark.parametrize("when", ["before_audio", "after_input_done", "mid_audio", "twice"])
+async def test_cancel_at_every_point(gateway: str, when: str) -> None:
+    ws = await connect(gateway)
+    await send(ws, "input.text", text=LONG)
+    if when == "after_input_done":
+        await send(ws, "input.done")
+    if when == "mid_audio":
+        await send(ws, "input.done")
+        while not isinstance(await asyncio.wait_for(ws.recv(), 30), bytes):
+            pass
+    await send(ws, "input.cancel")
+    if when == "twice":
+        await send(ws, "input.cancel")  # the second finds nothing active: a no-op
+    events, _ = await drain_until(ws, "audio.cancelled")
+    assert events[-1]["utterance_index"] == 0
+    assert not any(e["type"] in ("session.done", "audio.done") for e in events)
+    await assert_next_utterance_is_clean(ws, 1)
+    await ws.close()
+
+
+async def test_cancel_with_nothing_active_is_harmless(gateway: str) -> None:
+    ws = await connect(gateway)
+    await send(ws, "input.cancel")
+    await assert_next_utterance_is_clean(ws, 0)
+    await ws.close()
+
+
+@pytest.fixture(scope="module")
+def impatient_gateway(cpu_engine: Engine) -> Iterator[str]:
+    yield from serve(cpu_engine, Limits(config_timeout=1.0, idle_timeout=1.0))
+
+
+async def test_idle_session_is_closed_after_its_timeout(impatient_gateway: str) -> None:
+    ws = await connect(impatient_gateway)
+    events, _ = await drain_until(ws, "error", timeout=10)
+    assert events[-1]["code"] == "timeout"
+    with pytest.raises(websockets.ConnectionClosed):
+        await asyncio.wait_for(ws.recv(), 10)
+
+
+MESSAGES = st.one_of(
+    st.builds(lambda t: {"type": "input.text", "text": t}, st.text(max_size=40)),
+    st.just({"type": "input.done"}),
+    st.just({"type": "input.cancel"}),
+    st.just({"type": "session.config", "voice": "joe", "split_granularity": "clause"}),
+    st.just({"type": "session.config", "voice": "nobody"}),
+    st.just({"type": "session.config", "sample_rate": 16000, "response_format": "ulaw"}),
+    st.just({"type": "no.such.type"}),
+    st.just({"type": "input.text", "text": 7}),
+    st.just(b"\x00binary"),
+    st.just("{broken json"),
+    st.just("[1, 2, 3]"),
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(MESSAGES, max_size=12))
+def test_random_message_sequences_never_break_the_session(gateway: str, messages: list[Any]) -> None:
+    async def run() -> None:
+        ws = await connect(gateway)
+        for m in messages:
+            await ws.send(m if isinstance(m, bytes | str) else json.dumps(m))
+        # Whatever came before, the session still answers: a barge-in then a fresh utterance.
+        await send(ws, "input.cancel")
+        await send(ws, "input.text", text="Still here.")
+        await send(ws, "input.done")
+        probe = None
+        while True:
+            m = await asyncio.wait_for(ws.recv(), 30)
+            if isinstance(m, bytes):
+                continue
+            ev = json.loads(m)
+            if ev["type"] == "segment.committed" and ev["text"] == "Still here.":
+                probe = ev["utterance_index"]
+            if ev["type"] == "session.done" and ev["utterance_index"] == probe:
+                break
+        await ws.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def tiny_gateway() -> Iterator[str]:
+    engine = load_engine("tiny")
+    yield from serve(engine)
+    engine.close()
+
+
+@pytest.mark.slow
+async def test_64_concurrent_sessions_on_the_tiny_model(tiny_gateway: str) -> None:
+    async def one(i: int) -> int:
+        async with websockets.connect(URL.format(tiny_gateway), max_size=None) as ws:
+            await send(ws, "session.config", language="en")
+            ready = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            assert ready["type"] == "session.ready", ready
+            await send(ws, "input.text", text=f"Hello number {i}, this is a short reply.")
+            await send(ws, "input.done")
+            events, audio = await drain_until(ws, "session.done", timeout=120)
+            assert not [e for e in events if e["type"] == "error"], events
+            return audio
+
+    audio = await asyncio.gather(*(one(i) for i in range(64)))
+    assert all(a > 0 for a in audio)
