@@ -7,7 +7,7 @@ sentences, one segment each, appended at once) stay real-time: a stream is real-
 from its first chunk, no chunk arrives after its play-out time (no underrun). Prints a table and writes
 JSON.
 
-    python bench/cpu_voices_bench.py [--json bench/out/cpu_voices.json] [--repeats 3] [--threads T]
+    python bench/cpu_voice_bench.py [--json bench/out/cpu_voices.json] [--repeats 3] [--threads T]
         [--workers N] [--max-streams 8] [--smoke]
 """
 
