@@ -1,8 +1,9 @@
 """The embedded streaming engine (DESIGN §3). Knows nothing of sockets, Redis or punctuation."""
 
 from engine.loader import load_engine
-from engine.types import AudioChunk, Engine, EngineError, Stream, StreamEnd, StreamEvent, VoiceInfo
+from engine.types import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamEvent, VoiceInfo
 
 __all__ = [
-    "AudioChunk", "Engine", "EngineError", "Stream", "StreamEnd", "StreamEvent", "VoiceInfo", "load_engine",
+    "AudioChunk", "CodecFrames", "Engine", "EngineError", "Stream", "StreamEnd", "StreamEvent", "VoiceInfo",
+    "load_engine",
 ]

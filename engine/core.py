@@ -38,7 +38,7 @@ from engine.scheduler import DEFAULT_RAMP, RequestRecord, Scheduler, SchedulerCo
 from engine.slots import SlotPool
 from engine.stream import EventBridge
 from engine.talker_backend import NativeTalker
-from engine.types import AudioChunk
+from engine.types import AudioChunk, CodecFrames
 
 log = logging.getLogger("voxgate.engine.core")
 
@@ -82,6 +82,7 @@ class StreamOptions:
     instructions: str | None
     sample_rate: int
     params: SamplingParams
+    codec_tokens: bool = False  # stream the talker's frames; no code2wav for this stream
 
 
 @dataclass
@@ -105,7 +106,7 @@ class CoreRequest:
     frames_decoded: int = 0
     samples_out: int = 0  # PCM samples handed out, at the stream's rate
     resampler: SegmentResampler | None = None
-    outbox: deque[AudioChunk] = field(default_factory=deque)
+    outbox: deque[AudioChunk | CodecFrames] = field(default_factory=deque)
     ended: bool = False
 
     @property
@@ -427,10 +428,18 @@ class EngineCore:
             frames = self.talker.complete([r.slot for r in batch], [r.opts.params for r in batch], b)  # type: ignore[misc]
             return list(frames)
 
+        now = self.clock()
         for r, frame in self._isolated(reqs, bucket, run):
-            r.codes.append(frame)
+            if r.opts.codec_tokens:  # the frame leaves as it is: its listener decodes it
+                segment = r.token_segments[min(r.frames, r.n_tokens - 1)] if r.token_segments else 0
+                r.outbox.append(CodecFrames(frame.to(torch.int16).cpu().numpy()[None], r.frames, segment))
+                r.record.audio_s += self.frame_seconds
+                if r.record.first_audio_at is None:
+                    r.record.first_audio_at = now
+            else:
+                r.codes.append(frame)
+                r.record.pending_frames += 1
             r.frames += 1
-            r.record.pending_frames += 1
             self.stats["frames"] += 1
             if r.frames >= self.frame_cap(r):
                 r.record.generating = False

@@ -23,13 +23,15 @@ from typing import Any
 
 from engine.core import CoreConfig, EngineCore, StreamOptions
 from engine.cpu.cache import cache_dir
+from engine.qwen3.edge import decoder_id
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
 from engine.stream import EventBridge
 from engine.types import EngineError, StreamEvent, VoiceInfo
 
 log = logging.getLogger("voxgate.engine.qwen3")
 
-STREAM_OPTIONS = ("sample_rate", "speed", "seed", "instructions")
+STREAM_OPTIONS = ("sample_rate", "speed", "seed", "instructions", "output")
+OUTPUTS = ("pcm", "codec_tokens")
 #: ISO 639-1 codes (what the gateway speaks) for the model's language names.
 ISO_LANGUAGES = {
     "chinese": "zh", "english": "en", "german": "de", "italian": "it", "portuguese": "pt", "spanish": "es",
@@ -97,6 +99,7 @@ class Qwen3Engine:
         except TypeError as exc:
             raise EngineError("invalid_option", f"unknown engine option: {exc}") from None
         self.model, self.model_path = model, model_path
+        self.decoder_id = decoder_id(model_path) if model_path is not None else "unknown"
         self.greedy = greedy
         self.sample_rate = model.sample_rate
         self.core = EngineCore(model, self.config)
@@ -157,12 +160,25 @@ class Qwen3Engine:
         instructions = options.get("instructions")
         if instructions is not None and not isinstance(instructions, str):
             raise EngineError("invalid_option", "instructions must be a string")
+        output = options.get("output", "pcm")
+        if output not in OUTPUTS:
+            raise EngineError("invalid_option", f"output must be one of {OUTPUTS}, got {output!r}")
         params = SamplingParams.from_defaults(self.model.gen, greedy=self.greedy, seed=seed)
         opts = StreamOptions(self._speaker(voice), self._model_language(language), instructions or None, rate,
-                             params)
+                             params, codec_tokens=output == "codec_tokens")
         stream = Qwen3Stream(self, opts)
         self._streams.add(stream)
         return stream
+
+    def codec_info(self) -> dict[str, object]:
+        """What a client decoding codec frames on the device needs to know (`codec.start`)."""
+        return {
+            "codebooks": 16,
+            "codebook_size": self.model.codec_cfg.decoder_config.codebook_size,
+            "frame_rate_hz": self.model.sample_rate / self.model.samples_per_frame,
+            "sample_rate": self.model.sample_rate,
+            "decoder_id": self.decoder_id,
+        }
 
     def close(self) -> None:
         if self._closed:

@@ -21,7 +21,7 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
-from engine.types import AudioChunk, StreamEnd, StreamEvent
+from engine.types import AudioChunk, CodecFrames, StreamEnd, StreamEvent
 
 
 class EventBridge:
@@ -38,7 +38,7 @@ class EventBridge:
         self._on_cancel = on_cancel
         self._lock = threading.Lock()
         self._not_full = threading.Condition(self._lock)
-        self._items: deque[AudioChunk] = deque()
+        self._items: deque[AudioChunk | CodecFrames] = deque()
         self._end: StreamEnd | None = None  # the end decided so far (first one wins)
         self._end_delivered = False
         self._cancelled = False
@@ -57,7 +57,7 @@ class EventBridge:
         """True once an end is decided: producers should stop."""
         return self._end is not None
 
-    def put(self, chunk: AudioChunk, timeout: float | None = None) -> bool:
+    def put(self, chunk: AudioChunk | CodecFrames, timeout: float | None = None) -> bool:
         """Queue `chunk`, waiting while the queue is full. False: dropped (stream cancelled/ended).
 
         Raises TimeoutError if `timeout` passes with the queue still full.

@@ -28,6 +28,17 @@ class AudioChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class CodecFrames:
+    """Codec frames of a stream opened with `output="codec_tokens"` (no code2wav): for clients that
+    decode on the device. `codes` is int16 `[n, codebooks]`; `first_frame` is the stream-relative index
+    of its first frame; `segment` as in `AudioChunk`."""
+
+    codes: np.ndarray
+    first_frame: int
+    segment: int
+
+
+@dataclass(frozen=True, slots=True)
 class StreamEnd:
     """The last event of every stream."""
 
@@ -35,7 +46,7 @@ class StreamEnd:
     message: str = ""
 
 
-StreamEvent = AudioChunk | StreamEnd
+StreamEvent = AudioChunk | CodecFrames | StreamEnd
 
 
 @dataclass(frozen=True, slots=True)
