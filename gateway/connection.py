@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -20,7 +21,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from engine import AudioChunk, Engine, EngineError, Stream, StreamEnd
+from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd
 from gateway import metrics
 from gateway.audio import Resampler, encode_file, encode_frames
 from gateway.protocol import (
@@ -41,6 +42,10 @@ from sessions import SESSION_TAKEN_OVER, StreamSlot
 log = logging.getLogger("voxgate.ws")
 
 Send = Callable[[bytes | str], Awaitable[None]]
+
+# codec_tokens binary messages: little-endian seq (uint32), n_frames (uint16), flags (uint8), then codes.
+CODEC_HEADER = struct.Struct("<IHB")
+EOS, SEGMENT_END, RESET = 1, 2, 4
 
 
 class _Playback:
@@ -147,6 +152,8 @@ class Utterance:
     opened_at: float = field(default_factory=time.monotonic)
     pump: asyncio.Task[None] | None = None
     slot: StreamSlot | None = None  # the tenant's stream slot, when limited
+    codec_seq: int = 0  # codec_tokens mode: the next binary message's sequence number
+    codec_frames: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +318,10 @@ class Connection:
     async def _check(self, cfg: SessionConfig) -> tuple[str | None, dict[str, Any]]:
         """Validate a config; returns the engine voice and options its voice name resolves to."""
         cfg.validate()
+        if cfg.output_mode == "codec_tokens" and not hasattr(self.engine, "codec_info"):
+            raise ProtocolError(
+                "codec_tokens_unsupported", "this engine makes no codec frames (CPU voices); use output_mode pcm"
+            )
         voice = await self.session.resolve_voice(self.engine, cfg.voice_name)
         # The engine is the judge of voices, languages and options: open and drop a probe stream.
         self._open_stream(cfg, voice).cancel()
@@ -334,6 +345,8 @@ class Connection:
     def _open_stream(self, cfg: SessionConfig, voice: tuple[str | None, dict[str, Any]]) -> Stream:
         options = stream_options(voice[1], sample_rate=cfg.sample_rate, speed=cfg.speed, seed=cfg.seed,
                                  instructions=cfg.instructions)  # fmt: skip
+        if cfg.output_mode == "codec_tokens":
+            options["output"] = "codec_tokens"
         return self.engine.open_stream(voice[0], cfg.language, **options)
 
     async def _text(self, text: str) -> None:
@@ -438,7 +451,12 @@ class Connection:
         for utt in victims:
             spoken = "".join(utt.segments[i].text for i in sorted(utt.marked))
             await self.session.record(utt.index, spoken, cancelled=True)
-            if notify:
+            if notify and self._codec_mode:
+                await self.emit(
+                    "codec.done", utterance_index=utt.index, total_frames=utt.codec_frames,
+                    seq_last=utt.codec_seq - 1, error=False, cancelled=True, spoken_text=spoken,
+                )  # fmt: skip
+            elif notify:
                 await self.emit(
                     "audio.cancelled", utterance_index=utt.index, played_bytes=utt.sent_bytes, spoken_text=spoken
                 )
@@ -485,11 +503,67 @@ class Connection:
             sample_rate=rate, channels=1, format=self.config.response_format,
         )  # fmt: skip
 
+    @property
+    def _codec_mode(self) -> bool:
+        return self.config is not None and self.config.output_mode == "codec_tokens"
+
+    async def _pump_codec(self, utt: Utterance) -> None:
+        """codec_tokens mode: `codec.start`, binary `<IHB` (seq, n_frames, flags) + int16 codes, `codec.done`.
+        A header-only message with SEGMENT_END closes each segment; the last one also carries EOS."""
+        assert utt.stream is not None
+        info: dict[str, object] = self.engine.codec_info()  # type: ignore[attr-defined]
+        started, segment, end = False, None, StreamEnd("done")
+
+        async def frames(codes: np.ndarray, flags: int) -> None:
+            header = CODEC_HEADER.pack(utt.codec_seq, codes.shape[0], flags | (RESET if utt.codec_seq == 0 else 0))
+            data = header + codes.astype("<i2", copy=False).tobytes()
+            utt.codec_seq += 1
+            utt.codec_frames += codes.shape[0]
+            utt.sent_bytes += len(data)
+            await self.outbox.put(Outgoing(data, utt.index))
+
+        no_frames = np.zeros((0, 16), np.int16)
+        async for ev in utt.stream.events():
+            if utt.cancelled:
+                return
+            if isinstance(ev, StreamEnd):
+                end = ev
+                break
+            assert isinstance(ev, CodecFrames)
+            if not started:
+                started = True
+                metrics.TTFA.observe(time.monotonic() - utt.opened_at)
+                await self.emit("codec.start", utt.index, utterance_index=utt.index, header_format="<IHB", **info)
+            seg = utt.engine_segments[ev.segment] if ev.segment < len(utt.engine_segments) else None
+            if segment is not None and seg != segment:
+                await frames(no_frames, SEGMENT_END)
+            if seg is not None and seg not in utt.marked:
+                utt.marked.add(seg)
+                await self.emit("audio.mark", utt.index, utterance_index=utt.index, segment_index=seg,
+                                frame_offset=ev.first_frame)  # fmt: skip
+            segment = seg
+            await frames(ev.codes, 0)
+        await self._release_slot(utt)
+        if utt.cancelled or end.reason == "cancelled":
+            return
+        failed = end.reason == "error"
+        if failed:
+            await self.error("engine_error", end.message or "synthesis failed", utterance_index=utt.index)
+        elif started:
+            await frames(no_frames, SEGMENT_END | EOS)
+        await self.session.record(utt.index, "".join(s.text for s in utt.segments), cancelled=failed)
+        await self.emit("codec.done", utt.index, utterance_index=utt.index, total_frames=utt.codec_frames,
+                        seq_last=utt.codec_seq - 1, error=failed, cancelled=False)  # fmt: skip
+        await self.emit("session.done", utt.index, utterance_index=utt.index, total_sentences=len(utt.segments))
+
     async def _pump_audio(self, utt: Utterance) -> None:
         assert self.config is not None
         cfg, rate = self.config, self.sample_rate
         if utt.stream is None:  # nothing to say: close the utterance in order, without audio
             await self.emit("session.done", utt.index, utterance_index=utt.index, total_sentences=0)
+            return
+        if self._codec_mode:
+            await self._pump_codec(utt)
             return
         resample: Resampler | None = None
         file_parts: list[np.ndarray] = []

@@ -37,6 +37,7 @@ class SessionConfig(msgspec.Struct, tag="session.config", tag_field="type", forb
     speed: float = 1.0
     instructions: str | None = None
     split_granularity: Granularity = "auto"
+    output_mode: Literal["pcm", "codec_tokens"] = "pcm"  # codec_tokens: frames for on-device decoding
     session_id: str | None = None
     seed: int | None = None
 
