@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from support.servers import free_port
-from support.wsclient import open_session, post, say, until
+from support.wsclient import call, open_session, post, say, until
 
 from sessions import hash_api_key
 
@@ -55,17 +55,9 @@ def two_replicas(redis_server: Any, tmp_path: Path) -> Iterator[tuple[tuple[Any,
             proc.wait(10)
 
 
-def register_voice(addr: str, key: str, body: dict[str, Any]) -> int:
-    req = urllib.request.Request(f"http://{addr}/v1/audio/voices", json.dumps(body).encode(), method="POST")
-    req.add_header("Authorization", f"Bearer {key}")
-    req.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(req) as r:
-        return r.status
-
-
 async def test_replica_processes_share_voices_cancels_and_sessions(two_replicas: Any) -> None:
     (proc_a, a), (_, b) = two_replicas
-    assert register_voice(a, "acme-key", {"voice_id": "agent", "base_voice": "joe"}) == 201
+    assert call(a, "POST", "/v1/audio/voices", "acme-key", {"voice_id": "agent", "base_voice": "joe"})[0] == 201
 
     # A voice registered on A is used on B.
     ws, ready = await open_session(b, "acme-key", voice="agent")

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import base64
 import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 import openai
 import pytest
 from support.servers import serve
+from support.wsclient import call
 
 from engine import Engine
 from sessions import hash_api_key
@@ -21,18 +20,6 @@ KEYS = f"acme={hash_api_key('acme-key')},beta={hash_api_key('beta-key')}"
 @pytest.fixture(scope="module")
 def keyed_gateway(cpu_engine: Engine) -> Any:
     yield from serve(cpu_engine, api_keys=KEYS)
-
-
-def call(addr: str, method: str, path: str, key: str | None, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-    req = urllib.request.Request(f"http://{addr}{path}", json.dumps(body).encode() if body else None, method=method)
-    req.add_header("Content-Type", "application/json")
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(req) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
 
 
 def seconds_of(addr: str, key: str, voice: str) -> float:

@@ -36,8 +36,10 @@ async def say(ws: Any, text: str) -> list[dict[str, Any]]:
     return await until(ws, "session.done")
 
 
-def post(addr: str, path: str, key: str | None = None) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(f"http://{addr}{path}", b"", method="POST")
+def call(addr: str, method: str, path: str, key: str | None, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    """An HTTP call with an optional bearer key and JSON body: (status, JSON body)."""
+    req = urllib.request.Request(f"http://{addr}{path}", json.dumps(body).encode() if body else b"", method=method)
+    req.add_header("Content-Type", "application/json")
     if key:
         req.add_header("Authorization", f"Bearer {key}")
     try:
@@ -45,3 +47,7 @@ def post(addr: str, path: str, key: str | None = None) -> tuple[int, dict[str, A
             return r.status, json.load(r)
     except urllib.error.HTTPError as e:
         return e.code, json.load(e)
+
+
+def post(addr: str, path: str, key: str | None = None) -> tuple[int, Any]:
+    return call(addr, "POST", path, key)
