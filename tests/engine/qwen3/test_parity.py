@@ -29,7 +29,7 @@ import torch
 from engine.qwen3 import Qwen3TTSModel, load_model, make_tiny_checkpoint
 from engine.qwen3.speaker_encoder import mel_filterbank
 
-pytestmark = pytest.mark.parity
+pytestmark = [pytest.mark.parity, pytest.mark.reference]
 FRAMES = 24
 
 
