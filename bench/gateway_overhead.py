@@ -1,8 +1,9 @@
 """What the gateway adds to time-to-first-audio, side by side with the engine alone.
 
-For N concurrent sessions (default 1 and 64), each sends one short reply and `input.done`; we time
-`input.done` → first binary frame over a real WebSocket on loopback. In the same run, the same texts go
-straight to the engine (`open_stream` + `append` + `finish` → first `AudioChunk`) at the same
+For N concurrent sessions (default 1 and 64), each sends one short reply; we time, over a real
+WebSocket on loopback, `input.done` → first binary frame (`done`, split_granularity none), and the
+token after the first sentence's full stop → first binary frame (`sentence`, auto mode). In the same
+run, the same texts go straight to the engine (`open_stream` + `append` + `finish` → first `AudioChunk`) at the same
 concurrency. The difference of the two is the gateway's share: segmentation, normalisation, the
 store, the outbox and the socket. Prints a table, writes JSON.
 
@@ -35,13 +36,24 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
-async def via_gateway(addr: str, n: int) -> list[float]:
+async def via_gateway(addr: str, n: int, trigger: str) -> list[float]:
+    """`done`: the whole text, then time from `input.done`. `sentence`: word tokens in `auto` mode,
+    timed from the token after the first sentence's full stop (the one that lets it commit)."""
+
     async def one(i: int) -> float:
         async with websockets.connect(f"ws://{addr}/v1/audio/speech/stream", max_size=None) as ws:
-            await ws.send(json.dumps({"type": "session.config", "language": "en", "split_granularity": "none"}))
+            mode = "none" if trigger == "done" else "auto"
+            await ws.send(json.dumps({"type": "session.config", "language": "en", "split_granularity": mode}))
             await ws.recv()
-            await ws.send(json.dumps({"type": "input.text", "text": TEXTS[i]}))
+            first, rest = TEXTS[i].split(". ", 1)
+            if trigger == "done":
+                await ws.send(json.dumps({"type": "input.text", "text": TEXTS[i]}))
+            else:
+                for word in (first + ".").split(" "):
+                    await ws.send(json.dumps({"type": "input.text", "text": word + " "}))
             t0 = time.perf_counter()
+            if trigger == "sentence":
+                await ws.send(json.dumps({"type": "input.text", "text": rest}))
             await ws.send(json.dumps({"type": "input.done"}))
             while not isinstance(await ws.recv(), bytes):
                 pass
@@ -54,11 +66,18 @@ async def via_gateway(addr: str, n: int) -> list[float]:
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
-async def via_engine(engine: Engine, n: int) -> list[float]:
+async def via_engine(engine: Engine, n: int, trigger: str) -> list[float]:
+    """The engine alone, from the text the gateway would have committed at that moment."""
+
     async def one(i: int) -> float:
         stream = engine.open_stream(None, "en")
         t0 = time.perf_counter()
-        stream.append(TEXTS[i] + " ")
+        if trigger == "done":
+            stream.append(TEXTS[i] + " ")
+        else:
+            first, rest = TEXTS[i].split(". ", 1)
+            stream.append(first + ". ")
+            stream.append(rest + " ")
         stream.finish()
         t = None
         async for ev in stream.events():
@@ -81,21 +100,22 @@ def main() -> None:
     server = serve(engine)
     addr = next(server)
     results: dict[str, Any] = {"model": args.model, "rows": []}
-    print(f"{'sessions':>8} {'path':8} {'p50 ms':>8} {'p99 ms':>8}")
-    for n in (int(x) for x in args.sessions.split(",")):
-        gw: list[float] = []
-        en: list[float] = []
-        for _ in range(args.rounds):  # interleaved, so machine noise hits both paths alike
-            gw += asyncio.run(via_gateway(addr, n))
-            en += asyncio.run(via_engine(engine, n))
-        row = {"sessions": n, "samples": len(gw)}
-        for name, xs in (("gateway", gw), ("engine", en)):
-            row[f"{name}_p50_ms"], row[f"{name}_p99_ms"] = pct(xs, 50) * 1e3, pct(xs, 99) * 1e3
-            print(f"{n:8d} {name:8} {row[f'{name}_p50_ms']:8.1f} {row[f'{name}_p99_ms']:8.1f}")
-        row["overhead_p50_ms"] = row["gateway_p50_ms"] - row["engine_p50_ms"]
-        row["overhead_p99_ms"] = row["gateway_p99_ms"] - row["engine_p99_ms"]
-        print(f"{n:8d} {'overhead':8} {row['overhead_p50_ms']:8.1f} {row['overhead_p99_ms']:8.1f}")
-        results["rows"].append(row)
+    print(f"{'from':9} {'sessions':>8} {'path':8} {'p50 ms':>8} {'p99 ms':>8}")
+    for trigger in ("done", "sentence"):
+        for n in (int(x) for x in args.sessions.split(",")):
+            gw: list[float] = []
+            en: list[float] = []
+            for _ in range(args.rounds):  # interleaved, so machine noise hits both paths alike
+                gw += asyncio.run(via_gateway(addr, n, trigger))
+                en += asyncio.run(via_engine(engine, n, trigger))
+            row: dict[str, Any] = {"from": trigger, "sessions": n, "samples": len(gw)}
+            for name, xs in (("gateway", gw), ("engine", en)):
+                row[f"{name}_p50_ms"], row[f"{name}_p99_ms"] = pct(xs, 50) * 1e3, pct(xs, 99) * 1e3
+            row["overhead_p50_ms"] = row["gateway_p50_ms"] - row["engine_p50_ms"]
+            row["overhead_p99_ms"] = row["gateway_p99_ms"] - row["engine_p99_ms"]
+            for name in ("gateway", "engine", "overhead"):
+                print(f"{trigger:9} {n:8d} {name:8} {row[f'{name}_p50_ms']:8.1f} {row[f'{name}_p99_ms']:8.1f}")
+            results["rows"].append(row)
     next(server, None)
     engine.close()
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
