@@ -247,6 +247,8 @@ class Connection:
                 async with asyncio.timeout(timeout):
                     ev = await self._receive()
             except TimeoutError:
+                if self.current is not None or self.playing:
+                    continue  # idle means between turns; a long reply still playing is not idle
                 what = "session.config" if self.config is None else "input"
                 await self.error("timeout", f"no {what} within {timeout:g} s; closing")
                 return

@@ -159,3 +159,12 @@ async def test_64_concurrent_sessions_on_the_tiny_model(tiny_gateway: str) -> No
 
     audio = await asyncio.gather(*(one(i) for i in range(64)))
     assert all(a > 0 for a in audio)
+
+
+async def test_a_long_reply_outlives_the_idle_timeout(impatient_gateway: str) -> None:
+    ws = await connect(impatient_gateway)  # idle_timeout 1 s
+    await send(ws, "input.text", text=LONG)  # a reply that plays for much longer than a second…
+    await send(ws, "input.done")
+    events, audio = await drain_until(ws, "session.done", timeout=60)  # …is not cut off as idle
+    assert audio > 24000 * 2 * 5 and not any(e["type"] == "error" for e in events)
+    await ws.close()
