@@ -51,6 +51,7 @@ async def via_gateway(addr: str, n: int, trigger: str) -> list[float]:
             else:
                 for word in (first + ".").split(" "):
                     await ws.send(json.dumps({"type": "input.text", "text": word + " "}))
+            await asyncio.sleep(0.5)  # every session settled: time the steady state, not 64 sessions opening
             t0 = time.perf_counter()
             if trigger == "sentence":
                 await ws.send(json.dumps({"type": "input.text", "text": rest}))
