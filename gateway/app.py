@@ -14,9 +14,9 @@ from litestar.params import FromPath
 
 from engine import Engine, load_engine
 from gateway import metrics
-from gateway.auth import authenticate
+from gateway.auth import authenticate, caller
 from gateway.connection import Connection
-from gateway.errors import api_error
+from gateway.errors import ApiError, api_error
 from gateway.openai_api import openai_routes
 from gateway.playground import playground_routes
 from gateway.session_state import SessionBinding
@@ -45,9 +45,7 @@ async def health(state: State) -> Response[dict[str, str]]:
 @post("/v1/sessions/{session_id:str}/cancel", status_code=202)
 async def cancel_session(request: Request, session_id: FromPath[str]) -> Response[dict[str, object]]:
     """Barge-in from anywhere: the replica holding the session's socket cancels within a cycle."""
-    tenant = authenticate(request)
-    if tenant is None:
-        return api_error(401, "unauthorized", "a valid API key is required")
+    tenant = caller(request)
     try:
         reached = await request.app.state.store.publish_cancel(tenant.name, session_id)
     except (SessionNotFound, InvalidId):
@@ -135,4 +133,6 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
 
     routes = [health, metrics_endpoint, speech_stream, cancel_session]
     routes += [*openai_routes, *voice_routes, *playground_routes]
-    return Litestar(route_handlers=routes, lifespan=[lifespan])
+    # Handlers raise ApiError (auth, engine not ready, bad input); one place turns it into OpenAI's body.
+    handlers = {ApiError: lambda _request, exc: exc.response()}
+    return Litestar(route_handlers=routes, lifespan=[lifespan], exception_handlers=handlers)

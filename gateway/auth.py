@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from litestar.connection import ASGIConnection
 
+from engine import Engine
+from gateway.errors import ApiError
 from sessions import ApiKeys, Tenant, key_from_headers
 
 
@@ -14,3 +16,19 @@ def authenticate(connection: ASGIConnection) -> Tenant | None:
     if presented is None:
         presented = connection.query_params.get("api_key")  # browsers cannot set WebSocket headers
     return keys.authenticate(presented)
+
+
+def caller(connection: ASGIConnection) -> Tenant:
+    """The caller's tenant; a missing or wrong key is a 401 (the app turns ApiError into the response)."""
+    tenant = authenticate(connection)
+    if tenant is None:
+        raise ApiError("a valid API key is required", code="unauthorized", status=401)
+    return tenant
+
+
+def serving_engine(connection: ASGIConnection) -> Engine:
+    """The warm engine; before it is loaded, a 503."""
+    engine: Engine | None = connection.app.state.get("engine")
+    if engine is None:
+        raise ApiError("the engine is warming up", code="engine_not_ready", status=503)
+    return engine

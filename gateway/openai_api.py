@@ -20,7 +20,7 @@ from litestar.response import Stream as StreamResponse
 
 from engine import AudioChunk, Engine, EngineError, StreamEnd
 from gateway.audio import MEDIA_TYPES, Resampler, encode_file, encode_frames, wav_stream_header
-from gateway.auth import authenticate
+from gateway.auth import caller, serving_engine
 from gateway.errors import ApiError
 from gateway.voices import resolve_voice, stream_options
 from segmentation import StreamSegmenter, normalize_for_speech
@@ -107,12 +107,7 @@ async def _pcm(
 
 @post("/v1/audio/speech")
 async def create_speech(request: Request) -> Response:
-    engine: Engine | None = request.app.state.get("engine")
-    tenant = authenticate(request)
-    if tenant is None:
-        return ApiError("a valid API key is required", code="unauthorized", status=401).response()
-    if engine is None:
-        return ApiError("the engine is warming up", code="engine_not_ready", status=503).response()
+    tenant, engine = caller(request), serving_engine(request)
     try:
         req = _parse(await request.body())
         name = _voice(engine, req.voice, request.app.state.settings.voice_aliases)

@@ -17,7 +17,7 @@ from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath
 
 from engine import Engine, EngineError
-from gateway.auth import authenticate
+from gateway.auth import caller, serving_engine
 from gateway.errors import api_error
 from sessions import (
     InvalidId,
@@ -117,11 +117,7 @@ def _voice_from(req: VoiceRequest, engine: Engine) -> Voice:
 
 @post("/v1/audio/voices", status_code=201)
 async def create_voice(request: Request) -> Response[dict[str, Any]]:
-    tenant, engine = authenticate(request), request.app.state.get("engine")
-    if tenant is None:
-        return api_error(401, "unauthorized", "a valid API key is required")
-    if engine is None:
-        return api_error(503, "engine_not_ready", "the engine is warming up")
+    tenant, engine = caller(request), serving_engine(request)
     try:
         req = msgspec.json.decode(await request.body(), type=VoiceRequest)
         voice = await request.app.state.store.put_voice(tenant.name, _voice_from(req, engine))
@@ -136,9 +132,7 @@ async def create_voice(request: Request) -> Response[dict[str, Any]]:
 
 @delete("/v1/audio/voices/{voice_id:str}", status_code=200)
 async def delete_voice(request: Request, voice_id: FromPath[str]) -> Response[dict[str, Any]]:
-    tenant = authenticate(request)
-    if tenant is None:
-        return api_error(401, "unauthorized", "a valid API key is required")
+    tenant = caller(request)
     try:
         deleted = await request.app.state.store.delete_voice(tenant.name, voice_id)
     except SessionStoreError as e:
@@ -152,11 +146,7 @@ async def delete_voice(request: Request, voice_id: FromPath[str]) -> Response[di
 async def list_voices(request: Request) -> Response[dict[str, Any]]:
     from gateway.openai_api import OPENAI_VOICES
 
-    tenant, engine = authenticate(request), request.app.state.get("engine")
-    if tenant is None:
-        return api_error(401, "unauthorized", "a valid API key is required")
-    if engine is None:
-        return api_error(503, "engine_not_ready", "the engine is warming up")
+    tenant, engine = caller(request), serving_engine(request)
     voices = [
         {"name": v.name, "languages": list(v.languages), "kind": v.kind, "description": v.description}
         for v in engine.voices()

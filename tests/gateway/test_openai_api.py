@@ -91,3 +91,17 @@ def test_malformed_json_body(gateway: str) -> None:
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req)
     assert e.value.code == 400 and json.load(e.value)["error"]["code"] == "invalid_json"
+
+
+def test_without_an_engine_http_routes_say_503_in_openai_shape() -> None:
+    from litestar.testing import TestClient
+
+    from gateway.app import create_app
+    from gateway.settings import Settings
+
+    with TestClient(create_app(Settings(model="/no/such/checkpoint"))) as client:  # the load fails
+        for method, path in (("GET", "/v1/audio/voices"), ("POST", "/v1/audio/speech")):
+            r = client.request(method, path, json={"input": "hi"})
+            assert r.status_code == 503, (path, r.text)
+            assert r.json()["error"]["code"] == "engine_not_ready"
+        assert client.get("/health").status_code == 503
