@@ -165,11 +165,11 @@ class Qwen3TTSModel:
         x = sampling.repetition_penalty(logits, seen, _col([p.repetition_penalty for p in params], logits.dtype, dev))
         x = sampling.suppress(x, self.suppress_mask)
         x = sampling.forbid_eos(x, self.eos_id, n_generated < _col([p.min_new_tokens for p in params], torch.long, dev))
-        greedy = _col([p.greedy for p in params], torch.bool, dev)
         u = sampling.draw_uniforms([None if p.greedy else p.generator for p in params], dev)
-        return sampling.choose(x, greedy, _col([p.temperature for p in params], x.dtype, dev),
-                               _col([p.top_k for p in params], torch.long, dev),
-                               _col([p.top_p for p in params], x.dtype, dev), u)
+        sampler = sampling.RowSampler.build(
+            [p.greedy for p in params], [p.temperature for p in params], [p.top_k for p in params],
+            [p.top_p for p in params], x.shape[-1], dev, x.dtype)
+        return sampler(x, u)
 
     def complete_frames(self, hidden: torch.Tensor, cb0: torch.Tensor, params: Sequence[SamplingParams]
                         ) -> torch.Tensor:
@@ -177,14 +177,15 @@ class Qwen3TTSModel:
         b, dev = hidden.shape[0], hidden.device
         if self._predictor_cache is None or self._predictor_cache.slots < b:
             self._predictor_cache = self.predictor.new_cache(max(b, 8))
-        greedy = _col([p.greedy for p in params], torch.bool, dev)
-        temp = _col([p.sub_temperature for p in params], torch.float32, dev)
-        top_k = _col([p.sub_top_k for p in params], torch.long, dev)
-        top_p = _col([p.sub_top_p for p in params], torch.float32, dev)
-        gens = [None if p.greedy else p.generator for p in params]
+        sampler = sampling.RowSampler.build(
+            [p.greedy for p in params], [p.sub_temperature for p in params], [p.sub_top_k for p in params],
+            [p.sub_top_p for p in params], self.predictor.cfg.vocab_size, dev)
+        # One draw per row for all 15 codebooks: each row's generator is called once per frame, not 15 times.
+        u = sampling.draw_uniforms([None if p.greedy else p.generator for p in params], dev,
+                                   n=self.predictor.steps)
 
-        def pick(_codebook: int, logits: torch.Tensor) -> torch.Tensor:
-            return sampling.choose(logits, greedy, temp, top_k, top_p, sampling.draw_uniforms(gens, dev))
+        def pick(codebook: int, logits: torch.Tensor) -> torch.Tensor:
+            return sampler(logits, u[:, codebook - 1])
 
         rest = self.predictor(hidden, self.talker.codec_rows(cb0), pick, self._predictor_cache)
         return torch.cat([cb0[:, None], rest], dim=1)

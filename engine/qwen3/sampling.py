@@ -10,6 +10,7 @@ other rows share its batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -76,18 +77,101 @@ def sample_from_logits(logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Te
     return ids.clamp(max=logits.shape[-1] - 1)
 
 
-def draw_uniforms(generators: Sequence[torch.Generator | None], device: torch.device | str = "cpu") -> torch.Tensor:
-    """One uniform in (0, 1] per row from that row's generator (rows without one get zeros: unused)."""
-    u = [1.0 - torch.rand((), generator=g, dtype=torch.float64).item() if g is not None else 0.0
-         for g in generators]
-    return torch.tensor(u, dtype=torch.float64, device=device)
+def draw_uniforms(generators: Sequence[torch.Generator | None], device: torch.device | str = "cpu",
+                  n: int | None = None) -> torch.Tensor:
+    """Uniforms in (0, 1] from each row's own generator: [B], or [B, n] drawn in one call per row (rows
+    without a generator get zeros: unused)."""
+    shape = () if n is None else (n,)
+    u = torch.zeros((len(generators), *shape), dtype=torch.float64)
+    for i, g in enumerate(generators):
+        if g is not None:
+            u[i] = 1.0 - torch.rand(shape, generator=g, dtype=torch.float64)
+    return u.to(device)
+
+
+def top_k_candidates(logits: torch.Tensor, k: int, block: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """`torch.topk(logits, k)` (values and ids, best first), faster for many rows.
+
+    On CPU a topk over 16 × 2048 logits cost ~9 µs a row against ~2 µs a row at 8 rows or fewer, and
+    the code predictor runs 15 of them per frame. The k best ids lie in the k blocks with the largest
+    maxima, so for more than 8 rows: block maxima, the k best blocks, then the k best of their ids
+    (~3× faster at 16 rows; identical output but for the order of exact ties).
+    """
+    b, v = logits.shape
+    if b <= 8 or v % block or k * block >= v:
+        return torch.topk(logits, k, dim=-1)
+    blocks = logits.view(b, v // block, block)
+    best_blocks = torch.topk(blocks.amax(dim=-1), k, dim=-1, sorted=False).indices  # [B, k]
+    cand = blocks.gather(1, best_blocks[..., None].expand(b, k, block)).view(b, k * block)
+    cand_ids = (best_blocks[..., None] * block + torch.arange(block, device=logits.device)).view(b, k * block)
+    vals, pos = torch.topk(cand, k, dim=-1)
+    return vals, cand_ids.gather(1, pos)
+
+
+def sample_top_k(logits: torch.Tensor, k: int, temperature: torch.Tensor, top_k: torch.Tensor,
+                 top_p: torch.Tensor | None, uniforms: torch.Tensor) -> torch.Tensor:
+    """The draw of `sample_from_logits(temperature_top_k_top_p(...))` for rows whose top_k [B] lies in
+    [1, k] (k < vocab), over their candidates only: softmax, cumsum and search over k ids instead of the
+    whole vocabulary. Candidates come best first, so top-p (None: off for every row) keeps a prefix; a
+    tie at the k-th value is not kept (float logits tie with probability 0)."""
+    vals, ids = top_k_candidates(logits, k)
+    rank = torch.arange(k, device=logits.device)
+    vals = (vals / temperature[:, None].to(vals.dtype)).masked_fill(rank >= top_k[:, None], NEG_INF)
+    probs = torch.softmax(vals.float(), dim=-1)
+    cdf = probs.cumsum(dim=-1)
+    if top_p is not None:  # keep the candidates whose better ones hold less than top_p of the mass
+        probs = probs.masked_fill((cdf - probs) >= top_p[:, None].to(cdf.dtype), 0.0)
+        cdf = probs.cumsum(dim=-1)
+    pick = torch.searchsorted(cdf, uniforms[:, None].to(cdf.dtype) * cdf[:, -1:]).clamp(max=k - 1)
+    return ids.gather(1, pick).squeeze(1)
+
+
+@dataclass(frozen=True, slots=True)
+class RowSampler:
+    """One batch's per-row sampling parameters as tensors, and the batch-wide facts that choose the path,
+    settled once: the code predictor draws 15 times per frame with the same rows."""
+
+    greedy: torch.Tensor  # [B] bool: argmax
+    temperature: torch.Tensor  # [B] > 0
+    top_k: torch.Tensor  # [B]; <= 0 keeps every id
+    top_p: torch.Tensor  # [B]; >= 1 keeps every id
+    all_greedy: bool
+    any_greedy: bool
+    k: int  # draw from the k best ids of every row; 0: some row keeps the whole vocabulary
+    any_top_p: bool
+
+    @classmethod
+    def build(cls, greedy: Sequence[bool], temperature: Sequence[float], top_k: Sequence[int],
+              top_p: Sequence[float], vocab: int, device: torch.device | str = "cpu",
+              dtype: torch.dtype = torch.float32) -> RowSampler:
+        sampled_k = [k for k, g in zip(top_k, greedy, strict=True) if not g]
+        return cls(
+            greedy=torch.tensor(list(greedy), dtype=torch.bool, device=device),
+            temperature=torch.tensor([max(t, 1e-5) for t in temperature], dtype=dtype, device=device),
+            top_k=torch.tensor(list(top_k), dtype=torch.long, device=device),
+            top_p=torch.tensor(list(top_p), dtype=dtype, device=device),
+            all_greedy=all(greedy), any_greedy=any(greedy),
+            k=max(top_k) if sampled_k and all(0 < k < vocab for k in sampled_k) else 0,
+            any_top_p=any(p < 1.0 for p, g in zip(top_p, greedy, strict=True) if not g),
+        )
+
+    def __call__(self, logits: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+        """Ids [B] from logits [B, V]: argmax for greedy rows, a filtered sample (uniforms [B]) for the rest."""
+        if self.all_greedy:
+            return logits.argmax(dim=-1)
+        if self.k:
+            top_k = self.top_k.clamp(min=1)  # greedy rows may say 0; their draw is discarded
+            sampled = sample_top_k(logits, self.k, self.temperature, top_k,
+                                   self.top_p if self.any_top_p else None, uniforms)
+        else:
+            filtered = temperature_top_k_top_p(logits, self.temperature, self.top_k, self.top_p)
+            sampled = sample_from_logits(filtered, uniforms)
+        return torch.where(self.greedy, logits.argmax(dim=-1), sampled) if self.any_greedy else sampled
 
 
 def choose(logits: torch.Tensor, greedy: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
            top_p: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """Argmax for greedy rows [B] (bool), a filtered sample for the others."""
-    best = logits.argmax(dim=-1)
-    if bool(greedy.all()):
-        return best
-    filtered = temperature_top_k_top_p(logits, temperature.clamp(min=1e-5), top_k, top_p)
-    return torch.where(greedy, best, sample_from_logits(filtered, uniforms))
+    """Argmax for greedy rows [B] (bool), a filtered sample for the others (one-off `RowSampler`)."""
+    sampler = RowSampler.build(greedy.tolist(), temperature.tolist(), top_k.tolist(), top_p.tolist(),
+                               logits.shape[-1], logits.device, logits.dtype)
+    return sampler(logits, uniforms)

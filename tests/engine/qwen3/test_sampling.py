@@ -77,3 +77,46 @@ def test_uniforms_come_from_each_rows_own_generator() -> None:
     b = sampling.draw_uniforms([torch.Generator().manual_seed(1)])
     assert a[0] == b[0] and a[1] == 0 and a[2] != a[0]
     assert (a[[0, 2]] > 0).all() and (a <= 1).all()
+
+
+@pytest.mark.parametrize("rows", [1, 4, 16, 32])
+def test_top_k_candidates_equal_torch_topk(rows: int) -> None:
+    logits = torch.randn(rows, 2048, generator=torch.Generator().manual_seed(rows))
+    vals, ids = sampling.top_k_candidates(logits, 50)
+    ref = torch.topk(logits, 50)
+    assert torch.equal(vals, ref.values) and torch.equal(ids, ref.indices)
+
+
+@pytest.mark.parametrize(("top_k", "top_p"), [(5, 1.0), (50, 1.0), (20, 0.5), (50, 0.9)])
+def test_candidate_sampling_draws_the_full_vocabulary_distribution(top_k: int, top_p: float) -> None:
+    """Over evenly spaced quantiles, the candidate path picks every id as often as the filtered
+    softmax over the whole vocabulary gives it probability (16 rows: the blocked topk path)."""
+    rows, vocab, n = 16, 256, 4000
+    logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(top_k)) * 2
+    temp = torch.full((rows,), 0.8)
+    filtered = sampling.temperature_top_k_top_p(logits, temp, torch.full((rows,), top_k), torch.full((rows,), top_p))
+    expected = torch.softmax(filtered, dim=-1)
+    sampler = sampling.RowSampler.build([False] * rows, [0.8] * rows, [top_k] * rows, [top_p] * rows, vocab)
+    assert sampler.k == top_k and sampler.any_top_p == (top_p < 1.0)
+    counts = torch.zeros(rows, vocab)
+    for q in range(n):
+        u = torch.full((rows,), (q + 0.5) / n, dtype=torch.float64)
+        counts[torch.arange(rows), sampler(logits, u)] += 1
+    assert (counts[expected == 0] == 0).all()  # a filtered-out id is never drawn
+    assert torch.allclose(counts / n, expected, atol=1.5 / n)
+
+
+def test_row_sampler_falls_back_to_the_whole_vocabulary_when_a_row_keeps_it() -> None:
+    logits = torch.tensor([[0.0, 3.0, 1.0], [0.0, 3.0, 1.0], [0.0, 3.0, 1.0]])
+    sampler = sampling.RowSampler.build([True, False, False], [1.0] * 3, [0, 2, 0], [1.0] * 3, 3)
+    assert sampler.k == 0 and sampler.any_greedy and not sampler.all_greedy
+    ids = sampler(logits, torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64))
+    assert ids.tolist() == [1, 2, 2]  # greedy argmax; top-2 ends at id 2; all ids: u=1 takes the last
+
+
+def test_uniform_blocks_continue_each_rows_stream() -> None:
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    block = sampling.draw_uniforms([g1, None], n=15)
+    assert block.shape == (2, 15) and (block[1] == 0).all() and (block[0] > 0).all()
+    again = sampling.draw_uniforms([g2], n=15)
+    assert torch.equal(block[0], again[0])
