@@ -145,13 +145,14 @@ class RowSampler:
               top_p: Sequence[float], vocab: int, device: torch.device | str = "cpu",
               dtype: torch.dtype = torch.float32) -> RowSampler:
         sampled_k = [k for k, g in zip(top_k, greedy, strict=True) if not g]
+        k = max(sampled_k) if sampled_k and all(0 < k < vocab for k in sampled_k) else 0
         return cls(
             greedy=torch.tensor(list(greedy), dtype=torch.bool, device=device),
             temperature=torch.tensor([max(t, 1e-5) for t in temperature], dtype=dtype, device=device),
-            top_k=torch.tensor(list(top_k), dtype=torch.long, device=device),
+            # On the candidate path a greedy row's top_k (its draw is discarded) must not mask every candidate.
+            top_k=torch.tensor([max(v, 1) if k else v for v in top_k], dtype=torch.long, device=device),
             top_p=torch.tensor(list(top_p), dtype=dtype, device=device),
-            all_greedy=all(greedy), any_greedy=any(greedy),
-            k=max(top_k) if sampled_k and all(0 < k < vocab for k in sampled_k) else 0,
+            all_greedy=all(greedy), any_greedy=any(greedy), k=k,
             any_top_p=any(p < 1.0 for p, g in zip(top_p, greedy, strict=True) if not g),
         )
 
@@ -160,8 +161,7 @@ class RowSampler:
         if self.all_greedy:
             return logits.argmax(dim=-1)
         if self.k:
-            top_k = self.top_k.clamp(min=1)  # greedy rows may say 0; their draw is discarded
-            sampled = sample_top_k(logits, self.k, self.temperature, top_k,
+            sampled = sample_top_k(logits, self.k, self.temperature, self.top_k,
                                    self.top_p if self.any_top_p else None, uniforms)
         else:
             filtered = temperature_top_k_top_p(logits, self.temperature, self.top_k, self.top_p)
