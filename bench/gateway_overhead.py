@@ -7,7 +7,12 @@ run, the same texts go straight to the engine (`open_stream` + `append` + `finis
 concurrency. The difference of the two is the gateway's share: segmentation, normalisation, the
 store, the outbox and the socket. Prints a table, writes JSON.
 
-    python bench/gateway_overhead.py [--model tiny] [--sessions 1,64] [--rounds 3] [--json OUT.json]
+The WebSocket clients run in a child process by default (`--clients process`), as real agents do: in
+the server's process their socket work would take turns on the server's GIL with the gateway and the
+engine thread and count as overhead. `--clients inline` keeps them in-process (an upper bound).
+
+    python bench/gateway_overhead.py [--model tiny] [--sessions 1,64] [--rounds 3] [--clients process|inline]
+        [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -90,24 +96,37 @@ async def via_engine(engine: Engine, n: int, trigger: str) -> list[float]:
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
+def gateway_round(addr: str, n: int, trigger: str, clients: str) -> list[float]:
+    if clients == "inline":
+        return asyncio.run(via_gateway(addr, n, trigger))
+    out = subprocess.run([sys.executable, __file__, "--client", addr, str(n), trigger],
+                         check=True, capture_output=True, text=True).stdout
+    return [float(x) for x in json.loads(out)]
+
+
 def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--client":  # the child process of `--clients process`
+        _, _, addr, n, trigger = sys.argv
+        print(json.dumps(asyncio.run(via_gateway(addr, int(n), trigger))))
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--sessions", default="1,64")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--clients", choices=("process", "inline"), default="process")
     ap.add_argument("--json", default=str(REPO / "bench" / "out" / "gateway_overhead.json"))
     args = ap.parse_args()
     engine = load_engine(args.model)
     server = serve(engine)
     addr = next(server)
-    results: dict[str, Any] = {"model": args.model, "rows": []}
+    results: dict[str, Any] = {"model": args.model, "clients": args.clients, "rows": []}
     print(f"{'from':9} {'sessions':>8} {'path':8} {'p50 ms':>8} {'p99 ms':>8}")
     for trigger in ("done", "sentence"):
         for n in (int(x) for x in args.sessions.split(",")):
             gw: list[float] = []
             en: list[float] = []
             for _ in range(args.rounds):  # interleaved, so machine noise hits both paths alike
-                gw += asyncio.run(via_gateway(addr, n, trigger))
+                gw += gateway_round(addr, n, trigger, args.clients)
                 en += asyncio.run(via_engine(engine, n, trigger))
             row: dict[str, Any] = {"from": trigger, "sessions": n, "samples": len(gw)}
             for name, xs in (("gateway", gw), ("engine", en)):
