@@ -69,6 +69,9 @@ class CoreConfig:
     low_water_s: float = 1.0
     defer_s: float = 2.0
     warm_up: bool = True
+    # Capture the talker step and the code-predictor pass as CUDA graphs (engine/graphs.py). Off the
+    # GPU it warns once and runs the same static-buffer path uncaptured.
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_batch <= self.max_streams:
@@ -190,7 +193,7 @@ class EngineCore:
             torch.set_num_threads(self.config.threads)
             t0 = time.perf_counter()
             self.pool = SlotPool.allocate(self.model, self.config.max_streams, self.config.max_context)
-            self.talker = NativeTalker(self.model, self.pool, self.config.kv_block)
+            self.talker = NativeTalker(self.model, self.pool, self.config.kv_block, cuda_graphs=self.config.cuda_graphs)
             if self.config.warm_up:
                 self._warm_up()
             per_slot = self.pool.bytes_per_slot()

@@ -88,7 +88,7 @@ class Qwen3Stream:
 
 class Qwen3Engine:
     """Options (see `CoreConfig`): max_streams, max_context, max_batch, ramp, max_codec_rows, queue_size,
-    threads, frames_per_token, min_frames, kv_block, warm_up; `greedy` makes every stream argmax."""
+    threads, frames_per_token, min_frames, kv_block, warm_up, cuda_graphs; `greedy` makes every stream argmax."""
 
     def __init__(self, model: Qwen3TTSModel, *, greedy: bool = False, model_path: Path | None = None,
                  **options: Any) -> None:

@@ -6,19 +6,40 @@ protocol stay in the core, so a vLLM-based talker can replace `NativeTalker` on 
 All shapes are padded to a batch bucket (padding rows use the pool's scratch slot and greedy sampling,
 so they draw no randomness) and attention reads a key length rounded up to `kv_block`, so the number
 of distinct shapes is small and every one of them is run once by `warm_up`.
+
+With `cuda_graphs`, each call splits into a host part (slot gathers, `int(...)`, uniforms drawn from
+the rows' generators, the sampler's path facts) and a tensor part run through `engine.graphs.StaticCall`:
+the talker step keyed by (bucket, kv_len), the code-predictor pass by (bucket, sampler path). On CUDA
+those are captured as CUDA graphs and replayed; elsewhere the same static-buffer path runs uncaptured.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Protocol
 
 import torch
 
+from engine.graphs import StaticCall
+from engine.qwen3.layers import KVCache
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
+from engine.qwen3.sampling import RowSampler
 from engine.slots import SlotPool
 
+log = logging.getLogger("voxgate.engine.talker")
+
 _PAD_PARAMS = SamplingParams(greedy=True, repetition_penalty=1.0, min_new_tokens=0)
+# A RowSampler's tensors are static inputs of the captured code-predictor pass; its path facts are
+# part of the graph key (each path is a different sequence of kernels).
+_SAMPLER_TENSORS = ("greedy", "temperature", "top_k", "top_p")
+_SAMPLER_FACTS = ("all_greedy", "any_greedy", "k", "any_top_p")
+
+
+def _capturable(sampler: RowSampler) -> bool:
+    """The full-vocabulary path (some sampled row keeps every id: k == 0) syncs with the host inside
+    `sampling.temperature_top_k_top_p` (`int(k.max())`, `bool(...any())`), so it runs uncaptured."""
+    return sampler.all_greedy or sampler.k > 0
 
 
 class TalkerBackend(Protocol):
@@ -37,13 +58,31 @@ class TalkerBackend(Protocol):
 class NativeTalker:
     """The in-process talker over `Qwen3TTSModel`'s primitives and a `SlotPool`."""
 
-    def __init__(self, model: Qwen3TTSModel, pool: SlotPool, kv_block: int = 64) -> None:
+    def __init__(self, model: Qwen3TTSModel, pool: SlotPool, kv_block: int = 64, cuda_graphs: bool = False
+                 ) -> None:
         self.model, self.pool, self.kv_block = model, pool, kv_block
         self.eos_id = model.eos_id
+        dev = pool.hidden.device
+        capture = cuda_graphs and dev.type == "cuda" and torch.cuda.is_available()
+        if cuda_graphs and not capture:
+            log.warning("cuda_graphs: the model is on %s, not a CUDA device; the talker step and code "
+                        "predictor run on static buffers without capture", dev)
+        self.cuda_graphs, self.capture = cuda_graphs, capture
+        self._step_call = StaticCall(self._step_tensors, dev, capture) if cuda_graphs else None
+        self._predict_call = StaticCall(self._predict_tensors, dev, capture) if cuda_graphs else None
+        self._predictor_caches: dict[int, KVCache] = {}
 
     def _kv_len(self, max_position: int) -> int:
         blocks = -(-(max_position + 1) // self.kv_block)
         return min(blocks * self.kv_block, self.pool.max_context)
+
+    def _predictor_cache(self, rows: int) -> KVCache:
+        # One per batch size, allocated once: a captured graph keeps writing to the cache it was
+        # captured with, so a cache must never be replaced by a larger one.
+        cache = self._predictor_caches.get(rows)
+        if cache is None:
+            cache = self._predictor_caches[rows] = self.model.predictor.new_cache(rows)
+        return cache
 
     @torch.no_grad()
     def prefill(self, slot: int, rows: torch.Tensor, params: SamplingParams) -> int:
@@ -69,6 +108,35 @@ class NativeTalker:
         idx = torch.as_tensor(list(slots), dtype=torch.long, device=self.pool.hidden.device)
         return self.pool.prompt_len[idx] + self.pool.n_generated[idx] - 1
 
+    def _step_tensors(self, kv_len: int, frames: torch.Tensor, text_rows: torch.Tensor, positions: torch.Tensor,
+                      slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The talker step's tensor part: last frames [B, 16] + text rows [B, H] at positions [B] of cache
+        slots [B] → (codebook-0 logits [B, V], hidden [B, H])."""
+        x = self.model.next_inputs(frames, text_rows)
+        return self.model.talker.step(x, positions, slots, self.pool.kv, kv_len=kv_len)
+
+    def _run_step(self, kv_len: int, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self._step_call is not None:
+            return self._step_call(kv_len, *inputs)
+        return self._step_tensors(kv_len, *inputs)
+
+    def _predict_tensors(self, facts: tuple[tuple[str, object], ...], hidden: torch.Tensor, cb0: torch.Tensor,
+                         u: torch.Tensor, *sampler_tensors: torch.Tensor) -> tuple[torch.Tensor]:
+        """The code-predictor pass's tensor part: the sampler is rebuilt from static tensors and path facts."""
+        sampler = RowSampler(**dict(zip(_SAMPLER_TENSORS, sampler_tensors, strict=True)), **dict(facts))
+        return (self.model.predict_frames(hidden, cb0, sampler, u, self._predictor_cache(hidden.shape[0])),)
+
+    def _run_predict(self, hidden: torch.Tensor, cb0: torch.Tensor, params: Sequence[SamplingParams]
+                     ) -> torch.Tensor:
+        """Frames [B, 16] for rows [B]; with cuda_graphs a static output: valid until the next pass."""
+        sampler, u = self.model.predictor_sampler(params, hidden.device)  # host: generators, path facts
+        cache = self._predictor_cache(hidden.shape[0])  # allocated here, never inside a capture
+        if self._predict_call is not None and _capturable(sampler):
+            facts = tuple((f, getattr(sampler, f)) for f in _SAMPLER_FACTS)
+            tensors = [getattr(sampler, f) for f in _SAMPLER_TENSORS]
+            return self._predict_call(facts, hidden, cb0, u, *tensors)[0]
+        return self.model.predict_frames(hidden, cb0, sampler, u, cache)
+
     @torch.no_grad()
     def step(self, slots: Sequence[int], text_rows: torch.Tensor, params: Sequence[SamplingParams],
              bucket: int) -> list[int]:
@@ -77,16 +145,17 @@ class NativeTalker:
         p, n = self.pool, len(slots)
         dev = p.hidden.device
         idx = torch.as_tensor(list(slots), dtype=torch.long, device=dev)
-        x = self.model.next_inputs(p.last_frame[idx], text_rows)
-        pos = self.positions(slots)
+        frames, pos = p.last_frame[idx], self.positions(slots)
+        kv_len = self._kv_len(int(pos.max()))  # a host sync: before any captured work
         pad = bucket - n
-        all_slots, all_pos, all_params = idx, pos, list(params)
+        all_slots, all_params = idx, list(params)
         if pad > 0:
             all_slots = torch.cat([idx, torch.full((pad,), p.scratch_slot, device=dev)])
-            all_pos = torch.cat([pos, torch.zeros(pad, dtype=torch.long, device=dev)])
-            x = torch.cat([x, x.new_zeros(pad, x.shape[1])])
+            pos = torch.cat([pos, torch.zeros(pad, dtype=torch.long, device=dev)])
+            frames = torch.cat([frames, frames.new_zeros(pad, frames.shape[1])])
+            text_rows = torch.cat([text_rows, text_rows.new_zeros(pad, text_rows.shape[1])])
             all_params += [_PAD_PARAMS] * pad
-        logits, hidden = self.model.talker.step(x, all_pos, all_slots, p.kv, kv_len=self._kv_len(int(pos.max())))
+        logits, hidden = self._run_step(kv_len, frames, text_rows, pos, all_slots)
         seen = torch.cat([p.seen[idx], p.seen.new_zeros(pad, p.seen.shape[1])]) if pad > 0 else p.seen[idx]
         n_gen = torch.cat([p.n_generated[idx], p.n_generated.new_ones(pad)]) if pad > 0 else p.n_generated[idx]
         cb0 = self.model.choose_cb0(logits, seen, n_gen, all_params)[:n]
@@ -104,7 +173,9 @@ class NativeTalker:
             hidden = torch.cat([hidden, hidden.new_zeros(bucket - n, hidden.shape[1])])
             cb0 = torch.cat([cb0, cb0.new_zeros(bucket - n)])
             all_params += [_PAD_PARAMS] * (bucket - n)
-        frames = self.model.complete_frames(hidden, cb0, all_params)[:n]
+        frames = self._run_predict(hidden, cb0, all_params)[:n]
+        if self._predict_call is not None:
+            frames = frames.clone()  # the caller keeps these rows; the static output is reused next pass
         p.last_frame[idx] = frames
         return frames
 
@@ -113,14 +184,28 @@ class NativeTalker:
 
     @torch.no_grad()
     def warm_up(self, buckets: Sequence[int]) -> None:
-        """Run every batch bucket once on the scratch slot (CPU kernels pay on a shape's first run)."""
+        """Run every batch bucket once on the scratch slot (CPU kernels pay on a shape's first run). With
+        cuda_graphs, run every static shape the engine will use — every (bucket, kv_len), and the code
+        predictor's greedy and default sampled paths — so graphs are captured before the first stream."""
         p = self.pool
         dev = p.hidden.device
         h = self.model.talker.cfg.hidden_size
+        last = self._kv_len(p.max_context - 1)
+        if self.cuda_graphs:
+            kv_lens = sorted({self._kv_len(pos) for pos in range(0, p.max_context, self.kv_block)} | {last})
+        else:
+            kv_lens = sorted({self._kv_len(0), last})
+        sampled = SamplingParams.from_defaults(self.model.gen, seed=0)
         for b in buckets:
             x = torch.zeros(b, h, dtype=p.hidden.dtype, device=dev)
+            frames = torch.zeros(b, p.last_frame.shape[1], dtype=torch.long, device=dev)
+            pos = torch.zeros(b, dtype=torch.long, device=dev)
             slots = torch.full((b,), p.scratch_slot, device=dev)
-            for kv_len in sorted({self._kv_len(0), self._kv_len(p.max_context - 1)}):
-                self.model.talker.step(x, torch.zeros(b, dtype=torch.long, device=dev), slots, p.kv, kv_len=kv_len)
-            # Also sizes the model's predictor cache for the largest bucket now, not mid-stream.
-            self.model.complete_frames(x, torch.zeros(b, dtype=torch.long, device=dev), [_PAD_PARAMS] * b)
+            for kv_len in kv_lens:
+                self._run_step(kv_len, frames, x, pos, slots)
+            # Also allocates this bucket's predictor cache now, not mid-stream.
+            self._run_predict(x, pos, [_PAD_PARAMS] * b)
+            if self.cuda_graphs and not sampled.greedy:
+                self._run_predict(x, pos, [sampled] * b)
+                if b > 1:  # one stream padded with greedy rows: another path
+                    self._run_predict(x, pos, [sampled] + [_PAD_PARAMS] * (b - 1))

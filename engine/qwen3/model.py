@@ -174,20 +174,32 @@ class Qwen3TTSModel:
     def complete_frames(self, hidden: torch.Tensor, cb0: torch.Tensor, params: Sequence[SamplingParams]
                         ) -> torch.Tensor:
         """Run the code predictor for rows [B]: hidden [B, H] (the talker state that produced cb0) → [B, 16]."""
-        b, dev = hidden.shape[0], hidden.device
+        b = hidden.shape[0]
         if self._predictor_cache is None or self._predictor_cache.slots < b:
             self._predictor_cache = self.predictor.new_cache(max(b, 8))
+        sampler, u = self.predictor_sampler(params, hidden.device)
+        return self.predict_frames(hidden, cb0, sampler, u, self._predictor_cache)
+
+    def predictor_sampler(self, params: Sequence[SamplingParams], device: torch.device
+                          ) -> tuple[sampling.RowSampler, torch.Tensor]:
+        """The host half of `complete_frames`: the rows' code-predictor sampler and their uniforms [B, 15]
+        (one draw per row for all 15 codebooks: each row's generator is called once per frame)."""
         sampler = sampling.RowSampler.build(
             [p.greedy for p in params], [p.sub_temperature for p in params], [p.sub_top_k for p in params],
-            [p.sub_top_p for p in params], self.predictor.cfg.vocab_size, dev)
-        # One draw per row for all 15 codebooks: each row's generator is called once per frame, not 15 times.
-        u = sampling.draw_uniforms([None if p.greedy else p.generator for p in params], dev,
+            [p.sub_top_p for p in params], self.predictor.cfg.vocab_size, device)
+        u = sampling.draw_uniforms([None if p.greedy else p.generator for p in params], device,
                                    n=self.predictor.steps)
+        return sampler, u
+
+    def predict_frames(self, hidden: torch.Tensor, cb0: torch.Tensor, sampler: sampling.RowSampler,
+                       u: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """The tensor half of `complete_frames` (CUDA-graph capturable when the sampler's path is, see
+        engine/graphs.py): hidden [B, H], cb0 [B], uniforms [B, 15] → frames [B, 16]."""
 
         def pick(codebook: int, logits: torch.Tensor) -> torch.Tensor:
             return sampler(logits, u[:, codebook - 1])
 
-        rest = self.predictor(hidden, self.talker.codec_rows(cb0), pick, self._predictor_cache)
+        rest = self.predictor(hidden, self.talker.codec_rows(cb0), pick, cache)
         return torch.cat([cb0[:, None], rest], dim=1)
 
     def next_inputs(self, frames: torch.Tensor, text_rows: torch.Tensor) -> torch.Tensor:
