@@ -271,8 +271,100 @@ class CodecDecoderConfig:
 
 
 @dataclass
+class MimiEncoderConfig:
+    """`encoder_config` of `speech_tokenizer/config.json`: the Mimi encoder that turns reference audio into
+    codes (Base voice cloning). Defaults are transformers' `MimiConfig` defaults, which the official loader
+    fills in for absent fields; the real checkpoints state 512 wide, 8 layers, 32 quantizers of 256 dims."""
+
+    sampling_rate: int = 24000
+    frame_rate: float | None = None  # real files spell it `_frame_rate` (a serialised private field)
+    audio_channels: int = 1
+    hidden_size: int = 512
+    num_filters: int = 64
+    num_residual_layers: int = 1
+    upsampling_ratios: list[int] = field(default_factory=lambda: [8, 6, 5, 4])
+    kernel_size: int = 7
+    last_kernel_size: int = 3
+    residual_kernel_size: int = 3
+    dilation_growth_rate: int = 2
+    use_causal_conv: bool = True
+    pad_mode: str = "constant"
+    compress: int = 2
+    use_conv_shortcut: bool = False
+    codebook_size: int = 2048
+    codebook_dim: int = 256
+    vector_quantization_hidden_dimension: int = 256
+    num_quantizers: int = 32
+    num_semantic_quantizers: int = 1
+    num_hidden_layers: int = 8
+    intermediate_size: int = 2048
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 8
+    head_dim: int | None = None
+    hidden_act: str = "gelu"
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 8000
+    sliding_window: int = 250
+    layer_scale_initial_scale: float = 0.01
+    attention_bias: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MimiEncoderConfig:
+        cfg = _build(cls, data, "encoder_config")
+        if cfg.frame_rate is None and "_frame_rate" in cfg.extra:
+            cfg.frame_rate = cfg.extra["_frame_rate"]
+        cfg.upsampling_ratios = list(cfg.upsampling_ratios)
+        return cfg
+
+    @property
+    def attention_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def conv_hop(self) -> int:
+        """Samples per frame of the convolutional encoder (before the transformer's downsampling)."""
+        return math.prod(self.upsampling_ratios)
+
+    @property
+    def downsample_kernel(self) -> int:
+        """Kernel of the stride-2 conv from the conv frame rate to `frame_rate` (MimiModel's formula)."""
+        conv_rate = math.ceil(self.sampling_rate / self.conv_hop)
+        return 2 * int(conv_rate / (self.frame_rate or conv_rate))
+
+    def validate(self, valid_quantizers: int, downsample_rate: int) -> None:
+        where = "speech_tokenizer/config.json encoder_config"
+        _check_heads(where, self.hidden_size, self.num_attention_heads, self.num_key_value_heads,
+                     self.attention_head_dim)
+        unsupported = [
+            name for name, ok in (
+                ("use_causal_conv", self.use_causal_conv), ("pad_mode", self.pad_mode == "constant"),
+                ("use_conv_shortcut", not self.use_conv_shortcut), ("hidden_act", self.hidden_act == "gelu"),
+                ("attention_bias", not self.attention_bias), ("audio_channels", self.audio_channels == 1),
+            ) if not ok
+        ]
+        if unsupported:
+            raise ConfigError(f"{where}: unsupported setting of {unsupported} (causal, zero-padded, mono, gelu)")
+        if self.frame_rate is None or self.downsample_kernel < 2:
+            raise ConfigError(f"{where}: frame_rate must be below the conv frame rate (a downsampling layer)")
+        if self.conv_hop * 2 != downsample_rate:
+            raise ConfigError(f"{where}: {self.conv_hop} samples per conv frame × 2 != encode_downsample_rate "
+                              f"{downsample_rate}")
+        if not self.num_semantic_quantizers <= valid_quantizers <= self.num_quantizers:
+            raise ConfigError(f"{where}: encoder_valid_num_quantizers {valid_quantizers} outside "
+                              f"[{self.num_semantic_quantizers}, {self.num_quantizers}]")
+        if self.vector_quantization_hidden_dimension != self.codebook_dim:
+            raise ConfigError(f"{where}: vector_quantization_hidden_dimension must equal codebook_dim")
+
+    def to_dict(self) -> dict[str, Any]:
+        return _dump(self)
+
+
+@dataclass
 class SpeechTokenizerConfig:
-    """`speech_tokenizer/config.json`. Only the decoder is used; the Mimi encoder config is kept opaque."""
+    """`speech_tokenizer/config.json`. `encoder_config` stays a plain dict so the file round-trips byte for
+    byte; `encoder()` parses it (only Base voice cloning runs the encoder)."""
 
     decoder_config: CodecDecoderConfig = field(default_factory=CodecDecoderConfig)
     encoder_config: dict[str, Any] = field(default_factory=dict)
@@ -294,6 +386,11 @@ class SpeechTokenizerConfig:
             )
         if self.decode_upsample_rate != 1920 or self.output_sample_rate != 24000:
             raise ConfigError("speech_tokenizer/config.json: the 12Hz codec makes 1920 samples per frame at 24 kHz")
+
+    def encoder(self) -> MimiEncoderConfig:
+        cfg = MimiEncoderConfig.from_dict(self.encoder_config)
+        cfg.validate(self.encoder_valid_num_quantizers, self.encode_downsample_rate)
+        return cfg
 
     def to_dict(self) -> dict[str, Any]:
         return _dump(self)

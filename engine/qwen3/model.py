@@ -25,6 +25,7 @@ from engine.qwen3.code_predictor import CodePredictor
 from engine.qwen3.codec import CodecDecoder, CodecState, CodecTransformer
 from engine.qwen3.config import GenerationDefaults, Qwen3TTSConfig, SpeechTokenizerConfig, load_configs
 from engine.qwen3.layers import DecoderStack, KVCache, rope_inv_freq
+from engine.qwen3.mimi import MimiEncoder, load_encoder, resample_to_24k
 from engine.qwen3.prompt import Prompt, PromptBuilder, VoiceClone, frame_embedding
 from engine.qwen3.speaker_encoder import SpeakerEncoder
 from engine.qwen3.talker import Talker
@@ -78,10 +79,11 @@ class Qwen3TTSModel:
     FULL_DECODE_FRAMES = 300  # longer `decode` inputs are decoded in exact streaming blocks of this size
     def __init__(self, cfg: Qwen3TTSConfig, codec_cfg: SpeechTokenizerConfig, gen: GenerationDefaults,
                  talker: Talker, predictor: CodePredictor, codec: CodecDecoder, tokenizer: TextTokenizer,
-                 speaker_encoder: SpeakerEncoder | None = None) -> None:
+                 speaker_encoder: SpeakerEncoder | None = None, codec_encoder: MimiEncoder | None = None) -> None:
         self.cfg, self.codec_cfg, self.gen = cfg, codec_cfg, gen
         self.talker, self.predictor, self.codec, self.tokenizer = talker, predictor, codec, tokenizer
         self.speaker_encoder = speaker_encoder
+        self.codec_encoder = codec_encoder  # Mimi: reference audio → ICL codes (Base checkpoints)
         self.prompts = PromptBuilder(cfg, talker, predictor)
         tc = cfg.talker_config
         self.eos_id = tc.codec_eos_token_id
@@ -140,19 +142,29 @@ class Qwen3TTSModel:
     def clone_voice(self, wav: np.ndarray, sample_rate: int = 24000, *, ref_text: str | None = None,
                     ref_codes: np.ndarray | torch.Tensor | None = None) -> VoiceClone:
         """A Base-model voice from reference audio: its x-vector, plus — for ICL — the transcript and the
-        reference's codec frames [R, 16] (encoding audio to codes needs the Mimi encoder, not built here)."""
+        reference's codec frames [R, 16]: `ref_codes` if given, else encoded from `wav` when `ref_text` is."""
         if self.speaker_encoder is None:
             raise ValueError(f"a {self.cfg.tts_model_type} checkpoint has no speaker encoder (Base models only)")
         audio = np.asarray(wav, dtype=np.float32)
         if audio.ndim != 1:
             raise ValueError("reference audio must be mono [samples]")
-        if sample_rate != 24000:
-            import soxr
-
-            audio = soxr.resample(audio, sample_rate, 24000).astype(np.float32)
+        audio = resample_to_24k(audio, sample_rate)
         xvec = self.speaker_encoder.embed(audio).to(self.talker.codec_head.weight.dtype)
+        if ref_codes is None and ref_text and self.codec_encoder is not None:
+            ref_codes = self.encode_reference(audio)
         codes = None if ref_codes is None else torch.as_tensor(np.asarray(ref_codes), dtype=torch.long)
         return VoiceClone(xvec, ref_text=ref_text, ref_codes=codes)
+
+    def encode_reference(self, wav: np.ndarray, sample_rate: int = 24000) -> np.ndarray:
+        """Reference audio (mono, any rate) → its codec frames [ceil(seconds · 12.5), 16] int64, as the
+        official speech tokenizer's `encode` gives them (same resampling, same codes)."""
+        if self.codec_encoder is None:
+            raise ValueError(f"this {self.cfg.tts_model_type} checkpoint has no speech-tokenizer encoder loaded "
+                             "(Base checkpoints only)")
+        audio = np.asarray(wav, dtype=np.float32)
+        if audio.ndim != 1:
+            raise ValueError("reference audio must be mono [samples]")
+        return self.codec_encoder.encode(resample_to_24k(audio, sample_rate)).cpu().numpy()
 
     # ---- generation primitives ---------------------------------------------------------------------
     def new_kv_cache(self, slots: int, max_len: int) -> KVCache:
@@ -333,8 +345,11 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
         speaker_encoder.to(device).eval().requires_grad_(False)
     del tensors
     codec_tensors = read_tensors(root / "speech_tokenizer")
-    # The Mimi encoder (voice-clone reference encoding) is not implemented here; its weights are skipped.
+    # The Mimi encoder only serves voice cloning: loaded for Base checkpoints, skipped otherwise.
     check_routed(codec_tensors, ("decoder.",), ("encoder.",), "speech_tokenizer/model.safetensors")
+    codec_encoder = None
+    if speaker_encoder is not None and any(name.startswith("encoder.") for name in codec_tensors):
+        codec_encoder = load_encoder(codec_cfg, codec_tensors, str(root / "speech_tokenizer"), device)
     load_module(codec, codec_tensors, "decoder.", dtype=torch.float32, source=str(root / "speech_tokenizer"))
     for m in (talker, predictor, codec):
         _materialize(m)
@@ -342,4 +357,4 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
     for m in (talker, predictor, codec):  # inference only: no autograd bookkeeping in the primitives
         m.to(device).eval().requires_grad_(False)
     return Qwen3TTSModel(cfg, codec_cfg, gen, talker, predictor, codec, TextTokenizer.from_dir(root),
-                         speaker_encoder)
+                         speaker_encoder, codec_encoder)

@@ -3,7 +3,8 @@
 Same architecture, tensor names, file layout and special ids as the real CustomVoice checkpoints, only
 narrow: talker 64 wide × 2 layers, code predictor 32 wide × 2 layers (so `small_to_mtp_projection` is
 exercised), codec decoder with the real strides (1920 samples/frame), window 72 and 16×2048 codebooks
-but 32 channels. The text tokenizer is a byte-level BPE with 512 learned tokens plus Qwen's special
+but 32 channels, and the speech tokenizer's Mimi encoder (reference audio → ICL codes) 32 wide with
+16-dim quantizers. The text tokenizer is a byte-level BPE with 512 learned tokens plus Qwen's special
 tokens. Weights are scaled so activations stay O(1): logits are decisive (no argmax near-ties to flip
 between batched and unbatched runs) and the waveform is not clamped flat.
 """
@@ -30,6 +31,9 @@ from engine.qwen3.config import (
     TalkerConfig,
 )
 from engine.qwen3.layers import RMSNorm
+from engine.qwen3.mimi import SAMPLE_RATE, MimiEncoder
+from engine.qwen3.mimi import Codebook as MimiCodebook
+from engine.qwen3.mimi import LayerScale as MimiLayerScale
 from engine.qwen3.speaker_encoder import SpeakerEncoder
 from engine.qwen3.talker import Talker
 from engine.qwen3.text import qwen2_bpe
@@ -85,10 +89,11 @@ def tiny_configs(model_type: str = "custom_voice") -> tuple[Qwen3TTSConfig, Spee
         talker.spk_id, talker.spk_is_dialect = {}, {}
     if model_type == "base":
         cfg.speaker_encoder_config = dict(TINY_SPEAKER_ENCODER)
-    # A narrow Mimi encoder config: the official loader builds (and randomly fills) the encoder even to
-    # decode; the default one is ~100 M parameters. Its frame rate (1920 samples) matches the real one.
+    # A narrow Mimi encoder (reference audio → ICL codes): real strides (1920 samples per frame) and
+    # 2048-entry codebooks, 32 wide. Quantizers are 16 wide, narrower than the model as in the real file
+    # (256 vs 512), so the RVQ's input projections are exercised.
     mimi = {"hidden_size": 32, "num_filters": 4, "upsampling_ratios": [8, 6, 5, 4], "codebook_size": 2048,
-            "codebook_dim": 32, "vector_quantization_hidden_dimension": 32, "num_quantizers": 16,
+            "codebook_dim": 16, "vector_quantization_hidden_dimension": 16, "num_quantizers": 16,
             "upsample_groups": 32, "num_hidden_layers": 1, "intermediate_size": 64, "num_attention_heads": 2,
             "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 250, "num_semantic_quantizers": 1,
             "sampling_rate": 24000, "frame_rate": 12.5, "audio_channels": 1}
@@ -131,7 +136,7 @@ def _init_(module: nn.Module, g: torch.Generator) -> None:
         elif isinstance(m, SnakeBeta):
             normal(m.alpha, 0.1)
             normal(m.beta, 0.1)
-        elif isinstance(m, LayerScale):
+        elif isinstance(m, LayerScale | MimiLayerScale):
             normal(m.scale, 0.02, 0.3)
     for name, p in module.named_parameters():
         if name.endswith("gamma"):  # ConvNeXt residual scale
@@ -183,6 +188,38 @@ def _calibrate_codec(codec: CodecDecoder, g: torch.Generator) -> None:
     last.weight.mul_(scale)
     assert last.bias is not None
     last.bias.mul_(scale)
+
+
+def _mimi_encoder(codec_cfg: SpeechTokenizerConfig, seed: int) -> MimiEncoder:
+    """The speech tokenizer's encoder, from its own generator so every other tensor keeps its bytes.
+
+    Codebook k is scaled to what reaches it: the semantic and first acoustic codebooks to the projected
+    embedding's spread, later acoustic ones to the residual left by the one before (×0.6 each), so random
+    audio uses many entries of every codebook instead of collapsing onto a few.
+    """
+    g = torch.Generator().manual_seed(0x4D494D49 + seed)  # "MIMI"
+    encoder = MimiEncoder(codec_cfg.encoder(), codec_cfg.encoder_valid_num_quantizers)
+    with torch.no_grad():
+        _init_(encoder, g)
+        for m in encoder.modules():
+            if isinstance(m, MimiCodebook):
+                m.cluster_usage.copy_(torch.rand(m.cluster_usage.shape, generator=g) * 1.5 + 0.5)
+                m.embed_sum.copy_(torch.randn(m.embed_sum.shape, generator=g) * m.cluster_usage[:, None])
+        encoder.refresh()
+        t = torch.arange(SAMPLE_RATE * 2) / SAMPLE_RATE
+        probe = 0.3 * torch.sin(2 * torch.pi * (100 + 400 * t) * t) + 0.05 * torch.randn(t.shape, generator=g)
+        h = encoder.encoder(probe[None, None])
+        h = encoder.downsample(encoder.encoder_transformer(h.transpose(1, 2)).transpose(1, 2))
+        q = encoder.quantizer
+        for rvq in (q.semantic_residual_vector_quantizer, q.acoustic_residual_vector_quantizer):
+            assert rvq.input_proj is not None
+            x = rvq.input_proj(h)
+            # Two significant digits, as in _calibrate_codec: the file's bytes must not follow thread counts.
+            spread = float(f"{float(x.std()):.2g}")
+            for k, vq in enumerate(rvq.layers):
+                vq.codebook.embed_sum.mul_(spread * 0.6**k)
+        encoder.refresh()
+    return encoder
 
 
 def _train_tokenizer() -> Tokenizer:
@@ -247,7 +284,8 @@ def make_tiny_checkpoint(path: str | Path, seed: int = 0, model_type: str = "cus
         tensors |= _state(encoder, "speaker_encoder.")
     save_file(tensors, str(root / "model.safetensors"), metadata={"format": "pt"})
     codec_path = root / "speech_tokenizer" / "model.safetensors"
-    save_file(_state(codec, "decoder."), str(codec_path), metadata={"format": "pt"})
+    codec_tensors = _state(codec, "decoder.") | _state(_mimi_encoder(codec_cfg, seed), "encoder.")
+    save_file(codec_tensors, str(codec_path), metadata={"format": "pt"})
     (root / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2), encoding="utf-8")
     (root / "generation_config.json").write_text(json.dumps(gen.to_dict(), indent=2), encoding="utf-8")
     st = codec_cfg.to_dict() | {"architectures": ["Qwen3TTSTokenizerV2Model"]}

@@ -148,3 +148,84 @@ def test_icl_codes_match_the_official_model(base_pair: tuple[Any, Qwen3TTSModel]
         got = ours.generate(text, voice=voice, language="english", greedy=True, max_frames=FRAMES,
                             streaming_text=streaming)
         assert codes[0].shape[0] >= 20 and np.array_equal(got, codes[0].numpy()), streaming
+
+
+REF_TEXT = "Good morning to you."
+
+
+def _clips() -> list[tuple[str, np.ndarray, int]]:
+    """Synthetic references: a chirp, noise, a long voiced tone (past the 250-frame window the official
+    stack does not apply), one sample over a frame, and 16 kHz / 44.1 kHz input that gets resampled."""
+    rng = np.random.default_rng(11)
+
+    def chirp(seconds: float, sr: int) -> np.ndarray:
+        t = np.arange(int(seconds * sr)) / sr
+        return (0.4 * np.sin(2 * np.pi * (80 + 700 * t / seconds) * t)).astype(np.float32)
+
+    t12 = np.arange(24000 * 12) / 24000
+    voiced = 0.3 * np.sin(2 * np.pi * 150 * t12 + 4 * np.sin(2 * np.pi * 3 * t12))
+    voiced += 0.01 * rng.standard_normal(t12.shape)
+    return [
+        ("chirp", chirp(3.0, 24000), 24000),
+        ("noise", (0.2 * rng.standard_normal(31_000)).astype(np.float32), 24000),
+        ("voiced 12 s", voiced.astype(np.float32), 24000),
+        ("1921 samples", chirp(1.0, 24000)[:1921], 24000),
+        ("16 kHz", chirp(2.5, 16000) + (0.02 * rng.standard_normal(40_000)).astype(np.float32), 16000),
+        ("44.1 kHz", chirp(1.3, 44100), 44100),
+    ]
+
+
+@pytest.mark.parametrize("index", range(6), ids=[name for name, _, _ in _clips()])
+def test_reference_codes_match_the_official_speech_tokenizer(base_pair: tuple[Any, Qwen3TTSModel],
+                                                             index: int) -> None:
+    ref, ours = base_pair
+    _, wav, sr = _clips()[index]
+    want = ref.model.speech_tokenizer.encode(wav, sr=sr).audio_codes[0].numpy()
+    got = ours.encode_reference(wav, sr)
+    assert want.shape == got.shape == (-(-int(np.ceil(wav.shape[0] * 24000 / sr)) // 1920), 16)
+    assert np.array_equal(got, want)
+
+
+def test_encoder_latents_match_the_official_mimi(base_pair: tuple[Any, Qwen3TTSModel]) -> None:
+    """The pre-quantizer embedding (conv encoder → transformer → downsampling), before any argmin."""
+    ref, ours = base_pair
+    official, mine = ref.model.speech_tokenizer.model.encoder, ours.codec_encoder
+    assert mine is not None
+    x = torch.from_numpy(_clips()[0][1])[None, None]
+    with torch.no_grad():
+        want = official.encoder(x)
+        want = official.downsample(official.encoder_transformer(want.transpose(1, 2))[0].transpose(1, 2))
+        got = mine.encoder(x)
+        got = mine.downsample(mine.encoder_transformer(got.transpose(1, 2)).transpose(1, 2))
+    assert want.shape == got.shape
+    assert float((want - got).abs().max()) <= 1e-6 * float(want.abs().max())
+
+
+@pytest.mark.parametrize("sr", [24000, 16000])
+def test_icl_from_raw_audio_matches_the_official_voice_clone(base_pair: tuple[Any, Qwen3TTSModel], sr: int) -> None:
+    """From a raw reference clip: the official create_voice_clone_prompt's codes and x-vector, its greedy
+    generate's codes and generate_voice_clone's waveform (reference prepended, then cut) all equal ours."""
+    ref, ours = base_pair
+    t = np.arange(sr * 2) / sr
+    wav = (0.3 * np.sin(2 * np.pi * 180 * t) * (1 + 0.5 * np.sin(2 * np.pi * 4 * t))).astype(np.float32)
+    items = ref.create_voice_clone_prompt(ref_audio=(wav, sr), ref_text=REF_TEXT, x_vector_only_mode=False)
+    voice = ours.clone_voice(wav, sr, ref_text=REF_TEXT)
+    assert voice.ref_codes is not None and np.array_equal(voice.ref_codes.numpy(), items[0].ref_code.numpy())
+    assert torch.allclose(voice.speaker_embedding, items[0].ref_spk_embedding.float(), rtol=1e-4, atol=1e-5)
+    text = "The quick brown fox jumps over the lazy dog, and then it runs all the way back home again."
+    ids = ref._tokenize_texts([ref._build_assistant_text(text)])
+    ref_ids = [ref._tokenize_texts([ref._build_ref_text(REF_TEXT)])[0]]
+    prompt = ref._prompt_items_to_voice_clone_prompt(items)
+    want, _ = ref.model.generate(input_ids=ids, ref_ids=ref_ids, voice_clone_prompt=prompt, languages=["english"],
+                                 non_streaming_mode=False, max_new_tokens=FRAMES + 1, do_sample=False,
+                                 subtalker_dosample=False)
+    got = ours.generate(text, voice=voice, language="english", greedy=True, max_frames=FRAMES)
+    assert want[0].shape[0] >= 20 and np.array_equal(got, want[0].numpy())
+    wavs, out_sr = ref.generate_voice_clone(text, language="english", ref_audio=(wav, sr), ref_text=REF_TEXT,
+                                            non_streaming_mode=False, max_new_tokens=FRAMES + 1, do_sample=False,
+                                            subtalker_dosample=False)
+    n_ref = voice.ref_codes.shape[0]
+    full = ours.decode(np.concatenate([voice.ref_codes.numpy(), got]))
+    mine = full[int(n_ref / (n_ref + got.shape[0]) * full.shape[0]):]  # the wrapper's proportional cut
+    assert out_sr == 24000 and wavs[0].shape == mine.shape
+    assert float(np.max(np.abs(wavs[0] - mine))) <= 1e-5 * float(np.max(np.abs(mine)))

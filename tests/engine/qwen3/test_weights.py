@@ -25,6 +25,8 @@ def test_every_stored_tensor_lands_in_the_model_unchanged(tiny_dir: Path, tiny_m
     for k, v in stored.items():
         assert torch.equal(ours[k], v), k
     codec_stored = load_file(str(tiny_dir / "speech_tokenizer" / "model.safetensors"))
+    # The file's `encoder.*` (Mimi) serves only Base voice cloning: test_mimi.py checks it on a Base model.
+    codec_stored = {k: v for k, v in codec_stored.items() if not k.startswith("encoder.")}
     codec_ours = {f"decoder.{k}": v for k, v in tiny_model.codec.state_dict().items()}
     assert codec_ours.keys() == codec_stored.keys()
     assert all(torch.equal(codec_ours[k], v) for k, v in codec_stored.items())
