@@ -33,7 +33,10 @@ import numpy as np
 import torch
 
 from engine.cpu.resample import SegmentResampler
+from engine.qwen3.codec import CodecState
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
+from engine.qwen3.prompt import VoiceClone
+from engine.reference import CloneCache
 from engine.scheduler import DEFAULT_RAMP, RequestRecord, Scheduler, SchedulerConfig, bucket_sizes
 from engine.slots import SlotPool
 from engine.stream import EventBridge
@@ -86,6 +89,16 @@ class StreamOptions:
     sample_rate: int
     params: SamplingParams
     codec_tokens: bool = False  # stream the talker's frames; no code2wav for this stream
+    reference: tuple[bytes, str | None] | None = None  # a cloned voice: its clip's file bytes, transcript
+
+
+@dataclass(frozen=True)
+class ClonedVoice:
+    """A Base-model voice made from a reference clip, once (the core's `CloneCache`)."""
+
+    clone: VoiceClone
+    ref_ids: list[int]  # the transcript's ids (ICL)
+    primed: CodecState | None  # ICL: the codec state after decoding the reference frames
 
 
 @dataclass
@@ -95,6 +108,7 @@ class CoreRequest:
     bridge: EventBridge
     record: RequestRecord
     pending_text: list[tuple[int, str]] = field(default_factory=list)  # (segment, text) before admission
+    voice: ClonedVoice | None = None
     segments: int = 0  # append calls so far
     carry: str = ""  # whitespace cut from the end of the last piece (it belongs before the next word)
     finished: bool = False
@@ -147,6 +161,7 @@ class EngineCore:
         self.finished_frames: dict[int, int] = {}
         self.pool: SlotPool | None = None
         self.talker: NativeTalker | None = None
+        self.clones: CloneCache[ClonedVoice] = CloneCache(self._clone)
         self._buckets = buckets
         self._thread = threading.Thread(target=self._main, name="qwen3-engine-core", daemon=True)
         self._thread.start()
@@ -279,9 +294,14 @@ class EngineCore:
                 continue
             if kind == "open":
                 _, rid, opts, bridge = cmd
-                self._requests[rid] = CoreRequest(rid, opts, bridge, RequestRecord(rid, self.clock()))
+                req = self._requests[rid] = CoreRequest(rid, opts, bridge, RequestRecord(rid, self.clock()))
                 if opts.sample_rate != self.model.sample_rate:
-                    self._requests[rid].resampler = SegmentResampler(self.model.sample_rate, opts.sample_rate)
+                    req.resampler = SegmentResampler(self.model.sample_rate, opts.sample_rate)
+                if opts.reference is not None:
+                    try:
+                        req.voice = self.clones.get(*opts.reference)
+                    except Exception as exc:
+                        self._fail(req, exc)
                 continue
             req = self._requests.get(cmd[1])
             if req is None or req.ended:
@@ -306,7 +326,7 @@ class EngineCore:
             raise RuntimeError("append after finish")
         if req.slot is None:
             req.pending_text.append((seg, text))
-            req.record.has_text = req.record.has_text or bool(text.strip())
+            req.record.has_text = self._can_admit(req)
         else:
             self._extend_track(req, seg, text)
 
@@ -314,23 +334,55 @@ class EngineCore:
         req.finished = True
         if req.slot is not None:
             self._feed_eos(req)
-        elif not req.record.has_text:
+        elif not any(text.strip() for _, text in req.pending_text):
             self._end(req, "done")  # nothing to say
+        else:
+            req.record.has_text = True
+
+    def _icl(self, req: CoreRequest) -> bool:
+        return req.voice is not None and req.voice.clone.icl
+
+    def _can_admit(self, req: CoreRequest) -> bool:
+        """A prompt can be built from the committed text. An ICL clone's prompt sums the text track
+        (transcript ++ text) with the reference frames row by row, so before `finish()` it waits until
+        the text covers them: then later text only extends the trailing queue, exactly as if the whole
+        text had come at once."""
+        if not any(text.strip() for _, text in req.pending_text):
+            return False
+        if not self._icl(req):
+            return True
+        assert req.voice is not None and req.voice.clone.ref_codes is not None
+        ids = self._prompt_text(req)[0]
+        return len(req.voice.ref_ids) + len(ids) >= req.voice.clone.ref_codes.shape[0] + 1
+
+    def _prompt_text(self, req: CoreRequest) -> tuple[list[int], list[int], str, list[tuple[int, str]]]:
+        """The committed text that goes into the prompt: (content ids, segment of each id, the whitespace
+        carried to the next piece, the pieces left to extend the text track). That is the first piece, or
+        for an ICL clone every piece so far (its text must cover the reference frames)."""
+        pending = req.pending_text
+        nonblank = [i for i, (_, text) in enumerate(pending) if text.strip()]
+        first, last = nonblank[0], nonblank[-1] if self._icl(req) else nonblank[0]
+        seg, text = pending[first]
+        stripped = text.rstrip()
+        ids = self.model.tokenizer.content_ids(stripped)
+        segments, carry = [seg] * len(ids), text[len(stripped):]
+        for seg, text in pending[first + 1:last + 1]:
+            piece, carry = self._piece_ids(carry, text)
+            ids += piece
+            segments += [seg] * len(piece)
+        return ids, segments, carry, pending[last + 1:]
 
     # ---- text track ------------------------------------------------------------------------------
-    def _piece_ids(self, req: CoreRequest, text: str) -> list[int]:
-        """Token ids of one appended piece. Segments end with a space; it is held back and put before
-        the next piece, where Qwen's BPE expects it (" world", not "hello " + "world")."""
+    def _piece_ids(self, carry: str, text: str) -> tuple[list[int], str]:
+        """Token ids of one appended piece, and the new carry. Segments end with a space; it is held back
+        and put before the next piece, where Qwen's BPE expects it (" world", not "hello " + "world")."""
         stripped = text.rstrip()
         if not stripped:
-            req.carry += text
-            return []
-        piece = req.carry + stripped
-        req.carry = text[len(stripped):]
-        return self.model.tokenizer.encode(piece)
+            return [], carry + text
+        return self.model.tokenizer.encode(carry + stripped), text[len(stripped):]
 
     def _extend_track(self, req: CoreRequest, seg: int, text: str) -> None:
-        ids = self._piece_ids(req, text)
+        ids, req.carry = self._piece_ids(req.carry, text)
         if not ids:
             return
         rows = self.model.prompts.text_rows(ids)
@@ -364,32 +416,42 @@ class EngineCore:
         by_text = self.config.min_frames + math.ceil(self.config.frames_per_token * req.n_tokens)
         return min(by_text, self.config.max_context - req.prompt_len)
 
+    def _clone(self, audio: np.ndarray, rate: int, transcript: str | None) -> ClonedVoice:
+        """A reference clip → the voice (x-vector; with a transcript and the codec encoder, ICL frames),
+        and for ICL the codec state primed with the reference frames, so the first chunk continues
+        the reference's audio instead of starting from silence."""
+        clone = self.model.clone_voice(audio, rate, ref_text=transcript)
+        if not clone.icl:
+            return ClonedVoice(clone, [], None)
+        assert clone.ref_codes is not None and clone.ref_text is not None
+        primed = self.model.codec.new_state(1)
+        self.model.codec.step(clone.ref_codes.T[None].to(self.model.device), primed)
+        return ClonedVoice(clone, self.model.tokenizer.ref_ids(clone.ref_text), primed)
+
     # ---- talker ----------------------------------------------------------------------------------
     def _admit(self, req: CoreRequest) -> bool:
         """Build the prompt from the text committed so far and prefill it into a free slot. True when
         the request produced codebook 0 of its first frame."""
         assert self.pool is not None and self.talker is not None
         try:
-            first = 0
-            while not req.pending_text[first][1].strip():
-                first += 1
-            seg, text = req.pending_text[first]
-            stripped = text.rstrip()
+            ids, segments, req.carry, rest = self._prompt_text(req)
+            req.token_segments = segments
+            final = req.finished and self._icl(req)  # a short ICL text is padded inside the prompt: needs its end
             prompt = self.model.build_prompt(
-                stripped, voice=req.opts.speaker, language=req.opts.language,
-                instructions=req.opts.instructions, streaming_text=True, final=False,
+                ids, voice=req.voice.clone if req.voice else req.opts.speaker, language=req.opts.language,
+                instructions=req.opts.instructions, streaming_text=True, final=final,
             )
-            req.carry = text[len(stripped):]
-            n_first = 1 + prompt.trailing.shape[0]  # text token 0 sits in the last prompt row
-            req.token_segments = [seg] * n_first
             req.track, req.pad_row, req.prompt_len = prompt.trailing, prompt.pad, prompt.rows.shape[0]
-            for later_seg, later in req.pending_text[first + 1:]:
-                self._extend_track(req, later_seg, later)
+            req.eos_fed = final
+            for seg, text in rest:
+                self._extend_track(req, seg, text)
             req.pending_text.clear()
             if req.finished:
                 self._feed_eos(req)
             req.slot = self.pool.acquire()
             req.record.admitted = True
+            if req.voice is not None and req.voice.primed is not None:  # continue from the reference audio
+                self.pool.codec.put([req.slot], req.voice.primed)
             cb0 = self.talker.prefill(req.slot, prompt.rows, req.opts.params)
         except Exception as exc:
             self._fail(req, exc)

@@ -30,7 +30,7 @@ from engine.types import EngineError, StreamEvent, VoiceInfo
 
 log = logging.getLogger("voxgate.engine.qwen3")
 
-STREAM_OPTIONS = ("sample_rate", "speed", "seed", "instructions", "output")
+STREAM_OPTIONS = ("sample_rate", "speed", "seed", "instructions", "output", "ref_audio", "ref_text")
 OUTPUTS = ("pcm", "codec_tokens")
 #: ISO 639-1 codes (what the gateway speaks) for the model's language names.
 ISO_LANGUAGES = {
@@ -106,6 +106,12 @@ class Qwen3Engine:
         self._streams: weakref.WeakSet[Qwen3Stream] = weakref.WeakSet()
         self._closed = False
 
+    @property
+    def supports_cloning(self) -> bool:
+        """Base checkpoints speak cloned voices (gateway/voices.py registers them): x-vector, plus ICL
+        when the clone has a transcript and the checkpoint its speech-tokenizer encoder."""
+        return self.model.speaker_encoder is not None
+
     def voices(self) -> list[VoiceInfo]:
         langs = tuple(self.languages()[1:])
         kind = self.model.model_type
@@ -128,6 +134,23 @@ class Qwen3Engine:
         raise EngineError("unsupported_language", f"this model speaks no language {language!r}; "
                                                   f"available: {self.languages()}")
 
+    def _reference(self, options: dict[str, object]) -> tuple[bytes, str | None] | None:
+        """A cloned voice's clip (audio file bytes) and transcript; Base checkpoints speak nothing else."""
+        audio, text = options.get("ref_audio"), options.get("ref_text")
+        if audio is None:
+            if self.supports_cloning:
+                raise EngineError("unknown_voice", "a Base checkpoint speaks cloned voices only: register one "
+                                                   "with ref_audio and ref_text (POST /v1/audio/voices)")
+            return None
+        if not self.supports_cloning:
+            raise EngineError("voice_cloning_unsupported",
+                              f"this {self.model.model_type} checkpoint cannot clone voices (Base checkpoints can)")
+        if not isinstance(audio, bytes | bytearray) or not audio:
+            raise EngineError("invalid_option", "ref_audio must be the bytes of an audio file")
+        if text is not None and not isinstance(text, str):
+            raise EngineError("invalid_option", "ref_text must be a string")
+        return bytes(audio), text or None
+
     def _speaker(self, voice: str | None) -> str | None:
         if voice is None or not voice.strip() or voice.strip().lower() in ("default", "auto"):
             return None
@@ -141,7 +164,7 @@ class Qwen3Engine:
     def open_stream(self, voice: str | None, language: str, **options: object) -> Qwen3Stream:
         """Options: `sample_rate` (8000–48000; audio is resampled with soxr), `seed` (reproducible
         sampling, alone or batched), `instructions` (voice design / 1.7B CustomVoice), `speed` (1.0 only:
-        the model has no rate control)."""
+        the model has no rate control), `ref_audio` + `ref_text` (a cloned voice, Base checkpoints)."""
         if self._closed:
             raise EngineError("engine_closed", "the Qwen3 engine is closed")
         bad = sorted(set(options) - set(STREAM_OPTIONS))
@@ -165,7 +188,7 @@ class Qwen3Engine:
             raise EngineError("invalid_option", f"output must be one of {OUTPUTS}, got {output!r}")
         params = SamplingParams.from_defaults(self.model.gen, greedy=self.greedy, seed=seed)
         opts = StreamOptions(self._speaker(voice), self._model_language(language), instructions or None, rate,
-                             params, codec_tokens=output == "codec_tokens")
+                             params, codec_tokens=output == "codec_tokens", reference=self._reference(options))
         stream = Qwen3Stream(self, opts)
         self._streams.add(stream)
         return stream

@@ -21,14 +21,13 @@ from engine.types import EngineError
 
 V = TypeVar("V")
 
-SAMPLE_RATE = 24000
 MIN_SECONDS, MAX_SECONDS = 1.0, 30.0  # the reference recommends 3–10 s; longer only costs prompt rows
 
 
-def decode_reference(data: bytes) -> np.ndarray:
-    """An audio file's bytes (wav, flac, mp3, ogg: what libsndfile reads) → mono float32 at 24 kHz."""
+def decode_reference(data: bytes) -> tuple[np.ndarray, int]:
+    """An audio file's bytes (wav, flac, mp3, ogg: what libsndfile reads) → (mono float32, sample rate).
+    Resampling is the engine's: Qwen3 resamples exactly as the official speech tokenizer does."""
     import soundfile
-    import soxr
 
     try:
         audio, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
@@ -39,9 +38,7 @@ def decode_reference(data: bytes) -> np.ndarray:
     if not MIN_SECONDS <= seconds <= MAX_SECONDS:
         raise EngineError("invalid_reference_audio",
                           f"reference audio must last {MIN_SECONDS:g}–{MAX_SECONDS:g} s, got {seconds:.2f} s")
-    if rate != SAMPLE_RATE:
-        mono = soxr.resample(mono, rate, SAMPLE_RATE)
-    return np.ascontiguousarray(mono, dtype=np.float32)
+    return np.ascontiguousarray(mono, dtype=np.float32), int(rate)
 
 
 def reference_key(data: bytes, text: str | None) -> str:
@@ -51,9 +48,9 @@ def reference_key(data: bytes, text: str | None) -> str:
 
 
 class CloneCache(Generic[V]):
-    """The `max_entries` most recently used voices, made on first use by `make(audio at 24 kHz, transcript)`."""
+    """The `max_entries` most recently used voices, made on first use by `make(audio, rate, transcript)`."""
 
-    def __init__(self, make: Callable[[np.ndarray, str | None], V], max_entries: int = 64) -> None:
+    def __init__(self, make: Callable[[np.ndarray, int, str | None], V], max_entries: int = 64) -> None:
         self.make, self.max_entries = make, max_entries
         self._voices: OrderedDict[str, V] = OrderedDict()
 
@@ -61,7 +58,7 @@ class CloneCache(Generic[V]):
         key = reference_key(data, text)
         voice = self._voices.get(key)
         if voice is None:
-            voice = self.make(decode_reference(data), text)
+            voice = self.make(*decode_reference(data), text)
             self._voices[key] = voice
             while len(self._voices) > self.max_entries:
                 self._voices.popitem(last=False)

@@ -116,8 +116,10 @@ class Qwen3TTSModel:
         return self.cfg.tts_model_type
 
     # ---- prompts -----------------------------------------------------------------------------------
-    def build_prompt(self, text: str, *, voice: str | VoiceClone | None, language: str = "auto",
+    def build_prompt(self, text: str | Sequence[int], *, voice: str | VoiceClone | None, language: str = "auto",
                      instructions: str | None = None, streaming_text: bool = True, final: bool = True) -> Prompt:
+        """The prompt for `text`, or for its content ids as `TextTokenizer.content_ids` gives them (the
+        engine tokenizes streamed pieces itself)."""
         kind, tok = self.cfg.tts_model_type, self.tokenizer
         speaker, clone = None, None
         if kind == "base":
@@ -132,8 +134,9 @@ class Qwen3TTSModel:
                 instructions = None  # the reference drops instructions for the 0.6B CustomVoice model
         elif voice:
             raise ValueError(f"a voice_design checkpoint has no named voices (got {voice!r}); use instructions")
+        ids = tok.content_ids(text) if isinstance(text, str) else list(text)
         return self.prompts.build(
-            tok.content_ids(text), role_ids=tok.role_ids(), language=language, speaker=speaker, clone=clone,
+            ids, role_ids=tok.role_ids(), language=language, speaker=speaker, clone=clone,
             clone_ref_ids=tok.ref_ids(clone.ref_text) if clone is not None and clone.icl else None,
             instruct_ids=tok.instruct_ids(instructions) if instructions else None,
             streaming_text=streaming_text, final=final,

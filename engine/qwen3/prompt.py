@@ -126,12 +126,15 @@ class PromptBuilder:
         empty = tts_pad[:0][None].reshape(0, tts_pad.shape[0])
         ref_codes = None
         if clone is not None and clone.icl:
-            if not final:
-                raise ValueError("voice-clone ICL prompts need the whole text (final=True)")
             assert clone.ref_codes is not None and clone_ref_ids is not None
             ref_codes = clone.ref_codes.to(device=self._dev(), dtype=torch.long)
-            text = torch.cat([self.text_rows(clone_ref_ids + text_ids), tts_eos[None]])
+            text = torch.cat([self.text_rows(clone_ref_ids + text_ids)] + ([tts_eos[None]] if final else []))
             codes = torch.cat([codec_bos_row, frame_embedding(self.talker, self.predictor, ref_codes)])
+            # Live text (final=False) may only extend the trailing queue, so the text must already cover
+            # the reference frames: then the prompt is the one the whole text would give.
+            if not final and (not streaming_text or text.shape[0] < codes.shape[0]):
+                raise ValueError(f"an ICL prompt before the end of the text needs streaming text and at least "
+                                 f"{codes.shape[0]} transcript + text tokens, got {text.shape[0]}")
             if not streaming_text:
                 pad_rows = self.codec_rows([tc.codec_pad_id]).expand(text.shape[0], -1)
                 rows += [text + pad_rows, codes + tts_pad]
