@@ -105,7 +105,7 @@ async def _pcm(
         stream.cancel()  # a no-op once the stream has ended
 
 
-@post("/v1/audio/speech")
+@post("/v1/audio/speech", status_code=200)  # OpenAI answers 200 (Litestar would say 201)
 async def create_speech(request: Request) -> Response:
     tenant, engine = caller(request), serving_engine(request)
     try:

@@ -8,6 +8,7 @@ so every replica resolves them the same way.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 from typing import Any
@@ -17,6 +18,7 @@ from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath
 
 from engine import Engine, EngineError
+from engine.reference import decode_reference
 from gateway.auth import caller, serving_engine
 from gateway.errors import api_error
 from sessions import (
@@ -120,7 +122,10 @@ async def create_voice(request: Request) -> Response[dict[str, Any]]:
     tenant, engine = caller(request), serving_engine(request)
     try:
         req = msgspec.json.decode(await request.body(), type=VoiceRequest)
-        voice = await request.app.state.store.put_voice(tenant.name, _voice_from(req, engine))
+        voice = _voice_from(req, engine)
+        if voice.ref_audio is not None:  # refuse a clip the engine could not read now, not at first use
+            await asyncio.to_thread(decode_reference, voice.ref_audio)
+        voice = await request.app.state.store.put_voice(tenant.name, voice)
     except EngineError as e:  # before ValueError, which it extends
         return api_error(400, e.code, str(e), "voice")
     except SessionStoreError as e:
