@@ -274,7 +274,7 @@ class EngineCore:
         # The slowest recent cycle, not the typical one: a listener runs dry in the slow ones.
         cycle_s = max(itertools.islice(reversed(self.cycle_s), 8), default=0.0)
         codec = self.scheduler.plan_codec((r.record for r in live if not r.ended), now, plan.pressing, cycle_s)
-        for size, rids in codec.by_size().items():
+        for size, rids in codec.batches(self.config.max_codec_rows):
             self._decode([self._requests[rid] for rid in rids], size)
             worked = True
         for r in live:

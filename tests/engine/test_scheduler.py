@@ -125,8 +125,23 @@ def test_codec_orders_by_urgency_and_groups_by_size() -> None:
         running(3, pending=4, chunks_sent=1, audio_s=0.5, first_audio_at=0.0),
     ]
     plan = s.plan_codec(recs, now=0.2, talker_pressing=False)
-    assert plan.chunks == ((2, 2), (3, 4))  # stream 1 has the longest buffer and the cap is 2
-    assert plan.by_size() == {2: [2], 4: [3]}
+    assert plan.chunks == ((2, 2), (3, 4))  # stream 1 has the longest buffer; the budget is 2 × 4 frames
+    assert plan.batches(2) == [(2, [2]), (4, [3])]
+
+
+def test_a_cycle_decodes_up_to_the_frames_of_max_codec_rows_full_chunks() -> None:
+    """Small chunks of many streams fit one cycle's budget (2 rows × 8 frames = 16), in batches of at
+    most 2 rows; a chunk larger than what is left waits, but a cycle always decodes at least one."""
+    s = Scheduler(SchedulerConfig(ramp=(2, 4, 8), max_codec_rows=2))
+    first = [running(i, pending=2) for i in (1, 2, 3)]  # no audio yet: 2-frame chunks
+    second = [running(i, pending=4, chunks_sent=1, audio_s=0.16 + i / 100, first_audio_at=0.0) for i in (4, 5, 6)]
+    plan = s.plan_codec([*first, *second], now=0.1, talker_pressing=False)
+    assert plan.chunks == ((1, 2), (2, 2), (3, 2), (4, 4), (5, 4))  # 18 frames would pass 16: 6 waits
+    assert plan.batches(2) == [(2, [1, 2]), (2, [3]), (4, [4, 5])]
+    big = SchedulerConfig(ramp=(2, 4, 8), max_codec_rows=1)
+    r = running(7, pending=9, chunks_sent=2, audio_s=0.5, first_audio_at=0.0)
+    assert Scheduler(big).plan_codec([r, running(8, pending=2)], now=0.1, talker_pressing=False).chunks == ((8, 2),)
+    assert Scheduler(big).plan_codec([r], now=0.1, talker_pressing=False).chunks == ((7, 8),)
 
 
 def test_comfortable_streams_defer_decoding_while_the_talker_has_pressing_work() -> None:
