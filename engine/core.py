@@ -52,9 +52,10 @@ class CoreConfig:
     max_context: int = 2048  # KV positions per slot: prompt + frames (2048 frames ≈ 164 s of audio)
     max_batch: int = 32  # talker rows per step
     ramp: tuple[int, ...] = DEFAULT_RAMP
-    # Streams per batched decode. Tiny model, 2 cores: 4 beat 8 in paired bench runs (16 streams: 514 vs
-    # 347 frames per CPU-s; 32: 600 vs 428) and 16 was worse again: a large decode's activations
-    # (16 × 25 frames × 1920 samples × channels) no longer fit in cache.
+    # Streams per batched decode (and a cycle decodes up to the frames of this many full chunks). Tiny
+    # model, 2 cores: 4 beat 8 in paired bench runs (16 streams: 514 vs 347 frames per CPU-s; 32: 600 vs
+    # 428) and 16 was worse again: a large decode's activations (16 × 25 frames × 1920 samples ×
+    # channels) no longer fit in cache.
     max_codec_rows: int = 4
     queue_size: int = 8  # audio chunks buffered per stream before its consumer is considered not reading
     # torch intra-op threads of the core thread. 1 for the tiny model: with 2 on 2 busy cores a tiny
