@@ -17,7 +17,8 @@ def load_engine(model: str = DEFAULT_MODEL, **options: Any) -> Engine:
 
     - a CPU voice backend name (`CPU_BACKENDS`): options `cache_dir`, `workers`, `threads`, `warmup`,
       `queue_size` (see engine.cpu.engine.CpuEngine);
-    - "tiny" or a Qwen3-TTS checkpoint directory: the Qwen3 engine (engine.qwen3_engine.Qwen3Engine):
+    - "tiny", "tiny-base" (cloned voices) or a Qwen3-TTS checkpoint directory: the Qwen3 engine
+      (engine.qwen3_engine.Qwen3Engine):
       options `cache_dir`, `device`, `greedy` and the core's (`max_streams`, `max_context`, `threads`, …).
     Raises EngineError("model_unavailable", …) when the model cannot be served.
     """

@@ -39,17 +39,22 @@ ISO_LANGUAGES = {
 }
 
 
-def tiny_checkpoint(cache: str | os.PathLike[str] | None = None) -> Path:
+#: Tiny checkpoints by model name: the CustomVoice layout (named speakers), Base (cloned voices only).
+TINY_MODELS = {"tiny": "custom_voice", "tiny-base": "base"}
+
+
+def tiny_checkpoint(cache: str | os.PathLike[str] | None = None, model_type: str = "custom_voice") -> Path:
     """The tiny checkpoint directory, written on first use (atomically: concurrent first uses are safe)."""
     from engine.qwen3 import tiny
 
     digest = hashlib.sha256(inspect.getsource(tiny).encode()).hexdigest()[:12]
-    target = cache_dir(cache) / f"qwen3-tts-tiny-{digest}"
+    kind = "" if model_type == "custom_voice" else f"{model_type}-"
+    target = cache_dir(cache) / f"qwen3-tts-tiny-{kind}{digest}"
     if (target / "config.json").exists():
         return target
     tmp = Path(tempfile.mkdtemp(prefix=".qwen3-tiny-", dir=target.parent))
     try:
-        tiny.make_tiny_checkpoint(tmp, seed=0)
+        tiny.make_tiny_checkpoint(tmp, seed=0, model_type=model_type)
         try:
             tmp.rename(target)
         except OSError:  # another process got there first
@@ -213,13 +218,14 @@ class Qwen3Engine:
 
 
 def load_qwen3_engine(model: str, **options: Any) -> Qwen3Engine:
-    """"tiny" (built once in the cache dir) or a checkpoint directory; `cache_dir` and `device` options."""
+    """"tiny" / "tiny-base" (built once in the cache dir) or a checkpoint directory; `cache_dir` and
+    `device` options."""
     from engine.qwen3 import load_model
 
     cache = options.pop("cache_dir", None)
     device = options.pop("device", "cpu")
-    if model.strip().lower() == "tiny":
-        path = tiny_checkpoint(cache)
+    if (name := model.strip().lower()) in TINY_MODELS:
+        path = tiny_checkpoint(cache, TINY_MODELS[name])
     else:
         path = Path(model).expanduser()
         if not (path / "config.json").is_file():

@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("serve", help="run the gateway")
     p.add_argument("--host", help="bind address (default 127.0.0.1; env VOXGATE_HOST)")
     p.add_argument("--port", type=int, help="port (default 8000; env VOXGATE_PORT)")
-    p.add_argument("--model", help="cpu (default), piper, kokoro, tiny or a Qwen3-TTS checkpoint directory")
+    p.add_argument("--model", help="cpu (default), piper, kokoro, tiny, tiny-base or a Qwen3-TTS checkpoint directory")
     p.add_argument("--config", help="a TOML settings file (see gateway/settings.py)")
     p.add_argument("--redis-url", help="shared session state (env VOXGATE_REDIS_URL); default: embedded, one process")
     p.add_argument("--api-keys", help="tenant=<sha256hex>,… or a JSON file of tenants (env VOXGATE_API_KEYS)")

@@ -3,19 +3,26 @@
 Each turn's reply streams in word by word at `--rate` words/s (standing in for an LLM that is
 still writing); the audio comes back while the text is still arriving. `--barge-in S` cancels a
 turn S seconds after its first audio, as a user talking over the agent would, and prints what the
-listener actually heard. Every turn's audio goes to `OUT/turn-N.wav`.
+listener actually heard. Every turn's audio goes to `OUT/turn-N.wav`. `--clone FILE --clone-text TEXT`
+first registers a cloned voice from a reference recording and its transcript (a Qwen3 Base checkpoint;
+`--model tiny-base` to try it), then speaks every turn in it.
 
     voxgate serve &                      # in another terminal
     python examples/agents/streaming_agent.py --turns 3 --barge-in 1.0 --out /tmp/agent
+    voxgate serve --model tiny-base &
+    python examples/agents/streaming_agent.py --clone me.wav --clone-text "What me.wav says." --turns 1
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import re
 import time
+import urllib.error
+import urllib.request
 import wave
 from pathlib import Path
 
@@ -73,6 +80,22 @@ async def _send_tokens(ws: websockets.ClientConnection, pieces: list[str], rate:
     await ws.send(json.dumps({"type": "input.done"}))  # a flush: the connection stays open
 
 
+def register_clone(ws_url: str, audio: Path, transcript: str) -> str:
+    """POST the reference recording to the gateway's voice registry; the voice id to speak with."""
+    http = ws_url.replace("ws://", "http://", 1).replace("wss://", "https://", 1).split("/v1/")[0]
+    voice_id = re.sub(r"[^A-Za-z0-9_-]", "-", audio.stem)[:48] or "clone"
+    body = {"voice_id": voice_id, "ref_audio": base64.b64encode(audio.read_bytes()).decode(), "ref_text": transcript}
+    req = urllib.request.Request(f"{http}/v1/audio/voices", json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(req, timeout=60).close()
+    except urllib.error.HTTPError as e:
+        error = json.load(e).get("error", {})
+        if error.get("code") != "voice_exists":  # registered by an earlier run: use it
+            raise SystemExit(f"could not register the clone: {error}") from None
+    return voice_id
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="ws://127.0.0.1:8000/v1/audio/speech/stream")
@@ -80,9 +103,16 @@ async def main() -> None:
     ap.add_argument("--rate", type=float, default=20.0, help="LLM tokens per second")
     ap.add_argument("--barge-in", type=float, default=None, help="cancel each turn this long after its first audio")
     ap.add_argument("--voice", default=None)
+    ap.add_argument("--clone", type=Path, default=None, help="reference recording of a voice to clone (1–30 s)")
+    ap.add_argument("--clone-text", default=None, help="what the reference recording says")
     ap.add_argument("--out", type=Path, default=Path("agent-out"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.clone is not None:
+        if not args.clone_text:
+            raise SystemExit("--clone needs --clone-text: the transcript of the recording")
+        args.voice = register_clone(args.url, args.clone, args.clone_text)
+        print(f"cloned voice {args.voice!r} registered")
     async with websockets.connect(args.url, max_size=None) as ws:
         await ws.send(json.dumps({"type": "session.config", "voice": args.voice, "language": "auto"}))
         ready = json.loads(await ws.recv())

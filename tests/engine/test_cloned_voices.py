@@ -16,7 +16,6 @@ import soundfile
 import torch
 
 from engine import AudioChunk, CodecFrames, EngineError, StreamEnd, load_engine
-from engine.qwen3 import make_tiny_checkpoint
 from engine.qwen3.prompt import VoiceClone
 from engine.qwen3_engine import Qwen3Engine, Qwen3Stream
 
@@ -35,9 +34,9 @@ def reference_clip(seconds: float = 1.2, rate: int = 24000) -> tuple[np.ndarray,
 
 @pytest.fixture(scope="module")
 def base_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Qwen3Engine]:
-    path = make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-base"), seed=0, model_type="base")
-    eng = load_engine(str(path), max_streams=4, frames_per_token=2.0, min_frames=6, greedy=True)
-    assert isinstance(eng, Qwen3Engine) and eng.supports_cloning
+    eng = load_engine("tiny-base", cache_dir=tmp_path_factory.mktemp("cache"), max_streams=4, frames_per_token=2.0,
+                      min_frames=6, greedy=True)
+    assert isinstance(eng, Qwen3Engine) and eng.supports_cloning and eng.model.model_type == "base"
     yield eng
     eng.close()
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 import base64
 import io
 import json
+import subprocess
+import sys
+import wave
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +22,8 @@ from support.wsclient import call, open_session, until
 from engine import load_engine
 from engine.qwen3 import make_tiny_checkpoint
 from engine.qwen3_engine import Qwen3Engine
+
+AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "streaming_agent.py"
 
 
 def wav_b64(seconds: float, rate: int = 16000) -> str:
@@ -104,3 +110,17 @@ def test_an_unreadable_or_too_short_clip_is_refused_at_registration(base_gateway
                        {"voice_id": "carol", "ref_audio": ref_audio, "ref_text": "Hello."})  # fmt: skip
     assert status == 400 and err["error"]["code"] == "invalid_reference_audio", err
     assert needle in err["error"]["message"]
+
+
+def test_the_example_agent_clones_a_voice_and_speaks_in_it(base_gateway: str, tmp_path: Path) -> None:
+    ref = tmp_path / "me.wav"
+    ref.write_bytes(base64.b64decode(wav_b64(1.5)))
+    cmd = [sys.executable, str(AGENT), "--url", f"ws://{base_gateway}/v1/audio/speech/stream", "--out",
+           str(tmp_path), "--turns", "1", "--rate", "40", "--clone", str(ref), "--clone-text", "Good morning."]
+    for _ in range(2):  # the second run finds the voice registered and uses it
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120).stdout
+        assert "cloned voice 'me' registered" in out and "ttfa" in out, out
+    with wave.open(str(tmp_path / "turn-0.wav")) as w:
+        assert w.getnframes() > 2 * 1920
+    _, listing = call(base_gateway, "GET", "/v1/audio/voices", None)
+    assert any(v["name"] == "me" and v["kind"] == "clone" for v in listing["voices"])
