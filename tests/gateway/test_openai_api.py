@@ -8,18 +8,23 @@ import json
 import urllib.error
 import urllib.request
 import wave
+from collections.abc import Iterator
 
 import openai
 import pytest
 import soundfile
 
 
-def client(gateway: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"http://{gateway}/v1", api_key="unused", max_retries=0)
+@pytest.fixture(scope="module")
+def oai(gateway: str) -> Iterator[openai.OpenAI]:
+    # Closed here, not by the garbage collector: an httpx client finalised on a thread that Litestar's
+    # logging setup was starting logged under the lock that setup held, and the test run hung.
+    with openai.OpenAI(base_url=f"http://{gateway}/v1", api_key="unused", max_retries=0) as client:
+        yield client
 
 
-def test_openai_client_streams_wav(gateway: str) -> None:
-    with client(gateway).audio.speech.with_streaming_response.create(
+def test_openai_client_streams_wav(gateway: str, oai: openai.OpenAI) -> None:
+    with oai.audio.speech.with_streaming_response.create(
         model="tts-1", voice="alloy", input="Hello from the OpenAI client.", response_format="wav"
     ) as response:
         assert response.headers["x-audio-sample-rate"] == "24000"
@@ -32,16 +37,16 @@ def test_openai_client_streams_wav(gateway: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["mp3", "flac", "opus"])
-def test_openai_client_compressed_formats(gateway: str, fmt: str) -> None:
-    audio = client(gateway).audio.speech.create(
+def test_openai_client_compressed_formats(gateway: str, oai: openai.OpenAI, fmt: str) -> None:
+    audio = oai.audio.speech.create(
         model="tts-1", voice="nova", input="Compressed speech.", response_format=fmt
     )
     samples, rate = soundfile.read(io.BytesIO(audio.content))
     assert len(samples) / rate > 0.4
 
 
-def test_pcm_at_a_requested_rate(gateway: str) -> None:
-    audio = client(gateway).audio.speech.create(
+def test_pcm_at_a_requested_rate(gateway: str, oai: openai.OpenAI) -> None:
+    audio = oai.audio.speech.create(
         model="tts-1", voice="joe", input="Eight kilohertz.", response_format="pcm",
         extra_body={"sample_rate": 8000},
     )  # fmt: skip
@@ -71,9 +76,9 @@ def test_sse_stream_format(gateway: str) -> None:
         ({"voice": "alloy"}, "input", "invalid_value"),
     ],
 )
-def test_errors_have_the_openai_shape(gateway: str, body: dict, param: str, code: str) -> None:
+def test_errors_have_the_openai_shape(gateway: str, oai: openai.OpenAI, body: dict, param: str, code: str) -> None:
     with pytest.raises(openai.BadRequestError) as e:
-        client(gateway).post("/audio/speech", body=body, cast_to=bytes)
+        oai.post("/audio/speech", body=body, cast_to=bytes)
     err = e.value.body
     assert isinstance(err, dict) and err["param"] == param and err["code"] == code, err
     assert err["type"] == "invalid_request_error" and err["message"]

@@ -23,10 +23,10 @@ def keyed_gateway(cpu_engine: Engine) -> Any:
 
 
 def seconds_of(addr: str, key: str, voice: str) -> float:
-    client = openai.OpenAI(base_url=f"http://{addr}/v1", api_key=key, max_retries=0)
-    audio = client.audio.speech.create(
-        model="tts-1", voice=voice, input="Hello there, how are you?", response_format="pcm"
-    )
+    with openai.OpenAI(base_url=f"http://{addr}/v1", api_key=key, max_retries=0) as client:  # closed now, not by GC
+        audio = client.audio.speech.create(
+            model="tts-1", voice=voice, input="Hello there, how are you?", response_format="pcm"
+        )
     return len(audio.content) / 2 / 24000
 
 
