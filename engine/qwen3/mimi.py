@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.qwen3.codec import LayerScale
 from engine.qwen3.config import MimiEncoderConfig, SpeechTokenizerConfig
 from engine.qwen3.layers import Attention, rope_cos_sin, rope_inv_freq
 from engine.qwen3.weights import load_module
@@ -82,15 +83,6 @@ class SEANetEncoder(nn.Module):
         for m in self.layers:
             x = m(x)
         return x
-
-
-class LayerScale(nn.Module):
-    def __init__(self, dim: int, init: float) -> None:
-        super().__init__()
-        self.scale = nn.Parameter(torch.full((dim,), init))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scale * x
 
 
 class GeluMLP(nn.Module):

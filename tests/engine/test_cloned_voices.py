@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import soundfile
 import torch
+from support.streams import collect
 
 from engine import AudioChunk, CodecFrames, EngineError, StreamEnd, load_engine
 from engine.qwen3.prompt import VoiceClone
-from engine.qwen3_engine import Qwen3Engine, Qwen3Stream
+from engine.qwen3_engine import Qwen3Engine
 
 FRAME = 1920
 TRANSCRIPT = "Good morning."
@@ -39,19 +40,6 @@ def base_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Qwen3Engin
     assert isinstance(eng, Qwen3Engine) and eng.supports_cloning and eng.model.model_type == "base"
     yield eng
     eng.close()
-
-
-async def collect(stream: Qwen3Stream, timeout: float = 60.0) -> tuple[list[AudioChunk | CodecFrames], StreamEnd]:
-    events: list[AudioChunk | CodecFrames] = []
-
-    async def run() -> StreamEnd:
-        async for ev in stream.events():
-            if isinstance(ev, StreamEnd):
-                return ev
-            events.append(ev)
-        raise AssertionError("no StreamEnd")
-
-    return events, await asyncio.wait_for(run(), timeout)
 
 
 def in_one_thread(fn):  # type: ignore[no-untyped-def]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from support.streams import collect
 
 from engine import AudioChunk, Engine, EngineError, Stream, StreamEnd, load_engine
 from engine.core import CoreRequest
@@ -39,20 +40,6 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Qwen3Engine]:
     assert isinstance(eng, Qwen3Engine)
     yield eng
     eng.close()
-
-
-async def collect(stream: Qwen3Stream, timeout: float = 60.0) -> tuple[list[AudioChunk], StreamEnd]:
-    chunks: list[AudioChunk] = []
-
-    async def run() -> StreamEnd:
-        async for ev in stream.events():
-            if isinstance(ev, StreamEnd):
-                return ev
-            chunks.append(ev)
-        raise AssertionError("no StreamEnd")
-
-    end = await asyncio.wait_for(run(), timeout)
-    return chunks, end
 
 
 def pcm(chunks: list[AudioChunk]) -> np.ndarray:

@@ -4,19 +4,11 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pytest
+from support import streams
 
 from engine.types import AudioChunk, StreamEnd
 
 Collected = tuple[list[AudioChunk], StreamEnd]
-
-
-async def _collect(stream: object) -> Collected:
-    chunks: list[AudioChunk] = []
-    async for ev in stream.events():  # type: ignore[attr-defined]
-        if isinstance(ev, StreamEnd):
-            return chunks, ev
-        chunks.append(ev)
-    raise AssertionError("events() ended without a StreamEnd")
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +24,7 @@ def cpu_engine(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
 
 @pytest.fixture
 def collect() -> Callable[[object], Awaitable[Collected]]:
-    return _collect
+    return streams.collect
 
 
 def pcm_of(chunks: list[AudioChunk], segment: int | None = None) -> np.ndarray:
