@@ -327,7 +327,7 @@ class EngineCore:
             raise RuntimeError("append after finish")
         if req.slot is None:
             req.pending_text.append((seg, text))
-            req.record.has_text = self._can_admit(req)
+            req.record.has_text = req.record.has_text or self._can_admit(req)  # more text never un-readies
         else:
             self._extend_track(req, seg, text)
 
