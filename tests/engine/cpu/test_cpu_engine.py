@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -237,29 +238,32 @@ def test_load_engine_dispatches_cpu_backend_names(tmp_path: Any) -> None:
 async def test_a_synthesis_fault_ends_the_stream_with_error_after_earlier_audio(
         cpu_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # A model run that raises cannot be caused for real with the shipped models: inject it.
+    # Armed once segment 0 has been heard, so a run still finishing for an earlier test (the engine is
+    # shared) cannot take the fault instead.
     piper = cpu_engine._piper
     real_run = piper.run
-    calls: list[int] = []
+    armed = threading.Event()
 
     def failing_run(ids: list[int], *args: Any) -> np.ndarray:
-        calls.append(len(ids))
-        if len(calls) == 2:
+        if armed.is_set():
             raise RuntimeError("onnxruntime fault")
         return real_run(ids, *args)
 
     monkeypatch.setattr(piper, "run", failing_run)
     stream = cpu_engine.open_stream("joe", "en")
     stream.append("First segment.")
-    chunks, end = await asyncio.wait_for(_first_then_rest(stream, ["Second segment.", "Third one."]), 30)
+    chunks, end = await asyncio.wait_for(_first_then_rest(stream, ["Second segment.", "Third one."], armed), 30)
     assert end.reason == "error" and "onnxruntime fault" in end.message
     assert chunks and {c.segment for c in chunks} == {0}  # segment 0 was spoken; nothing after the fault
 
 
-async def _first_then_rest(stream: Any, more: list[str]) -> tuple[list[AudioChunk], StreamEnd]:
+async def _first_then_rest(stream: Any, more: list[str], armed: threading.Event) -> tuple[list[AudioChunk], StreamEnd]:
     out: list[AudioChunk] = []
     events = stream.events()
     first = await events.__anext__()
+    assert isinstance(first, AudioChunk), first
     out.append(first)
+    armed.set()
     for text in more:
         stream.append(text)
     stream.finish()
