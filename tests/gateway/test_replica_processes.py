@@ -5,6 +5,8 @@ A is killed with SIGKILL, and tenants stay apart across replicas."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import json
 import os
 import signal
@@ -16,7 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import soundfile
 from support.servers import free_port
 from support.wsclient import call, open_session, post, say, until
 
@@ -26,9 +30,9 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 KEYS = f"acme={hash_api_key('acme-key')},beta={hash_api_key('beta-key')}"
 
 
-def start_replica(redis_url: str, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_replica(redis_url: str, tmp: Path, model: str = "piper") -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--model", "piper", "--port", str(port),
+    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--model", model, "--port", str(port),
            "--redis-url", redis_url, "--api-keys", KEYS]  # fmt: skip
     log = open(tmp / f"replica-{port}.log", "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"})
@@ -86,3 +90,36 @@ async def test_replica_processes_share_voices_cancels_and_sessions(two_replicas:
     assert other["code"] == "session_not_found"  # tenants stay apart across replicas
     assert (await say(ws2, "Resumed on B."))[-1]["utterance_index"] == 2
     await ws2.close()
+
+
+async def test_a_voice_cloned_on_one_replica_speaks_on_another(redis_server: Any, tmp_path: Path) -> None:
+    """The registry keeps the reference clip, not an engine's embedding: B's engine makes the voice from
+    the clip A registered (two `--model tiny-base` processes, one Redis)."""
+    t = np.arange(36000) / 24000
+    buf = io.BytesIO()
+    soundfile.write(buf, (0.3 * np.sin(2 * np.pi * 170 * t)).astype(np.float32), 24000, format="WAV")
+    replicas = [start_replica(redis_server.url, tmp_path, "tiny-base") for _ in range(2)]
+    try:
+        (_, a), (_, b) = replicas
+        body = {"voice_id": "alice", "ref_audio": base64.b64encode(buf.getvalue()).decode(), "ref_text": "Hello."}
+        assert call(a, "POST", "/v1/audio/voices", "acme-key", body)[0] == 201
+        ws, ready = await open_session(b, "acme-key", voice="alice")
+        assert ready["type"] == "session.ready", ready
+        await ws.send(json.dumps({"type": "input.text", "text": "Spoken in a voice cloned on the other replica."}))
+        await ws.send(json.dumps({"type": "input.done"}))
+        audio = 0
+        while True:
+            m = await asyncio.wait_for(ws.recv(), 60)
+            if isinstance(m, bytes):
+                audio += len(m)
+            elif json.loads(m)["type"] == "session.done":
+                break
+        assert audio > 2 * 1920
+        await ws.close()
+        ws, ready = await open_session(b, "beta-key", voice="alice")  # another tenant has no such voice
+        assert ready["type"] == "error", ready
+        await ws.close()
+    finally:
+        for proc, _ in replicas:
+            proc.terminate()
+            proc.wait(10)
