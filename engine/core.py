@@ -26,6 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +37,7 @@ from engine.cpu.resample import SegmentResampler
 from engine.qwen3.codec import CodecState
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
 from engine.qwen3.prompt import VoiceClone
-from engine.reference import CloneCache
+from engine.reference import VoiceMaker
 from engine.scheduler import DEFAULT_RAMP, RequestRecord, Scheduler, SchedulerConfig, bucket_sizes
 from engine.slots import SlotPool
 from engine.stream import EventBridge
@@ -95,7 +96,7 @@ class StreamOptions:
 
 @dataclass(frozen=True)
 class ClonedVoice:
-    """A Base-model voice made from a reference clip, once (the core's `CloneCache`)."""
+    """A Base-model voice made from a reference clip, once (the core's `VoiceMaker`)."""
 
     clone: VoiceClone
     ref_ids: list[int]  # the transcript's ids (ICL)
@@ -109,7 +110,7 @@ class CoreRequest:
     bridge: EventBridge
     record: RequestRecord
     pending_text: list[tuple[int, str]] = field(default_factory=list)  # (segment, text) before admission
-    voice: ClonedVoice | None = None
+    voice: ClonedVoice | Future[ClonedVoice] | None = None  # a future while its clip is being made into a voice
     segments: int = 0  # append calls so far
     carry: str = ""  # whitespace cut from the end of the last piece (it belongs before the next word)
     finished: bool = False
@@ -162,7 +163,7 @@ class EngineCore:
         self.finished_frames: dict[int, int] = {}
         self.pool: SlotPool | None = None
         self.talker: NativeTalker | None = None
-        self.clones: CloneCache[ClonedVoice] = CloneCache(self._clone)
+        self.voices: VoiceMaker[ClonedVoice] = VoiceMaker(self._clone, on_done=self._wake.set)
         self._buckets = buckets
         self._thread = threading.Thread(target=self._main, name="qwen3-engine-core", daemon=True)
         self._thread.start()
@@ -236,6 +237,7 @@ class EngineCore:
                     self._idle()
         for req in list(self._requests.values()):
             self._end(req, "error", "the engine was closed")
+        self.voices.close()
 
     def _warm_up(self) -> None:
         assert self.talker is not None and self.pool is not None
@@ -253,6 +255,7 @@ class EngineCore:
     def _cycle(self) -> bool:
         self._drain_commands()
         self._flush_outboxes()
+        self._collect_voices()
         now = self.clock()
         assert self.pool is not None
         live = [r for r in self._requests.values() if not r.ended]
@@ -299,10 +302,7 @@ class EngineCore:
                 if opts.sample_rate != self.model.sample_rate:
                     req.resampler = SegmentResampler(self.model.sample_rate, opts.sample_rate)
                 if opts.reference is not None:
-                    try:
-                        req.voice = self.clones.get(*opts.reference)
-                    except Exception as exc:
-                        self._fail(req, exc)
+                    req.voice = self.voices.get(*opts.reference)
                 continue
             req = self._requests.get(cmd[1])
             if req is None or req.ended:
@@ -338,21 +338,32 @@ class EngineCore:
         elif not any(text.strip() for _, text in req.pending_text):
             self._end(req, "done")  # nothing to say
         else:
-            req.record.has_text = True
+            req.record.has_text = self._can_admit(req)
+
+    def _collect_voices(self) -> None:
+        """Requests whose cloned voice the maker finished: the voice, or the stream ends with its error."""
+        for req in list(self._requests.values()):
+            if isinstance(req.voice, Future) and req.voice.done() and not req.ended:
+                try:
+                    req.voice = req.voice.result()
+                except Exception as exc:
+                    self._fail(req, exc)
+                    continue
+                req.record.has_text = self._can_admit(req)
 
     def _icl(self, req: CoreRequest) -> bool:
-        return req.voice is not None and req.voice.clone.icl
+        return isinstance(req.voice, ClonedVoice) and req.voice.clone.icl
 
     def _can_admit(self, req: CoreRequest) -> bool:
-        """A prompt can be built from the committed text. An ICL clone's prompt sums the text track
-        (transcript ++ text) with the reference frames row by row, so before `finish()` it waits until
-        the text covers them: then later text only extends the trailing queue, exactly as if the whole
-        text had come at once."""
-        if not any(text.strip() for _, text in req.pending_text):
+        """A prompt can be built from the committed text, and the voice is ready. An ICL clone's prompt
+        sums the text track (transcript ++ text) with the reference frames row by row, so before
+        `finish()` it waits until the text covers them: then later text only extends the trailing
+        queue, exactly as if the whole text had come at once."""
+        if not any(text.strip() for _, text in req.pending_text) or isinstance(req.voice, Future):
             return False
-        if not self._icl(req):
+        if req.finished or not self._icl(req):
             return True
-        assert req.voice is not None and req.voice.clone.ref_codes is not None
+        assert isinstance(req.voice, ClonedVoice) and req.voice.clone.ref_codes is not None
         ids = self._prompt_text(req)[0]
         return len(req.voice.ref_ids) + len(ids) >= req.voice.clone.ref_codes.shape[0] + 1
 
@@ -417,10 +428,12 @@ class EngineCore:
         by_text = self.config.min_frames + math.ceil(self.config.frames_per_token * req.n_tokens)
         return min(by_text, self.config.max_context - req.prompt_len)
 
+    @torch.no_grad()
     def _clone(self, audio: np.ndarray, rate: int, transcript: str | None) -> ClonedVoice:
         """A reference clip → the voice (x-vector; with a transcript and the codec encoder, ICL frames),
         and for ICL the codec state primed with the reference frames, so the first chunk continues
-        the reference's audio instead of starting from silence."""
+        the reference's audio instead of starting from silence. Runs on the `VoiceMaker`'s thread: the
+        modules keep no state between calls (the decoder's state is the `CodecState` passed in)."""
         clone = self.model.clone_voice(audio, rate, ref_text=transcript)
         if not clone.icl:
             return ClonedVoice(clone, [], None)
@@ -438,8 +451,9 @@ class EngineCore:
             ids, segments, req.carry, rest = self._prompt_text(req)
             req.token_segments = segments
             final = req.finished and self._icl(req)  # a short ICL text is padded inside the prompt: needs its end
+            voice = req.voice.clone if isinstance(req.voice, ClonedVoice) else req.opts.speaker
             prompt = self.model.build_prompt(
-                ids, voice=req.voice.clone if req.voice else req.opts.speaker, language=req.opts.language,
+                ids, voice=voice, language=req.opts.language,
                 instructions=req.opts.instructions, streaming_text=True, final=final,
             )
             req.track, req.pad_row, req.prompt_len = prompt.trailing, prompt.pad, prompt.rows.shape[0]
@@ -451,7 +465,7 @@ class EngineCore:
                 self._feed_eos(req)
             req.slot = self.pool.acquire()
             req.record.admitted = True
-            if req.voice is not None and req.voice.primed is not None:  # continue from the reference audio
+            if isinstance(req.voice, ClonedVoice) and req.voice.primed is not None:  # continue the reference
                 self.pool.codec.put([req.slot], req.voice.primed)
             cb0 = self.talker.prefill(req.slot, prompt.rows, req.opts.params)
         except Exception as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,14 +131,14 @@ async def test_an_icl_clone_continues_the_reference_audio(base_engine: Qwen3Engi
 
 async def test_each_reference_clip_is_made_into_a_voice_once(base_engine: Qwen3Engine) -> None:
     _, clip = reference_clip(1.5)
-    before = len(base_engine.core.clones)
+    before = len(base_engine.core.voices)
     streams = [base_engine.open_stream(None, "en", ref_audio=clip) for _ in range(3)]
     for s in streams:
         s.append("One more thing. ")
         s.finish()
     for s in streams:
         assert (await collect(s))[1].reason == "done"
-    assert len(base_engine.core.clones) == before + 1
+    assert len(base_engine.core.voices) == before + 1
 
 
 async def test_a_clip_that_is_not_audio_ends_its_stream_with_an_error(base_engine: Qwen3Engine) -> None:
@@ -163,3 +164,46 @@ def test_what_a_base_or_a_custom_voice_checkpoint_refuses(base_engine: Qwen3Engi
         assert err.value.code == "voice_cloning_unsupported"
     finally:
         custom.close()
+
+
+async def test_a_slow_first_use_of_a_clip_does_not_stall_other_streams(base_engine: Qwen3Engine,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making a voice runs on the voice maker's thread: while a new clip takes a whole second (slowed on
+    purpose: a real speaker encoder, codec encoder and priming take that long on a CPU), a stream with
+    a ready voice keeps getting audio, and the new stream starts once its voice is made."""
+    model = base_engine.model
+    real = model.clone_voice
+
+    def slow_clone(*args: object, **kwargs: object) -> VoiceClone:
+        time.sleep(1.0)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    _, ready_clip = reference_clip(1.1)
+    warm = base_engine.open_stream(None, "en", ref_audio=ready_clip)  # made before the slow one
+    warm.append("Warming up. ")
+    warm.finish()
+    assert (await collect(warm))[1].reason == "done"
+    monkeypatch.setattr(model, "clone_voice", slow_clone)
+    talking = base_engine.open_stream(None, "en", ref_audio=ready_clip)
+    talking.append(LONG * 2)
+    talking.finish()
+    arrivals: list[float] = []  # read as they come, so they say when the core made them
+
+    async def listen() -> None:
+        async for ev in talking.events():
+            if isinstance(ev, AudioChunk):
+                arrivals.append(time.monotonic())
+
+    listener = asyncio.create_task(listen())
+    while not arrivals:
+        await asyncio.sleep(0.005)
+    _, new_clip = reference_clip(1.3)
+    t0 = time.monotonic()
+    waiting = base_engine.open_stream(None, "en", ref_audio=new_clip)
+    waiting.append("Hello there. ")
+    waiting.finish()
+    _, end = await collect(waiting)
+    assert end.reason == "done", end.message
+    await asyncio.wait_for(listener, 30)
+    during = [t - t0 for t in arrivals if t0 < t < t0 + 0.9]
+    assert len(during) >= 2, [t - t0 for t in arrivals]  # audio kept coming while the voice was made

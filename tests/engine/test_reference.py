@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+import threading
 
 import numpy as np
 import pytest
 import soundfile
 
 from engine import EngineError
-from engine.reference import CloneCache, decode_reference
+from engine.reference import VoiceMaker, decode_reference
 
 
 def clip(seconds: float, rate: int = 24000, channels: int = 1, fmt: str = "WAV") -> bytes:
@@ -39,21 +40,30 @@ def test_bad_clips_are_refused_with_a_code(data: bytes, needle: str) -> None:
     assert err.value.code == "invalid_reference_audio"
 
 
-def test_the_cache_makes_each_voice_once_and_keeps_the_most_recent() -> None:
-    made: list[tuple[int, str | None]] = []
+def test_the_maker_makes_each_voice_once_on_its_thread_and_keeps_the_most_recent() -> None:
+    made: list[tuple[int, str | None, str]] = []
+    done = threading.Semaphore(0)
 
     def make(audio: np.ndarray, rate: int, text: str | None) -> str:
-        made.append((audio.size, text))
+        made.append((audio.size, text, threading.current_thread().name))
         return f"voice{len(made)}"
 
-    cache: CloneCache[str] = CloneCache(make, max_entries=2)
-    a, b, c = clip(1.0), clip(1.5), clip(2.0)
-    assert cache.get(a, "hi") == "voice1"
-    assert cache.get(a, "hi") == "voice1"  # cached
-    assert cache.get(a, "other words") == "voice2"  # the transcript is part of the voice
-    assert cache.get(a, "hi") == "voice1"  # touched: now the most recent
-    assert cache.get(b, None) == "voice3"  # evicts (a, "other words"), the least recent
-    assert len(cache) == 2 and cache.get(a, "hi") == "voice1"
-    assert cache.get(c, None) == "voice4"
-    assert cache.get(a, "other words") == "voice5"  # was evicted: made again
-    assert len(made) == 5
+    maker: VoiceMaker[str] = VoiceMaker(make, max_entries=2, on_done=done.release)
+    try:
+        a, b, c = clip(1.0), clip(1.5), clip(2.0)
+        assert maker.get(a, "hi").result(10) == "voice1"
+        assert maker.get(a, "hi").result(10) == "voice1"  # kept
+        assert maker.get(a, "other words").result(10) == "voice2"  # the transcript is part of the voice
+        assert maker.get(a, "hi").result(10) == "voice1"  # touched: now the most recent
+        assert maker.get(b, None).result(10) == "voice3"  # evicts (a, "other words"), the least recent
+        assert len(maker) == 2 and maker.get(a, "hi").result(10) == "voice1"
+        assert maker.get(c, None).result(10) == "voice4"
+        assert maker.get(a, "other words").result(10) == "voice5"  # was evicted: made again
+        assert len(made) == 5 and all(name.startswith("voice-maker") for *_, name in made)
+        assert all(done.acquire(timeout=10) for _ in range(5))  # told once per voice made
+        bad = maker.get(b"not audio", None)
+        with pytest.raises(EngineError, match="could not be decoded"):
+            bad.result(10)
+        assert maker.get(b"not audio", None) is bad  # a failure is kept too: it would fail again
+    finally:
+        maker.close()
