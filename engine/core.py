@@ -467,6 +467,10 @@ class EngineCore:
             req.record.admitted = True
             if isinstance(req.voice, ClonedVoice) and req.voice.primed is not None:  # continue the reference
                 self.pool.codec.put([req.slot], req.voice.primed)
+                if req.opts.codec_tokens:  # the listener's decoder continues it too
+                    ref = req.voice.clone.ref_codes
+                    assert ref is not None
+                    req.outbox.append(CodecFrames(ref.to(torch.int16).numpy(), -ref.shape[0], 0, prime=True))
             cb0 = self.talker.prefill(req.slot, prompt.rows, req.opts.params)
         except Exception as exc:
             self._fail(req, exc)

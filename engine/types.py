@@ -31,11 +31,14 @@ class AudioChunk:
 class CodecFrames:
     """Codec frames of a stream opened with `output="codec_tokens"` (no code2wav): for clients that
     decode on the device. `codes` is int16 `[n, codebooks]`; `first_frame` is the stream-relative index
-    of its first frame; `segment` as in `AudioChunk`."""
+    of its first frame; `segment` as in `AudioChunk`. `prime`: not speech of this stream but the frames
+    its decoder state must start from (an ICL clone's reference): decode them, play nothing; they
+    come first, numbered before frame 0."""
 
     codes: np.ndarray
     first_frame: int
     segment: int
+    prime: bool = False
 
 
 @dataclass(frozen=True, slots=True)

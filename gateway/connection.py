@@ -45,7 +45,7 @@ Send = Callable[[bytes | str], Awaitable[None]]
 
 # codec_tokens binary messages: little-endian seq (uint32), n_frames (uint16), flags (uint8), then codes.
 CODEC_HEADER = struct.Struct("<IHB")
-EOS, SEGMENT_END, RESET = 1, 2, 4
+EOS, SEGMENT_END, RESET, PRIME = 1, 2, 4, 8
 
 
 class _Playback:
@@ -520,7 +520,7 @@ class Connection:
             header = CODEC_HEADER.pack(utt.codec_seq, codes.shape[0], flags | (RESET if utt.codec_seq == 0 else 0))
             data = header + codes.astype("<i2", copy=False).tobytes()
             utt.codec_seq += 1
-            utt.codec_frames += codes.shape[0]
+            utt.codec_frames += 0 if flags & PRIME else codes.shape[0]
             utt.sent_bytes += len(data)
             await self.outbox.put(Outgoing(data, utt.index))
 
@@ -534,8 +534,12 @@ class Connection:
             assert isinstance(ev, CodecFrames)
             if not started:
                 started = True
-                metrics.TTFA.observe(time.monotonic() - utt.opened_at)
                 await self.emit("codec.start", utt.index, utterance_index=utt.index, header_format="<IHB", **info)
+            if ev.prime:  # the reference frames an ICL clone's decoder starts from: decoded, never played
+                await frames(ev.codes, PRIME)
+                continue
+            if utt.codec_frames == 0:
+                metrics.TTFA.observe(time.monotonic() - utt.opened_at)
             seg = utt.engine_segments[ev.segment] if ev.segment < len(utt.engine_segments) else None
             if segment is not None and seg != segment:
                 await frames(no_frames, SEGMENT_END)

@@ -305,7 +305,9 @@ class StreamDecoder:
 
     @torch.no_grad()
     def step(self, codes_chunk: np.ndarray | torch.Tensor) -> np.ndarray:
-        c = torch.as_tensor(np.asarray(codes_chunk), dtype=torch.long, device=self.state.pos.device)
+        # A copy as int64: frames straight off the wire (np.frombuffer) are read-only, which torch warns about.
+        codes = codes_chunk if isinstance(codes_chunk, torch.Tensor) else np.array(codes_chunk, dtype=np.int64)
+        c = torch.as_tensor(codes, dtype=torch.long, device=self.state.pos.device)
         if c.ndim != 2 or c.shape[1] != 16:
             raise ValueError(f"codes must be [frames, 16], got {tuple(c.shape)}")
         if c.shape[0] == 0:

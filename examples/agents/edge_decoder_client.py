@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from engine.qwen3.edge import decoder_id, load_stream_decoder  # noqa: E402
 
 HEADER = struct.Struct("<IHB")
-EOS, SEGMENT_END, RESET = 1, 2, 4
+EOS, SEGMENT_END, RESET, PRIME = 1, 2, 4, 8
 
 
 async def run(url: str, checkpoint: Path, text: str, out: Path, chunk: int, seed: int | None) -> dict[str, float]:
@@ -68,9 +68,13 @@ async def run(url: str, checkpoint: Path, text: str, out: Path, chunk: int, seed
             expected_seq += 1
             if flags & RESET and decoder.frames:  # a new stream: the decoder starts from a clean state
                 decoder = load_stream_decoder(checkpoint)
+            codes = np.frombuffer(m, "<i2", offset=HEADER.size).reshape(n, 16)
+            if flags & PRIME:  # a cloned voice's reference: where the decoder's state starts, not audio
+                decoder.step(codes)
+                continue
             if n:
                 first_frame = first_frame or time.perf_counter() - t0
-                pending.append(np.frombuffer(m, "<i2", offset=HEADER.size).reshape(n, 16))
+                pending.append(codes)
             frames = sum(len(p) for p in pending)
             if frames >= chunk or (flags & EOS and frames):  # this client's own schedule
                 t = time.perf_counter()

@@ -94,8 +94,11 @@ async def test_an_icl_clone_starts_before_the_text_ends_and_equals_whole_text_ge
     for word in words[:-6]:
         s.append(word + " ")
     events = aiter(s.events())
+    prime = await asyncio.wait_for(anext(events), 30)  # the reference frames, for the listener's decoder
+    assert isinstance(prime, CodecFrames) and prime.prime and voice.ref_codes is not None
+    assert np.array_equal(prime.codes, voice.ref_codes.numpy()) and prime.first_frame == -len(prime.codes)
     first = await asyncio.wait_for(anext(events), 30)  # audio before finish(): admitted early
-    assert isinstance(first, CodecFrames)
+    assert isinstance(first, CodecFrames) and not first.prime and first.first_frame == 0
     s.append(" ".join(words[-6:]))
     s.finish()
     frames = [first.codes.astype(np.int64)]

@@ -3,6 +3,7 @@ registered over HTTP (a WAV file, base64) and spoken over the WebSocket and the 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -21,7 +22,9 @@ from support.wsclient import call, open_session, until
 
 from engine import load_engine
 from engine.qwen3 import make_tiny_checkpoint
+from engine.qwen3.edge import load_stream_decoder
 from engine.qwen3_engine import Qwen3Engine
+from gateway.connection import CODEC_HEADER, PRIME, RESET
 
 AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "streaming_agent.py"
 
@@ -34,9 +37,13 @@ def wav_b64(seconds: float, rate: int = 16000) -> str:
 
 
 @pytest.fixture(scope="module")
-def base_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    path = make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-base"), seed=0, model_type="base")
-    engine = load_engine(str(path), max_streams=4, frames_per_token=2.0, min_frames=6)
+def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny-base"), seed=0, model_type="base")
+
+
+@pytest.fixture(scope="module")
+def base_gateway(base_dir: Path) -> Iterator[str]:
+    engine = load_engine(str(base_dir), max_streams=4, frames_per_token=2.0, min_frames=6)
     assert isinstance(engine, Qwen3Engine)
     try:
         yield from serve(engine)
@@ -44,18 +51,20 @@ def base_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         engine.close()
 
 
-async def spoken_bytes(ws: Any, text: str) -> tuple[int, list[dict[str, Any]]]:
+async def spoken(ws: Any, text: str) -> tuple[list[bytes], list[dict[str, Any]]]:
+    """One utterance: its binary messages and its events, up to `session.done` (or an error)."""
     await ws.send(json.dumps({"type": "input.text", "text": text}))
     await ws.send(json.dumps({"type": "input.done"}))
-    audio, events = 0, []
+    binary: list[bytes] = []
+    events: list[dict[str, Any]] = []
     while True:
-        m = await ws.recv()
+        m = await asyncio.wait_for(ws.recv(), 60)
         if isinstance(m, bytes):
-            audio += len(m)
+            binary.append(m)
             continue
         events.append(json.loads(m))
         if events[-1]["type"] in ("session.done", "error"):
-            return audio, events
+            return binary, events
 
 
 async def test_a_registered_clone_speaks_over_the_websocket(base_gateway: str) -> None:
@@ -68,9 +77,9 @@ async def test_a_registered_clone_speaks_over_the_websocket(base_gateway: str) -
     try:
         assert ready["type"] == "session.ready", ready
         for text in ("Hello there, this is my cloned voice. ", "And a second turn. "):
-            audio, events = await spoken_bytes(ws, text)
+            audio, events = await spoken(ws, text)
             assert events[-1]["type"] == "session.done", events[-1]
-            assert audio > 2 * 1920  # at least a couple of frames of 16-bit PCM
+            assert sum(map(len, audio)) > 2 * 1920  # at least a couple of frames of 16-bit PCM
     finally:
         await ws.close()
 
@@ -124,3 +133,29 @@ def test_the_example_agent_clones_a_voice_and_speaks_in_it(base_gateway: str, tm
         assert w.getnframes() > 2 * 1920
     _, listing = call(base_gateway, "GET", "/v1/audio/voices", None)
     assert any(v["name"] == "me" and v["kind"] == "clone" for v in listing["voices"])
+
+
+async def test_codec_tokens_of_an_icl_clone_prime_the_listeners_decoder(base_gateway: str, base_dir: Path) -> None:
+    """The first codec message carries the reference frames (PRIME): a device decoder that decodes them
+    first, playing nothing, then the stream's frames, hears what PCM mode sends, to 2 LSB."""
+    assert call(base_gateway, "POST", "/v1/audio/voices", None,
+                {"voice_id": "dora", "ref_audio": wav_b64(1.2), "ref_text": "Good morning."})[0] == 201  # fmt: skip
+    text = "Hi, this is a short test. "
+    ws, ready = await open_session(base_gateway, voice="dora", seed=5)
+    assert ready["type"] == "session.ready", ready
+    pcm, _ = await spoken(ws, text)
+    await ws.close()
+    ws, ready = await open_session(base_gateway, voice="dora", seed=5, output_mode="codec_tokens")
+    messages, events = await spoken(ws, text)
+    await ws.close()
+    seq, n, flags = CODEC_HEADER.unpack_from(messages[0])
+    assert (seq, flags) == (0, RESET | PRIME) and n == 15  # 1.2 s of reference at 12.5 frames/s
+    done = next(e for e in events if e["type"] == "codec.done")
+    decoder = load_stream_decoder(base_dir)
+    decoder.step(np.frombuffer(messages[0], "<i2", offset=CODEC_HEADER.size).reshape(n, 16))  # prime
+    codes = np.concatenate([np.frombuffer(m, "<i2", offset=CODEC_HEADER.size).reshape(-1, 16) for m in messages[1:]])
+    assert done["total_frames"] == len(codes)
+    wav = np.concatenate([decoder.step(codes[i:i + 4]) for i in range(0, len(codes), 4)])
+    local = (np.clip(wav, -1, 1) * 32767).astype(np.int16)
+    served = np.frombuffer(b"".join(pcm), "<i2")
+    assert local.shape == served.shape and np.abs(local.astype(np.int32) - served).max() <= 2
