@@ -425,10 +425,36 @@ async function loadVoices() {
     for (const v of body.voices || []) {
       const opt = document.createElement("option");
       opt.value = v.name;
-      opt.textContent = `${v.name} (${(v.languages || []).join(", ")})`;
+      opt.textContent = `${v.name} (${v.kind === "clone" ? "cloned" : (v.languages || []).join(", ")})`;
       $("voice").append(opt);
     }
+    $("clone-box").hidden = !body.cloning; // engines that clone (Qwen3 Base checkpoints)
   } catch (_) { /* the voice list is optional: the default voice always works */ }
+}
+
+// A cloned voice: the recording goes to the registry as a base64 data: URI with its transcript, then
+// it is selected like any voice (the server makes it into a voice on first use).
+async function cloneVoice() {
+  const file = $("clone-file").files[0];
+  const name = $("clone-name").value.trim();
+  if (!file || !name || !$("clone-text").value.trim()) { log("clone: pick a recording, say what it says, name it"); return; }
+  const dataUri = await new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result);
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+  const key = $("api-key").value.trim();
+  const r = await fetch("/v1/audio/voices", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", ...(key ? { Authorization: `Bearer ${key}` } : {}) },
+    body: JSON.stringify({ voice_id: name, ref_audio: dataUri, ref_text: $("clone-text").value.trim() }),
+  });
+  const body = await r.json();
+  if (!r.ok) { log(`clone refused: ${body.error ? body.error.code + ": " + body.error.message : r.status}`); return; }
+  log(`voice ${name} cloned`);
+  await loadVoices();
+  $("voice").value = name; // the next Speak re-sends session.config with it
 }
 
 $("rate").addEventListener("input", () => { $("rate-out").textContent = $("rate").value; });
@@ -437,6 +463,7 @@ $("api-key").addEventListener("change", () => {
   loadVoices();
 });
 $("speak").addEventListener("click", speak);
+$("clone").addEventListener("click", cloneVoice);
 $("cancel").addEventListener("click", bargeIn);
 $("sample-en").addEventListener("click", () => { $("text").value = SAMPLES.en; $("language").value = "en"; });
 $("sample-zh").addEventListener("click", () => { $("text").value = SAMPLES.zh; $("language").value = "zh"; });

@@ -8,7 +8,12 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile
+from support.servers import serve
+
+from engine import load_engine
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -128,3 +133,33 @@ def test_barge_in_stops_and_says_what_was_spoken(playground_server: str, browser
     wait_for(d, "const u = window.voxgate.state.utt; return !!(u && u.done && u.index === 3);")
     assert d.execute_script("return window.voxgate.metrics.frames;") > 0
     assert not d.execute_script("return window.voxgate.state.errors;")
+
+
+@pytest.fixture(scope="module")
+def base_playground(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A gateway on a tiny Qwen3 Base checkpoint: it speaks cloned voices only."""
+    engine = load_engine("tiny-base", cache_dir=tmp_path_factory.mktemp("cache"), frames_per_token=2.0, min_frames=6)
+    try:
+        for addr in serve(engine):
+            yield f"http://{addr}"
+    finally:
+        engine.close()
+
+
+def test_a_voice_cloned_in_the_page_speaks(base_playground: str, browser: object, tmp_path: Path) -> None:
+    t = np.arange(36000) / 24000
+    ref = tmp_path / "me.wav"
+    soundfile.write(ref, (0.3 * np.sin(2 * np.pi * 170 * t)).astype(np.float32), 24000)
+    d = browser
+    d.get(base_playground + "/")
+    wait_for(d, "return !document.getElementById('clone-box').hidden;")  # the engine can clone
+    d.find_element("id", "clone-file").send_keys(str(ref))
+    d.find_element("id", "clone-text").send_keys("Good morning.")
+    d.find_element("id", "clone").click()
+    wait_for(d, "return document.getElementById('voice').value === 'my-voice';")
+    set_text(d, "Hello from a cloned voice. It works in the page too.", 40)
+    d.find_element("id", "speak").click()
+    wait_for(d, "const u = window.voxgate.state.utt; return !!(u && u.done);")
+    assert d.execute_script("return window.voxgate.metrics.bytes;") > 2 * 1920
+    assert not d.execute_script("return window.voxgate.state.errors;")
+    assert "voice my-voice cloned" in d.find_element("id", "log").text
