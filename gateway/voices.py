@@ -43,7 +43,7 @@ class VoiceRequest(msgspec.Struct, forbid_unknown_fields=True):
     instructions: str | None = None
     description: str = ""
     ref_audio: str | None = None  # clone: base64 or a data: URI of an audio file …
-    ref_text: str | None = None  # … and what it says
+    ref_text: str | None = None  # … and what it says (without it: x-vector only, less like the speaker)
 
 
 def stream_options(
@@ -98,13 +98,11 @@ def _voice_from(req: VoiceRequest, engine: Engine) -> Voice:
     if req.ref_audio is not None:
         if not can_clone(engine):
             raise EngineError("voice_cloning_unsupported", "this engine cannot clone voices; register a preset")
-        if not req.ref_text:
-            raise ValueError("ref_text: a clone needs the transcript of its reference clip")
         try:
             audio = _decode_audio(req.ref_audio)
         except (binascii.Error, ValueError):
             raise ValueError("ref_audio: not base64 (or a base64 data: URI)") from None
-        return Voice(req.voice_id, "clone", req.voice_id, ref_audio=audio, ref_text=req.ref_text,
+        return Voice(req.voice_id, "clone", req.voice_id, ref_audio=audio, ref_text=req.ref_text or None,
                      metadata={"description": req.description})  # fmt: skip
     if req.base_voice is None:
         raise ValueError("base_voice: a preset names an engine voice (or send ref_audio + ref_text for a clone)")

@@ -80,7 +80,7 @@ async def _send_tokens(ws: websockets.ClientConnection, pieces: list[str], rate:
     await ws.send(json.dumps({"type": "input.done"}))  # a flush: the connection stays open
 
 
-def register_clone(ws_url: str, audio: Path, transcript: str) -> str:
+def register_clone(ws_url: str, audio: Path, transcript: str | None) -> str:
     """POST the reference recording to the gateway's voice registry; the voice id to speak with."""
     http = ws_url.replace("ws://", "http://", 1).replace("wss://", "https://", 1).split("/v1/")[0]
     voice_id = re.sub(r"[^A-Za-z0-9_-]", "-", audio.stem)[:48] or "clone"
@@ -104,13 +104,12 @@ async def main() -> None:
     ap.add_argument("--barge-in", type=float, default=None, help="cancel each turn this long after its first audio")
     ap.add_argument("--voice", default=None)
     ap.add_argument("--clone", type=Path, default=None, help="reference recording of a voice to clone (1–30 s)")
-    ap.add_argument("--clone-text", default=None, help="what the reference recording says")
+    ap.add_argument("--clone-text", default=None,
+                    help="what the reference recording says (without it the clone is x-vector only)")
     ap.add_argument("--out", type=Path, default=Path("agent-out"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.clone is not None:
-        if not args.clone_text:
-            raise SystemExit("--clone needs --clone-text: the transcript of the recording")
         args.voice = register_clone(args.url, args.clone, args.clone_text)
         print(f"cloned voice {args.voice!r} registered")
     async with websockets.connect(args.url, max_size=None) as ws:

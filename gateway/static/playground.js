@@ -437,7 +437,7 @@ async function loadVoices() {
 async function cloneVoice() {
   const file = $("clone-file").files[0];
   const name = $("clone-name").value.trim();
-  if (!file || !name || !$("clone-text").value.trim()) { log("clone: pick a recording, say what it says, name it"); return; }
+  if (!file || !name) { log("clone: pick a recording and name the voice"); return; }
   const dataUri = await new Promise((resolve, reject) => {
     const reader = new FileReader();
     reader.onload = () => resolve(reader.result);
@@ -448,7 +448,8 @@ async function cloneVoice() {
   const r = await fetch("/v1/audio/voices", {
     method: "POST",
     headers: { "Content-Type": "application/json", ...(key ? { Authorization: `Bearer ${key}` } : {}) },
-    body: JSON.stringify({ voice_id: name, ref_audio: dataUri, ref_text: $("clone-text").value.trim() }),
+    // Without a transcript the voice is x-vector only: it starts sooner but sounds less like the recording.
+    body: JSON.stringify({ voice_id: name, ref_audio: dataUri, ref_text: $("clone-text").value.trim() || null }),
   });
   const body = await r.json();
   if (!r.ok) { log(`clone refused: ${body.error ? body.error.code + ": " + body.error.message : r.status}`); return; }

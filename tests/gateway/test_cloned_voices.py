@@ -84,6 +84,19 @@ async def test_a_registered_clone_speaks_over_the_websocket(base_gateway: str) -
         await ws.close()
 
 
+async def test_a_clone_without_a_transcript_is_an_x_vector_voice(base_gateway: str) -> None:
+    body = {"voice_id": "xavier", "ref_audio": wav_b64(1.2)}
+    status, body = call(base_gateway, "POST", "/v1/audio/voices", None, body)
+    assert status == 201 and body["kind"] == "clone", body
+    ws, ready = await open_session(base_gateway, voice="xavier")
+    try:
+        assert ready["type"] == "session.ready", ready
+        audio, events = await spoken(ws, "Hello. ")  # shorter than any reference: ICL would wait for the end
+        assert events[-1]["type"] == "session.done" and sum(map(len, audio)) > 2 * 1920, events[-1]
+    finally:
+        await ws.close()
+
+
 async def test_without_a_clone_a_base_checkpoint_says_why(base_gateway: str) -> None:
     ws, ready = await open_session(base_gateway, voice="default")
     try:
