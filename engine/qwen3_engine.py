@@ -145,7 +145,7 @@ class Qwen3Engine:
         if audio is None:
             if self.supports_cloning:
                 raise EngineError("unknown_voice", "a Base checkpoint speaks cloned voices only: register one "
-                                                   "with ref_audio and ref_text (POST /v1/audio/voices)")
+                                                   "from a recording, ref_audio (POST /v1/audio/voices)")
             return None
         if not self.supports_cloning:
             raise EngineError("voice_cloning_unsupported",
