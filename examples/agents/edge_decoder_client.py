@@ -7,7 +7,9 @@ decode them here with voxgate's streaming codec decoder, loaded from the checkpo
         --text "Hello from the edge." --out edge.wav
 
 Reports time to first frame, when playback could start (first decoded chunk), the real-time factor
-of local decoding, and bytes on the wire per second of audio.
+of local decoding, and bytes on the wire per second of audio. With `--voice` naming a cloned voice
+(ICL, on a Base checkpoint), the first message carries the reference frames (PRIME): they are decoded
+into the decoder's state and not played, as the server's decoder does.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ HEADER = struct.Struct("<IHB")
 EOS, SEGMENT_END, RESET, PRIME = 1, 2, 4, 8
 
 
-async def run(url: str, checkpoint: Path, text: str, out: Path, chunk: int, seed: int | None) -> dict[str, float]:
+async def run(url: str, checkpoint: Path, text: str, out: Path, chunk: int, seed: int | None,
+              voice: str | None = None) -> dict[str, float]:
     decoder = load_stream_decoder(checkpoint)
     local_id = decoder_id(checkpoint)
     pcm: list[np.ndarray] = []
@@ -41,7 +44,8 @@ async def run(url: str, checkpoint: Path, text: str, out: Path, chunk: int, seed
     decode_s = 0.0
     wire = 0
     async with websockets.connect(url, max_size=None) as ws:
-        config = {"type": "session.config", "output_mode": "codec_tokens", "language": "auto", "seed": seed}
+        config = {"type": "session.config", "output_mode": "codec_tokens", "language": "auto", "seed": seed,
+                  "voice": voice}
         await ws.send(json.dumps(config))
         ready = json.loads(await ws.recv())
         if ready["type"] != "session.ready":
@@ -106,8 +110,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("edge.wav"))
     ap.add_argument("--chunk", type=int, default=4, help="frames per local decode")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--voice", default=None, help="a voice of the server's, e.g. a registered clone")
     args = ap.parse_args()
-    report = asyncio.run(run(args.url, args.checkpoint, args.text, args.out, args.chunk, args.seed))
+    report = asyncio.run(run(args.url, args.checkpoint, args.text, args.out, args.chunk, args.seed, args.voice))
     print(json.dumps(report, indent=2))
 
 
