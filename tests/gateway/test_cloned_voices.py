@@ -3,7 +3,6 @@ registered over HTTP (a WAV file, base64) and spoken over the WebSocket and the 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
 import json
@@ -12,13 +11,12 @@ import sys
 import wave
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import soundfile
 from support.servers import serve
-from support.wsclient import call, open_session, until
+from support.wsclient import call, open_session, until, utterance
 
 from engine import load_engine
 from engine.qwen3 import make_tiny_checkpoint
@@ -51,22 +49,6 @@ def base_gateway(base_dir: Path) -> Iterator[str]:
         engine.close()
 
 
-async def spoken(ws: Any, text: str) -> tuple[list[bytes], list[dict[str, Any]]]:
-    """One utterance: its binary messages and its events, up to `session.done` (or an error)."""
-    await ws.send(json.dumps({"type": "input.text", "text": text}))
-    await ws.send(json.dumps({"type": "input.done"}))
-    binary: list[bytes] = []
-    events: list[dict[str, Any]] = []
-    while True:
-        m = await asyncio.wait_for(ws.recv(), 60)
-        if isinstance(m, bytes):
-            binary.append(m)
-            continue
-        events.append(json.loads(m))
-        if events[-1]["type"] in ("session.done", "error"):
-            return binary, events
-
-
 async def test_a_registered_clone_speaks_over_the_websocket(base_gateway: str) -> None:
     _, listing = call(base_gateway, "GET", "/v1/audio/voices", None)
     assert listing["cloning"] is True
@@ -77,7 +59,7 @@ async def test_a_registered_clone_speaks_over_the_websocket(base_gateway: str) -
     try:
         assert ready["type"] == "session.ready", ready
         for text in ("Hello there, this is my cloned voice. ", "And a second turn. "):
-            audio, events = await spoken(ws, text)
+            events, audio = await utterance(ws, text)
             assert events[-1]["type"] == "session.done", events[-1]
             assert sum(map(len, audio)) > 2 * 1920  # at least a couple of frames of 16-bit PCM
     finally:
@@ -91,7 +73,7 @@ async def test_a_clone_without_a_transcript_is_an_x_vector_voice(base_gateway: s
     ws, ready = await open_session(base_gateway, voice="xavier")
     try:
         assert ready["type"] == "session.ready", ready
-        audio, events = await spoken(ws, "Hello. ")  # shorter than any reference: ICL would wait for the end
+        events, audio = await utterance(ws, "Hello. ")  # shorter than any reference: ICL would wait for the end
         assert events[-1]["type"] == "session.done" and sum(map(len, audio)) > 2 * 1920, events[-1]
     finally:
         await ws.close()
@@ -156,10 +138,10 @@ async def test_codec_tokens_of_an_icl_clone_prime_the_listeners_decoder(base_gat
     text = "Hi, this is a short test. "
     ws, ready = await open_session(base_gateway, voice="dora", seed=5)
     assert ready["type"] == "session.ready", ready
-    pcm, _ = await spoken(ws, text)
+    _, pcm = await utterance(ws, text)
     await ws.close()
     ws, ready = await open_session(base_gateway, voice="dora", seed=5, output_mode="codec_tokens")
-    messages, events = await spoken(ws, text)
+    events, messages = await utterance(ws, text)
     await ws.close()
     seq, n, flags = CODEC_HEADER.unpack_from(messages[0])
     assert (seq, flags) == (0, RESET | PRIME) and n == 15  # 1.2 s of reference at 12.5 frames/s

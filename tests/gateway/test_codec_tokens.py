@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import websockets
 from support.servers import serve
+from support.wsclient import utterance
 
 from engine import load_engine
 from engine.qwen3.edge import decoder_id, load_stream_decoder
@@ -33,20 +34,6 @@ def tiny_gateway() -> Iterator[str]:
     engine = load_engine("tiny")
     yield from serve(engine)
     engine.close()
-
-
-async def utterance(ws: Any, text: str) -> tuple[list[dict[str, Any]], list[bytes]]:
-    await ws.send(json.dumps({"type": "input.text", "text": text}))
-    await ws.send(json.dumps({"type": "input.done"}))
-    events, frames = [], []
-    while True:
-        m = await asyncio.wait_for(ws.recv(), 60)
-        if isinstance(m, bytes):
-            frames.append(m)
-            continue
-        events.append(json.loads(m))
-        if events[-1]["type"] == "session.done":
-            return events, frames
 
 
 async def open_ws(addr: str, **config: Any) -> Any:

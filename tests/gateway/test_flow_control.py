@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 import websockets
 from support.servers import serve
+from support.wsclient import utterance
 
 from engine import Engine
 from gateway import metrics
@@ -40,16 +41,8 @@ async def test_a_client_that_stops_reading_is_dropped_without_stalling_others(ti
 
     async with websockets.connect(url, max_size=None) as fast:
         await fast.send(json.dumps(config))
-        await fast.send(json.dumps({"type": "input.text", "text": "I am still being served."}))
-        await fast.send(json.dumps({"type": "input.done"}))
-        audio = 0
-        while True:
-            m = await asyncio.wait_for(fast.recv(), 30)
-            if isinstance(m, bytes):
-                audio += len(m)
-            elif json.loads(m)["type"] == "session.done":
-                break
-        assert audio > 48000
+        events, audio = await utterance(fast, "I am still being served.", timeout=30)
+        assert events[-1]["type"] == "session.done" and sum(map(len, audio)) > 48000, events[-1]
     # (the fast session has closed; only the slow one is left)
 
     # Wait (without reading) until the server has dropped the slow session: the kernel's buffers

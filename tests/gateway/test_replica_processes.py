@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import soundfile
 from support.servers import free_port
-from support.wsclient import call, open_session, post, say, until
+from support.wsclient import call, open_session, post, say, until, utterance
 
 from sessions import hash_api_key
 
@@ -105,16 +105,8 @@ async def test_a_voice_cloned_on_one_replica_speaks_on_another(redis_server: Any
         assert call(a, "POST", "/v1/audio/voices", "acme-key", body)[0] == 201
         ws, ready = await open_session(b, "acme-key", voice="alice")
         assert ready["type"] == "session.ready", ready
-        await ws.send(json.dumps({"type": "input.text", "text": "Spoken in a voice cloned on the other replica."}))
-        await ws.send(json.dumps({"type": "input.done"}))
-        audio = 0
-        while True:
-            m = await asyncio.wait_for(ws.recv(), 60)
-            if isinstance(m, bytes):
-                audio += len(m)
-            elif json.loads(m)["type"] == "session.done":
-                break
-        assert audio > 2 * 1920
+        events, audio = await utterance(ws, "Spoken in a voice cloned on the other replica.")
+        assert events[-1]["type"] == "session.done" and sum(map(len, audio)) > 2 * 1920, events[-1]
         await ws.close()
         ws, ready = await open_session(b, "beta-key", voice="alice")  # another tenant has no such voice
         assert ready["type"] == "error", ready

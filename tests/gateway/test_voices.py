@@ -9,7 +9,7 @@ from typing import Any
 import openai
 import pytest
 from support.servers import serve
-from support.wsclient import call
+from support.wsclient import call, utterance
 
 from engine import Engine
 from sessions import hash_api_key
@@ -89,13 +89,5 @@ async def test_a_websocket_session_can_use_a_registered_voice(keyed_gateway: str
         await ws.send(json.dumps({"type": "session.config", "voice": "agent"}))
         ready = json.loads(await ws.recv())
         assert ready["type"] == "session.ready" and ready["voice"] == "agent"
-        await ws.send(json.dumps({"type": "input.text", "text": "Registered voices work here too."}))
-        await ws.send(json.dumps({"type": "input.done"}))
-        audio = 0
-        while True:
-            m = await ws.recv()
-            if isinstance(m, bytes):
-                audio += len(m)
-            elif json.loads(m)["type"] == "session.done":
-                break
-        assert audio > 24000
+        events, audio = await utterance(ws, "Registered voices work here too.")
+        assert events[-1]["type"] == "session.done" and sum(map(len, audio)) > 24000, events[-1]

@@ -30,6 +30,23 @@ async def until(ws: Any, kind: str, timeout: float = 30) -> list[dict[str, Any]]
                 return events
 
 
+async def utterance(ws: Any, text: str, timeout: float = 60) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """Speak `text` as one utterance (input.text, input.done): its events up to `session.done` (or an
+    `error`), and the binary messages that came with them."""
+    await ws.send(json.dumps({"type": "input.text", "text": text}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    events: list[dict[str, Any]] = []
+    binary: list[bytes] = []
+    while True:
+        m = await asyncio.wait_for(ws.recv(), timeout)
+        if isinstance(m, bytes):
+            binary.append(m)
+            continue
+        events.append(json.loads(m))
+        if events[-1]["type"] in ("session.done", "error"):
+            return events, binary
+
+
 async def say(ws: Any, text: str) -> list[dict[str, Any]]:
     await ws.send(json.dumps({"type": "input.text", "text": text}))
     await ws.send(json.dumps({"type": "input.done"}))
