@@ -168,10 +168,3 @@ class RowSampler:
             sampled = sample_from_logits(filtered, uniforms)
         return torch.where(self.greedy, logits.argmax(dim=-1), sampled) if self.any_greedy else sampled
 
-
-def choose(logits: torch.Tensor, greedy: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-           top_p: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """Argmax for greedy rows [B] (bool), a filtered sample for the others (one-off `RowSampler`)."""
-    sampler = RowSampler.build(greedy.tolist(), temperature.tolist(), top_k.tolist(), top_p.tolist(),
-                               logits.shape[-1], logits.device, logits.dtype)
-    return sampler(logits, uniforms)

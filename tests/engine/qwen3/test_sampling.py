@@ -61,14 +61,12 @@ def test_inverse_cdf_sampling_follows_the_distribution() -> None:
     assert counts == pytest.approx([100, 0, 600, 300], abs=1)
 
 
-def test_choose_mixes_greedy_and_sampled_rows() -> None:
+def test_a_sampler_mixes_greedy_and_sampled_rows() -> None:
     logits = torch.tensor([[0.0, 3.0, 1.0], [0.0, 3.0, 1.0]])
-    greedy = torch.tensor([True, False])
-    ids = sampling.choose(logits, greedy, torch.ones(2), torch.tensor([2, 2]), torch.ones(2),
-                          torch.tensor([0.0, 1e-9], dtype=torch.float64))
+    sampler = sampling.RowSampler.build([True, False], [1.0, 1.0], [2, 2], [1.0, 1.0], vocab=3)
+    ids = sampler(logits, torch.tensor([0.0, 1e-9], dtype=torch.float64))
     assert ids.tolist() == [1, 1]
-    ids = sampling.choose(logits, greedy, torch.ones(2), torch.tensor([2, 2]), torch.ones(2),
-                          torch.tensor([0.0, 1.0], dtype=torch.float64))
+    ids = sampler(logits, torch.tensor([0.0, 1.0], dtype=torch.float64))
     assert ids.tolist() == [1, 2]  # top-2 keeps ids 1 and 2; u=1 takes the last of them; id 0 never
 
 
