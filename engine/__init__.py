@@ -1,9 +1,19 @@
 """The embedded streaming engine (DESIGN §3). Knows nothing of sockets, Redis or punctuation."""
 
 from engine.loader import load_engine
-from engine.types import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamEvent, VoiceInfo
+from engine.types import (
+    AudioChunk,
+    CodecFrames,
+    Engine,
+    EngineError,
+    Stream,
+    StreamEnd,
+    StreamEvent,
+    VoiceInfo,
+    Waiting,
+)
 
 __all__ = [
     "AudioChunk", "CodecFrames", "Engine", "EngineError", "Stream", "StreamEnd", "StreamEvent", "VoiceInfo",
-    "load_engine",
+    "Waiting", "load_engine",
 ]

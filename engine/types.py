@@ -49,7 +49,18 @@ class StreamEnd:
     message: str = ""
 
 
-StreamEvent = AudioChunk | CodecFrames | StreamEnd
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """The stream has text to speak but waits for engine capacity (a slot, a worker): sent once when
+    the wait begins (and again if it begins anew), so the gateway can tell its client why audio is late
+    instead of leaving it to guess. `reason` is a stable code (`capacity`); `ahead`: streams waiting
+    before this one, when the engine knows."""
+
+    reason: str = "capacity"
+    ahead: int | None = None
+
+
+StreamEvent = AudioChunk | CodecFrames | Waiting | StreamEnd
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd
+from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, Waiting
 from gateway import metrics
 from gateway.audio import Resampler, encode_file, encode_frames
 from gateway.protocol import (
@@ -531,6 +531,8 @@ class Connection:
             if isinstance(ev, StreamEnd):
                 end = ev
                 break
+            if isinstance(ev, Waiting):
+                continue
             assert isinstance(ev, CodecFrames)
             if not started:
                 started = True
@@ -593,6 +595,8 @@ class Connection:
             if isinstance(ev, StreamEnd):
                 end = ev
                 break
+            if isinstance(ev, Waiting):
+                continue
             assert isinstance(ev, AudioChunk)
             if resample is None:  # the first audio
                 metrics.TTFA.observe(time.monotonic() - utt.opened_at)

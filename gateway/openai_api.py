@@ -18,7 +18,7 @@ import numpy as np
 from litestar import Request, Response, post
 from litestar.response import Stream as StreamResponse
 
-from engine import AudioChunk, Engine, EngineError, StreamEnd
+from engine import AudioChunk, Engine, EngineError, StreamEnd, Waiting
 from gateway.audio import MEDIA_TYPES, Resampler, encode_file, encode_frames, wav_stream_header
 from gateway.auth import caller, serving_engine
 from gateway.errors import ApiError
@@ -98,6 +98,8 @@ async def _pcm(
                 if ev.reason == "error":
                     raise RuntimeError(ev.message or "synthesis failed")
                 break
+            if isinstance(ev, Waiting):  # the HTTP caller simply waits longer
+                continue
             assert isinstance(ev, AudioChunk)
             resample = resample or Resampler(ev.sample_rate, rate)
             yield resample(ev.pcm)
