@@ -19,6 +19,7 @@ from gateway.connection import Connection
 from gateway.errors import ApiError, api_error
 from gateway.openai_api import openai_routes
 from gateway.playground import playground_routes
+from gateway.protocol import CLOSE_POLICY, CLOSE_TRY_LATER
 from gateway.session_state import SessionBinding
 from gateway.settings import Settings
 from gateway.voices import voice_routes
@@ -68,11 +69,11 @@ async def speech_stream(socket: WebSocket) -> None:
     if tenant is None:
         message = "a valid API key is required (Authorization: Bearer, X-API-Key or ?api_key=)"
         await socket.send_json({"type": "error", "code": "unauthorized", "message": message})
-        await socket.close(code=1008)
+        await socket.close(code=CLOSE_POLICY, reason="unauthorized")
         return
     if engine is None:
         await socket.send_json({"type": "error", "code": "engine_not_ready", "message": "the engine is warming up"})
-        await socket.close(code=1013)
+        await socket.close(code=CLOSE_TRY_LATER, reason="engine not ready")
         return
 
     async def send(data: bytes | str) -> None:
@@ -87,7 +88,7 @@ async def speech_stream(socket: WebSocket) -> None:
         await conn.run()
     finally:
         with contextlib.suppress(Exception):
-            await socket.close()
+            await socket.close(code=conn.close_code, reason=conn.close_reason)
 
 
 def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import struct
 import time
 from collections import deque
@@ -18,13 +19,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, Waiting
 from gateway import metrics
 from gateway.audio import Resampler, encode_file, encode_frames
 from gateway.protocol import (
+    CLOSE_INTERNAL,
+    CLOSE_POLICY,
+    CLOSE_TAKEN_OVER,
+    CLOSE_TIMEOUT,
     InputCancel,
     InputDone,
     InputText,
@@ -33,6 +37,8 @@ from gateway.protocol import (
     SessionConfig,
     decode,
     event,
+    explicit_fields,
+    quote,
 )
 from gateway.session_state import SessionBinding
 from gateway.voices import stream_options
@@ -47,23 +53,38 @@ Send = Callable[[bytes | str], Awaitable[None]]
 CODEC_HEADER = struct.Struct("<IHB")
 EOS, SEGMENT_END, RESET, PRIME = 1, 2, 4, 8
 
+# A big input.text is fed to the segmenter this many characters at a time, yielding to the event loop
+# between slices: no message holds the loop for more than about a millisecond.
+FEED_SLICE = 2048
+# Segments longer than this (split_granularity "none") are normalised off the event loop.
+NORMALIZE_INLINE_CHARS = 4096
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
 
 class _Playback:
     """A simulated client player that starts at the first audio: counts the times it would run dry
     (the server's view of underruns; a real player with a jitter buffer does better)."""
 
-    def __init__(self) -> None:
+    def __init__(self, count_underruns: bool = True) -> None:
         self.started: float | None = None
         self.queued = 0.0  # seconds of audio sent
+        self._count = count_underruns
 
     def add(self, seconds: float) -> None:
         now = time.monotonic()
         if self.started is None:
             self.started = now
         elif now - self.started > self.queued + 0.02:  # played past what was sent: a gap
-            metrics.UNDERRUNS.inc()
+            if self._count:
+                metrics.UNDERRUNS.inc()
             self.started = now - self.queued  # playback resumes with this chunk
         self.queued += seconds
+
+    def ahead(self) -> float:
+        """Seconds of audio sent that the listener has not played yet."""
+        if self.started is None:
+            return 0.0
+        return max(0.0, self.queued - (time.monotonic() - self.started))
 
 
 class SlowClient(Exception):
@@ -145,6 +166,9 @@ class Utterance:
     stream: Stream | None = None
     segments: list[Segment] = field(default_factory=list)
     engine_segments: list[int] = field(default_factory=list)  # engine append index → our segment
+    unheard: dict[int, int] = field(default_factory=dict)  # segment index → characters, until its audio begins
+    chars: int = 0  # characters of input.text received
+    last_input: float = field(default_factory=time.monotonic)
     sent_bytes: int = 0
     marked: set[int] = field(default_factory=set)
     cancelled: bool = False
@@ -164,6 +188,14 @@ class Limits:
     send_timeout: float = 10.0
     max_open_utterances: int = 8
     poll_interval: float = 0.1
+    # An open utterance (text, no input.done) quiet this long is finished: its text is spoken and the
+    # engine capacity it holds comes back.
+    utterance_idle_timeout: float = 30.0
+    max_utterance_chars: int = 256 * 1024  # input.text of one utterance
+    # The backlog ahead of the listener: committed text whose audio has not begun, and audio sent but
+    # not yet played (at real time). Past either, input.text is refused with `backlog_full`.
+    max_backlog_chars: int = 16384
+    max_audio_ahead_s: float = 600.0
 
 
 class Connection:
@@ -184,6 +216,9 @@ class Connection:
         self._stopped = asyncio.Event()
         self._watch: asyncio.Task[None] | None = None
         self._voice: tuple[str | None, dict[str, Any]] = (None, {})  # resolved at session.config
+        self.close_code, self.close_reason = 1000, ""  # how the socket is closed, and why
+        self.listener = _Playback(count_underruns=False)  # the client's player, across utterances
+        self.backlog_chars = 0  # committed characters whose audio has not begun, every utterance
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -191,7 +226,7 @@ class Connection:
         """Serve the connection until the client leaves, a bad first message, or `stop()`."""
         metrics.SESSIONS.inc()
         writer = asyncio.create_task(self._writer())
-        poller = asyncio.create_task(self._poller())
+        poller = asyncio.create_task(self._supervised("idle commits", self._poller))
         reader = asyncio.create_task(self._reader())
         stopped = asyncio.create_task(self._stopped.wait())
         try:
@@ -205,8 +240,10 @@ class Connection:
                 exc = task.exception() if task.done() and not task.cancelled() else None
                 if isinstance(exc, SlowClient | TimeoutError):
                     log.info("session %s: the client stopped reading; disconnected", self.session_id)
+                    self._close_with(CLOSE_POLICY, "the client stopped reading")
                 elif exc is not None:
                     log.error("session %s: connection failed", self.session_id, exc_info=exc)
+                    self._close_with(CLOSE_INTERNAL, "internal error")
             # Let what is queued (session.done, an error) reach the client, briefly. The writer is
             # stopped by a sentinel, not by cancel, which asyncio can lose in a finishing send.
             self.outbox.close()
@@ -217,9 +254,27 @@ class Connection:
             await self.session.close()
             metrics.SESSIONS.dec()
 
-    def stop(self) -> None:
+    def stop(self, code: int | None = None, reason: str = "") -> None:
         """End the connection from outside the reader (a slow client, a takeover)."""
+        if code is not None:
+            self._close_with(code, reason)
         self._stopped.set()
+
+    def _close_with(self, code: int, reason: str) -> None:
+        if self.close_code == 1000:  # the first cause is the one the client hears
+            self.close_code, self.close_reason = code, reason
+
+    async def _supervised(self, what: str, work: Callable[[], Awaitable[None]]) -> None:
+        """Run one of the connection's background tasks: a failure is logged and told to the client
+        (the socket stays usable, minus that task), never lost silently."""
+        try:
+            await work()
+        except SlowClient:
+            self.stop(CLOSE_POLICY, "the client stopped reading")
+        except Exception:
+            log.exception("session %s: %s failed", self.session_id, what)
+            with contextlib.suppress(SlowClient):
+                await self.error("internal_error", f"{what} failed on this connection")
 
     async def _writer(self) -> None:
         while True:
@@ -235,7 +290,12 @@ class Connection:
         await self.outbox.put(Outgoing(event(type_, **fields).decode(), utterance))
 
     async def error(self, code: str, message: str, **fields: object) -> None:
+        """An `error` event. The message is cut and stripped of object addresses: errors carry causes
+        from deep inside (an engine, the store) and must never echo unbounded input or internals."""
         metrics.ERRORS.labels(code).inc()
+        message = _ADDRESS.sub("", message)
+        if len(message) > 300:
+            message = message[:299] + "…"
         await self.emit("error", code=code, message=message, **fields)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -251,6 +311,7 @@ class Connection:
                     continue  # idle means between turns; a long reply still playing is not idle
                 what = "session.config" if self.config is None else "input"
                 await self.error("timeout", f"no {what} within {timeout:g} s; closing")
+                self._close_with(CLOSE_TIMEOUT, f"no {what} within {timeout:g} s")
                 return
             if ev["type"] == "websocket.disconnect":
                 return
@@ -266,13 +327,19 @@ class Connection:
                     await self._wait_playing()
                     return
                 if isinstance(msg, SessionConfig):
-                    await self._configure(msg, msgspec.json.decode(raw))
+                    await self._configure(msg, explicit_fields(raw))
                 else:
                     await self._handle(msg)
-            except (ProtocolError, EngineError) as e:
+            except ProtocolError as e:
+                await self.error(e.code, e.message, **e.fields)
+                if self.config is None:
+                    self._close_with(CLOSE_POLICY, e.code)
+                    return  # only a bad first message closes the session
+            except EngineError as e:
                 await self.error(e.code, str(e))
                 if self.config is None:
-                    return  # only a bad first message closes the session
+                    self._close_with(CLOSE_POLICY, e.code)
+                    return
 
     async def _handle(self, msg: InputText | InputDone | InputCancel) -> None:
         if isinstance(msg, InputText):
@@ -296,7 +363,7 @@ class Connection:
                 await self.session.close()
                 raise
             self.utterance_count = self.session.next_utterance
-            self._watch = asyncio.create_task(self._control())
+            self._watch = asyncio.create_task(self._supervised("cross-replica cancel", self._control))
         else:
             if cfg.session_id not in (None, self.session_id):
                 raise ProtocolError("invalid_config", "session_id cannot change on an open connection")
@@ -336,7 +403,7 @@ class Connection:
                 await self._cancel_all(notify=True)
             elif msg.kind == "takeover":
                 await self.error(SESSION_TAKEN_OVER, "another connection took over this session")
-                self.stop()
+                self.stop(CLOSE_TAKEN_OVER, "taken over")
                 return
 
     @property
@@ -367,14 +434,46 @@ class Connection:
             utt = self.current = Utterance(self.utterance_count, seg)
             self.utterance_count += 1
             metrics.UTTERANCES.inc()
-        try:
-            segments = utt.segmenter.feed(text)
-        except ValueError as e:
-            raise ProtocolError("invalid_text", str(e)) from None
-        await self._commit(utt, segments)
+        self._admit(utt, text)
+        utt.chars += len(text)
+        utt.last_input = time.monotonic()
+        for i in range(0, len(text), FEED_SLICE):
+            if i:
+                await asyncio.sleep(0)  # a long message shares the loop with every other session
+                if utt.cancelled:
+                    return  # a cancel from another replica came in between the slices
+            try:
+                segments = utt.segmenter.feed(text[i : i + FEED_SLICE])
+            except ValueError as e:
+                raise ProtocolError("invalid_text", str(e), utterance_index=utt.index) from None
+            await self._commit(utt, segments)
+
+    def _admit(self, utt: Utterance, text: str) -> None:
+        """Refuse text past the utterance's length bound or the backlog ahead of the listener: an
+        explicit refusal naming what was not taken, rather than memory without bound. (The reader is
+        not paused instead: a paused reader would hold back a barge-in.)"""
+        lim, n = self.limits, len(text)
+        refused = f"{n} characters of input.text ({quote(text, 40)}) were not accepted"
+        if utt.chars + n > lim.max_utterance_chars:
+            raise ProtocolError(
+                "utterance_too_long",
+                f"{refused}: an utterance holds at most {lim.max_utterance_chars} characters; send input.done",
+                utterance_index=utt.index, rejected_chars=n,
+            )  # fmt: skip
+        pending = self.backlog_chars + len(utt.segmenter.pending)
+        if pending + n > lim.max_backlog_chars or self.listener.ahead() > lim.max_audio_ahead_s:
+            raise ProtocolError(
+                "backlog_full",
+                f"{refused}: the listener is too far behind ({pending} characters not yet spoken, "
+                f"{self.listener.ahead():.0f} s of audio not yet played); send it again later",
+                utterance_index=utt.index, rejected_chars=n,
+            )  # fmt: skip
 
     async def _commit(self, utt: Utterance, segments: list[Segment]) -> None:
+        """Announce and speak committed segments. A segment that cannot be spoken (no stream slot, the
+        store down) is named in an `error`; the segments after it are still tried."""
         assert self.config is not None
+        unspoken: list[tuple[int, ProtocolError | EngineError]] = []
         for s in segments:
             index = len(utt.segments)
             utt.segments.append(s)
@@ -388,15 +487,54 @@ class Connection:
                 end=s.end,
                 reason=s.reason,
             )
-            spoken = normalize_for_speech(s.text, self.config.language)
-            if not spoken:
+            if len(s.text) > NORMALIZE_INLINE_CHARS:
+                spoken = await asyncio.to_thread(normalize_for_speech, s.text, self.config.language)
+            else:
+                spoken = normalize_for_speech(s.text, self.config.language)
+            if not spoken or utt.cancelled:
                 continue
-            if utt.stream is None:
-                utt.slot = await self.session.acquire_slot()
-                utt.stream = self._open_stream(self.config, self._voice)
-                utt.pump = self._start_pump(utt)
+            try:
+                await self._open(utt)
+            except (ProtocolError, EngineError) as e:
+                unspoken.append((index, e))
+                continue
+            assert utt.stream is not None
             utt.engine_segments.append(index)
+            utt.unheard[index] = len(spoken)
+            self.backlog_chars += len(spoken)
             utt.stream.append(spoken + " ")
+        if unspoken:
+            index, e = unspoken[0]
+            which = ", ".join(str(i) for i, _ in unspoken)
+            message = e.message if isinstance(e, ProtocolError) else str(e)
+            raise ProtocolError(
+                e.code, f"segment {which} of utterance {utt.index} will not be spoken: {message}",
+                utterance_index=utt.index, segment_indexes=[i for i, _ in unspoken],
+            )  # fmt: skip
+
+    async def _open(self, utt: Utterance) -> None:
+        """The utterance's engine stream, opened with its first speakable segment."""
+        if utt.stream is not None:
+            return
+        assert self.config is not None
+        utt.slot = await self.session.acquire_slot()
+        try:
+            utt.stream = self._open_stream(self.config, self._voice)
+        except BaseException:
+            await self._release_slot(utt)
+            raise
+        self.session.begin(utt.index)
+        utt.pump = self._start_pump(utt)
+
+    def _heard(self, utt: Utterance, segment: int) -> None:
+        """A segment's audio has begun: it leaves the backlog."""
+        utt.marked.add(segment)
+        self.backlog_chars -= utt.unheard.pop(segment, 0)
+
+    def _forget(self, utt: Utterance) -> None:
+        """The utterance is over: what of it was never heard leaves the backlog."""
+        self.backlog_chars -= sum(utt.unheard.values())
+        utt.unheard.clear()
 
     async def _finish_current(self) -> None:
         utt = self.current
@@ -415,7 +553,8 @@ class Connection:
             utt.stream.finish()
         else:
             utt.pump = self._start_pump(utt)  # no audio: the pump still closes it in order
-        self.playing.append(utt)
+        if not utt.pump.done():  # one the engine ended early has told its client already
+            self.playing.append(utt)
 
     async def _wait_playing(self) -> None:
         for utt in list(self.playing):
@@ -424,18 +563,29 @@ class Connection:
                     await utt.pump
 
     async def _poller(self) -> None:
+        """Idle commits of the open utterance's tail; an open utterance quiet past its bound is finished
+        (its text spoken, its engine capacity given back) and the client told so."""
         while True:
             await asyncio.sleep(self.limits.poll_interval)
             utt = self.current
             if utt is None:
                 continue
+            now = time.monotonic()
             try:
-                await self._commit(utt, utt.segmenter.poll(time.monotonic()))
+                if now - utt.last_input > self.limits.utterance_idle_timeout:
+                    await self.error(
+                        "utterance_timeout",
+                        f"no input for {self.limits.utterance_idle_timeout:g} s: utterance {utt.index} was "
+                        "finished as if input.done had come (its text is spoken)",
+                        utterance_index=utt.index, action="finished",
+                    )  # fmt: skip
+                    await self._finish_current()
+                else:
+                    await self._commit(utt, utt.segmenter.poll(now))
+            except ProtocolError as e:
+                await self.error(e.code, e.message, **e.fields)
             except EngineError as e:
-                await self.error(e.code, str(e))
-            except SlowClient:
-                self.stop()
-                return
+                await self.error(e.code, str(e), utterance_index=utt.index)
 
     async def _cancel_all(self, notify: bool) -> None:
         victims = list(self.playing)
@@ -448,6 +598,7 @@ class Connection:
             if utt.stream is not None:
                 utt.stream.cancel()
             self.outbox.cancel_audio(utt.index)
+            self._forget(utt)
         if notify:
             metrics.CANCELS.inc()
         for utt in victims:
@@ -490,6 +641,7 @@ class Connection:
         finally:
             if utt in self.playing:
                 self.playing.remove(utt)
+            self._forget(utt)
             await self._release_slot(utt)
 
     async def _release_slot(self, utt: Utterance) -> None:
@@ -504,6 +656,28 @@ class Connection:
             "audio.start", utt.index, utterance_index=utt.index, sentence_index=0,
             sample_rate=rate, channels=1, format=self.config.response_format,
         )  # fmt: skip
+
+    async def _waiting(self, utt: Utterance, ev: Waiting) -> None:
+        """The engine has no capacity for this utterance yet: say so rather than leave a silence."""
+        await self.emit("audio.waiting", utt.index, utterance_index=utt.index, reason=ev.reason, ahead=ev.ahead)
+
+    def _ended_early(self, utt: Utterance, end: StreamEnd) -> StreamEnd:
+        """An engine stream that ends before input.done cannot speak text sent after it: the utterance is
+        closed here (later text starts the next one) and the end becomes an error."""
+        if end.reason != "done" or utt.finished:
+            return end
+        if self.current is utt:
+            self.current = None
+            utt.finished = True
+        return StreamEnd("error", "the engine ended the utterance before input.done")
+
+    async def _engine_failed(self, utt: Utterance, end: StreamEnd) -> None:
+        """The engine's error, naming the committed segments whose audio never began."""
+        unspoken = [i for i in utt.engine_segments if i not in utt.marked]
+        message = end.message or "synthesis failed"
+        if unspoken:
+            message += f"; segments {', '.join(map(str, unspoken))} of utterance {utt.index} were not spoken"
+        await self.error("engine_error", message, utterance_index=utt.index, segment_indexes=unspoken)
 
     @property
     def _codec_mode(self) -> bool:
@@ -521,6 +695,8 @@ class Connection:
             data = header + codes.astype("<i2", copy=False).tobytes()
             utt.codec_seq += 1
             utt.codec_frames += 0 if flags & PRIME else codes.shape[0]
+            if not flags & PRIME:
+                self.listener.add(codes.shape[0] / float(info.get("frame_rate_hz", 12.5)))  # type: ignore[arg-type]
             utt.sent_bytes += len(data)
             await self.outbox.put(Outgoing(data, utt.index))
 
@@ -532,6 +708,7 @@ class Connection:
                 end = ev
                 break
             if isinstance(ev, Waiting):
+                await self._waiting(utt, ev)
                 continue
             assert isinstance(ev, CodecFrames)
             if not started:
@@ -546,7 +723,7 @@ class Connection:
             if segment is not None and seg != segment:
                 await frames(no_frames, SEGMENT_END)
             if seg is not None and seg not in utt.marked:
-                utt.marked.add(seg)
+                self._heard(utt, seg)
                 await self.emit("audio.mark", utt.index, utterance_index=utt.index, segment_index=seg,
                                 frame_offset=ev.first_frame)  # fmt: skip
             segment = seg
@@ -554,9 +731,10 @@ class Connection:
         await self._release_slot(utt)
         if utt.cancelled or end.reason == "cancelled":
             return
+        end = self._ended_early(utt, end)
         failed = end.reason == "error"
         if failed:
-            await self.error("engine_error", end.message or "synthesis failed", utterance_index=utt.index)
+            await self._engine_failed(utt, end)
         elif started:
             await frames(no_frames, SEGMENT_END | EOS)
         await self.session.record(utt.index, "".join(s.text for s in utt.segments), cancelled=failed)
@@ -587,6 +765,7 @@ class Connection:
             data = encode_frames(pcm, cfg.response_format)
             utt.sent_bytes += len(data)
             playback.add(pcm.size / rate)
+            self.listener.add(pcm.size / rate)
             await self.outbox.put(Outgoing(data, utt.index))
 
         async for ev in utt.stream.events():
@@ -596,6 +775,7 @@ class Connection:
                 end = ev
                 break
             if isinstance(ev, Waiting):
+                await self._waiting(utt, ev)
                 continue
             assert isinstance(ev, AudioChunk)
             if resample is None:  # the first audio
@@ -604,7 +784,7 @@ class Connection:
                 await self._audio_start(utt, rate)
             seg = utt.engine_segments[ev.segment] if ev.segment < len(utt.engine_segments) else None
             if seg is not None and seg not in utt.marked:
-                utt.marked.add(seg)
+                self._heard(utt, seg)
                 await self.emit(
                     "audio.mark", utt.index, utterance_index=utt.index, segment_index=seg,
                     sample_offset=ev.first_frame * rate // ev.sample_rate,
@@ -623,9 +803,10 @@ class Connection:
             data = await asyncio.to_thread(encode_file, np.concatenate(file_parts), rate, cfg.response_format)
             utt.sent_bytes = len(data)
             await self.outbox.put(Outgoing(data, utt.index))
+        end = self._ended_early(utt, end)
         failed = end.reason == "error"
         if failed:
-            await self.error("engine_error", end.message or "synthesis failed", utterance_index=utt.index)
+            await self._engine_failed(utt, end)
         await self.emit(
             "audio.done", utt.index, utterance_index=utt.index, sentence_index=0,
             total_bytes=utt.sent_bytes, error=failed,
