@@ -1,25 +1,30 @@
 """The CPU voice engine: Piper joe (English) and Kokoro-82M int8 (Mandarin, English) behind the
 `Engine`/`Stream` contract (DESIGN §3).
 
-Threads: each `append`ed segment becomes a job on one worker pool shared by all streams and sized to
-the cores, run earliest-deadline first (the deadline: when that stream's listener would run out of
-audio; engine/cpu/pool.py). Several segments of one stream may synthesise at once, at most `workers`
-ahead of the one being delivered. A small driver thread per stream hands the finished audio of its
-segments, strictly in commit order, to the stream's `EventBridge`; only that driver ever blocks on a
-slow consumer, never a pool worker. Espeak runs on its own thread (engine/cpu/espeak.py).
+Threads: each `append`ed segment is cut into pieces of bounded length (whole sentences where they
+fit, engine/cpu/text.py `pieces`), and each piece becomes a job on one worker pool shared by all
+streams and sized to the cores, run earliest-deadline first (the deadline: when that stream's listener
+would run out of audio; engine/cpu/pool.py). A job is never preempted, so the bound on a piece is what
+bounds a new stream's wait for a worker, however long the segments of others. Several pieces of one
+stream may synthesise at once, at most `workers` including the one being delivered. A small driver
+thread per stream cuts its segments, submits their pieces and hands their audio, strictly in order, to
+the stream's `EventBridge`; only that driver ever blocks on a slow consumer, never a pool worker, and
+while it blocks its stream synthesises nothing past the look-ahead. Espeak runs on its own thread
+(engine/cpu/espeak.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +34,9 @@ from engine.cpu.cache import cache_dir
 from engine.cpu.espeak import Espeak
 from engine.cpu.pool import UrgencyPool
 from engine.cpu.resample import SegmentResampler, trim_silence
-from engine.cpu.text import canonical_language, detect_language, estimate_seconds
+from engine.cpu.text import canonical_language, detect_language, estimate_seconds, pieces, strip_han
 from engine.stream import EventBridge
-from engine.types import AudioChunk, EngineError, StreamEvent, VoiceInfo
+from engine.types import AudioChunk, EngineError, StreamEvent, VoiceInfo, Waiting
 
 log = logging.getLogger("voxgate.engine.cpu")
 
@@ -45,6 +50,14 @@ KOKORO_DEFAULT = "jf_gongitsune"
 # which would pump the level from sentence to sentence).
 PIPER_GAIN = 1.8
 STREAM_OPTIONS = ("sample_rate", "speed", "instructions", "seed")
+# The most one piece (one pool job) may cost, in text.cost units (Latin letters; a Han character counts
+# 3). On 2 shared cores a 200-letter Piper piece (~12 s of speech) takes 0.7–1.5 s and a 120-letter
+# Kokoro piece (~7 s) 1.7–3 s: the longest a new stream waits for a busy worker. Whole sentences up
+# to these lengths keep their prosody; only longer ones are cut, at clauses, then words.
+PIECE_LIMITS = {"piper": 200, "kokoro": 120}
+# A piece that has waited this long for a worker while its listener has nothing left to play is
+# reported with a `Waiting` event (once per wait), so the client learns why its audio is late.
+NOTICE_AFTER_S = 0.5
 BACKENDS = {"cpu": ("piper", "kokoro"), "piper": ("piper",), "kokoro": ("kokoro",)}
 
 
@@ -61,6 +74,9 @@ class CpuEngine:
     `threads`: onnxruntime intra-op threads per model run (default 2, or 1 on one core: on 2 cores
     2 workers × 2 threads gave Kokoro RTF 0.24 and 3 real-time Mandarin streams, × 1 thread 0.37 and 1).
     `cache_dir`: where the Kokoro model is assembled (default $VOXGATE_CACHE or ~/.cache/voxgate).
+    `queue_size`: AudioChunks (≤ 250 ms each) queued per stream for its consumer. `max_pending_chars`:
+    text a stream may hold not yet cut into pieces; `append` past it raises `queue_full` (a backstop:
+    the gateway bounds the backlog ahead of its listener well below this).
     """
 
     sample_rate: int = OUTPUT_RATE
@@ -74,6 +90,7 @@ class CpuEngine:
         threads: int | None = None,
         warmup: bool = True,
         queue_size: int = 64,
+        max_pending_chars: int = 262144,
     ) -> None:
         t0 = time.perf_counter()
         unknown = set(backends) - {"piper", "kokoro"}
@@ -113,6 +130,7 @@ class CpuEngine:
         self.threads = threads
         self._pool = UrgencyPool(self.workers, "cpu-voice")
         self._queue_size = queue_size
+        self.max_pending_chars = max_pending_chars
         self._streams: weakref.WeakSet[CpuStream] = weakref.WeakSet()
         self._closed = False
         self.load_seconds = time.perf_counter() - t0
@@ -161,31 +179,36 @@ class CpuEngine:
 
     def open_stream(self, voice: str | None, language: str, **options: object) -> CpuStream:
         """Open one utterance. Options: `sample_rate` (8000–48000, default 24000), `speed` (0.25–4.0,
-        default 1.0); `instructions` and `seed` are accepted and ignored (these voices follow no
-        instructions and are not seedable). Raises EngineError for anything else it cannot serve.
+        default 1.0); `instructions` (a string) and `seed` (0–2**63-1) are checked and ignored (these
+        voices follow no instructions and are not seedable). Raises EngineError for anything else it
+        cannot serve (`invalid_option` for a bad option: wrong type, NaN, out of range).
         """
         if self._closed:
             raise EngineError("engine_closed", "the CPU engine is closed")
         bad = sorted(set(options) - set(STREAM_OPTIONS))
         if bad:
-            raise EngineError("invalid_option", f"CPU voices take no option {bad}; known: {STREAM_OPTIONS}")
+            shown = [_shown(k) for k in bad[:5]]
+            raise EngineError("invalid_option", f"CPU voices take no option {shown}; known: {STREAM_OPTIONS}")
         sample_rate = _int_option(options.get("sample_rate"), OUTPUT_RATE, 8000, 48000, "sample_rate")
         speed = _float_option(options.get("speed"), 1.0, 0.25, 4.0, "speed")
-        lang = canonical_language(language)
+        _check_ignored_options(options)
         known = self.languages()
+        lang = canonical_language(language) if language is None or isinstance(language, str) else None
         if lang is None or lang not in known:
             raise EngineError("unsupported_language",
-                              f"the CPU voices speak no language {language!r}; available: {known}")
+                              f"the CPU voices speak no language {_shown(language)}; available: {known}")
+        if voice is not None and not isinstance(voice, str):
+            raise EngineError("unknown_voice", f"a voice is a name, got {_shown(voice)}")
         chosen: _Voice | None = None
         if voice is not None and voice.strip() and voice.strip().lower() not in ("default", "auto"):
             chosen = self._voices.get(voice.strip())
             if chosen is None:
                 raise EngineError("unknown_voice",
-                                  f"no CPU voice {voice!r}; available: {sorted(self._voices)}")
+                                  f"no CPU voice {_shown(voice)}; available: {sorted(self._voices)}")
             if lang != "auto" and lang not in chosen.info.languages:
                 raise EngineError("unsupported_language",
                                   f"voice {chosen.info.name!r} speaks {list(chosen.info.languages)}, "
-                                  f"not {language!r}")
+                                  f"not {_shown(language)}")
         stream = CpuStream(self, chosen, lang, sample_rate, speed)
         self._streams.add(stream)
         return stream
@@ -210,6 +233,18 @@ class CpuEngine:
             name = self._defaults["en"]
         return self._voices[name], seg_lang
 
+    def _pieces(self, chosen: _Voice | None, lang: str, index: int, text: str) -> Iterator[_Piece]:
+        """Segment `index` as bounded pieces, lazily; all in the voice picked for the whole segment."""
+        voice, seg_lang = self._pick(chosen, lang, text)
+        if voice.backend == "piper":
+            text = strip_han(text)  # what Piper reads anyway; and no jieba for text it cannot speak
+        it = pieces(text, PIECE_LIMITS[voice.backend])
+        current = next(it, None)
+        while current is not None:
+            following = next(it, None)
+            yield _Piece(index, current, voice, seg_lang, following is None, estimate_seconds(current))
+            current = following
+
     def _synthesise(self, voice: _Voice, lang: str, text: str, speed: float,
                     cancelled: threading.Event, run_options: Any) -> Any:
         """Yield (float32 audio, rate) per model run of one segment; stops early once cancelled."""
@@ -229,18 +264,31 @@ class CpuEngine:
                 yield trim_silence(self._kokoro.run(tokens, voice.info.name, speed, run_options), rate), rate
 
 
-_DONE = object()
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """A bounded part of one segment: the work of one pool job."""
+
+    segment: int
+    text: str
+    voice: _Voice
+    lang: str
+    last: bool  # the segment's last piece: the segment's resampler tail follows its audio
+    seconds: float  # estimated spoken length, for deadlines
 
 
-class _SegmentJob:
-    """One segment's synthesis on the pool; its audio pieces go to `pieces` for the driver."""
+class _PieceJob:
+    """One piece's synthesis on the pool. The worker appends its audio to `audio` under the stream's
+    condition and the driver takes it from there; `done` is set once the future is over, however."""
 
-    def __init__(self, index: int, text: str) -> None:
+    def __init__(self, piece: _Piece) -> None:
         from engine.cpu.onnx import run_options
 
-        self.index = index
-        self.text = text
-        self.pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.piece = piece
+        self.audio: deque[tuple[np.ndarray, int]] = deque()
+        self.started = False
+        self.done = False
+        self.error: Exception | None = None
+        self.queued_at = time.monotonic()
         self.run_options = run_options()
         self.future: Future[None] | None = None
 
@@ -248,11 +296,15 @@ class _SegmentJob:
         self.run_options.terminate = True  # aborts a model run in progress, from this thread
         if self.future is not None:
             self.future.cancel()
-        self.pieces.put(_DONE)  # a job cancelled before it started would never say it is done
 
 
 class CpuStream:
-    """One utterance on the CPU engine (see `CpuEngine.open_stream`)."""
+    """One utterance on the CPU engine (see `CpuEngine.open_stream`).
+
+    What it holds is bounded by the open work: segments appended and not yet cut into pieces (at most
+    the engine's `max_pending_chars`), the pieces in flight (at most `workers`, each at most
+    `PIECE_LIMITS`), and the bridge's `queue_size` chunks. Text and audio are dropped once delivered.
+    """
 
     def __init__(self, engine: CpuEngine, voice: _Voice | None, language: str, sample_rate: int,
                  speed: float) -> None:
@@ -264,24 +316,33 @@ class CpuStream:
         self._cancelled = threading.Event()
         self._bridge = EventBridge(engine._queue_size, on_cancel=self._abort)
         self._cond = threading.Condition()
-        self._texts: list[str] = []
-        self._jobs: dict[int, _SegmentJob] = {}
-        self._submitted = 0  # segments handed to the pool so far
-        self._delivering = 0  # the segment whose audio the driver is delivering
+        self._inbox: deque[tuple[int, str]] = deque()  # appended segments not yet cut into pieces
+        self._appended = 0  # segments appended so far: the next one's index
+        self._inbox_chars = 0
+        self._cutter: Iterator[_Piece] | None = None  # the segment being cut (the driver's only)
+        self._jobs: deque[_PieceJob] = deque()  # submitted, undelivered, in order; the first is delivering
         self._finished = False
         self._first_put_at: float | None = None  # when the listener could start playing
         self._frames_put = 0
+        self._notified = False  # a Waiting went out and no audio has followed it yet
         self._driver = threading.Thread(target=self._drive, name="cpu-stream", daemon=True)
         self._driver.start()
 
     def append(self, text: str) -> None:
+        """Queue one segment (O(1): cutting it into pieces happens on the stream's own thread)."""
         with self._cond:
             if self._finished:
                 raise EngineError("invalid_state", "append after finish")
             if self._cancelled.is_set():
                 return
-            self._texts.append(text)
-            self._submit_ready()
+            index = self._appended
+            self._appended += 1  # spent even when refused, so later segments keep their indices
+            bound = self._engine.max_pending_chars
+            if self._inbox_chars + len(text) > bound:
+                raise EngineError("queue_full", f"segment {index} refused: the stream already holds "
+                                  f"{self._inbox_chars} characters not yet synthesised (at most {bound})")
+            self._inbox.append((index, text))
+            self._inbox_chars += len(text)
             self._cond.notify_all()
 
     def finish(self) -> None:
@@ -300,97 +361,174 @@ class CpuStream:
     def _abort(self) -> None:
         with self._cond:
             self._cancelled.set()
-            jobs = list(self._jobs.values())
+            jobs = list(self._jobs)
+            self._inbox.clear()
+            self._inbox_chars = 0
             self._cond.notify_all()
-        for job in jobs:
+        for job in jobs:  # outside the lock: a cancelled future's callback takes it
             job.abort()
 
-    def _submit_ready(self) -> None:
-        """Under `_cond`: start the segments that fit in the look-ahead window.
+    def _fill(self) -> None:
+        """Cut segments into pieces and submit them until `workers` pieces are in flight (the look-ahead).
+        Runs on the driver thread: cutting is linear in the text but never on the event loop."""
+        while True:
+            with self._cond:
+                if self._cancelled.is_set() or len(self._jobs) >= self._engine.workers:
+                    return
+                segment = None
+                if self._cutter is None:
+                    if not self._inbox:
+                        return
+                    segment = self._inbox.popleft()
+                    self._inbox_chars -= len(segment[1])
+            if segment is not None:
+                self._cutter = self._engine._pieces(self._voice, self._language, *segment)
+            assert self._cutter is not None
+            piece = next(self._cutter, None)
+            if piece is None:
+                self._cutter = None
+            else:
+                self._submit(piece)
 
-        Each job's deadline is when this stream's listener would run out of audio without it: the
-        end of the audio delivered so far (now, if none yet) plus the estimated length of the
-        segments before it that are still undelivered.
-        """
-        if self._submitted >= len(self._texts):
-            return
-        now = time.monotonic()
-        runs_out = now if self._first_put_at is None else self._first_put_at + self._frames_put / self.sample_rate
-        ahead = sum(estimate_seconds(t) for t in self._texts[self._delivering:self._submitted])
-        while (self._submitted < len(self._texts)
-               and self._submitted < self._delivering + self._engine.workers):
-            job = _SegmentJob(self._submitted, self._texts[self._submitted])
-            self._jobs[job.index] = job
-            try:
-                job.future = self._engine._pool.submit(runs_out + ahead, lambda job=job: self._run_job(job))
-                ahead += estimate_seconds(job.text)
-            except RuntimeError:  # the pool is shut down: the engine is closing
-                job.pieces.put(EngineError("engine_closed", "the CPU engine is closed"))
-                job.pieces.put(_DONE)
-            self._submitted += 1
-
-    def _run_job(self, job: _SegmentJob) -> None:
-        try:
+    def _submit(self, piece: _Piece) -> None:
+        """Hand one piece to the pool. Its deadline is when this stream's listener would run out of audio
+        without it: the end of the audio delivered so far (now, if none yet) plus the estimated length
+        of the pieces before it that are still undelivered."""
+        job = _PieceJob(piece)
+        with self._cond:
             if self._cancelled.is_set():
                 return
-            voice, lang = self._engine._pick(self._voice, self._language, job.text)
-            for piece in self._engine._synthesise(voice, lang, job.text, self._speed, self._cancelled,
+            deadline = self._runs_out() + sum(j.piece.seconds for j in self._jobs)
+            self._jobs.append(job)
+        try:
+            job.future = self._engine._pool.submit(deadline, partial(self._run_job, job), owner=self)
+        except RuntimeError:  # the pool is shut down: the engine is closing
+            with self._cond:
+                job.error = EngineError("engine_closed", "the CPU engine is closed")
+                job.done = True
+                self._cond.notify_all()
+            return
+        job.future.add_done_callback(partial(self._job_over, job))
+
+    def _runs_out(self) -> float:
+        if self._first_put_at is None:
+            return time.monotonic()
+        return self._first_put_at + self._frames_put / self.sample_rate
+
+    def _run_job(self, job: _PieceJob) -> None:
+        with self._cond:
+            job.started = True
+        if self._cancelled.is_set():
+            return
+        p = job.piece
+        try:
+            for audio in self._engine._synthesise(p.voice, p.lang, p.text, self._speed, self._cancelled,
                                                   job.run_options):
-                job.pieces.put(piece)
+                with self._cond:
+                    job.audio.append(audio)
+                    self._cond.notify_all()
         except Exception as exc:  # reported by the driver, in order, as StreamEnd("error")
             if not self._cancelled.is_set():
-                log.exception("CPU voice synthesis failed for segment %d", job.index)
-                job.pieces.put(exc)
-        finally:
-            job.pieces.put(_DONE)
+                log.exception("CPU voice synthesis failed for segment %d", p.segment)
+                with self._cond:
+                    job.error = exc
+
+    def _job_over(self, job: _PieceJob, future: Future[None]) -> None:
+        """The future's done-callback: run, failed or cancelled before it ran, the job is over."""
+        with self._cond:
+            if future.cancelled() and not self._cancelled.is_set() and job.error is None:
+                job.error = EngineError("engine_closed", "the CPU engine is closed")  # the pool shut down
+            job.done = True
+            self._cond.notify_all()
+
+    def _has_news(self) -> bool:
+        """Under `_cond`: whether the driver has something to do."""
+        if self._cancelled.is_set():
+            return True
+        if self._jobs and (self._jobs[0].audio or self._jobs[0].done):
+            return True
+        if len(self._jobs) < self._engine.workers and (self._inbox or self._cutter is not None):
+            return True
+        return self._finished and not self._jobs and not self._inbox and self._cutter is None
+
+    def _notice_due(self) -> float | None:
+        """Under `_cond`: when a `Waiting` is due for the piece at the head, or None when none is: it
+        waits for a worker (not started), its listener has nothing left to play, and no notice went out
+        since the last audio."""
+        if self._notified or not self._jobs or self._jobs[0].started:
+            return None
+        return max(self._jobs[0].queued_at + NOTICE_AFTER_S, self._runs_out())
+
+    def _notify_waiting(self, head: _PieceJob) -> None:
+        ahead = self._engine._pool.ahead(head.future) if head.future is not None else None
+        if ahead is None:
+            return  # it has started meanwhile
+        try:
+            self._bridge.put(Waiting("capacity", ahead), timeout=0)
+        except TimeoutError:
+            return  # the consumer has audio queued: it is not waiting
+        self._notified = True
 
     def _drive(self) -> None:
         frame = 0  # stream-relative index of the next output sample
         chunk = max(1, self.sample_rate * CHUNK_MS // 1000)
+        resampler: SegmentResampler | None = None  # one per segment, across its pieces
         try:
             while True:
+                self._fill()
                 with self._cond:
-                    self._cond.wait_for(lambda: self._cancelled.is_set() or self._finished
-                                        or self._delivering < len(self._texts))
+                    due = self._notice_due()
+                    timeout = 1.0 if due is None else min(1.0, max(0.005, due - time.monotonic()))
+                    self._cond.wait_for(self._has_news, timeout)
                     if self._cancelled.is_set():
                         return
-                    if self._delivering >= len(self._texts):  # finished and all delivered
-                        break
-                    self._submit_ready()
-                    job = self._jobs[self._delivering]
-                seg = job.index
-                resampler: SegmentResampler | None = None
-                while True:
-                    item = job.pieces.get()
-                    if item is _DONE or self._cancelled.is_set():
-                        break
-                    if isinstance(item, Exception):
-                        self._bridge.end("error", f"segment {seg}: {item}")
-                        self._abort()  # the stream is over: stop its other segments' work
-                        return
-                    audio, rate = item
+                    if not self._jobs:
+                        if self._finished and not self._inbox and self._cutter is None:
+                            break
+                        continue
+                    head = self._jobs[0]
+                    audio = list(head.audio)
+                    head.audio.clear()
+                    done, error = head.done, head.error
+                    if done:
+                        self._jobs.popleft()
+                    due = self._notice_due()
+                if not audio and not done:
+                    if due is not None and due <= time.monotonic():
+                        self._notify_waiting(head)
+                    continue
+                seg = head.piece.segment
+                for pcm, rate in audio:
                     if resampler is None:
                         resampler = SegmentResampler(rate, self.sample_rate)
-                    frame = self._deliver(resampler.push(audio), frame, seg, chunk)
+                    frame = self._deliver(resampler.push(pcm), frame, seg, chunk)
                     if frame < 0:
                         return
-                if self._cancelled.is_set():
+                if error is not None:
+                    self._bridge.end("error", f"segment {seg}: {error}")
+                    self._abort()  # the stream is over: stop its other pieces' work
                     return
-                if resampler is not None:
+                if done and head.piece.last and resampler is not None:
                     frame = self._deliver(resampler.flush(), frame, seg, chunk)
+                    resampler = None
                     if frame < 0:
                         return
-                with self._cond:
-                    self._jobs.pop(seg, None)
-                    self._delivering += 1
             self._bridge.end("done")
         except Exception as exc:
             log.exception("CPU stream driver failed")
             self._bridge.end("error", str(exc))
             self._abort()
+        finally:  # nothing of the stream outlives it
+            with self._cond:
+                self._jobs.clear()
+                self._inbox.clear()
+                self._inbox_chars = 0
+            self._cutter = None
 
     def _deliver(self, pcm: np.ndarray, frame: int, seg: int, chunk: int) -> int:
-        """Put `pcm` as chunks; the next frame index, or -1 once the stream is cancelled/ended."""
+        """Put `pcm` as chunks; the next frame index, or -1 once the stream is cancelled/ended. Blocks
+        while the bridge is full: a slow consumer pauses this stream's synthesis, bounded by the
+        look-ahead."""
         for start in range(0, pcm.size, chunk):
             piece = pcm[start:start + chunk]
             if not self._bridge.put(AudioChunk(piece, self.sample_rate, frame, seg)):
@@ -399,25 +537,48 @@ class CpuStream:
                 self._first_put_at = time.monotonic()
             frame += piece.size
             self._frames_put = frame
+            self._notified = False
         return frame
+
+
+def _shown(value: object) -> str:
+    """`value` as an error message may show it: a short repr, else only its type and size (client
+    input can be of any length)."""
+    if isinstance(value, bool | int | float | str):
+        text = repr(value)
+        return text if len(text) <= 40 else f"a {type(value).__name__} of {len(text)} characters"
+    return f"a {type(value).__name__}"
 
 
 def _int_option(value: object, default: int, lo: int, hi: int, name: str) -> int:
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        raise EngineError("invalid_option", f"{name} must be an integer, got {value!r}")
-    if not lo <= int(value) <= hi:
-        raise EngineError("invalid_option", f"{name} must be within {lo}–{hi}, got {value}")
-    return int(value)
+    if isinstance(value, float) and value.is_integer():  # False for NaN and ±inf
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EngineError("invalid_option", f"{name} must be an integer, got {_shown(value)}")
+    if not lo <= value <= hi:
+        raise EngineError("invalid_option", f"{name} must be within {lo}–{hi}, got {_shown(value)}")
+    return value
 
 
 def _float_option(value: object, default: float, lo: float, hi: float, name: str) -> float:
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= float(value) <= hi:
-        raise EngineError("invalid_option", f"{name} must be a number within {lo}–{hi}, got {value!r}")
+    # Compared before any float(): NaN fails every comparison, and a huge int never overflows.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise EngineError("invalid_option", f"{name} must be a number within {lo}–{hi}, got {_shown(value)}")
     return float(value)
+
+
+def _check_ignored_options(options: dict[str, object]) -> None:
+    """`seed` and `instructions` do nothing here, but a wrong one is still the caller's mistake."""
+    seed = options.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+        raise EngineError("invalid_option", f"seed must be an integer within 0–2**63-1, got {_shown(seed)}")
+    instructions = options.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise EngineError("invalid_option", f"instructions must be a string, got {_shown(instructions)}")
 
 
 def load_cpu_engine(name: str = "cpu", **options: Any) -> CpuEngine:

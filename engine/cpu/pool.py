@@ -3,6 +3,8 @@
 The CPU voices share one pool among all streams. A FIFO pool would let one stream's look-ahead
 segments delay another stream's first audio; ordering by the time each listener will run out of
 audio (DESIGN §3: streams with no audio yet first, then the shortest playback buffer) avoids that.
+Jobs are meant to be short (a bounded piece of a segment): a job is never preempted, so the longest
+one bounds how long a new stream waits for a worker.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 class UrgencyPool:
     def __init__(self, workers: int, name: str = "worker") -> None:
-        self._heap: list[tuple[float, int, Future[Any], Callable[[], Any]]] = []
+        self._heap: list[tuple[float, int, Future[Any], Callable[[], Any], object]] = []
         self._seq = itertools.count()  # ties (equal deadlines) run in submission order
         self._cond = threading.Condition()
         self._shutdown = False
@@ -26,24 +28,34 @@ class UrgencyPool:
         for t in self._threads:
             t.start()
 
-    def submit(self, deadline: float, fn: Callable[[], Any]) -> Future[Any]:
-        """Run `fn` once a worker is free and no job with an earlier deadline waits."""
+    def submit(self, deadline: float, fn: Callable[[], Any], owner: object = None) -> Future[Any]:
+        """Run `fn` once a worker is free and no job with an earlier deadline waits. `owner` (say, the
+        stream) only tells `ahead` whose jobs are whose."""
         future: Future[Any] = Future()
         with self._cond:
             if self._shutdown:
                 raise RuntimeError("the pool is shut down")
-            heapq.heappush(self._heap, (deadline, next(self._seq), future, fn))
+            heapq.heappush(self._heap, (deadline, next(self._seq), future, fn, owner))
             self._cond.notify()
         return future
+
+    def ahead(self, future: Future[Any]) -> int | None:
+        """How many other owners have a job queued to run before `future`'s; None once it is not queued."""
+        with self._cond:
+            mine = next((e for e in self._heap if e[2] is future), None)
+            if mine is None:
+                return None
+            return len({id(e[4]) for e in self._heap if e[:2] < mine[:2] and e[4] is not mine[4]})
 
     def shutdown(self, wait: bool = True) -> None:
         """Cancel the jobs not started; with `wait`, join the workers (running jobs finish)."""
         with self._cond:
             self._shutdown = True
-            for _, _, future, _ in self._heap:
-                future.cancel()
+            queued = [e[2] for e in self._heap]
             self._heap.clear()
             self._cond.notify_all()
+        for future in queued:  # outside the lock: a future's done-callbacks may take their owner's locks
+            future.cancel()
         if wait:
             for t in self._threads:
                 t.join()
@@ -54,7 +66,7 @@ class UrgencyPool:
                 self._cond.wait_for(lambda: self._heap or self._shutdown)
                 if not self._heap:
                     return  # shut down and drained
-                _, _, future, fn = heapq.heappop(self._heap)
+                _, _, future, fn, _ = heapq.heappop(self._heap)
             if not future.set_running_or_notify_cancel():
                 continue  # cancelled while queued
             try:

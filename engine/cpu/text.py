@@ -1,15 +1,24 @@
-"""Text handling the CPU voices need: per-segment language, sentence pieces, Han/Latin runs."""
+"""Text handling the CPU voices need: per-segment language, bounded pieces, sentences, Han/Latin runs."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _HAN_RE = re.compile(f"[{_HAN}]")
 _RUNS = re.compile(f"([{_HAN}][{_HAN}\\s，。！？、；：“”‘’（）《》…—·0-9０-９%％]*)|([^{_HAN}]+)")
 # A sentence ends at . ! ? … (ASCII ones only before a space or the end, so "3.14" stays whole) or
-# at the Han marks, which need no space after them.
-_SENTENCE = re.compile(r".+?(?:[.!?…]+[\"')\]”’]*(?=\s|$)|[。！？]+[”’」』）]*|$)", re.S)
+# at the Han marks, which need no space after them. The lookbehinds and possessive runs make a match
+# start only at the first mark of a run and never backtrack into it: `.+?(?:[.!?…]+…)` took 0.5 s for
+# 5000 "!" and a letter (quadratic), a stall a client could make as long as it liked.
+_SENTENCE_END = re.compile(r"(?<![.!?…])[.!?…]++[\"')\]”’]*+(?=\s|$)|(?<![。！？])[。！？]++[”’」』）]*+")
+# Where an over-long sentence may be cut: after a clause mark (ASCII ones only before a space, so
+# "1,000" stays whole), else at a space.
+_CLAUSE_END = re.compile(r"[,;:]++(?=\s)|[，、；：]++")
+_SPACE = re.compile(r"\s+")
+# A Han character is a syllable: spoken, about as long as three Latin letters.
+_HAN_COST = 3
 
 LANGUAGE_ALIASES: dict[str, str] = {
     "auto": "auto",
@@ -52,25 +61,138 @@ def han_latin_runs(text: str) -> list[tuple[bool, str]]:
 
 def sentences(text: str) -> list[str]:
     """Cut a segment into sentences (the unit of one model run); whitespace-only pieces dropped."""
-    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+    return list(_sentences(text))
+
+
+def _sentences(text: str) -> Iterator[str]:
+    start = 0
+    for m in _SENTENCE_END.finditer(text):
+        if sentence := text[start : m.end()].strip():
+            yield sentence
+        start = m.end()
+    if tail := text[start:].strip():
+        yield tail
 
 
 def split_long(phonemes: str, limit: int) -> list[str]:
     """Cut a phoneme string longer than `limit` symbols, preferring clause marks, then spaces."""
     out: list[str] = []
     rest = phonemes.strip()
-    while len(rest) > limit:
-        window = rest[:limit]
+    start, n = 0, len(rest)
+    while n - start > limit:  # by index: slicing off the rest at every cut would be quadratic
+        window = rest[start : start + limit]
         cut = max(window.rfind(m) for m in ",;:.!?")
         if cut < limit // 3:
             cut = window.rfind(" ")
         if cut < limit // 3:
             cut = limit - 1
-        out.append(rest[: cut + 1].strip())
-        rest = rest[cut + 1 :].strip()
-    if rest:
-        out.append(rest)
+        if piece := window[: cut + 1].strip():
+            out.append(piece)
+        start += cut + 1
+        while start < n and rest[start] == " ":
+            start += 1
+    if tail := rest[start:].strip():
+        out.append(tail)
     return out
+
+
+def cost(text: str) -> int:
+    """Length in Latin-letter equivalents (a Han character counts `_HAN_COST`): what bounds a piece."""
+    return len(text) + (_HAN_COST - 1) * len(_HAN_RE.findall(text))
+
+
+def pieces(text: str, limit: int) -> Iterator[str]:
+    """Cut one segment into pieces of at most `limit` `cost`, in order, losing nothing but whitespace.
+
+    A piece is the work of one synthesis job, so a long segment cannot hold a worker for minutes. Whole
+    sentences are packed together while they fit (the voices run sentence by sentence anyway, so their
+    audio is the same as the whole segment's); a longer sentence is cut after a clause mark, else at a
+    space, else (Han without spaces) between two jieba words, else anywhere. Lazy and linear: the
+    caller takes pieces as its look-ahead needs them.
+    """
+    batch: list[str] = []
+    size = 0
+    for part in _parts(text, limit):
+        c = cost(part)
+        if batch and size + 1 + c > limit:
+            yield " ".join(batch)
+            batch, size = [], 0
+        size += c + (1 if batch else 0)
+        batch.append(part)
+    if batch:
+        yield " ".join(batch)
+
+
+def _parts(text: str, limit: int) -> Iterator[str]:
+    for sentence in _sentences(text):
+        if len(sentence) <= limit // _HAN_COST or cost(sentence) <= limit:
+            yield sentence
+        else:
+            yield from _cut_sentence(sentence, limit)
+
+
+def _cut_sentence(sentence: str, limit: int) -> Iterator[str]:
+    """Fragments of at most `limit` cost, each as long as a good cut allows."""
+    start, n = 0, len(sentence)
+    while start < n:
+        while start < n and sentence[start].isspace():  # a cut at a space leaves it in front
+            start += 1
+        end = _reach(sentence, start, limit)
+        if end >= n:
+            if tail := sentence[start:].strip():
+                yield tail
+            return
+        window = sentence[start:end]
+        cut = _best_cut(window)
+        if fragment := window[:cut].strip():
+            yield fragment
+        start += cut
+
+
+def _reach(text: str, start: int, limit: int) -> int:
+    """The furthest end such that `text[start:end]` costs at most `limit` (and at least one character)."""
+    end = min(len(text), start + limit)
+    if not _HAN_RE.search(text, start, end):
+        return end
+    budget = limit
+    i = start
+    while i < len(text):
+        budget -= _HAN_COST if _HAN_RE.match(text, i) else 1
+        if budget < 0:
+            break
+        i += 1
+    return max(i, start + 1)
+
+
+def _best_cut(window: str) -> int:
+    """Where to end a fragment of `window` (which is followed by more text): after its last clause
+    mark, else at its last space, else between jieba words, else at its end — never in its first
+    third, so fragments stay long."""
+    floor = len(window) // 3
+    marks = [m.end() for m in _CLAUSE_END.finditer(window, floor)]
+    if marks:
+        return marks[-1]
+    spaces = [m.start() for m in _SPACE.finditer(window, floor)]
+    if spaces and spaces[-1] > 0:
+        return spaces[-1]
+    if _HAN_RE.search(window):
+        bounds = [b for b in _word_bounds(window) if floor <= b < len(window)]
+        if bounds:
+            return bounds[-1]  # not the window's end: its last word may run on past it
+    return len(window)
+
+
+def _word_bounds(text: str) -> list[int]:
+    """Offsets between jieba's words of `text` (Mandarin has no spaces between words)."""
+    try:
+        import jieba  # with the Kokoro voices, which need it for their Mandarin G2P
+    except ImportError:
+        return []
+    bounds, at = [], 0
+    for word in jieba.cut(text, HMM=False):
+        at += len(word)
+        bounds.append(at)
+    return bounds
 
 
 def estimate_seconds(text: str) -> float:
