@@ -68,6 +68,142 @@ async def run(url: str, name: str, *, key: str | None = None, after: int = 2, **
 
 # -- attacks (each section names its finding in issue 13) -------------------------------------------------
 
+# Findings 5 and 7: voice registration. A clip that decodes to hours of audio (a compressed file of
+# silence: 2 h at 8 kHz is ~0.2 MB of FLAC, ~1.4 GB of float32 once decoded), sent once (`voice_bomb`)
+# or by many callers at once (`voice_flood`). The gateway must refuse it from the header or stop
+# decoding at the 30 s limit, whatever the format. Options: format (flac | opus | vorbis | mp3 | wav),
+# seconds, rate, header ("true"; "unknown": a FLAC that declares no length; "short": one that declares
+# 2 s). A gateway that cannot clone refuses the clip before decoding it (`voice_cloning_unsupported`).
+_BOMB_FORMATS = {"flac": ("FLAC", "PCM_16"), "opus": ("OGG", "OPUS"), "vorbis": ("OGG", "VORBIS"),
+                 "mp3": ("MP3", "MPEG_LAYER_III"), "wav": ("WAV", "PCM_U8")}  # fmt: skip
+
+
+def bomb_clip(fmt: str = "flac", seconds: float = 7200.0, rate: int = 8000, header: str = "true") -> bytes:
+    """`seconds` of silence as an audio file, written a minute at a time (the bomb itself stays small)."""
+    import io
+
+    import numpy as np
+    import soundfile
+
+    container, subtype = _BOMB_FORMATS[fmt]
+    rate = 48000 if fmt == "opus" else rate  # Opus knows 8/12/16/24/48 kHz; 48 kHz is the biggest bomb
+    buf = io.BytesIO()
+    with soundfile.SoundFile(buf, "w", rate, 1, format=container, subtype=subtype) as f:
+        minute = np.zeros(rate * 60, np.int16)
+        left = int(seconds * rate)
+        while left > 0:
+            f.write(minute[:left])
+            left -= minute.size
+    data = bytearray(buf.getvalue())
+    if header != "true":
+        if fmt != "flac":
+            raise ValueError("a lying header is made for FLAC only")
+        # STREAMINFO's total-samples field: the low 36 bits of the 8 bytes at offset 18.
+        declared = 0 if header == "unknown" else 2 * rate
+        field_ = int.from_bytes(data[18:26], "big") & ~((1 << 36) - 1) | declared
+        data[18:26] = field_.to_bytes(8, "big")
+    return bytes(data)
+
+
+def _post_json(ctx: Context, path: str, body: dict[str, Any], timeout: float = 120.0) -> tuple[int, dict[str, Any]]:
+    import urllib.error
+    import urllib.request
+
+    from canary import auth_headers, http_url
+
+    req = urllib.request.Request(http_url(ctx.url) + path, json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"} | auth_headers(ctx.key))  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        try:
+            return e.code, json.load(e)
+        except ValueError:
+            return e.code, {}
+
+
+def _delete(ctx: Context, path: str) -> None:
+    import urllib.request
+
+    from canary import auth_headers, http_url
+
+    req = urllib.request.Request(http_url(ctx.url) + path, method="DELETE", headers=auth_headers(ctx.key))
+    with urllib.request.urlopen(req, timeout=30):
+        pass
+
+
+class PeakRss:
+    """The server's RSS sampled every `interval` s while the block runs: a freed bomb leaves the RSS
+    where it was, so only the peak shows what decoding it took."""
+
+    def __init__(self, url: str, interval: float = 0.05) -> None:
+        import threading
+
+        self.url, self.interval = url, interval
+        self.base = self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="peak-rss")
+
+    @property
+    def growth_mb(self) -> float:
+        return round((self.peak - self.base) / 2**20, 1)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, server_rss(self.url))
+
+    async def __aenter__(self) -> PeakRss:
+        self.base = self.peak = await asyncio.to_thread(server_rss, self.url)
+        self._thread.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()
+        await asyncio.to_thread(self._thread.join, 30)
+        self.peak = max(self.peak, await asyncio.to_thread(server_rss, self.url))
+
+
+async def _register_bombs(ctx: Context, count: int) -> dict[str, Any]:
+    import base64
+    import uuid
+
+    o = ctx.options
+    fmt, header = str(o.get("format", "flac")), str(o.get("header", "true"))
+    clip = await asyncio.to_thread(bomb_clip, fmt, float(o.get("seconds", 7200)), int(o.get("rate", 8000)), header)
+    audio = base64.b64encode(clip).decode()
+    answers: list[tuple[int, str, float]] = []
+
+    async def one() -> None:
+        voice_id = f"bomb-{uuid.uuid4().hex[:8]}"
+        t0 = time.monotonic()
+        status, body = await asyncio.to_thread(_post_json, ctx, "/v1/audio/voices",
+                                               {"voice_id": voice_id, "ref_audio": audio, "ref_text": "Silence."})
+        answers.append((status, (body.get("error") or {}).get("code", ""), time.monotonic() - t0))
+        if status == 201:  # accepted (what the header declared, say): leave nothing behind
+            await asyncio.to_thread(_delete, ctx, f"/v1/audio/voices/{voice_id}")
+
+    async with PeakRss(ctx.url) as rss:
+        await asyncio.gather(*(one() for _ in range(count)))
+    statuses: dict[str, int] = {}
+    codes: dict[str, int] = {}
+    for status, code, _ in answers:
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
+        codes[code] = codes.get(code, 0) + 1
+    return {"clip_bytes": len(clip), "statuses": statuses, "codes": codes,
+            "worst_answer_s": round(max(s for *_, s in answers), 3), "rss_peak_growth_mb": rss.growth_mb}  # fmt: skip
+
+
+@attack("voice_bomb")
+async def voice_bomb(ctx: Context) -> dict[str, Any]:
+    return await _register_bombs(ctx, 1)
+
+
+@attack("voice_flood")
+async def voice_flood(ctx: Context) -> dict[str, Any]:
+    return await _register_bombs(ctx, int(ctx.options.get("concurrency", 16)))
+
+
 # -- more attacks above this line --------------------------------------------------------------------------
 
 
