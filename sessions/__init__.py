@@ -16,6 +16,7 @@ from .errors import (
     VoiceExists,
     VoiceLimitExceeded,
     VoiceNotFound,
+    VoiceQuotaExceeded,
 )
 from .leases import OwnershipLease, StreamSlot
 from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo
@@ -48,6 +49,7 @@ __all__ = [
     "VoiceInfo",
     "VoiceLimitExceeded",
     "VoiceNotFound",
+    "VoiceQuotaExceeded",
     "bind_allowed",
     "embedded_server",
     "hash_api_key",

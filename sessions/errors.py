@@ -56,6 +56,12 @@ class VoiceLimitExceeded(SessionStoreError):
     code = "voice_limit"
 
 
+class VoiceQuotaExceeded(VoiceLimitExceeded):
+    """The tenant's voices would hold more than ``max_voice_bytes_per_tenant`` bytes."""
+
+    code = "voice_quota_exceeded"
+
+
 class StreamLimitExceeded(SessionStoreError):
     """The tenant already has ``limit`` live streams."""
 

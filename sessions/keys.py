@@ -50,5 +50,10 @@ def voice_index(tenant: str) -> str:
     return f"{_tenant(tenant)}:voices"
 
 
+def voice_sizes(tenant: str) -> str:
+    """A hash of the tenant's voice ids → bytes stored, for its byte quota."""
+    return f"{_tenant(tenant)}:voices:bytes"
+
+
 def streams(tenant: str) -> str:
     return f"{_tenant(tenant)}:streams"

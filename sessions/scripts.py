@@ -149,14 +149,38 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 return redis.call('ZCARD', KEYS[1])
 """
 
-# KEYS: voice, index. ARGV: voice_id, max_voices, replace(0|1), field, value, …
-# → 1 stored, -1 exists (and not replacing), -2 tenant at its voice limit.
+# KEYS: voice, index, sizes (hash: voice_id → bytes stored). ARGV: voice_id, max_voices, replace(0|1), size,
+# max_tenant_bytes, field, value, … → {1, tenant bytes after}, {-1, 0} exists (and not replacing),
+# {-2, 0} tenant at its voice limit, {-3, tenant bytes of the others} the bytes would pass the quota.
+# The total is summed from the sizes hash (≤ max_voices entries) rather than kept in a counter, so it
+# cannot drift from what is stored; a replaced voice's old size is not counted twice.
 PUT_VOICE = """
 local exists = redis.call('EXISTS', KEYS[1]) == 1
-if exists and ARGV[3] == '0' then return -1 end
-if not exists and redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[2]) then return -2 end
+if exists and ARGV[3] == '0' then return {-1, 0} end
+if not exists and redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[2]) then return {-2, 0} end
+local total = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[3])) do total = total + tonumber(v) end
+local others = total - tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+local size = tonumber(ARGV[4])
+if others + size > tonumber(ARGV[5]) then return {-3, others} end
 redis.call('DEL', KEYS[1])
-for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 6, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('SADD', KEYS[2], ARGV[1])
-return 1
+redis.call('HSET', KEYS[3], ARGV[1], size)
+return {1, others + size}
+"""
+
+# KEYS: voice, index, sizes. ARGV: voice_id → 1 deleted, 0 no such voice. Frees its bytes of the quota.
+DELETE_VOICE = """
+local n = redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+return n
+"""
+
+# KEYS: index, sizes → {voices, bytes}.
+VOICE_USAGE = """
+local total = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[2])) do total = total + tonumber(v) end
+return {redis.call('SCARD', KEYS[1]), total}
 """

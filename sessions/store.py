@@ -36,6 +36,7 @@ from .errors import (
     StreamLimitExceeded,
     VoiceExists,
     VoiceLimitExceeded,
+    VoiceQuotaExceeded,
 )
 from .leases import OwnershipLease, StreamSlot
 from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo
@@ -75,7 +76,8 @@ class StoreSettings:
     spoken_log_max: int = 20  # utterances kept in the spoken-text log
     takeover: TakeoverPolicy = "takeover"
     max_voices_per_tenant: int = 1000
-    max_voice_bytes: int = 16 * 1024 * 1024
+    max_voice_bytes: int = 2 * 1024 * 1024  # one voice, all fields; a compact 30 s clip is ≤ 1.44 MB
+    max_voice_bytes_per_tenant: int = 64 * 1024 * 1024  # all of a tenant's voices (inside the gateway if embedded)
     connect_timeout_s: float = 1.0
     op_timeout_s: float = 2.0  # a Redis that answers slower than this counts as unavailable
 
@@ -116,6 +118,8 @@ class SessionStore:
         self._renew_stream_s = reg(scripts.RENEW_STREAM)
         self._count_streams = reg(scripts.COUNT_STREAMS)
         self._put_voice = reg(scripts.PUT_VOICE)
+        self._delete_voice = reg(scripts.DELETE_VOICE)
+        self._voice_usage = reg(scripts.VOICE_USAGE)
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -392,23 +396,35 @@ class SessionStore:
 
     async def put_voice(self, tenant: str, voice: Voice, *, replace_existing: bool = False) -> Voice:
         """Store a voice (no TTL: voices outlive restarts). VoiceExists unless ``replace_existing``;
-        VoiceLimitExceeded past ``max_voices_per_tenant`` or ``max_voice_bytes``."""
+        VoiceLimitExceeded past ``max_voices_per_tenant`` or ``max_voice_bytes`` (this voice);
+        VoiceQuotaExceeded past ``max_voice_bytes_per_tenant`` (all of the tenant's voices, counted and
+        checked in the same script that writes, so concurrent registrations cannot pass it together)."""
         keys.check_id("voice", voice.voice_id)
-        size = len(voice.ref_audio or b"") + 4 * len(voice.speaker_embedding or ())
-        if size > self.settings.max_voice_bytes:
-            raise VoiceLimitExceeded(f"voice data is {size} bytes; the limit is {self.settings.max_voice_bytes}")
         if not voice.created_ms:
             voice = replace(voice, created_ms=now_ms())
-        flat = [x for kv in voice.to_fields().items() for x in kv]
-        code = await self._call(self._put_voice(
-            keys=[keys.voice(tenant, voice.voice_id), keys.voice_index(tenant)],
-            args=[voice.voice_id, self.settings.max_voices_per_tenant, int(replace_existing), *flat],
-        ))
+        fields = voice.to_fields()
+        size = sum(len(k) + len(v.encode() if isinstance(v, str) else v) for k, v in fields.items())
+        if size > self.settings.max_voice_bytes:
+            raise VoiceLimitExceeded(f"voice data is {size} bytes; the limit is {self.settings.max_voice_bytes}")
+        quota = self.settings.max_voice_bytes_per_tenant
+        code, held = await self._call(self._put_voice(
+            keys=[keys.voice(tenant, voice.voice_id), keys.voice_index(tenant), keys.voice_sizes(tenant)],
+            args=[voice.voice_id, self.settings.max_voices_per_tenant, int(replace_existing), size, quota,
+                  *(x for kv in fields.items() for x in kv)],
+        ))  # fmt: skip
         if code == -1:
             raise VoiceExists(f"voice {voice.voice_id} exists")
         if code == -2:
             raise VoiceLimitExceeded(f"tenant holds {self.settings.max_voices_per_tenant} voices already")
+        if code == -3:
+            raise VoiceQuotaExceeded(f"voice data is {size} bytes; the tenant's voices hold {held} of {quota} bytes "
+                                     "(delete a voice to free its bytes)")  # fmt: skip
         return voice
+
+    async def voice_usage(self, tenant: str) -> tuple[int, int]:
+        """(voices, bytes) the tenant's registered voices hold, as the quotas count them."""
+        n, size = await self._call(self._voice_usage(keys=[keys.voice_index(tenant), keys.voice_sizes(tenant)]))
+        return int(n), int(size)
 
     async def get_voice(self, tenant: str, voice_id: str) -> Voice | None:
         fields = await self._call(self.client.hgetall(keys.voice(tenant, voice_id)))
@@ -436,8 +452,8 @@ class SessionStore:
         return sorted(out, key=lambda v: (v.created_ms, v.voice_id))
 
     async def delete_voice(self, tenant: str, voice_id: str) -> bool:
-        pipe = self.client.pipeline(transaction=True)
-        pipe.delete(keys.voice(tenant, voice_id))
-        pipe.srem(keys.voice_index(tenant), voice_id)
-        deleted, _ = await self._call(pipe.execute())
-        return deleted > 0
+        """Delete a voice and free its bytes of the tenant's quota; False when there was none."""
+        deleted = await self._call(self._delete_voice(
+            keys=[keys.voice(tenant, voice_id), keys.voice_index(tenant), keys.voice_sizes(tenant)], args=[voice_id]
+        ))
+        return int(deleted) > 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sessions import SessionStore, Voice, VoiceExists, VoiceLimitExceeded
+from sessions import SessionStore, Voice, VoiceExists, VoiceLimitExceeded, VoiceQuotaExceeded
 
 from .conftest import MakeStore
 
@@ -78,3 +78,38 @@ async def test_deleted_voice_is_gone_and_frees_its_place(store: SessionStore) ->
     assert await store.get_voice("acme", "v1") is None
     await store.put_voice("acme", Voice("v3"))
     assert [v.voice_id for v in await store.list_voices("acme")] == ["v0", "v2", "v3"]
+
+
+async def test_a_tenants_voices_are_bounded_by_bytes_and_a_delete_frees_them(make_store: MakeStore) -> None:
+    store = await make_store("a", max_voices_per_tenant=100, max_voice_bytes_per_tenant=10_000)
+    clip = b"\1" * 3000  # each voice holds a little more: its other fields count too
+    for i in range(3):
+        await store.put_voice("acme", Voice(f"v{i}", ref_audio=clip))
+    voices, held = await store.voice_usage("acme")
+    assert voices == 3 and 9000 < held <= 10_000
+    with pytest.raises(VoiceQuotaExceeded) as err:
+        await store.put_voice("acme", Voice("v3", ref_audio=clip))
+    assert err.value.code == "voice_quota_exceeded" and "bytes" in str(err.value)
+    assert isinstance(err.value, VoiceLimitExceeded)  # callers that catch the older error still do
+    assert await store.get_voice("acme", "v3") is None
+    await store.put_voice("other", Voice("v3", ref_audio=clip))  # the quota is per tenant
+    # Replacing a voice counts its new size only, not the old one besides.
+    await store.put_voice("acme", Voice("v0", ref_audio=clip), replace_existing=True)
+    assert await store.delete_voice("acme", "v1")
+    assert (await store.voice_usage("acme"))[1] < held - 3000
+    await store.put_voice("acme", Voice("v3", ref_audio=clip))
+    assert (await store.voice_usage("acme"))[0] == 3
+
+
+async def test_concurrent_registrations_cannot_pass_the_byte_quota_together(make_store: MakeStore) -> None:
+    import asyncio
+
+    limits = {"max_voices_per_tenant": 100, "max_voice_bytes_per_tenant": 10_000}  # bytes bind first
+    a, b = await make_store("a", **limits), await make_store("b", **limits)
+    results = await asyncio.gather(
+        *(s.put_voice("acme", Voice(f"v{i}", ref_audio=b"\2" * 3000)) for i, s in enumerate([a, b] * 5)),
+        return_exceptions=True,
+    )
+    assert sum(isinstance(r, Voice) for r in results) == 3
+    assert all(isinstance(r, VoiceQuotaExceeded) for r in results if not isinstance(r, Voice))
+    assert (await a.voice_usage("acme"))[1] <= 10_000
