@@ -31,12 +31,16 @@ log = logging.getLogger("voxgate")
 
 @get("/health")
 async def health(state: State) -> Response[dict[str, str]]:
-    """200 once the engine is warm (the contract); "degraded" while the state store is unreachable."""
+    """200 once the engine is warm (the contract); "degraded" while the state store's circuit is open.
+    Answered from state alone, never waiting on Redis (the store's heartbeat keeps its view current), and
+    unauthenticated: `detail` is a short stable phrase, never an address or an exception's text (the
+    server's log has those)."""
     if state.get("engine") is None:
-        status = "failed" if state.get("engine_error") else "warming"
-        return Response({"status": status, "detail": state.get("engine_error", "")}, status_code=503)
+        failed = bool(state.get("engine_error"))
+        detail = "the engine failed to load" if failed else "the engine is loading"
+        return Response({"status": "failed" if failed else "warming", "detail": detail}, status_code=503)
     store: SessionStore = state.store
-    h = await store.ping()
+    h = store.health()
     body = {"status": "ok" if h.status == "ok" else "degraded", "model": state.settings.model, "state": h.backend}
     if h.error:
         body["detail"] = h.error

@@ -3,6 +3,11 @@
 Keeps the Connection free of Redis details: attaching (create or resume, lease, control channel),
 config writes, the spoken-text log, per-tenant stream slots, and the cancel/takeover events that
 other replicas send. Failures of the store become protocol errors with the store's codes.
+
+Audio and acknowledgements never wait on Redis (DESIGN §7): `begin`, `record` and `update` return at
+once (the local copy is updated, Redis is written behind); `acquire_slot` falls back to this replica's
+own count while Redis is not answering. Only `attach` and `resolve_voice` (at `session.config`) read
+Redis, and they fail fast with `state_unavailable` while the store's circuit is open.
 """
 
 from __future__ import annotations
@@ -76,28 +81,29 @@ class SessionBinding:
             raise ProtocolError("invalid_config", f"the stored session config is invalid: {e}") from None
 
     async def update(self, cfg: SessionConfig) -> None:
-        """A config re-sent between utterances: Redis has it before the client hears `session.ready`."""
+        """A config re-sent between utterances: applied at once, written behind (a resume elsewhere sees
+        it once Redis has it; this connection speaks from its local copy meanwhile)."""
         assert self.attached is not None
-        try:
-            await self.attached.update(config=config_fields(cfg), voice=cfg.voice_name)
-        except SessionStoreError as e:
-            raise ProtocolError(e.code, str(e)) from None
+        self.attached.update(config=config_fields(cfg), voice=cfg.voice_name)
+
+    def begin(self, utterance: int) -> None:
+        """The utterance's audio is about to go out: log it as started (write-behind), so a replica
+        killed mid-utterance leaves it named in the spoken log and a resume elsewhere goes on after it."""
+        if self.attached is not None:
+            self.attached.begin_utterance(utterance)
 
     async def record(self, utterance: int, spoken: str, *, cancelled: bool) -> None:
-        """Log what was spoken. With Redis down the session keeps speaking from its local copy."""
-        if self.attached is None:
-            return
-        try:
-            await self.attached.record_utterance(utterance, spoken, cancelled=cancelled)
-        except SessionStoreError as e:  # down, or the record expired/was lost: the lease renewal restores it
-            log.warning("session %s: utterance %d kept locally (%s)", self.session_id, utterance, e.code)
+        """Log what was spoken: in the local copy at once, in Redis write-behind (never awaited)."""
+        if self.attached is not None:
+            self.attached.record_utterance(utterance, spoken, cancelled=cancelled)
 
     async def acquire_slot(self) -> StreamSlot | None:
-        """A per-tenant stream slot, when the tenant has a limit."""
+        """A per-tenant stream slot, when the tenant has a limit. While Redis is not answering, the limit
+        is held by this replica's own count of the tenant's streams (per replica, not across them)."""
         if self.tenant.max_streams is None:
             return None
         try:
-            slot = await self.store.acquire_stream(self.tenant.name, self.tenant.max_streams)
+            slot = await self.store.acquire_stream(self.tenant.name, self.tenant.max_streams, local_fallback=True)
         except SessionStoreError as e:
             raise ProtocolError(e.code, str(e)) from None
         slot.start_keepalive()

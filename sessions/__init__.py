@@ -3,6 +3,7 @@ segmentation code."""
 
 from .attached import AttachedSession
 from .auth import DEFAULT_TENANT, ApiKeys, Tenant, bind_allowed, hash_api_key, is_loopback, key_from_headers
+from .breaker import CircuitBreaker
 from .control import ControlSubscription
 from .errors import (
     SESSION_TAKEN_OVER,
@@ -21,12 +22,14 @@ from .errors import (
 from .leases import OwnershipLease, StreamSlot
 from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo
 from .store import SessionStore, StoreHealth, StoreSettings, embedded_server
+from .writebehind import WriteBehind
 
 __all__ = [
     "DEFAULT_TENANT",
     "SESSION_TAKEN_OVER",
     "ApiKeys",
     "AttachedSession",
+    "CircuitBreaker",
     "ControlMessage",
     "ControlSubscription",
     "InvalidId",
@@ -50,6 +53,7 @@ __all__ = [
     "VoiceLimitExceeded",
     "VoiceNotFound",
     "VoiceQuotaExceeded",
+    "WriteBehind",
     "bind_allowed",
     "embedded_server",
     "hash_api_key",

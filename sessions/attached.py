@@ -1,5 +1,11 @@
 """One WebSocket connection's hold on a session: its record (the local copy it keeps speaking from),
-its ownership lease and its control subscription, opened and closed together."""
+its ownership lease and its control subscription, opened and closed together.
+
+Opening waits on Redis (it must: a resume reads the stored session) and fails fast while Redis is not
+answering. After that nothing waits on Redis: the spoken log, config re-sends and the release are
+applied to the local copy at once and written behind (``SessionStore.later``), in order; a record that
+Redis lost meanwhile is written back from the local copy by the lease renewal.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from . import keys
 from .control import ControlSubscription
 from .errors import StateUnavailable
 from .leases import OwnershipLease
@@ -87,31 +94,58 @@ class AttachedSession:
             if nxt is not None:
                 nxt.cancel()  # a consumer that stops iterating leaves no pending read behind
 
-    async def update(self, *, config: dict[str, Any] | None = None, voice: str | None = None) -> None:
-        """A re-sent ``session.config``: stored first, then applied locally (not acknowledged otherwise)."""
-        await self.store.update_session(self.tenant, self.session_id, config=config, voice=voice)
+    @property
+    def _key(self) -> str:
+        return keys.session(self.tenant, self.session_id)
+
+    def update(self, *, config: dict[str, Any] | None = None, voice: str | None = None) -> None:
+        """A re-sent ``session.config``: applied to the local copy at once, written behind."""
         self.record = replace(
             self.record, config=config if config is not None else self.record.config,
             voice=voice if voice is not None else self.record.voice,
         )
+        store, tenant, sid = self.store, self.tenant, self.session_id
+        size = len(repr(config)) if config is not None else 0
+        store.later(self._key, "config update",
+                    lambda: store.update_session(tenant, sid, config=config, voice=voice), size)  # fmt: skip
 
-    async def record_utterance(self, utterance_index: int, spoken_text: str, *, cancelled: bool = False) -> None:
-        """Updates the local copy, then Redis. StateUnavailable propagates; the local copy is kept and
-        written back by ``restore_session`` if Redis comes back empty."""
+    def begin_utterance(self, utterance_index: int) -> None:
+        """The utterance starts speaking: a started entry in the log and ``next_utterance`` past it, in
+        the local copy at once and written behind, so a replica killed mid-utterance leaves it named."""
         r = self.record
-        log = [*r.spoken, SpokenEntry(utterance_index, spoken_text, cancelled, time.time_ns() // 1_000_000)]
+        if any(e.utterance_index == utterance_index for e in r.spoken):
+            return
+        entry = SpokenEntry(utterance_index, "", False, time.time_ns() // 1_000_000, finished=False)
+        self.record = replace(r, next_utterance=max(r.next_utterance, utterance_index + 1),
+                              spoken=[*r.spoken, entry][-self.store.settings.spoken_log_max:])  # fmt: skip
+        store, tenant, sid = self.store, self.tenant, self.session_id
+        store.later(self._key, "utterance start", lambda: store.begin_utterance(tenant, sid, utterance_index))
+
+    def record_utterance(self, utterance_index: int, spoken_text: str, *, cancelled: bool = False) -> None:
+        """A finished (or cancelled) utterance: in the local copy at once (in place of its started entry),
+        written behind. Recording one utterance twice counts once."""
+        r = self.record
+        at = next((i for i, e in enumerate(r.spoken) if e.utterance_index == utterance_index), None)
+        if at is not None and r.spoken[at].finished:
+            return
+        t = time.time_ns() // 1_000_000
+        entry = SpokenEntry(utterance_index, spoken_text, cancelled, t)
+        log = [*r.spoken, entry] if at is None else [*r.spoken[:at], entry, *r.spoken[at + 1:]]
         self.record = replace(
             r, next_utterance=max(r.next_utterance, utterance_index + 1),
             completed=r.completed + (not cancelled), cancelled=r.cancelled + cancelled,
             spoken=log[-self.store.settings.spoken_log_max:],
         )
-        await self.store.record_utterance(
-            self.tenant, self.session_id, utterance_index, spoken_text, cancelled=cancelled
-        )
+        store, tenant, sid = self.store, self.tenant, self.session_id
+        store.later(self._key, "utterance record", lambda: store.record_utterance(
+            tenant, sid, utterance_index, spoken_text, cancelled=cancelled, at_ms=t,
+        ), len(spoken_text.encode()))  # fmt: skip
 
     async def close(self) -> None:
-        """Release the lease and the subscription; the record stays resumable until its TTL."""
+        """Release the lease and the subscription; the record stays resumable until its TTL. Waits at
+        most an op timeout for this session's queued writes, so the release does not overtake them."""
         await self.control.close()
+        await self.store._settled(self._key)
         with contextlib.suppress(StateUnavailable):
             await self.lease.release()
 

@@ -4,6 +4,10 @@ A single reader task owns the pub/sub connection and routes messages to local su
 connection drops it opens a new one and re-subscribes every live channel, with backoff, so
 subscriptions survive a Redis restart. Pub/sub is at-most-once: a message published while the
 connection is down is lost; the ownership lease is the second, durable signal for takeovers.
+
+Nothing here waits on a Redis that stopped answering: ``subscribe`` fails at once while the store's
+circuit breaker is open (and an unconfirmed subscription opens it), and every command sent on the
+pub/sub connection is bounded by the confirmation timeout.
 """
 
 from __future__ import annotations
@@ -11,20 +15,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 
+from .breaker import UNAVAILABLE, UNAVAILABLE_MESSAGE, CircuitBreaker
 from .errors import StateUnavailable
 from .records import ControlMessage
 
 log = logging.getLogger("voxgate.sessions")
 
-UNAVAILABLE: tuple[type[BaseException], ...] = (
-    aioredis.ConnectionError, aioredis.TimeoutError, OSError, TimeoutError,
-)
+__all__ = ["UNAVAILABLE", "ControlBus", "ControlSubscription"]
 
 
 class ControlSubscription:
@@ -89,10 +92,11 @@ class ControlSubscription:
 
 class ControlBus:
     def __init__(
-        self, client: aioredis.Redis, *, confirm_timeout_s: float = 2.0,
-        backoff_s: tuple[float, float] = (0.05, 0.5),
+        self, client: aioredis.Redis, *, confirm_timeout_s: float = 0.5,
+        backoff_s: tuple[float, float] = (0.05, 0.5), breaker: CircuitBreaker | None = None,
     ) -> None:
         self._client = client
+        self._breaker = breaker
         self._confirm_timeout_s = confirm_timeout_s
         self._backoff_s = backoff_s
         self._subs: dict[bytes, set[ControlSubscription]] = {}
@@ -109,6 +113,8 @@ class ControlBus:
 
     async def subscribe(self, channel: str, session_id: str, token: str | None) -> ControlSubscription:
         """Returns once Redis has confirmed the subscription, so a publish after this is delivered."""
+        if self._breaker is not None and not self._breaker.is_closed:
+            raise StateUnavailable(UNAVAILABLE_MESSAGE)
         ch = channel.encode()
         sub = ControlSubscription(self, ch, session_id, token)
         if self._task is None or self._task.done():
@@ -123,13 +129,14 @@ class ControlBus:
         ps = self._pubsub
         if ps is not None:
             # A failure here is the reader's to repair: it re-subscribes every channel on reconnect.
-            with contextlib.suppress(*UNAVAILABLE):
-                await ps.subscribe(ch)
+            await self._send(ps.subscribe(ch))
         try:
             await asyncio.wait_for(asyncio.shield(fut), self._confirm_timeout_s)
         except TimeoutError as e:
             await self._remove(sub)
-            raise StateUnavailable("control channel subscription not confirmed by Redis") from e
+            if self._breaker is not None:
+                self._breaker.failure(e)
+            raise StateUnavailable(UNAVAILABLE_MESSAGE) from e
         finally:
             if fut in self._waiting.get(ch, []):
                 self._waiting[ch].remove(fut)
@@ -146,8 +153,14 @@ class ControlBus:
         del self._subs[sub.channel]
         ps = self._pubsub
         if ps is not None:
-            with contextlib.suppress(*UNAVAILABLE):
-                await ps.unsubscribe(sub.channel)
+            await self._send(ps.unsubscribe(sub.channel))
+
+    async def _send(self, command: Awaitable[object]) -> None:
+        """A (un)subscribe on the pub/sub connection: bounded, and failures left to the reader, which
+        re-subscribes every live channel when it reconnects."""
+        with contextlib.suppress(*UNAVAILABLE):
+            async with asyncio.timeout(self._confirm_timeout_s):
+                await command
 
     def _dispatch(self, msg: dict[str, object]) -> None:
         ch = msg.get("channel")
@@ -233,5 +246,5 @@ class ControlBus:
         self._subs.clear()
         if self._pubsub is not None:
             with contextlib.suppress(Exception):
-                await self._pubsub.unsubscribe()
+                await self._send(self._pubsub.unsubscribe())
         await self._drop()

@@ -3,6 +3,10 @@
 Both renew in a background task at a third of their TTL. Renewal failing because Redis is unreachable
 is not a loss: the holder keeps working from its local state and renews again when Redis is back.
 Renewal answering "someone else holds it" (or "expired") is a loss: ``lost`` is set.
+
+Releasing never waits on a Redis that is not answering: the release is queued write-behind (and the
+TTL bounds the lease or slot even if the queued release were lost). A stream slot's release is always
+queued: it sits between an utterance's audio and its ``session.done``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from . import keys
 from .errors import StateUnavailable
 
 if TYPE_CHECKING:
@@ -68,8 +73,10 @@ class _KeptAlive:
                 wait = min(every, 0.25)
 
     async def release(self) -> bool:
-        """Stop renewing and give the lease up. False when it was no longer ours (or Redis is down: it
-        then expires by itself)."""
+        raise NotImplementedError
+
+    async def _stop(self) -> bool:
+        """Stop renewing; False when already released."""
         if self.released:
             return False
         self.released = True
@@ -77,10 +84,7 @@ class _KeptAlive:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        try:
-            return await self._release()
-        except StateUnavailable:
-            return False
+        return True
 
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
@@ -116,6 +120,20 @@ class OwnershipLease(_KeptAlive):
     async def _release(self) -> bool:
         return await self._store._release_lease(self)
 
+    async def release(self) -> bool:
+        """Stop renewing and give the lease up. False when it was no longer ours, or when Redis is not
+        answering (then the release is queued, and the lease expires by itself meanwhile)."""
+        if not await self._stop():
+            return False
+        key = keys.lease(self.tenant, self.session_id)
+        try:
+            if self._store.breaker.is_closed:
+                return await self._release()
+        except StateUnavailable:
+            pass
+        self._store.later(key, "lease release", self._release)
+        return False
+
     async def __aenter__(self) -> OwnershipLease:
         self.start_keepalive()
         return self
@@ -125,19 +143,33 @@ class StreamSlot(_KeptAlive):
     """One of a tenant's concurrent streams. Counted in Redis until released or until its TTL lapses
     without renewal (a crashed replica's slots free themselves)."""
 
-    def __init__(self, store: SessionStore, tenant: str, slot_id: str, ttl_ms: int, active: int) -> None:
+    def __init__(
+        self, store: SessionStore, tenant: str, slot_id: str, ttl_ms: int, active: int, *, local: bool = False
+    ) -> None:
         super().__init__()
         self._store = store
         self.tenant = tenant
         self.slot_id = slot_id
         self.ttl_ms = ttl_ms
         self.active_at_acquire = active
+        self.local = local  # granted from this replica's own count while Redis was away; not in Redis yet
 
     async def renew(self) -> bool:
         return await self._store._renew_stream(self)
 
     async def _release(self) -> bool:
         return await self._store._release_stream(self)
+
+    async def release(self) -> bool:
+        """Stop renewing and give the slot up, at once: this replica stops counting it now, Redis when the
+        queued release is written (a read of the tenant's slots on this replica waits for that). False
+        when already released."""
+        if not await self._stop():
+            return False
+        self._store._let_go(self)
+        # Queued even for a local slot: its entry into Redis may have been under way.
+        self._store.later(keys.streams(self.tenant), "stream slot release", self._release)
+        return True
 
     async def __aenter__(self) -> StreamSlot:
         self.start_keepalive()

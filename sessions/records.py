@@ -13,23 +13,33 @@ VoiceKind = Literal["preset", "clone"]
 
 @dataclass(frozen=True)
 class SpokenEntry:
-    """One finished utterance in the session's capped spoken-text log."""
+    """One utterance in the session's capped spoken-text log: started (``finished`` False, no text yet:
+    its audio was going out when the entry was made) or finished/cancelled with what was spoken. A
+    started entry left behind names an utterance its replica never finished (killed mid-utterance)."""
 
     utterance_index: int
     text: str
     cancelled: bool
     at_ms: int
+    finished: bool = True
+
+    @staticmethod
+    def prefix(utterance_index: int) -> str:
+        """How every entry of that utterance begins in JSON: the scripts find an entry by it."""
+        return f'{{"u": {utterance_index:d}, "f": '
 
     def to_json(self) -> str:
+        # Key order is part of the format: "u" then "f" first (see ``prefix``).
         return json.dumps(
-            {"u": self.utterance_index, "t": self.text, "c": self.cancelled, "at": self.at_ms},
+            {"u": self.utterance_index, "f": int(self.finished), "t": self.text, "c": self.cancelled,
+             "at": self.at_ms},
             ensure_ascii=False,
         )
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> SpokenEntry:
         d = json.loads(raw)
-        return cls(int(d["u"]), d["t"], bool(d["c"]), int(d["at"]))
+        return cls(int(d["u"]), d["t"], bool(d["c"]), int(d["at"]), bool(d.get("f", 1)))
 
 
 @dataclass

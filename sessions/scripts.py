@@ -40,9 +40,19 @@ redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return 1
 """
 
-# KEYS: record, spoken. ARGV: ttl_ms, now_ms, utterance_index, entry_json, cancelled(0|1), spoken_max
-# → next_utterance, or -1 when there is no such session.
-RECORD_UTTERANCE = """
+# The spoken log holds one entry per utterance. Entries are JSON that begins `{"u": <index>, "f": <0|1>`
+# (SpokenEntry.to_json), so a script finds an utterance's entry by that prefix (the caller passes it:
+# ARGV's last) and reads whether it is finished from the character after it, without a JSON parser.
+_FIND_ENTRY = """
+local p = ARGV[#ARGV]
+local entries = redis.call('LRANGE', KEYS[2], 0, -1)
+local at = nil
+for i = #entries, 1, -1 do
+  if string.sub(entries[i], 1, #p) == p then at = i break end
+end
+"""
+
+_RAISE_NEXT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next_utterance') or '0')
 local idx = tonumber(ARGV[3])
@@ -50,15 +60,42 @@ if idx + 1 > nxt then
   nxt = idx + 1
   redis.call('HSET', KEYS[1], 'next_utterance', nxt)
 end
+redis.call('HSET', KEYS[1], 'last_seen_ms', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+"""
+
+# KEYS: record, spoken. ARGV: ttl_ms, now_ms, utterance_index, entry_json, spoken_max, entry_prefix
+# → next_utterance, or -1 when there is no such session. Marks the utterance as started (an unfinished
+# entry) and moves next_utterance past it, so a replica killed mid-utterance leaves it named in the log
+# and the next replica does not reuse its index. Idempotent: an entry already there is left alone.
+BEGIN_UTTERANCE = _RAISE_NEXT + _FIND_ENTRY + """
+if not at then
+  redis.call('RPUSH', KEYS[2], ARGV[4])
+  redis.call('LTRIM', KEYS[2], -tonumber(ARGV[5]), -1)
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+return nxt
+"""
+
+# KEYS: record, spoken. ARGV: ttl_ms, now_ms, utterance_index, entry_json, cancelled(0|1), spoken_max,
+# entry_prefix → next_utterance, or -1 when there is no such session. Replaces the utterance's started
+# entry (or appends one) and bumps `completed` or `cancelled`. Idempotent: an utterance already recorded
+# as finished is left alone, so a write replayed after an outage (which Redis may have applied already,
+# its reply lost in a timeout) counts once.
+RECORD_UTTERANCE = _RAISE_NEXT + _FIND_ENTRY + """
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+if at and string.sub(entries[at], #p + 1, #p + 1) == '1' then return nxt end
 if ARGV[5] == '1' then
   redis.call('HINCRBY', KEYS[1], 'cancelled', 1)
 else
   redis.call('HINCRBY', KEYS[1], 'completed', 1)
 end
-redis.call('HSET', KEYS[1], 'last_seen_ms', ARGV[2])
-redis.call('RPUSH', KEYS[2], ARGV[4])
-redis.call('LTRIM', KEYS[2], -tonumber(ARGV[6]), -1)
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
+if at then
+  redis.call('LSET', KEYS[2], at - 1, ARGV[4])
+else
+  redis.call('RPUSH', KEYS[2], ARGV[4])
+  redis.call('LTRIM', KEYS[2], -tonumber(ARGV[6]), -1)
+end
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return nxt
 """

@@ -1,12 +1,16 @@
 """SessionStore: session records, voices, control channels, ownership leases and stream limits in Redis.
 
 One ``SessionStore`` per process: it holds the one connection pool (and the one pub/sub connection of its
-``ControlBus``). Every method awaits Redis before returning, so nothing is acknowledged that Redis does not
-have; an unreachable Redis raises ``StateUnavailable``.
+``ControlBus``). Every Redis call passes through the store's ``CircuitBreaker`` (sessions/breaker.py): it
+gets at most ``op_timeout_s``, and while Redis is not answering it fails at once with ``StateUnavailable``.
+The async methods await Redis before returning. What a connection must not wait for (its spoken log,
+config re-sends, releasing leases and slots) goes through ``later`` into the bounded, ordered
+write-behind queue (sessions/writebehind.py), replayed when Redis is back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -14,7 +18,7 @@ import socket
 import time
 import uuid
 import weakref
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -25,9 +29,10 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from . import keys, scripts
+from . import keys, metrics, scripts
 from .attached import AttachedSession
-from .control import UNAVAILABLE, ControlBus, ControlSubscription
+from .breaker import UNAVAILABLE, UNAVAILABLE_MESSAGE, CircuitBreaker
+from .control import ControlBus, ControlSubscription
 from .errors import (
     SessionBusy,
     SessionExists,
@@ -40,6 +45,7 @@ from .errors import (
 )
 from .leases import OwnershipLease, StreamSlot
 from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo
+from .writebehind import WriteBehind
 
 log = logging.getLogger("voxgate.sessions")
 T = TypeVar("T")
@@ -78,8 +84,12 @@ class StoreSettings:
     max_voices_per_tenant: int = 1000
     max_voice_bytes: int = 2 * 1024 * 1024  # one voice, all fields; a compact 30 s clip is ≤ 1.44 MB
     max_voice_bytes_per_tenant: int = 64 * 1024 * 1024  # all of a tenant's voices (inside the gateway if embedded)
-    connect_timeout_s: float = 1.0
-    op_timeout_s: float = 2.0  # a Redis that answers slower than this counts as unavailable
+    connect_timeout_s: float = 0.5
+    op_timeout_s: float = 0.5  # one call slower than this opens the circuit: Redis counts as unavailable
+    breaker_failures: int = 2  # connection errors in a row (after redis-py's quick retries) that open it
+    heartbeat_s: float = 0.5  # a PING this often while closed: a stalled Redis is noticed without traffic
+    write_behind_max: int = 4096  # queued writes kept while Redis is away; the oldest is dropped past it
+    write_behind_max_bytes: int = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -87,7 +97,8 @@ class StoreHealth:
     status: Literal["ok", "degraded"]
     backend: Literal["redis", "embedded"]
     latency_ms: float | None
-    error: str | None = None
+    error: str | None = None  # a short stable phrase, safe to show anyone (no address, no exception text)
+    pending_writes: int = 0  # write-behind entries not yet in Redis
 
 
 class SessionStore:
@@ -100,16 +111,28 @@ class SessionStore:
         self.url = url
         self.settings = settings or StoreSettings()
         self.replica_id = replica_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.control = ControlBus(client, confirm_timeout_s=self.settings.op_timeout_s)
-        # Leases and slots held through this store: renewed at once when the control bus sees Redis back,
-        # so a record lost in a restart is restored in milliseconds rather than a renewal period later.
+        s = self.settings
+        self.breaker = CircuitBreaker(
+            self._raw_ping, op_timeout_s=s.op_timeout_s, failures=s.breaker_failures,
+            heartbeat_s=s.heartbeat_s if backend == "redis" else None,  # fakeredis cannot stall
+        )
+        self.write_behind = WriteBehind(self.breaker, max_entries=s.write_behind_max,
+                                        max_bytes=s.write_behind_max_bytes)  # fmt: skip
+        self.control = ControlBus(client, confirm_timeout_s=s.op_timeout_s, breaker=self.breaker)
+        # Leases and slots held through this store: renewed at once when Redis is back (the breaker
+        # closes, or the control bus reconnects), so a record lost in a restart is restored in
+        # milliseconds rather than a renewal period later.
         self._kept_alive: weakref.WeakSet[OwnershipLease | StreamSlot] = weakref.WeakSet()
         self.control.on_reconnect = self._renew_all_now
+        self.breaker.on_close.append(self._renew_all_now)
+        # Stream slots this replica holds per tenant: the limit it enforces alone while Redis is away.
+        self._held_streams: dict[str, int] = {}
         reg = client.register_script
         self._create = reg(scripts.CREATE_SESSION)
         self._restore = reg(scripts.RESTORE_SESSION)
         self._update = reg(scripts.UPDATE_SESSION)
         self._record_utt = reg(scripts.RECORD_UTTERANCE)
+        self._begin_utt = reg(scripts.BEGIN_UTTERANCE)
         self._publish = reg(scripts.PUBLISH_IF_SESSION)
         self._acquire_lease = reg(scripts.ACQUIRE_LEASE)
         self._renew_lease_s = reg(scripts.RENEW_LEASE)
@@ -137,8 +160,9 @@ class SessionStore:
             url,
             socket_connect_timeout=s.connect_timeout_s,
             socket_timeout=s.op_timeout_s,
-            # Few, quick retries: a dead Redis should surface as StateUnavailable in well under a second.
-            retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 2),
+            # Few, quick retries of a refused or reset connection; a timeout is not retried (the breaker
+            # bounds the whole call anyway): a stalled Redis must cost one op timeout, not three.
+            retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 2, supported_errors=(aioredis.ConnectionError,)),
             health_check_interval=10,
         )
         return cls(client, backend="redis", url=url, settings=s, replica_id=replica_id)
@@ -151,13 +175,18 @@ class SessionStore:
                 "processes and is lost on exit; pass --redis-url for multi-replica deployments"
             )
         try:
-            await self.client.ping()
+            async with asyncio.timeout(self.settings.connect_timeout_s + self.settings.op_timeout_s):
+                await self.client.ping()
         except UNAVAILABLE as e:
             raise StateUnavailable(f"cannot reach Redis at {redact(self.url)}: {e}") from e
+        await self.breaker.call(self._raw_ping())  # starts the heartbeat
         if self.backend == "redis":
             log.info("session store: Redis at %s (replica %s)", redact(self.url), self.replica_id)
 
     async def close(self) -> None:
+        """Write what is queued (for at most a second, while Redis answers), then let go of everything."""
+        await self.write_behind.close(drain_s=1.0)
+        await self.breaker.close()
         await self.control.close()
         await self.client.aclose()
 
@@ -170,24 +199,41 @@ class SessionStore:
     ) -> None:
         await self.close()
 
+    def _raw_ping(self) -> Awaitable[object]:
+        return self.client.ping()
+
+    def health(self) -> StoreHealth:
+        """For /health, at once and without touching Redis: the breaker's view (its heartbeat keeps it
+        current). ``degraded`` while the circuit is open."""
+        pending = len(self.write_behind)
+        if not self.breaker.is_closed:
+            return StoreHealth("degraded", self.backend, None, UNAVAILABLE_MESSAGE, pending)
+        return StoreHealth("ok", self.backend, self.breaker.latency_ms, None, pending)
+
     async def ping(self) -> StoreHealth:
-        """For /health: ``ok`` when Redis answers, ``degraded`` (with the error) when it does not."""
+        """A PING now (bounded by the breaker): ``ok`` when Redis answers, ``degraded`` when it does not."""
         t0 = time.perf_counter()
         try:
-            await self.client.ping()
-        except UNAVAILABLE as e:
-            return StoreHealth("degraded", self.backend, None, f"{type(e).__name__}: {e}")
-        return StoreHealth("ok", self.backend, (time.perf_counter() - t0) * 1000)
+            await self._call(self._raw_ping())
+        except StateUnavailable:
+            return StoreHealth("degraded", self.backend, None, UNAVAILABLE_MESSAGE, len(self.write_behind))
+        return StoreHealth("ok", self.backend, (time.perf_counter() - t0) * 1000, None, len(self.write_behind))
 
     def _renew_all_now(self) -> None:
         for held in list(self._kept_alive):
             held.renew_now()
 
     async def _call(self, op: Awaitable[T]) -> T:
-        try:
-            return await op
-        except UNAVAILABLE as e:
-            raise StateUnavailable(f"session state unavailable: {type(e).__name__}: {e}") from e
+        return await self.breaker.call(op)
+
+    def later(self, key: str, what: str, run: Callable[[], Awaitable[object]], size: int = 0) -> asyncio.Future[bool]:
+        """Queue an idempotent write of ``key`` (write-behind); returns at once."""
+        return self.write_behind.put(key, what, run, size)
+
+    async def _settled(self, key: str) -> None:
+        """Read-your-writes on this replica: let queued writes of ``key`` land first (bounded)."""
+        if self.breaker.is_closed:
+            await self.write_behind.settled(key, self.settings.op_timeout_s)
 
     # ---- sessions ---------------------------------------------------------------------------------------
 
@@ -222,6 +268,7 @@ class SessionStore:
 
     async def load_session(self, tenant: str, session_id: str) -> SessionRecord | None:
         """The record with its spoken log; None when absent (or another tenant's)."""
+        await self._settled(keys.session(tenant, session_id))
         pipe = self.client.pipeline(transaction=True)
         pipe.hgetall(keys.session(tenant, session_id))
         pipe.lrange(keys.spoken(tenant, session_id), 0, -1)
@@ -240,6 +287,7 @@ class SessionStore:
         return rec
 
     async def touch_session(self, tenant: str, session_id: str) -> bool:
+        await self._settled(keys.session(tenant, session_id))
         return bool(await self._call(self._update(
             keys=[keys.session(tenant, session_id), keys.spoken(tenant, session_id)],
             args=[self._session_ttl_ms, now_ms()],
@@ -261,18 +309,33 @@ class SessionStore:
         if not ok:
             raise SessionNotFound(f"session {session_id} not found")
 
+    async def begin_utterance(self, tenant: str, session_id: str, utterance_index: int) -> int:
+        """Mark an utterance as started (an unfinished log entry) and move ``next_utterance`` past it;
+        returns ``next_utterance``. Idempotent."""
+        t = now_ms()
+        entry = SpokenEntry(utterance_index, "", False, t, finished=False)
+        nxt = await self._call(self._begin_utt(
+            keys=[keys.session(tenant, session_id), keys.spoken(tenant, session_id)],
+            args=[self._session_ttl_ms, t, utterance_index, entry.to_json(), self.settings.spoken_log_max,
+                  SpokenEntry.prefix(utterance_index)],
+        ))
+        if nxt < 0:
+            raise SessionNotFound(f"session {session_id} not found")
+        return int(nxt)
+
     async def record_utterance(
         self, tenant: str, session_id: str, utterance_index: int, spoken_text: str, *,
-        cancelled: bool = False,
+        cancelled: bool = False, at_ms: int | None = None,
     ) -> int:
-        """Log a finished (or cancelled) utterance and what of it was spoken; returns ``next_utterance``.
-        The log keeps the last ``spoken_log_max`` entries."""
-        t = now_ms()
+        """Log a finished (or cancelled) utterance and what of it was spoken, in place of its started
+        entry; returns ``next_utterance``. The log keeps the last ``spoken_log_max`` entries. Idempotent:
+        an utterance already logged as finished is left as it is."""
+        t = at_ms or now_ms()
         entry = SpokenEntry(utterance_index, spoken_text, cancelled, t)
         nxt = await self._call(self._record_utt(
             keys=[keys.session(tenant, session_id), keys.spoken(tenant, session_id)],
             args=[self._session_ttl_ms, t, utterance_index, entry.to_json(), int(cancelled),
-                  self.settings.spoken_log_max],
+                  self.settings.spoken_log_max, SpokenEntry.prefix(utterance_index)],
         ))
         if nxt < 0:
             raise SessionNotFound(f"session {session_id} not found")
@@ -309,6 +372,7 @@ class SessionStore:
         ``async with lease:`` to renew in the background and release on exit."""
         policy = policy or self.settings.takeover
         token = token or f"{self.replica_id}/{uuid.uuid4().hex}"
+        await self._settled(keys.lease(tenant, session_id))  # a release of ours still queued goes first
         ttl = int(self.settings.lease_ttl_s * 1000)
         code, holder = await self._call(self._acquire_lease(
             keys=[keys.lease(tenant, session_id), keys.session(tenant, session_id)],
@@ -367,24 +431,64 @@ class SessionStore:
 
     # ---- stream limits ------------------------------------------------------------------------------
 
-    async def acquire_stream(self, tenant: str, limit: int | None) -> StreamSlot:
+    async def acquire_stream(self, tenant: str, limit: int | None, *, local_fallback: bool = False) -> StreamSlot:
         """Take one of the tenant's ``limit`` concurrent stream slots (None: unlimited, still counted);
-        StreamLimitExceeded when all are in use. Use as ``async with slot:`` to renew and release."""
+        StreamLimitExceeded when all are in use. Use as ``async with slot:`` to renew and release.
+
+        With ``local_fallback``, a Redis that is not answering does not refuse (or delay) the stream:
+        the slot is granted from this replica's own count of the tenant's streams (so ``limit`` holds per
+        replica, not across them, until Redis is back) and is entered into Redis at its first renewal
+        after that. Without it, StateUnavailable."""
         slot_id = f"{self.replica_id}/{uuid.uuid4().hex}"
+        if local_fallback and not self.breaker.is_closed:
+            return self._local_stream(tenant, limit, slot_id)
         ttl = int(self.settings.stream_ttl_s * 1000)
-        ok, active = await self._call(self._acquire_stream_s(
-            keys=[keys.streams(tenant)], args=[slot_id, ttl, limit if limit is not None else 2**53]
-        ))
+        await self._settled(keys.streams(tenant))  # our queued releases count before a new acquire
+        try:
+            ok, active = await self._call(self._acquire_stream_s(
+                keys=[keys.streams(tenant)], args=[slot_id, ttl, limit if limit is not None else 2**53]
+            ))
+        except StateUnavailable:
+            if not local_fallback:
+                raise
+            # The same id: Redis may still run the acquire that timed out here (a stalled server reads
+            # it later), and entering the local slot then finds it there rather than counting it twice.
+            return self._local_stream(tenant, limit, slot_id)
         if not ok:
             raise StreamLimitExceeded(tenant, limit or 0, int(active))
-        slot = StreamSlot(self, tenant, slot_id, ttl, int(active))
+        return self._held(StreamSlot(self, tenant, slot_id, ttl, int(active)))
+
+    def _local_stream(self, tenant: str, limit: int | None, slot_id: str) -> StreamSlot:
+        held = self._held_streams.get(tenant, 0)
+        if limit is not None and held >= limit:
+            raise StreamLimitExceeded(tenant, limit, held)
+        metrics.STREAMS_LOCAL.inc()
+        log.info("session store: Redis unavailable; stream slot for %s granted locally (%d held here)", tenant, held)
+        return self._held(StreamSlot(self, tenant, slot_id, int(self.settings.stream_ttl_s * 1000), held + 1,
+                                     local=True))  # fmt: skip
+
+    def _held(self, slot: StreamSlot) -> StreamSlot:
+        self._held_streams[slot.tenant] = self._held_streams.get(slot.tenant, 0) + 1
         self._kept_alive.add(slot)
         return slot
 
+    def _let_go(self, slot: StreamSlot) -> None:
+        n = self._held_streams.get(slot.tenant, 0) - 1
+        if n > 0:
+            self._held_streams[slot.tenant] = n
+        else:
+            self._held_streams.pop(slot.tenant, None)
+
     async def active_streams(self, tenant: str) -> int:
+        await self._settled(keys.streams(tenant))
         return int(await self._call(self._count_streams(keys=[keys.streams(tenant)])))
 
     async def _renew_stream(self, slot: StreamSlot) -> bool:
+        if slot.local:  # granted while Redis was away: enter it now, above the limit if need be
+            await self._call(self._acquire_stream_s(keys=[keys.streams(slot.tenant)],
+                                                    args=[slot.slot_id, slot.ttl_ms, 2**53]))  # fmt: skip
+            slot.local = False
+            return True
         return bool(await self._call(self._renew_stream_s(
             keys=[keys.streams(slot.tenant)], args=[slot.slot_id, slot.ttl_ms]
         )))

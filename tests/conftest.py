@@ -3,7 +3,9 @@ store and gateway tests. A missing binary FAILS the test (never skips): CI insta
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -31,6 +33,7 @@ class RedisServer:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
 
     def start(self) -> None:
         assert self.binary is not None
@@ -52,7 +55,20 @@ class RedisServer:
                 time.sleep(0.02)
         pytest.fail(f"redis-server did not answer on port {self.port} within 10 s")
 
+    def pause(self) -> None:
+        """SIGSTOP: the kernel still accepts connections into the listen backlog, but nothing is ever
+        answered — a Redis that hangs (a stuck disk, a swap storm, a frozen VM), not one that is down."""
+        assert self.proc is not None and self.proc.poll() is None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.proc is not None and self.paused:
+            os.kill(self.proc.pid, signal.SIGCONT)
+        self.paused = False
+
     def stop(self) -> None:
+        self.paused = False  # SIGKILL ends a stopped process too
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(5)

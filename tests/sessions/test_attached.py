@@ -18,9 +18,9 @@ async def _next(agen: object, timeout: float = 2.0) -> object:
 async def test_session_started_on_a_resumes_on_b_with_config_and_counters(make_store: MakeStore) -> None:
     a, b = await make_store("a"), await make_store("b")
     first = await a.attach("acme", config={"language": "en"}, voice="anna")
-    await first.record_utterance(0, "Hello.")
-    await first.record_utterance(1, "Good", cancelled=True)
-    await first.close()
+    first.record_utterance(0, "Hello.")
+    first.record_utterance(1, "Good", cancelled=True)
+    await first.close()  # waits for its queued writes before giving the lease up
     async with await b.attach("acme", session_id=first.session_id, config={"ignored": True}) as again:
         assert again.resumed
         r = again.record
@@ -75,10 +75,11 @@ async def test_refuse_policy_leaves_nothing_held(make_store: MakeStore) -> None:
         pass
 
 
-async def test_update_is_stored_before_it_is_applied(make_store: MakeStore) -> None:
+async def test_update_is_applied_at_once_and_written_behind(make_store: MakeStore) -> None:
     a, b = await make_store("a"), await make_store("b")
     async with await a.attach("acme", config={"language": "en"}) as s:
-        await s.update(config={"language": "zh"}, voice="mei")
+        s.update(config={"language": "zh"}, voice="mei")
         assert (s.record.config, s.record.voice) == ({"language": "zh"}, "mei")
+        assert await a.write_behind.flush(2.0)
         got = await b.load_session("acme", s.session_id)
         assert got is not None and (got.config, got.voice) == ({"language": "zh"}, "mei")

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from sessions import InvalidId, SessionExists, SessionNotFound, SessionStore, keys
+from sessions import InvalidId, SessionExists, SessionNotFound, SessionStore, SpokenEntry, keys
 
 from .conftest import MakeStore
 
@@ -87,14 +87,48 @@ async def test_utterance_counters_and_capped_spoken_log(store: SessionStore) -> 
     assert await store.record_utterance("acme", sid, 1, "tw", cancelled=True) == 2
     assert await store.record_utterance("acme", sid, 2, "three") == 3
     assert await store.record_utterance("acme", sid, 3, "four 四") == 4
-    # A late write for an older index never moves the counter back.
-    assert await store.record_utterance("acme", sid, 1, "again") == 4
+    # A late write for an older index never moves the counter back; one for an utterance already
+    # logged as finished (a write replayed after an outage) counts once.
+    assert await store.record_utterance("acme", sid, 2, "again") == 4
+    assert await store.record_utterance("acme", sid, 0, "long gone") == 4  # out of the log: logged again
     got = await store.load_session("acme", sid)
     assert got is not None
     assert (got.next_utterance, got.completed, got.cancelled) == (4, 4, 1)
     assert [(e.utterance_index, e.text, e.cancelled) for e in got.spoken] == [
-        (2, "three", False), (3, "four 四", False), (1, "again", False),
+        (2, "three", False), (3, "four 四", False), (0, "long gone", False),
     ]  # spoken_log_max=3 keeps the last three
+
+
+async def test_begin_marks_an_utterance_started_then_record_finishes_it_in_place(store: SessionStore) -> None:
+    rec = await store.create_session("acme", {})
+    sid = rec.session_id
+    assert await store.begin_utterance("acme", sid, 0) == 1
+    assert await store.begin_utterance("acme", sid, 0) == 1  # idempotent: a replay changes nothing
+    got = await store.load_session("acme", sid)
+    assert got is not None and got.next_utterance == 1 and got.completed == 0
+    assert [(e.utterance_index, e.text, e.finished) for e in got.spoken] == [(0, "", False)]
+    assert await store.begin_utterance("acme", sid, 1) == 2
+    assert await store.record_utterance("acme", sid, 0, "Hello.") == 2
+    assert await store.record_utterance("acme", sid, 0, "Hello.") == 2  # replayed: counted once
+    got = await store.load_session("acme", sid)
+    assert got is not None and (got.completed, got.cancelled) == (1, 0)
+    assert [(e.utterance_index, e.text, e.finished) for e in got.spoken] == [(0, "Hello.", True), (1, "", False)]
+    assert await store.begin_utterance("acme", sid, 0) == 2  # a late start of a finished one: no-op
+    got = await store.load_session("acme", sid)
+    assert got is not None and [e.finished for e in got.spoken] == [True, False]
+
+
+async def test_begin_on_missing_session_raises(store: SessionStore) -> None:
+    with pytest.raises(SessionNotFound):
+        await store.begin_utterance("acme", "nope", 0)
+    assert not await store.client.exists(keys.session("acme", "nope"))
+
+
+def test_every_spoken_entry_begins_with_its_prefix() -> None:
+    for e in (SpokenEntry(7, "x", True, 1), SpokenEntry(12, "", False, 2, finished=False)):
+        assert e.to_json().startswith(SpokenEntry.prefix(e.utterance_index) + str(int(e.finished)))
+        assert SpokenEntry.from_json(e.to_json()) == e
+    assert SpokenEntry.from_json('{"u": 3, "t": "old", "c": false, "at": 5}').finished  # before "f" existed
 
 
 async def test_record_utterance_on_missing_session_raises(store: SessionStore) -> None:
@@ -133,7 +167,7 @@ async def test_every_key_is_prefixed_and_only_voices_lack_a_ttl(store: SessionSt
     await store.acquire_stream("acme", 4)
     await store.put_voice("acme", Voice("v1", ref_audio=b"RIFF"))
     found = sorted(k.decode() for k in await store.client.keys("*"))
-    assert len(found) == 6
+    assert len(found) == 7  # record, spoken log, lease, streams, voice, voice index, voice sizes
     for k in found:
         assert k.startswith("voxgate:v1:{acme}:")
         ttl = await store.client.pttl(k)

@@ -33,9 +33,9 @@ async def test_limit_holds_under_concurrent_acquire_from_two_replicas(make_store
 async def test_release_frees_a_slot(store: SessionStore) -> None:
     first = await store.acquire_stream("acme", 1)
     assert await _try(store, "acme", 1) is None
-    assert await first.release()
+    assert await first.release()  # returns at once; the Redis write is queued
     assert not await first.release()
-    assert await _try(store, "acme", 1) is not None
+    assert await _try(store, "acme", 1) is not None  # this replica's acquire waits for its queued release
 
 
 async def test_crashed_holders_slot_expires(make_store: MakeStore) -> None:

@@ -1,0 +1,184 @@
+"""A circuit breaker in front of Redis: every store call passes through it.
+
+Closed, a call gets at most ``op_timeout_s``; one timeout, or ``failures`` consecutive connection
+errors, opens it. Open, every call fails at once with ``StateUnavailable`` and a background probe pings
+Redis with back-off (0.1 s doubling to 1 s); the first answered ping closes it again and runs the
+``on_close`` hooks (replay queued writes, renew leases). While closed, a heartbeat ping every
+``heartbeat_s`` notices a Redis that stopped answering even when nobody is calling, so ``/health``
+can be answered from the state alone, without waiting on Redis.
+
+Why this shape: a Redis that accepts connections but never answers (a stopped process, a frozen VM)
+costs every caller its full timeout and retries. One caller paying ≤ 0.5 s to find out, and everyone
+after it failing in microseconds, keeps that cost off audio and acknowledgements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Literal, TypeVar
+
+import redis.asyncio as aioredis
+
+from . import metrics
+from .errors import StateUnavailable
+
+log = logging.getLogger("voxgate.sessions")
+T = TypeVar("T")
+BreakerState = Literal["closed", "open", "half_open"]
+
+# What "Redis is not answering" looks like from redis-py (after its own quick retries) and asyncio.
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    aioredis.ConnectionError, aioredis.TimeoutError, OSError, TimeoutError,
+)
+_TIMEOUTS: tuple[type[BaseException], ...] = (aioredis.TimeoutError, TimeoutError)
+
+# What a client is told: stable, and free of addresses (the log has the details).
+UNAVAILABLE_MESSAGE = "the session state store is unavailable"
+
+
+def _discard(op: Awaitable[object]) -> None:
+    """An op refused before it ran: close its coroutine so it is not reported as never awaited."""
+    if inspect.iscoroutine(op):
+        op.close()
+
+
+class CircuitBreaker:
+    def __init__(
+        self, ping: Callable[[], Awaitable[object]], *, op_timeout_s: float = 0.5, failures: int = 2,
+        heartbeat_s: float | None = 0.5, probe_backoff_s: tuple[float, float] = (0.1, 1.0),
+    ) -> None:
+        self._ping = ping
+        self.op_timeout_s = op_timeout_s
+        self.failures = failures
+        self.heartbeat_s = heartbeat_s  # None: no heartbeat (the embedded store cannot stall)
+        self.probe_backoff_s = probe_backoff_s
+        self.state: BreakerState = "closed"
+        self.reason = ""  # why it last opened (for the log and tests; never sent to clients)
+        self.opened_at: float | None = None  # monotonic time it last opened
+        self.trips = 0
+        self.latency_ms: float | None = None  # of the last answered heartbeat or probe
+        self.on_close: list[Callable[[], None]] = []
+        self._consecutive = 0
+        self._closed = asyncio.Event()
+        self._closed.set()
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def is_closed(self) -> bool:
+        return self.state == "closed"
+
+    async def wait_closed(self, timeout: float | None = None) -> bool:
+        """Wait until Redis answers again (True), or ``timeout`` seconds (False)."""
+        self._ensure_watch()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closed.wait(), timeout)
+        return self.is_closed
+
+    async def call(self, op: Awaitable[T], timeout: float | None = None) -> T:
+        """Run one Redis operation within ``timeout`` (default ``op_timeout_s``); ``StateUnavailable`` at
+        once while open. Errors other than unavailability (a script's error) pass through unchanged."""
+        self._ensure_watch()
+        if not self.is_closed:
+            _discard(op)
+            raise StateUnavailable(UNAVAILABLE_MESSAGE)
+        try:
+            async with asyncio.timeout(timeout if timeout is not None else self.op_timeout_s):
+                result = await op
+        except UNAVAILABLE as e:
+            self.failure(e)
+            raise StateUnavailable(UNAVAILABLE_MESSAGE) from e
+        self._consecutive = 0
+        return result
+
+    def failure(self, e: BaseException) -> None:
+        """Count one failed operation: a timeout opens the breaker, so do ``failures`` errors in a row."""
+        self._consecutive += 1
+        if isinstance(e, _TIMEOUTS) or self._consecutive >= self.failures:
+            self.trip(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+
+    def trip(self, reason: str) -> None:
+        if not self.is_closed:
+            return
+        self.state, self.reason, self.opened_at = "open", reason, time.monotonic()
+        self.trips += 1
+        self._closed.clear()
+        self._changed.set()
+        metrics.BREAKER_OPEN.inc()
+        metrics.BREAKER_TRIPS.inc()
+        log.warning("session store: Redis not answering (%s); circuit open, state writes queued", reason)
+
+    def _close(self) -> None:
+        down = time.monotonic() - (self.opened_at or time.monotonic())
+        self.state, self._consecutive = "closed", 0
+        self._closed.set()
+        self._changed.set()
+        metrics.BREAKER_OPEN.dec()
+        log.info("session store: Redis answers again after %.1f s; circuit closed", down)
+        for hook in list(self.on_close):
+            try:
+                hook()
+            except Exception:  # one hook's bug must not keep the others (the replay) from running
+                log.exception("session store: a recovery hook failed")
+
+    # -- the watcher: heartbeat while closed, probes with back-off while open --------------------------
+
+    def _ensure_watch(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._watch(), name="voxgate-store-breaker")
+
+    async def _sleep(self, seconds: float | None) -> None:
+        """Sleep, but wake early when the state changes (a trip starts the probe schedule at once)."""
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), seconds)
+
+    async def _ping_once(self) -> bool:
+        t0 = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.op_timeout_s):
+                await self._ping()
+        except UNAVAILABLE as e:
+            self.reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            return False
+        self.latency_ms = (time.perf_counter() - t0) * 1000
+        return True
+
+    async def _watch(self) -> None:
+        delay = self.probe_backoff_s[0]
+        while True:
+            try:
+                if self.is_closed:
+                    delay = self.probe_backoff_s[0]
+                    await self._sleep(self.heartbeat_s)
+                    if self.is_closed and self.heartbeat_s is not None and not await self._ping_once():
+                        self.trip(self.reason)
+                    continue
+                await asyncio.sleep(delay)
+                self.state = "half_open"  # calls still fail fast: only this probe reaches Redis
+                if await self._ping_once():
+                    self._close()
+                else:
+                    self.state = "open"
+                    delay = min(delay * 2, self.probe_backoff_s[1])
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a surprise from the client library: keep watching, never die silently
+                log.exception("session store: breaker watcher failed; continuing")
+                await asyncio.sleep(self.probe_backoff_s[1])
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if not self.is_closed:
+            metrics.BREAKER_OPEN.dec()
+            self.state = "closed"
+            self._closed.set()

@@ -1,0 +1,166 @@
+"""Write-behind: state writes a connection must not wait for, queued and written to Redis in order.
+
+``put`` returns at once. One flusher task writes the queue head to tail through the circuit breaker;
+while the breaker is open it waits, and replays from where it stopped once Redis answers again. The
+queue is bounded by entries and by bytes: when full, the oldest entry is dropped with a log line and
+``voxgate_state_writes_dropped_total{why="full"}``. Every queued write must be idempotent (Redis may
+already have applied one that timed out on the client side), and each names the key it writes so a
+read of that key on this replica can first wait for it (read-your-writes, bounded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from . import metrics
+from .breaker import CircuitBreaker
+from .errors import SessionStoreError, StateUnavailable
+
+log = logging.getLogger("voxgate.sessions")
+
+
+@dataclass(eq=False)
+class _Write:
+    key: str
+    what: str
+    run: Callable[[], Awaitable[object]]
+    size: int
+    done: asyncio.Future[bool] = field(repr=False)
+    attempts: int = 0
+
+
+class WriteBehind:
+    def __init__(
+        self, breaker: CircuitBreaker, *, max_entries: int = 4096, max_bytes: int = 16 * 1024 * 1024,
+        max_attempts: int = 5,
+    ) -> None:
+        self._breaker = breaker
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        # A write that fails this many times while Redis otherwise answers is dropped, so one bad entry
+        # cannot hold every write behind it for ever.
+        self.max_attempts = max_attempts
+        self._items: deque[_Write] = deque()
+        self._by_key: dict[str, set[_Write]] = {}
+        self._bytes = 0
+        self._inflight: _Write | None = None
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.written = 0
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def put(self, key: str, what: str, run: Callable[[], Awaitable[object]], size: int = 0) -> asyncio.Future[bool]:
+        """Queue ``run`` (an idempotent write of ``key``). The future says whether it was written (False:
+        dropped or refused); nobody has to wait on it."""
+        loop = asyncio.get_running_loop()
+        w = _Write(key, what, run, size, loop.create_future())
+        self._items.append(w)
+        self._by_key.setdefault(key, set()).add(w)
+        self._bytes += size
+        metrics.WRITES_PENDING.inc()
+        while len(self._items) > self.max_entries or (self._bytes > self.max_bytes and len(self._items) > 1):
+            oldest = self._items[1] if self._items[0] is self._inflight else self._items[0]
+            if oldest is w:
+                break  # only the in-flight write and this one: keep both
+            log.warning(
+                "session store: write-behind buffer full (%d writes, %d bytes); dropped %s of %s",
+                len(self._items), self._bytes, oldest.what, oldest.key,
+            )
+            self._finish(oldest, False, "full")
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._flush(), name="voxgate-store-write-behind")
+        self._ready.set()
+        return w.done
+
+    def _finish(self, w: _Write, written: bool, why: str | None = None) -> None:
+        with contextlib.suppress(ValueError):
+            self._items.remove(w)  # the head almost always: O(1)
+        keyed = self._by_key.get(w.key)
+        if keyed is not None:
+            keyed.discard(w)
+            if not keyed:
+                del self._by_key[w.key]
+        self._bytes -= w.size
+        metrics.WRITES_PENDING.dec()
+        if written:
+            self.written += 1
+        else:
+            self.dropped += 1
+            metrics.WRITES_DROPPED.labels(why or "error").inc()
+        if not w.done.done():
+            w.done.set_result(written)
+
+    async def settled(self, key: str, timeout: float) -> bool:
+        """Wait (at most ``timeout``) until this replica's queued writes of ``key`` are done."""
+        pending = [w.done for w in self._by_key.get(key, ())]
+        if not pending:
+            return True
+        _, not_done = await asyncio.wait(pending, timeout=timeout)
+        return not not_done
+
+    async def flush(self, timeout: float) -> bool:
+        """Wait (at most ``timeout``) until everything queued so far is written or dropped."""
+        if not self._items:
+            return True
+        last = self._items[-1].done
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(last), timeout)
+        return last.done()
+
+    async def _flush(self) -> None:
+        while True:
+            if not self._items:
+                self._ready.clear()
+                await self._ready.wait()
+                continue
+            if not self._breaker.is_closed:
+                await self._breaker.wait_closed()
+                continue
+            w = self._inflight = self._items[0]
+            try:
+                await w.run()
+            except StateUnavailable:
+                # Redis stopped answering (the breaker counted it): keep it at the head, replay in order.
+                w.attempts += 1
+                if w.attempts >= self.max_attempts:
+                    log.warning("session store: %s of %s failed %d times; dropped", w.what, w.key, w.attempts)
+                    self._finish(w, False, "failed")
+            except SessionStoreError as e:  # e.g. the record is gone; its owner's lease renewal restores it
+                log.info("session store: queued %s of %s refused (%s); dropped", w.what, w.key, e.code)
+                self._finish(w, False, "refused")
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug in one write must not stop every write after it
+                log.exception("session store: queued %s of %s failed; dropped", w.what, w.key)
+                self._finish(w, False, "error")
+            else:
+                self._finish(w, True)
+            finally:
+                self._inflight = None
+
+    async def close(self, drain_s: float = 0.0) -> None:
+        """Write what is queued for at most ``drain_s`` (while Redis answers), then stop; what is left is
+        dropped (and logged)."""
+        if drain_s > 0 and self._breaker.is_closed:
+            await self.flush(drain_s)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._items:
+            log.warning("session store: closing with %d state writes unwritten", len(self._items))
+        for w in list(self._items):
+            self._finish(w, False, "closed")
