@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -151,10 +152,12 @@ class WriteBehind:
                 self._inflight = None
 
     async def close(self, drain_s: float = 0.0) -> None:
-        """Write what is queued for at most ``drain_s`` (while Redis answers), then stop; what is left is
-        dropped (and logged)."""
-        if drain_s > 0 and self._breaker.is_closed:
-            await self.flush(drain_s)
+        """Write what is queued for at most ``drain_s`` (Redis may come back within it), then stop; what is
+        left is dropped (and logged)."""
+        if drain_s > 0 and self._items:
+            deadline = time.monotonic() + drain_s
+            if await self._breaker.wait_closed(drain_s):
+                await self.flush(max(0.0, deadline - time.monotonic()))
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
