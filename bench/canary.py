@@ -197,12 +197,34 @@ class HealthProbe:
 
 
 _RSS = re.compile(r"^process_resident_memory_bytes ([0-9.e+]+)$", re.M)
+_LAG = re.compile(r'^voxgate_event_loop_lag_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)$', re.M)
+
+
+def _metrics(url: str) -> str:
+    with urllib.request.urlopen(http_url(url) + "/metrics", timeout=30) as r:
+        return r.read().decode()
 
 
 def server_rss(url: str) -> int:
     """The server process's resident memory, from its Prometheus metrics (Linux)."""
-    with urllib.request.urlopen(http_url(url) + "/metrics", timeout=30) as r:
-        m = _RSS.search(r.read().decode())
+    m = _RSS.search(_metrics(url))
     if m is None:
         raise RuntimeError("/metrics has no process_resident_memory_bytes")
     return int(float(m.group(1)))
+
+
+def loop_lag_buckets(url: str) -> dict[float, float]:
+    """The server's event-loop lag histogram (cumulative counts by upper bound), empty if it has none."""
+    return {float(le): float(n) for le, n in _LAG.findall(_metrics(url))}
+
+
+def worst_loop_lag(before: dict[float, float], after: dict[float, float]) -> float | None:
+    """An upper bound of the worst event-loop lag between two readings: the smallest bucket bound that
+    no new observation exceeded (inf: one exceeded every bound; None: the server has no histogram)."""
+    if not before or not after:
+        return None
+    total = after[float("inf")] - before[float("inf")]
+    for le in sorted(after):
+        if after[le] - before.get(le, 0.0) >= total:
+            return le
+    return float("inf")

@@ -69,7 +69,7 @@ def metrics_endpoint() -> Response[bytes]:
 async def speech_stream(socket: WebSocket) -> None:
     await socket.accept()
     engine: Engine | None = socket.app.state.get("engine")
-    tenant = authenticate(socket)
+    tenant = authenticate(socket, query=True)
     if tenant is None:
         message = "a valid API key is required (Authorization: Bearer, X-API-Key or ?api_key=)"
         await socket.send_json({"type": "error", "code": "unauthorized", "message": message})
@@ -126,9 +126,11 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
                     app.state.engine_error = f"{type(e).__name__}: {e}"
 
             task = asyncio.create_task(load())
+        lag = asyncio.create_task(metrics.watch_loop_lag())
         try:
             yield
         finally:
+            lag.cancel()
             if task is not None:
                 task.cancel()
             loaded = app.state.get("engine")

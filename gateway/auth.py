@@ -9,12 +9,15 @@ from gateway.errors import ApiError
 from sessions import ApiKeys, Tenant, key_from_headers
 
 
-def authenticate(connection: ASGIConnection) -> Tenant | None:
-    """The caller's tenant, the default tenant in open mode, or None for a missing or wrong key."""
+def authenticate(connection: ASGIConnection, *, query: bool = False) -> Tenant | None:
+    """The caller's tenant, the default tenant in open mode, or None for a missing or wrong key.
+
+    `query`: also take `?api_key=` — only the WebSocket route does, since browsers cannot set headers
+    on a WebSocket; everywhere else a key in the URL (which proxies and logs keep) is not accepted."""
     keys: ApiKeys = connection.app.state.api_keys
     presented = key_from_headers(connection.headers.get("authorization"), connection.headers.get("x-api-key"))
-    if presented is None:
-        presented = connection.query_params.get("api_key")  # browsers cannot set WebSocket headers
+    if presented is None and query:
+        presented = connection.query_params.get("api_key")
     return keys.authenticate(presented)
 
 

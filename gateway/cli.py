@@ -46,6 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.server import server_config
     from gateway.settings import load_settings
     from sessions import bind_allowed
 
@@ -70,10 +71,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"voxgate: {problem}", file=sys.stderr)
         return 1
     app = create_app(settings)
-    # websockets-sansio notices a dead client on the next send (research: cpu_backends_infra §6);
-    # pings keep proxies from closing a session that is quiet between turns.
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, ws="websockets-sansio", ws_ping_interval=20.0)
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(server_config(app, settings))
     server.run()
     # A failed start-up (an unreachable Redis, say) leaves the server not started: say so in the exit code.
     return 0 if server.started else 1

@@ -434,9 +434,9 @@ class Connection:
             utt = self.current = Utterance(self.utterance_count, seg)
             self.utterance_count += 1
             metrics.UTTERANCES.inc()
+        utt.last_input = time.monotonic()  # refused text is input too: the client is not idle
         self._admit(utt, text)
         utt.chars += len(text)
-        utt.last_input = time.monotonic()
         for i in range(0, len(text), FEED_SLICE):
             if i:
                 await asyncio.sleep(0)  # a long message shares the loop with every other session
@@ -460,8 +460,10 @@ class Connection:
                 f"{refused}: an utterance holds at most {lim.max_utterance_chars} characters; send input.done",
                 utterance_index=utt.index, rejected_chars=n,
             )  # fmt: skip
+        # What is already pending decides, so one big message is taken whole (it is bounded by the
+        # message limit) and the backlog never exceeds the bound by more than one message.
         pending = self.backlog_chars + len(utt.segmenter.pending)
-        if pending + n > lim.max_backlog_chars or self.listener.ahead() > lim.max_audio_ahead_s:
+        if pending > lim.max_backlog_chars or self.listener.ahead() > lim.max_audio_ahead_s:
             raise ProtocolError(
                 "backlog_full",
                 f"{refused}: the listener is too far behind ({pending} characters not yet spoken, "

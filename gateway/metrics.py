@@ -19,3 +19,20 @@ OUTBOX = Gauge("voxgate_outbox_frames", "frames queued for WebSocket clients")
 ERRORS = Counter("voxgate_errors_total", "protocol error events sent", ["code"])
 
 __all__ = ["CONTENT_TYPE_LATEST", "generate_latest"]
+
+LOOP_LAG = Histogram(
+    "voxgate_event_loop_lag_seconds",
+    "how late the event loop woke a 20 ms timer: time some callback held the loop",
+    buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+
+async def watch_loop_lag(interval: float = 0.02) -> None:
+    """Sleep `interval` again and again and record how late each wake-up is (runs for the app's life)."""
+    import asyncio
+    import time
+
+    while True:
+        t0 = time.perf_counter()
+        await asyncio.sleep(interval)
+        LOOP_LAG.observe(max(0.0, time.perf_counter() - t0 - interval))

@@ -106,7 +106,7 @@ _SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 def quote(value: object, limit: int = 64) -> str:
     """`value` for an error message: repr'd and cut, so an error never echoes unbounded client input."""
-    text = repr(value)
+    text = repr(value[: limit + 1] if isinstance(value, str) else value)  # never repr a megabyte
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

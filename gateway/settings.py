@@ -39,6 +39,9 @@ class Settings:
     api_keys: str = ""  # "tenant=<sha256hex>,…" or a JSON file of tenants; empty: open mode
     insecure: bool = False  # allow open mode on a non-loopback address
     takeover: str = "takeover"  # a second connection for a live session: "takeover" or "refuse"
+    max_connections: int = 2048  # HTTP + WebSocket connections at once; past it uvicorn answers 503
+    header_timeout: float = 10.0  # a request's headers must arrive within this (slowloris)
+    keep_alive_timeout: float = 5.0  # an idle kept-alive HTTP connection is closed after this
 
     def __post_init__(self) -> None:
         if self.takeover not in ("takeover", "refuse"):
@@ -51,7 +54,10 @@ class Settings:
         return ApiKeys.from_spec(spec)
 
 
-_SCALARS = ("host", "port", "model", "redis_url", "api_keys", "insecure", "takeover")
+_SCALARS = (
+    "host", "port", "model", "redis_url", "api_keys", "insecure", "takeover", "max_connections", "header_timeout",
+    "keep_alive_timeout",
+)
 _LIMITS = {f.name: f for f in dataclasses.fields(Limits)}
 
 
@@ -93,7 +99,9 @@ def load_settings(
     extra: dict[str, Any] = {}
     for name, value in merged.items():
         if name in _SCALARS:
-            kind = {"port": int, "insecure": _boolean}.get(name, str)
+            kinds = {"port": int, "insecure": _boolean, "max_connections": int, "header_timeout": float,
+                     "keep_alive_timeout": float}  # fmt: skip
+            kind = kinds.get(name, str)
             scalars[name] = _coerce(name, value, kind)  # type: ignore[arg-type]
         elif name in _LIMITS:
             limits[name] = _coerce(name, value, type(_LIMITS[name].default))

@@ -12,6 +12,7 @@ import uvicorn
 from engine import Engine
 from gateway.app import create_app
 from gateway.connection import Limits
+from gateway.server import server_config
 from gateway.settings import Settings
 
 
@@ -21,13 +22,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(engine: Engine, limits: Limits | None = None, **settings: object) -> Iterator[str]:
+def serve(engine: Engine, limits: Limits | None = None, log_level: str = "warning", **settings: object) -> Iterator[str]:
     """Yield "127.0.0.1:PORT" of a running gateway; stop it afterwards."""
     port = free_port()
-    app = create_app(Settings(model="piper", limits=limits or Limits(), **settings), engine=engine)  # type: ignore[arg-type]
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, ws="websockets-sansio", log_level="warning")
-    )
+    config = Settings(model="piper", limits=limits or Limits(), port=port, **settings)  # type: ignore[arg-type]
+    app = create_app(config, engine=engine)
+    server = uvicorn.Server(server_config(app, config, log_level=log_level))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

@@ -1,0 +1,98 @@
+"""How the gateway is served: uvicorn's settings in one place (the CLI and the tests use the same), with
+the edges an exposed server needs: a deadline for a request's headers (slowloris), a keep-alive
+timeout, a connection limit, a WebSocket message bound, and API keys kept out of the logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from gateway.protocol import MAX_CONFIG_BYTES
+from gateway.settings import Settings
+
+# The largest WebSocket message the socket layer accepts, after permessage-deflate: the config bound
+# plus room for its JSON. The protocol decides per message type below that (gateway/protocol.py).
+WS_MAX_BYTES = MAX_CONFIG_BYTES + 64 * 1024
+
+
+class HeaderDeadline(H11Protocol):
+    """uvicorn's h11 protocol with a deadline for each request's headers: uvicorn has none, so a
+    client that sends a header byte every few seconds (or nothing at all) would hold its connection,
+    and one of the `max_connections`, forever."""
+
+    header_timeout = 10.0
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._deadline is None and self.conn.their_state is h11.IDLE:
+            self._arm()  # the next request on a kept-alive connection starts its own clock
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:  # the headers are in (or the connection upgraded)
+            self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self.header_timeout, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
+
+
+class RedactKeys(logging.Filter):
+    """`?api_key=…` (browsers' WebSockets) never reaches a log line: uvicorn logs request paths."""
+
+    _KEY = re.compile(r"(api_key=)[^&\s\"']+")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(self._KEY.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args)
+        if isinstance(record.msg, str):
+            record.msg = self._KEY.sub(r"\1***", record.msg)
+        return True
+
+
+def redact_key_logs() -> None:
+    for name in ("uvicorn.access", "uvicorn.error", "uvicorn"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactKeys) for f in logger.filters):
+            logger.addFilter(RedactKeys())
+
+
+def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Config:
+    protocol = type("Http", (HeaderDeadline,), {"header_timeout": settings.header_timeout})
+    options: dict[str, Any] = dict(
+        host=settings.host, port=settings.port, ws="websockets-sansio", http=protocol,
+        # websockets-sansio notices a dead client on the next send (research: cpu_backends_infra §6);
+        # pings keep proxies from closing a session that is quiet between turns.
+        ws_ping_interval=20.0, ws_max_size=WS_MAX_BYTES,
+        # No permessage-deflate: compressing PCM gains little and cost the event loop more than anything
+        # else under load (profiled), and inflating client messages let a few kilobytes on the wire
+        # become megabytes. Negotiation is optional, so every client still connects.
+        ws_per_message_deflate=False,
+        timeout_keep_alive=settings.keep_alive_timeout, limit_concurrency=settings.max_connections,
+    )  # fmt: skip
+    config = uvicorn.Config(app, **(options | overrides))  # configures uvicorn's loggers
+    redact_key_logs()
+    return config

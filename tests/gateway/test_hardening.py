@@ -1,0 +1,189 @@
+"""Issue 13 at the gateway's edge: each attack against a real server on loopback, with a canary session
+speaking beside it (bench/canary.py) whose worst wait, the server's /health latency and its memory are
+asserted. The attacks themselves live in bench/attack.py, so anyone can run them against a live server.
+
+Bounds are generous (a shared 2-core machine): the failures they guard against were 6–52 s stalls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+import websockets
+from attack import Result, run
+from support.servers import serve
+from support.wsclient import call, open_session, until
+
+from engine import Engine
+from gateway.connection import Limits
+from sessions import hash_api_key
+
+pytestmark = pytest.mark.slow
+
+WAIT_S = 3.0  # the canary's worst wait for the server within an utterance
+HEALTH_S = 1.0  # the worst /health latency
+
+
+@pytest.fixture(scope="module")
+def hardened(cpu_engine: Engine) -> Iterator[str]:
+    limits = Limits(utterance_idle_timeout=1.5)
+    yield from serve(cpu_engine, limits, header_timeout=1.0)
+
+
+def assert_undisturbed(r: Result, rss_mb: float = 150.0) -> None:
+    print(r)  # the numbers, for the record (pytest -s)
+    c = r.canary
+    assert c.failure is None and not c.errors, c
+    assert c.worst_wait_s < WAIT_S, c
+    assert r.health_worst_s < HEALTH_S, r
+    assert set(r.health_statuses) == {"ok"}, r.health_statuses
+    assert r.rss_growth_mb < rss_mb, r
+
+
+async def test_a_deflated_megabyte_message_is_refused_by_its_type_without_stalling_anyone(hardened: str) -> None:
+    # 3.5 M characters of "a" with "session.config" near the start: ~4 KB on the wire. Before: the 4 MiB
+    # config limit applied, and the quadratic segmenter froze every session for 52 s.
+    r = await run(hardened, "deflate_text_bomb", chars=3_500_000)
+    assert r.seen["codes"] == ["message_too_large"], r.seen
+    assert_undisturbed(r)
+
+
+async def test_a_flood_of_big_unpunctuated_messages_is_segmented_in_slices_and_refused_past_the_backlog(
+    hardened: str,
+) -> None:
+    r = await run(hardened, "text_flood", seconds=4.0)
+    assert r.seen["backlog_full"] >= 1, r.seen  # the listener fell behind: refused, named, not buffered
+    assert set(r.seen["codes"]) <= {"backlog_full"}, r.seen
+    assert_undisturbed(r)
+
+
+async def test_deep_nesting_a_huge_seed_and_nan_are_errors_and_the_socket_stays_open(hardened: str) -> None:
+    r = await run(hardened, "deep_nesting")
+    assert r.seen["codes"] == ["invalid_json", "invalid_config", "invalid_json"], r.seen
+    assert r.seen["still_open"]
+    assert_undisturbed(r)
+
+
+async def test_an_endless_utterance_is_pushed_back_and_memory_stays_bounded(hardened: str) -> None:
+    r = await run(hardened, "endless_utterance", seconds=8.0)
+    assert "backlog_full" in r.seen["codes"], r.seen
+    assert_undisturbed(r, rss_mb=100.0)
+
+
+async def test_slowloris_connections_are_closed_at_the_header_deadline(hardened: str) -> None:
+    r = await run(hardened, "slowloris", connections=32, hold_s=6.0)
+    assert r.seen["closed_by_server"] == 32, r.seen
+    assert_undisturbed(r)
+
+
+async def test_idle_open_utterances_are_finished_and_say_so(hardened: str) -> None:
+    r = await run(hardened, "idle_open_utterances", sockets=8, hold_s=4.0)
+    assert r.seen["codes"] == ["utterance_timeout"], r.seen
+    assert_undisturbed(r)
+
+
+async def test_an_idle_open_utterance_is_spoken_then_closed_in_order(hardened: str) -> None:
+    ws, _ = await open_session(hardened)
+    await ws.send(json.dumps({"type": "input.text", "text": "I will finish this sentence later"}))
+    events = await until(ws, "session.done", timeout=20)
+    kinds = [e["type"] for e in events]
+    timeout = next(e for e in events if e["type"] == "error")
+    assert timeout["code"] == "utterance_timeout" and timeout["action"] == "finished", timeout
+    assert kinds.index("error") < kinds.index("audio.start") < kinds.index("session.done"), kinds
+    committed = "".join(e["text"] for e in events if e["type"] == "segment.committed")
+    assert committed == "I will finish this sentence later"
+    # The socket goes on: the next text starts the next utterance.
+    await ws.send(json.dumps({"type": "input.text", "text": "And now I am back. "}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    nxt = await until(ws, "session.done")
+    assert nxt[-1]["utterance_index"] == events[-1]["utterance_index"] + 1
+    await ws.close()
+
+
+async def test_server_closes_say_why(cpu_engine: Engine) -> None:
+    for addr in serve(cpu_engine, Limits(config_timeout=0.5)):
+        async with websockets.connect(f"ws://{addr}/v1/audio/speech/stream") as ws:
+            err = json.loads(await asyncio.wait_for(ws.recv(), 5))
+            assert err["code"] == "timeout"
+            with pytest.raises(websockets.ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), 5)
+            assert ws.close_code == 4408, ws.close_code
+        async with websockets.connect(f"ws://{addr}/v1/audio/speech/stream") as ws:
+            await ws.send(json.dumps({"type": "input.text", "text": "no config first"}))
+            assert json.loads(await ws.recv())["code"] == "config_required"
+            with pytest.raises(websockets.ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), 5)
+            assert ws.close_code == 1008, ws.close_code
+
+
+async def test_errors_never_echo_unbounded_input(hardened: str) -> None:
+    ws, _ = await open_session(hardened)
+    await ws.send(json.dumps({"type": "x" * 100_000}))
+    err = json.loads(await ws.recv())
+    assert err["code"] == "unknown_type" and len(err["message"]) < 400, len(err["message"])
+    await ws.send(json.dumps({"type": "session.config", "voice": "v" * 100_000}))
+    err = json.loads(await ws.recv())
+    assert err["code"] == "invalid_config" and len(err["message"]) < 400, err
+    await ws.close()
+
+
+async def test_an_utterance_past_its_length_bound_is_refused_by_name(cpu_engine: Engine) -> None:
+    for addr in serve(cpu_engine, Limits(max_utterance_chars=1000)):
+        ws, _ = await open_session(addr)
+        await ws.send(json.dumps({"type": "input.text", "text": "word " * 150}))
+        await ws.send(json.dumps({"type": "input.text", "text": "word " * 150}))
+        err = await until(ws, "error")
+        assert err[-1]["code"] == "utterance_too_long" and err[-1]["rejected_chars"] == 750, err[-1]
+        await ws.send(json.dumps({"type": "input.done"}))
+        done = await until(ws, "session.done")
+        committed = "".join(e["text"] for e in err + done if e["type"] == "segment.committed")
+        assert committed == "word " * 150  # what was accepted is spoken, whole
+        await ws.close()
+
+
+# -- API keys stay out of URLs and logs -------------------------------------------------------------------
+
+KEYS = f"acme={hash_api_key('acme-key')}"
+
+
+async def test_a_query_key_works_only_on_the_websocket_and_is_never_logged(cpu_engine: Engine) -> None:
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    keep = Keep(logging.INFO)
+    for addr in serve(cpu_engine, api_keys=KEYS, log_level="info"):
+        for name in ("uvicorn.access", "uvicorn.error"):  # uvicorn's own loggers do not propagate
+            logging.getLogger(name).addHandler(keep)
+        status, body = call(addr, "GET", "/v1/audio/voices?api_key=acme-key", None)
+        assert status == 401, body
+        assert call(addr, "GET", "/v1/audio/voices", "acme-key")[0] == 200
+        async with websockets.connect(f"ws://{addr}/v1/audio/speech/stream?api_key=acme-key") as ws:
+            await ws.send(json.dumps({"type": "session.config", "voice": "joe"}))
+            assert json.loads(await ws.recv())["type"] == "session.ready"
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logging.getLogger(name).removeHandler(keep)
+    logged = "\n".join(lines)
+    assert "acme-key" not in logged, logged
+    assert logged.count("api_key=***") >= 2, logged  # uvicorn did log both requests, redacted
+
+
+def test_a_partial_request_is_closed_at_the_header_deadline(hardened: str) -> None:
+    host, port = hardened.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        t0 = time.monotonic()
+        assert s.recv(100) == b""  # closed by the server
+        assert time.monotonic() - t0 < 5
+    with socket.create_connection((host, int(port)), timeout=10) as s:  # a complete request is answered
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 200")
+
