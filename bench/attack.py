@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -19,7 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from canary import Canary, CanaryReport, HealthProbe, server_rss
+import websockets
+from canary import Canary, CanaryReport, HealthProbe, loop_lag_buckets, server_rss, worst_loop_lag
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Result:
     health_worst_s: float
     health_statuses: dict[str, int]
     rss_growth_mb: float
+    loop_lag_s: float | None  # the server's worst event-loop lag during the attack (a bucket bound)
     seconds: float
     seen: dict[str, Any]
 
@@ -58,15 +61,67 @@ async def run(url: str, name: str, *, key: str | None = None, after: int = 2, **
     ctx = Context(url, key, options)
     t0 = time.monotonic()
     async with Canary(url, key=key) as canary, HealthProbe(url) as health:
-        rss0 = await asyncio.to_thread(server_rss, url)
+        rss0, lag0 = await asyncio.to_thread(server_rss, url), await asyncio.to_thread(loop_lag_buckets, url)
         seen = await ATTACKS[name](ctx)
         await canary.keep_hearing(after)
-        rss1 = await asyncio.to_thread(server_rss, url)
+        rss1, lag1 = await asyncio.to_thread(server_rss, url), await asyncio.to_thread(loop_lag_buckets, url)
     return Result(name, canary.report(), health.worst_s, dict(health.statuses), round((rss1 - rss0) / 2**20, 1),
-                  round(time.monotonic() - t0, 2), seen)  # fmt: skip
+                  worst_loop_lag(lag0, lag1), round(time.monotonic() - t0, 2), seen)  # fmt: skip
 
 
 # -- attacks (each section names its finding in issue 13) -------------------------------------------------
+
+# Finding 4: `split_granularity: "none"` turns a whole utterance into one segment. Two clients each send
+# 64 KiB of prose as one segment and keep reading its audio; the canary must still get a worker.
+def huge_prose(chars: int) -> str:
+    """About `chars` characters of ordinary English sentences, every sentence different."""
+    parts: list[str] = []
+    size, i = 0, 0
+    while True:
+        s = f"Sentence {i} tells the listener about parcel {i * 7 % 1000} and why it matters today. "
+        if size + len(s) > chars:
+            return "".join(parts)
+        parts.append(s)
+        size += len(s)
+        i += 1
+
+
+@attack("none_mode_huge_segments")
+async def none_mode_huge_segments(ctx: Context) -> dict[str, Any]:
+    import websockets
+    from canary import auth_headers, ws_url
+
+    clients = int(ctx.options.get("clients", 2))
+    chars = int(ctx.options.get("chars", 65000))  # one segment: `none` mode cuts past 65536
+    hold_s = float(ctx.options.get("hold_s", 20.0))  # the huge utterances keep speaking this long
+    text = huge_prose(chars)
+    seen: dict[str, Any] = {"audio_bytes": 0, "errors": []}
+
+    async def client() -> None:
+        async with websockets.connect(ws_url(ctx.url), max_size=None, additional_headers=auth_headers(ctx.key),
+                                      open_timeout=30) as ws:  # fmt: skip
+            await ws.send(json.dumps({"type": "session.config", "voice": "joe", "language": "en",
+                                      "split_granularity": "none"}))  # fmt: skip
+            await asyncio.wait_for(ws.recv(), 30)
+            for start in range(0, len(text), 8192):  # under the per-message limit
+                await ws.send(json.dumps({"type": "input.text", "text": text[start : start + 8192]}))
+            await ws.send(json.dumps({"type": "input.done"}))
+            end = time.monotonic() + hold_s
+            while (left := end - time.monotonic()) > 0:  # read as a fast listener would
+                try:
+                    msg = await asyncio.wait_for(ws.recv(), left)
+                except TimeoutError:
+                    break
+                if isinstance(msg, bytes):
+                    seen["audio_bytes"] += len(msg)
+                elif (ev := json.loads(msg))["type"] == "error":
+                    seen["errors"].append(ev.get("code"))
+                elif ev["type"] == "session.done":
+                    break
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return seen
+
 
 # Findings 5 and 7: voice registration. A clip that decodes to hours of audio (a compressed file of
 # silence: 2 h at 8 kHz is ~0.2 MB of FLAC, ~1.4 GB of float32 once decoded), sent once (`voice_bomb`)
@@ -204,6 +259,139 @@ async def voice_flood(ctx: Context) -> dict[str, Any]:
     return await _register_bombs(ctx, int(ctx.options.get("concurrency", 16)))
 
 
+# Finding 1: one deceptive message. It mentions "session.config" near its start (the old size check looked
+# for that string), and with permessage-deflate a few kilobytes on the wire are megabytes of text with no
+# punctuation (the segmenter's worst case). Then the same text as many in-bounds messages (`text_flood`).
+async def _config_session(ctx: Context, **config: Any) -> Any:
+    import websockets
+    from canary import auth_headers, ws_url
+
+    ws = await websockets.connect(ws_url(ctx.url), max_size=None, additional_headers=auth_headers(ctx.key),
+                                  open_timeout=30, compression="deflate")  # fmt: skip
+    await ws.send(json.dumps({"type": "session.config", "voice": "joe", "language": "en"} | config))
+    await asyncio.wait_for(ws.recv(), 30)
+    return ws
+
+
+async def _codes(ws: Any, seconds: float) -> list[str]:
+    """The error codes a socket gets within `seconds` (audio and other events read and dropped)."""
+    codes: list[str] = []
+    end = time.monotonic() + seconds
+    with contextlib.suppress(TimeoutError, websockets.ConnectionClosed):
+        while (left := end - time.monotonic()) > 0:
+            msg = await asyncio.wait_for(ws.recv(), left)
+            if isinstance(msg, str) and (ev := json.loads(msg))["type"] == "error":
+                codes.append(ev["code"])
+    return codes
+
+
+@attack("deflate_text_bomb")
+async def deflate_text_bomb(ctx: Context) -> dict[str, Any]:
+    chars = int(ctx.options.get("chars", 3_500_000))
+    ws = await _config_session(ctx)
+    wire = json.dumps({"type": "input.text", "note": "session.config", "text": "a" * chars})
+    await ws.send(wire)
+    codes = await _codes(ws, 3.0)
+    await ws.close()
+    return {"codes": codes, "message_chars": len(wire)}
+
+
+@attack("text_flood")
+async def text_flood(ctx: Context) -> dict[str, Any]:
+    """Messages just under the 128 KiB limit, of words with no punctuation, as fast as the socket takes
+    them, for `seconds`; then input.done. The gateway must segment them without holding the loop and
+    refuse what exceeds the backlog bound."""
+    seconds = float(ctx.options.get("seconds", 5.0))
+    ws = await _config_session(ctx)
+    words = ("lorem ipsum dolor sit amet " * 5000)[: 120 * 1024]
+    sent, end = 0, time.monotonic() + seconds
+    reader = asyncio.create_task(_codes(ws, seconds + 5))
+    while time.monotonic() < end:
+        await ws.send(json.dumps({"type": "input.text", "text": words}))
+        sent += 1
+        await asyncio.sleep(0.01)
+    await ws.send(json.dumps({"type": "input.cancel"}))
+    codes = await reader
+    await ws.close()
+    return {"messages": sent, "codes": sorted(set(codes)), "backlog_full": codes.count("backlog_full")}
+
+
+@attack("deep_nesting")
+async def deep_nesting(ctx: Context) -> dict[str, Any]:
+    ws = await _config_session(ctx)
+    depth = int(ctx.options.get("depth", 100_000))
+    await ws.send('{"type": "input.text", "x": ' + "[" * depth + "]" * depth + "}")
+    await ws.send(json.dumps({"type": "session.config", "seed": 2**64}))
+    await ws.send('{"type": "session.config", "speed": NaN}')
+    codes = await _codes(ws, 2.0)
+    still_open = ws.state.name == "OPEN"
+    await ws.close()
+    return {"codes": codes, "still_open": still_open}
+
+
+# Findings 2 and 6: sockets that open an utterance and never finish it: they hold engine capacity (a
+# parked request keeps its slot), and one that streams text forever grows the server's memory.
+@attack("idle_open_utterances")
+async def idle_open_utterances(ctx: Context) -> dict[str, Any]:
+    n, hold = int(ctx.options.get("sockets", 32)), float(ctx.options.get("hold_s", 10.0))
+    sockets = [await _config_session(ctx) for _ in range(n)]
+    for ws in sockets:
+        await ws.send(json.dumps({"type": "input.text", "text": "I will say more later, and "}))
+    codes = await asyncio.gather(*(_codes(ws, hold) for ws in sockets))
+    for ws in sockets:
+        await ws.close()
+    flat = [c for cs in codes for c in cs]
+    return {"sockets": n, "codes": sorted(set(flat))}
+
+
+@attack("endless_utterance")
+async def endless_utterance(ctx: Context) -> dict[str, Any]:
+    """Prose with sentence ends, 20 kB/s, never an input.done; audio read as fast as it comes."""
+    seconds = float(ctx.options.get("seconds", 10.0))
+    ws = await _config_session(ctx)
+    sentence = "This sentence goes on and on, as the stream of text never ends. "
+    reader = asyncio.create_task(_codes(ws, seconds + 2))
+    sent, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        await ws.send(json.dumps({"type": "input.text", "text": sentence * 16}))
+        sent += 1
+        await asyncio.sleep(0.05)
+    await ws.send(json.dumps({"type": "input.cancel"}))
+    codes = await reader
+    await ws.close()
+    return {"messages": sent, "codes": sorted(set(codes))}
+
+
+# The smaller findings: slowloris on the HTTP side.
+@attack("slowloris")
+async def slowloris(ctx: Context) -> dict[str, Any]:
+    """`connections` sockets that send a header line every second and never finish; how many the server
+    has closed after `hold_s`."""
+    from urllib.parse import urlsplit
+
+    n, hold = int(ctx.options.get("connections", 64)), float(ctx.options.get("hold_s", 12.0))
+    parts = urlsplit(ctx.url if "://" in ctx.url else f"http://{ctx.url}")
+    conns = [await asyncio.open_connection(parts.hostname, parts.port) for _ in range(n)]
+    for _, w in conns:
+        w.write(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    closed, end = 0, time.monotonic() + hold
+    while time.monotonic() < end and closed < n:
+        await asyncio.sleep(1.0)
+        closed = 0
+        for r, w in conns:
+            with contextlib.suppress(OSError):
+                w.write(b"X-Slow: 1\r\n")
+            if r.at_eof() or w.is_closing():
+                closed += 1
+                continue
+            with contextlib.suppress(TimeoutError, OSError):
+                if await asyncio.wait_for(r.read(1), 0.001) == b"":
+                    closed += 1
+    for _, w in conns:
+        w.close()
+    return {"connections": n, "closed_by_server": closed}
+
+
 # -- more attacks above this line --------------------------------------------------------------------------
 
 
@@ -220,12 +408,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown attacks {unknown}; known: {list(ATTACKS)}")
     results = [asyncio.run(run(args.url, n, key=args.key)) for n in names]
     print(f"{'attack':<28} {'canary worst wait':>17} {'underrun':>9} {'utts':>5} {'health worst':>12} "
-          f"{'RSS +MB':>8} {'canary errors / failure'}")  # fmt: skip
+          f"{'loop lag ≤':>10} {'RSS +MB':>8} {'canary errors / failure'}")  # fmt: skip
     for r in results:
         c = r.canary
         problems = c.failure or ", ".join(e.get("code", "?") for e in c.errors) or "-"
         print(f"{r.name:<28} {c.worst_wait_s:>16.2f}s {c.underrun_s:>8.2f}s {c.utterances:>5} "
-              f"{r.health_worst_s:>11.3f}s {r.rss_growth_mb:>8.1f} {problems}")  # fmt: skip
+              f"{r.health_worst_s:>11.3f}s {r.loop_lag_s!s:>10} {r.rss_growth_mb:>8.1f} {problems}")  # fmt: skip
     with open(args.json, "w") as f:
         json.dump([asdict(r) for r in results], f, indent=1)
     print(f"wrote {args.json}")

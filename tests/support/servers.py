@@ -22,7 +22,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(engine: Engine, limits: Limits | None = None, log_level: str = "warning", **settings: object) -> Iterator[str]:
+def serve(
+    engine: Engine, limits: Limits | None = None, log_level: str = "warning", **settings: object
+) -> Iterator[str]:
     """Yield "127.0.0.1:PORT" of a running gateway; stop it afterwards."""
     port = free_port()
     config = Settings(model="piper", limits=limits or Limits(), port=port, **settings)  # type: ignore[arg-type]
