@@ -227,8 +227,11 @@ class ControlBus:
                 # one bad read never silently ends every subscription of this replica.
                 if not isinstance(e, UNAVAILABLE):
                     log.exception("control channel reader failed; reconnecting")
-                elif not lost:
-                    log.warning("control channel connection lost (%s); reconnecting", e)
+                else:
+                    if self._breaker is not None:  # a lost pub/sub connection is news of Redis for everyone
+                        self._breaker.failure(e)
+                    if not lost:
+                        log.warning("control channel connection lost (%s); reconnecting", e)
                 lost = True
                 await self._drop()
                 await asyncio.sleep(delay)
