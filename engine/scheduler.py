@@ -6,6 +6,11 @@ Urgency is the listener's point of view. A stream with no audio yet is waiting o
 (time to first audio), the most urgent kind. A stream with audio has a simulated client playback
 buffer: the seconds of audio sent minus the wall time since its first audio; the smallest buffer
 runs dry first. Negative means the listener is already hearing a gap.
+
+Capacity: a stream that has text but no slot waits in line (`TalkerPlan.blocked`, so the core can tell
+it why its audio is late), and a parked stream (admitted, its text track ran dry before `finish()`)
+that has waited `park_evict_s` gives its slot up to it (`plan_evictions`): an idle socket must not
+hold engine capacity that a talking one needs.
 """
 
 from __future__ import annotations
@@ -24,10 +29,15 @@ class RequestRecord:
     """What the policy knows of one request; the core keeps it current."""
 
     rid: int
-    arrival: float  # clock time the stream was opened (ties among streams without audio)
+    # clock time the stream was opened (ties among streams without audio); the core moves it to the
+    # time an evicted stream queues again, so it waits in line behind those that were already waiting
+    arrival: float
     has_text: bool = False  # some committed text (a prompt can be built)
     admitted: bool = False  # owns a slot and was prefilled
     parked: bool = False  # text track empty before finish(): waiting for text, not fed padding
+    parked_since: float | None = None  # clock time it parked (None: not parked)
+    evicting: bool = False  # its request is closing to give its slot to a waiting stream
+    resume: bool = False  # it gave its slot up at the frame cap and continues now: first in line
     paused: bool = False  # its consumer is not reading (outgoing queue full): do not advance it
     generating: bool = True  # the talker still owes frames (no EOS, under the frame cap)
     pending_frames: int = 0  # frames generated but not yet decoded to audio
@@ -58,6 +68,7 @@ class SchedulerConfig:
     low_water_s: float = 1.0  # a buffer below this is pressing (VoxServe's rule)
     defer_s: float = 2.0  # a chunk of a stream with more buffered than this can wait for pressing talker work
     flush_margin_s: float = 0.05  # decode a partial chunk when the buffer lasts less than 2 cycles + this
+    park_evict_s: float = 1.0  # a request parked this long gives its slot to a stream waiting for one
 
     def __post_init__(self) -> None:
         if not self.buckets or list(self.buckets) != sorted(set(self.buckets)) or self.buckets[0] < 1:
@@ -74,6 +85,8 @@ class TalkerPlan:
     step: tuple[int, ...]  # admitted requests to advance by one frame, most urgent first
     bucket: int  # padded batch size of the code-predictor pass (step rows + prefill row)
     pressing: bool  # some planned row belongs to a stream without audio or under the low-water mark
+    # (request, streams ahead of it in line) for each stream with text that no free slot is left for
+    blocked: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,20 +119,43 @@ class Scheduler:
         ramp = self.config.ramp
         return ramp[min(rec.chunks_sent, len(ramp) - 1)]
 
+    @staticmethod
+    def line(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+        """Streams with text waiting for a slot, in the order they get one: a stream continuing at its
+        frame cap first (its listener is hearing it), then first come, first served."""
+        waiting = [r for r in records if not r.admitted and r.has_text]
+        return sorted(waiting, key=lambda r: (not r.resume, r.arrival, r.rid))
+
     def plan_talker(self, records: Iterable[RequestRecord], now: float, free_slots: int) -> TalkerPlan:
         """Admit at most one prefill (a long prompt must not stall every running stream twice in a
         cycle), then fill the batch with runnable rows in urgency order. Parked and paused requests
         are skipped: the one has no input to consume, the other has nowhere to put its audio."""
         recs = list(records)
-        waiting = [r for r in recs if not r.admitted and r.has_text]
-        prefill = min(waiting, key=lambda r: (r.arrival, r.rid)).rid if waiting and free_slots > 0 else None
+        line = self.line(recs)
+        prefill = line[0].rid if line and free_slots > 0 else None
+        blocked = tuple((r.rid, i) for i, r in enumerate(line) if i >= max(free_slots, 0))
         runnable = [r for r in recs if r.admitted and r.generating and not r.parked and not r.paused]
         runnable.sort(key=lambda r: (urgency(r, now), r.rid))
         room = self.config.max_batch - (1 if prefill is not None else 0)
         chosen = runnable[:room]
         rows = len(chosen) + (1 if prefill is not None else 0)
         pressing = prefill is not None or any(self._pressing(r, now) for r in chosen)
-        return TalkerPlan(prefill, tuple(r.rid for r in chosen), self.bucket(rows), pressing)
+        return TalkerPlan(prefill, tuple(r.rid for r in chosen), self.bucket(rows), pressing, blocked)
+
+    def plan_evictions(self, records: Iterable[RequestRecord], now: float, free_slots: int) -> tuple[int, ...]:
+        """Parked requests to close now so their slots go to streams waiting in line: as many as wait
+        beyond the free slots and the slots already coming free, longest parked first, among those
+        parked at least `park_evict_s` (a short pause between two sentences keeps its slot). A paused
+        one is left alone: closed, it could not run to its end until its consumer reads again."""
+        recs = list(records)
+        need = len(self.line(recs)) - max(free_slots, 0) - sum(1 for r in recs if r.admitted and r.evicting)
+        if need <= 0:
+            return ()
+        bound = now - self.config.park_evict_s
+        idle = [r for r in recs if r.admitted and r.parked and not r.evicting and not r.paused
+                and r.parked_since is not None and r.parked_since <= bound]
+        idle.sort(key=lambda r: (r.parked_since, r.rid))
+        return tuple(r.rid for r in idle[:need])
 
     def plan_codec(self, records: Iterable[RequestRecord], now: float, talker_pressing: bool,
                    cycle_s: float = 0.0) -> CodecPlan:

@@ -195,3 +195,50 @@ def test_a_parked_stream_speaks_what_it_has() -> None:
     assert s.plan_codec([r], now=0.0, talker_pressing=False).chunks == ()
     r.parked = True
     assert s.plan_codec([r], now=0.0, talker_pressing=False).chunks == ((1, 1),)
+
+
+def parked(rid: int, since: float, **kw: object) -> RequestRecord:
+    r = running(rid, **kw)  # type: ignore[arg-type]
+    r.parked, r.parked_since = True, since
+    return r
+
+
+def test_streams_with_text_and_no_free_slot_are_reported_blocked_in_line_order() -> None:
+    s = Scheduler()
+    recs = [RequestRecord(i, arrival=float(i), has_text=True) for i in (3, 1, 2)]
+    plan = s.plan_talker(recs, now=5.0, free_slots=1)
+    assert plan.prefill == 1
+    assert plan.blocked == ((2, 1), (3, 2))  # (request, streams ahead of it)
+    assert s.plan_talker(recs, now=5.0, free_slots=0).blocked == ((1, 0), (2, 1), (3, 2))
+    assert s.plan_talker(recs, now=5.0, free_slots=3).blocked == ()
+
+
+def test_a_stream_continuing_at_its_frame_cap_is_first_in_line() -> None:
+    s = Scheduler()
+    new = RequestRecord(1, arrival=0.0, has_text=True)
+    going_on = RequestRecord(2, arrival=9.0, has_text=True, resume=True)
+    assert s.plan_talker([new, going_on], now=10.0, free_slots=1).prefill == 2
+
+
+def test_a_long_parked_request_gives_its_slot_to_a_waiting_stream() -> None:
+    clock = FakeClock()
+    s = Scheduler(SchedulerConfig(park_evict_s=1.0))
+    idle = [parked(1, since=clock.t), parked(2, since=clock.t + 0.5)]
+    waiting = RequestRecord(3, arrival=clock.t, has_text=True)
+    assert s.plan_evictions([*idle, waiting], now=clock.advance(0.9), free_slots=0) == ()  # not long enough
+    assert s.plan_evictions([*idle], now=clock.advance(5.0), free_slots=0) == ()  # nobody waits: keep it
+    assert s.plan_evictions([*idle, waiting], now=clock.t, free_slots=0) == (1,)  # longest parked, one needed
+    assert s.plan_evictions([*idle, waiting], now=clock.t, free_slots=1) == ()  # a slot is free anyway
+    idle[0].evicting = True  # already giving its slot up: that covers the one waiting
+    assert s.plan_evictions([*idle, waiting], now=clock.t, free_slots=0) == ()
+    second = RequestRecord(4, arrival=clock.t, has_text=True)
+    assert s.plan_evictions([*idle, waiting, second], now=clock.t, free_slots=0) == (2,)
+
+
+def test_a_paused_or_busy_request_is_not_evicted() -> None:
+    s = Scheduler(SchedulerConfig(park_evict_s=0.0))
+    paused = parked(1, since=0.0)
+    paused.paused = True
+    busy = running(2)  # generating, has text: not parked
+    waiting = RequestRecord(3, arrival=0.0, has_text=True)
+    assert s.plan_evictions([paused, busy, waiting], now=10.0, free_slots=0) == ()
