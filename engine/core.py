@@ -14,6 +14,13 @@ until EOS or the request's frame cap. Audio leaves through a bounded `EventBridg
 the bridge will not take stays in the request's one-chunk outbox and the request is paused (not
 advanced) until its consumer reads again. A failure inside one request's work ends that stream with
 `StreamEnd("error")`; a failing batched call is retried row by row so only the culprit ends.
+
+One stream, one request at a time, as many requests as it takes. A request ends at a segment boundary
+(the end-of-text row fed after a whole `append` piece) and the stream goes on in a fresh one — same
+voice, the same seeded generator, the codec decoder state carried over so the audio continues —
+whenever the next piece would not fit the request's KV context (the frame cap: no text is cut), and
+when a request parked past `park_evict_s` gives its slot to a stream waiting for one. Text a request
+took but the model did not consume (it said EOS early) goes back to the stream's pending text.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import numpy as np
 import torch
 
 from engine.cpu.resample import SegmentResampler
+from engine.options import quote_text
 from engine.qwen3.codec import CodecState
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
 from engine.qwen3.prompt import VoiceClone
@@ -42,7 +50,7 @@ from engine.scheduler import DEFAULT_RAMP, RequestRecord, Scheduler, SchedulerCo
 from engine.slots import SlotPool
 from engine.stream import EventBridge
 from engine.talker_backend import NativeTalker
-from engine.types import AudioChunk, CodecFrames
+from engine.types import AudioChunk, CodecFrames, Waiting
 
 log = logging.getLogger("voxgate.engine.core")
 
@@ -77,10 +85,20 @@ class CoreConfig:
     # Capture the talker step and the code-predictor pass as CUDA graphs (engine/graphs.py). Off the
     # GPU it warns once and runs the same static-buffer path uncaptured.
     cuda_graphs: bool = False
+    # A request parked (its text ran dry before finish()) this long gives its slot up when another
+    # stream waits for one: it speaks the text it has to its end, and the stream resumes in a fresh
+    # request when text comes. Long enough that a pause between two sentences keeps the slot.
+    park_evict_s: float = 1.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_batch <= self.max_streams:
             raise ValueError(f"max_batch must be in [1, max_streams={self.max_streams}], got {self.max_batch}")
+        # Below one frame per token a request's frame cap could stop before its text was all fed.
+        if not (math.isfinite(self.frames_per_token) and self.frames_per_token >= 1.0) or self.min_frames < 1:
+            raise ValueError(f"need frames_per_token >= 1 and min_frames >= 1, got {self.frames_per_token}, "
+                             f"{self.min_frames}")
+        if not (math.isfinite(self.park_evict_s) and self.park_evict_s >= 0):
+            raise ValueError(f"park_evict_s must be a number >= 0, got {self.park_evict_s}")
 
 
 @dataclass
@@ -105,27 +123,46 @@ class ClonedVoice:
 
 @dataclass
 class CoreRequest:
+    """One stream, and the request (prompt, KV slot, text track) now speaking it. Everything per request
+    is bounded by its KV context; per stream only the pending text (bounded by what the caller commits
+    ahead of the audio) and counters."""
+
     rid: int
     opts: StreamOptions
     bridge: EventBridge
     record: RequestRecord
-    pending_text: list[tuple[int, str]] = field(default_factory=list)  # (segment, text) before admission
+    pending_text: deque[tuple[int, str]] = field(default_factory=deque)  # (segment, text) no request took yet
     voice: ClonedVoice | Future[ClonedVoice] | None = None  # a future while its clip is being made into a voice
     segments: int = 0  # append calls so far
     carry: str = ""  # whitespace cut from the end of the last piece (it belongs before the next word)
     finished: bool = False
+    prompt_rows: int | None = None  # rows of this stream's prompts (the voice decides; the text does not)
+    # ---- the request now speaking (reset when the next one starts)
     slot: int | None = None
+    requests: int = 0  # requests started for this stream
     track: torch.Tensor | None = None  # [N, H] text rows; frame g+1's talker input uses row g
+    ids: list[int] = field(default_factory=list)  # content ids of this request's text (the prompt's too)
     token_segments: list[int] = field(default_factory=list)  # segment of each content token
+    track_offset: int = 1  # content index of text row 0 (ICL: see _admit)
+    extra_rows: int = 0  # track rows that are not content: an ICL transcript longer than its reference
     eos_fed: bool = False
+    ended_by_eos: bool = False  # the model said EOS (else the frame cap stopped it)
     pad_row: torch.Tensor | None = None
     prompt_len: int = 0
-    frames: int = 0  # frames completed by the code predictor
+    frames: int = 0  # frames of this request completed by the code predictor
     codes: list[torch.Tensor] = field(default_factory=list)  # completed, not yet decoded [16] each
     frames_decoded: int = 0
+    # ---- the stream
+    frames_before: int = 0  # frames of its earlier requests
+    codec_carry: CodecState | None = None  # the decoder state between two requests (pcm output)
     samples_out: int = 0  # PCM samples handed out, at the stream's rate
+    last_segment: int = 0  # segment of the latest audio
+    fed_tokens: int = 0  # content tokens the talker consumed, all requests
+    fed_segments: int = 0  # segments with tokens consumed
+    fed_last: int = -1  # the latest of them
+    waiting_told: bool = False  # a Waiting notice went out for the current wait
     resampler: SegmentResampler | None = None
-    outbox: deque[AudioChunk | CodecFrames] = field(default_factory=deque)
+    outbox: deque[AudioChunk | CodecFrames | Waiting] = field(default_factory=deque)
     ended: bool = False
 
     @property
@@ -161,6 +198,8 @@ class EngineCore:
         self.cpu_s = 0.0
         #: frames each stream made, recorded when it finished (tests and the bench check audio against it)
         self.finished_frames: dict[int, int] = {}
+        #: (requests, segments with consumed tokens, consumed content tokens) of each finished stream
+        self.finished_text: dict[int, tuple[int, int, int]] = {}
         self.pool: SlotPool | None = None
         self.talker: NativeTalker | None = None
         self.voices: VoiceMaker[ClonedVoice] = VoiceMaker(self._clone, on_done=self._wake.set)
@@ -260,8 +299,12 @@ class EngineCore:
         assert self.pool is not None
         live = [r for r in self._requests.values() if not r.ended]
         for r in live:
-            self._refresh(r)
+            self._refresh(r, now)
+        for rid in self.scheduler.plan_evictions((r.record for r in live), now, self.pool.available):
+            self._evict(self._requests[rid])
         plan = self.scheduler.plan_talker((r.record for r in live), now, self.pool.available)
+        for rid, ahead in plan.blocked:
+            self._tell_waiting(self._requests[rid], ahead)
         worked = False
         produced: list[CoreRequest] = []
         if plan.prefill is not None:
@@ -325,20 +368,33 @@ class EngineCore:
         req.segments += 1
         if req.finished:
             raise RuntimeError("append after finish")
-        if req.slot is None:
+        if req.slot is None or req.eos_fed:  # for the next request
             req.pending_text.append((seg, text))
-            req.record.has_text = req.record.has_text or self._can_admit(req)  # more text never un-readies
-        else:
-            self._extend_track(req, seg, text)
+            if req.slot is None:
+                req.record.has_text = req.record.has_text or self._can_admit(req)  # more text never un-readies
+            return
+        ids, carry = self._piece_ids(req.carry, text)
+        if not ids:
+            req.carry = carry
+            return
+        if len(req.ids) + len(ids) > self._budget(req):
+            # The piece would not fit this request's KV context: the request ends here, at the segment
+            # boundary, and the next one starts with this piece.
+            req.pending_text.append((seg, text))
+            self._feed_eos(req)
+            return
+        req.carry = carry
+        self._extend_track(req, seg, ids)
 
     def _on_finish(self, req: CoreRequest) -> None:
         req.finished = True
         if req.slot is not None:
-            self._feed_eos(req)
-        elif not any(text.strip() for _, text in req.pending_text):
-            self._end(req, "done")  # nothing to say
-        else:
+            if not self._has_pending(req):
+                self._feed_eos(req)  # else the request already ends at a boundary; the last one gets it
+        elif self._has_pending(req):
             req.record.has_text = self._can_admit(req)
+        else:
+            self._complete_stream(req)  # nothing (more) to say
 
     def _collect_voices(self) -> None:
         """Requests whose cloned voice the maker finished: the voice, or the stream ends with its error."""
@@ -351,38 +407,134 @@ class EngineCore:
                     continue
                 req.record.has_text = self._can_admit(req)
 
+    # ---- capacity --------------------------------------------------------------------------------
+    def _evict(self, req: CoreRequest) -> None:
+        """A parked request gives its slot to a stream waiting for one: its end of text is fed now, so it
+        speaks what it has to its end (EOS or frame cap) and frees the slot; the stream's later text
+        starts a fresh request when a slot is free again."""
+        log.info("stream %d: parked %.1f s while a stream waits for a slot: it ends its request and resumes "
+                 "in a new one", req.rid, self.clock() - (req.record.parked_since or self.clock()))
+        self._feed_eos(req)
+        req.record.evicting = True
+        req.record.parked, req.record.parked_since = False, None
+        self.stats["evictions"] = self.stats.get("evictions", 0) + 1
+
+    def _tell_waiting(self, req: CoreRequest, ahead: int) -> None:
+        if not req.waiting_told:
+            req.waiting_told = True
+            req.outbox.append(Waiting("capacity", ahead))
+
+    # ---- admission ---------------------------------------------------------------------------------
     def _icl(self, req: CoreRequest) -> bool:
         return isinstance(req.voice, ClonedVoice) and req.voice.clone.icl
 
+    def _has_pending(self, req: CoreRequest) -> bool:
+        return any(text.strip() for _, text in req.pending_text)
+
+    def _voice_arg(self, req: CoreRequest) -> VoiceClone | str | None:
+        return req.voice.clone if isinstance(req.voice, ClonedVoice) else req.opts.speaker
+
+    def _prompt_rows(self, req: CoreRequest) -> int:
+        """Rows of this stream's prompts: instructions, role, codec prefix, the first text token — and an
+        ICL clone's reference frames. The voice decides; the length of the text does not."""
+        if req.prompt_rows is None:
+            probe = self.model.tokenizer.content_ids("a")[:1]
+            req.prompt_rows = self.model.build_prompt(
+                probe, voice=self._voice_arg(req), language=req.opts.language,
+                instructions=req.opts.instructions, streaming_text=True, final=True,
+            ).rows.shape[0]
+        return req.prompt_rows
+
+    def _ref_overflow(self, req: CoreRequest) -> int:
+        """Transcript tokens of an ICL clone beyond its reference frames: they ride the text track."""
+        if not self._icl(req):
+            return 0
+        assert isinstance(req.voice, ClonedVoice) and req.voice.clone.ref_codes is not None
+        return max(0, len(req.voice.ref_ids) - req.voice.clone.ref_codes.shape[0] - 1)
+
+    def _budget(self, req: CoreRequest) -> int:
+        """Content tokens one request may take: its frame cap for them (min_frames + frames_per_token per
+        track row) must fit the slot's KV positions after the prompt, so the cap never cuts text."""
+        room = self.config.max_context - self._prompt_rows(req) - self.config.min_frames
+        return math.floor(room / self.config.frames_per_token) - self._ref_overflow(req)
+
     def _can_admit(self, req: CoreRequest) -> bool:
-        """A prompt can be built from the committed text, and the voice is ready. An ICL clone's prompt
+        """A prompt can be built from the pending text, and the voice is ready. An ICL clone's prompt
         sums the text track (transcript ++ text) with the reference frames row by row, so before
-        `finish()` it waits until the text covers them: then later text only extends the trailing
-        queue, exactly as if the whole text had come at once."""
-        if not any(text.strip() for _, text in req.pending_text) or isinstance(req.voice, Future):
+        `finish()` it waits until the text covers them (or fills a whole request): then later text only
+        extends the trailing queue, exactly as if the whole text had come at once."""
+        if req.ended or req.slot is not None or isinstance(req.voice, Future) or not self._has_pending(req):
             return False
         if req.finished or not self._icl(req):
             return True
-        assert isinstance(req.voice, ClonedVoice) and req.voice.clone.ref_codes is not None
-        ids = self._prompt_text(req)[0]
-        return len(req.voice.ref_ids) + len(ids) >= req.voice.clone.ref_codes.shape[0] + 1
+        try:
+            assert isinstance(req.voice, ClonedVoice) and req.voice.clone.ref_codes is not None
+            cover = req.voice.clone.ref_codes.shape[0] + 1 - len(req.voice.ref_ids)
+            enough = min(cover, self._budget(req))
+            return enough <= 0 or self._pending_tokens(req, enough) >= enough
+        except Exception:  # _admit meets the same failure and ends the stream with it
+            return True
 
-    def _prompt_text(self, req: CoreRequest) -> tuple[list[int], list[int], str, list[tuple[int, str]]]:
-        """The committed text that goes into the prompt: (content ids, segment of each id, the whitespace
-        carried to the next piece, the pieces left to extend the text track). That is the first piece, or
-        for an ICL clone every piece so far (its text must cover the reference frames)."""
+    def _pending_tokens(self, req: CoreRequest, enough: int) -> int:
+        """Content tokens of the pending text, counted until `enough`."""
+        n, carry, first = 0, "", True
+        for _, text in req.pending_text:
+            stripped = text.rstrip()
+            if not stripped:
+                carry += text
+                continue
+            n += len(self.model.tokenizer.content_ids(stripped) if first else self._piece_ids(carry, text)[0])
+            first, carry = False, text[len(stripped):]
+            if n >= enough:
+                break
+        return n
+
+    def _take(self, req: CoreRequest, budget: int) -> tuple[list[int], list[int]]:
+        """The pending pieces one request speaks: whole pieces while they fit `budget` tokens (a piece
+        alone larger than that is cut at a word boundary, its rest left pending) → (content ids, segment
+        of each). The first piece is tokenized as the prompt's text; each later one with the whitespace
+        carried from the piece before it."""
+        ids: list[int] = []
+        segments: list[int] = []
         pending = req.pending_text
-        nonblank = [i for i, (_, text) in enumerate(pending) if text.strip()]
-        first, last = nonblank[0], nonblank[-1] if self._icl(req) else nonblank[0]
-        seg, text = pending[first]
-        stripped = text.rstrip()
-        ids = self.model.tokenizer.content_ids(stripped)
-        segments, carry = [seg] * len(ids), text[len(stripped):]
-        for seg, text in pending[first + 1:last + 1]:
-            piece, carry = self._piece_ids(carry, text)
+        carry = ""
+        while pending:
+            seg, text = pending[0]
+            stripped = text.rstrip()
+            if not stripped:
+                carry += text
+                pending.popleft()
+                continue
+            piece = self.model.tokenizer.content_ids(stripped) if not ids else self._piece_ids(carry, text)[0]
+            if len(ids) + len(piece) > budget:
+                if ids:
+                    break  # the next request takes it
+                head, tail = self._cut(stripped, budget)
+                pending[0] = (seg, tail + text[len(stripped):])
+                piece = self.model.tokenizer.content_ids(head)
+                ids, segments, carry = piece, [seg] * len(piece), ""
+                break
             ids += piece
             segments += [seg] * len(piece)
-        return ids, segments, carry, pending[last + 1:]
+            carry = text[len(stripped):]
+            pending.popleft()
+        req.carry = carry
+        return ids, segments
+
+    def _cut(self, text: str, budget: int) -> tuple[str, str]:
+        """`text` (longer than `budget` tokens) → a head of at most `budget` tokens, ending at a word
+        boundary where there is one, and the rest."""
+        starts = [a for a, _ in self.model.tokenizer.tok.encode(text, add_special_tokens=False).offsets]
+        k = min(budget, len(starts) - 1)  # the head is tokens [0, k)
+        while k > 0:
+            # A token next to whitespace starts a word; CJK text has none: cut between tokens then.
+            words = [c for c in range(k, 0, -1) if text[starts[c] - 1].isspace() or text[starts[c]].isspace()]
+            cut = words[0] if words else k
+            head, tail = text[:starts[cut]].rstrip(), text[starts[cut]:].lstrip()
+            if head and len(self.model.tokenizer.content_ids(head)) <= budget:
+                return head, tail
+            k = cut - 1
+        raise ValueError(f"cannot cut {len(text)} characters into pieces of {budget} tokens")
 
     # ---- text track ------------------------------------------------------------------------------
     def _piece_ids(self, carry: str, text: str) -> tuple[list[int], str]:
@@ -393,13 +545,11 @@ class EngineCore:
             return [], carry + text
         return self.model.tokenizer.encode(carry + stripped), text[len(stripped):]
 
-    def _extend_track(self, req: CoreRequest, seg: int, text: str) -> None:
-        ids, req.carry = self._piece_ids(req.carry, text)
-        if not ids:
-            return
+    def _extend_track(self, req: CoreRequest, seg: int, ids: list[int]) -> None:
         rows = self.model.prompts.text_rows(ids)
         assert req.track is not None
         req.track = torch.cat([req.track, rows])
+        req.ids += ids
         req.token_segments += [seg] * len(ids)
 
     def _feed_eos(self, req: CoreRequest) -> None:
@@ -408,12 +558,17 @@ class EngineCore:
             req.track = torch.cat([req.track, self.model.prompts.eos_row()])
             req.eos_fed = True
 
-    def _refresh(self, req: CoreRequest) -> None:
+    def _refresh(self, req: CoreRequest, now: float) -> None:
         """Parked: admitted, still generating, and no text row for its next step yet."""
         rec = req.record
         rec.paused = bool(req.outbox)
         if req.slot is not None and rec.generating:
-            rec.parked = self._next_text_row(req) is None
+            parked = self._next_text_row(req) is None
+            if parked and not rec.parked:
+                rec.parked_since = now
+            rec.parked = parked
+            if not parked:
+                rec.parked_since = None
 
     def _next_text_row(self, req: CoreRequest) -> torch.Tensor | None:
         assert req.track is not None
@@ -424,8 +579,9 @@ class EngineCore:
 
     def frame_cap(self, req: CoreRequest) -> int:
         """Frames a request may make: from its text length (a model that never emits EOS must stop),
-        and never past its slot's KV positions."""
-        by_text = self.config.min_frames + math.ceil(self.config.frames_per_token * req.n_tokens)
+        and never past its slot's KV positions (`_budget` keeps the first below the second)."""
+        rows = req.n_tokens + req.extra_rows
+        by_text = self.config.min_frames + math.ceil(self.config.frames_per_token * rows)
         return min(by_text, self.config.max_context - req.prompt_len)
 
     @torch.no_grad()
@@ -444,39 +600,56 @@ class EngineCore:
 
     # ---- talker ----------------------------------------------------------------------------------
     def _admit(self, req: CoreRequest) -> bool:
-        """Build the prompt from the text committed so far and prefill it into a free slot. True when
-        the request produced codebook 0 of its first frame."""
+        """Start the stream's next request: take the pending text that fits one request, build its
+        prompt and prefill it into a free slot. The request is closed (its end of text fed) when text is
+        left for the next one, at `finish()`, and for an ICL clone whose text does not cover the
+        reference. True when it produced codebook 0 of its first frame."""
         assert self.pool is not None and self.talker is not None
         try:
-            ids, segments, req.carry, rest = self._prompt_text(req)
-            req.token_segments = segments
-            final = req.finished and self._icl(req)  # a short ICL text is padded inside the prompt: needs its end
-            voice = req.voice.clone if isinstance(req.voice, ClonedVoice) else req.opts.speaker
+            budget = self._budget(req)
+            if budget < 1:
+                raise ValueError(f"this voice's prompt takes {self._prompt_rows(req)} of the "
+                                 f"{self.config.max_context} KV positions: no room left for text")
+            ids, segments = self._take(req, budget)
+            rest = self._has_pending(req)
+            icl = self._icl(req)
+            if icl:
+                assert isinstance(req.voice, ClonedVoice) and req.voice.clone.ref_codes is not None
+                ref, n_ref = len(req.voice.ref_ids), req.voice.clone.ref_codes.shape[0] + 1
+                covers = ref + len(ids) >= n_ref
+                # The prompt sums the first n_ref rows of transcript ++ text with the reference frames;
+                # the rest (transcript tokens first, if it is longer) rides the track.
+                req.extra_rows = max(0, ref - n_ref)
+                req.track_offset = max(0, min(ref + len(ids), n_ref) - ref) - req.extra_rows
+            else:
+                covers, req.extra_rows, req.track_offset = True, 0, 1
+            closed = rest or req.finished or not covers
             prompt = self.model.build_prompt(
-                ids, voice=voice, language=req.opts.language,
-                instructions=req.opts.instructions, streaming_text=True, final=final,
+                ids, voice=self._voice_arg(req), language=req.opts.language,
+                instructions=req.opts.instructions, streaming_text=True, final=closed,
             )
             req.track, req.pad_row, req.prompt_len = prompt.trailing, prompt.pad, prompt.rows.shape[0]
-            req.eos_fed = final
-            for seg, text in rest:
-                self._extend_track(req, seg, text)
-            req.pending_text.clear()
-            if req.finished:
-                self._feed_eos(req)
+            req.ids, req.token_segments, req.eos_fed = ids, segments, closed
+            first = req.requests == 0
+            req.requests += 1
             req.slot = self.pool.acquire()
-            req.record.admitted = True
-            if isinstance(req.voice, ClonedVoice) and req.voice.primed is not None:  # continue the reference
-                self.pool.codec.put([req.slot], req.voice.primed)
+            req.record.admitted, req.record.resume, req.waiting_told = True, False, False
+            if req.codec_carry is not None:  # the audio of the stream's last request goes on
+                self.pool.codec.put([req.slot], req.codec_carry)
+                req.codec_carry = None
+            elif first and isinstance(req.voice, ClonedVoice) and req.voice.primed is not None:
+                self.pool.codec.put([req.slot], req.voice.primed)  # continue the reference
                 if req.opts.codec_tokens:  # the listener's decoder continues it too
-                    ref = req.voice.clone.ref_codes
-                    assert ref is not None
-                    req.outbox.append(CodecFrames(ref.to(torch.int16).numpy(), -ref.shape[0], 0, prime=True))
+                    ref_codes = req.voice.clone.ref_codes
+                    assert ref_codes is not None
+                    req.outbox.append(CodecFrames(ref_codes.to(torch.int16).numpy(), -ref_codes.shape[0], 0,
+                                                  prime=True))
             cb0 = self.talker.prefill(req.slot, prompt.rows, req.opts.params)
         except Exception as exc:
             self._fail(req, exc)
             return False
         if cb0 == self.talker.eos_id:
-            req.record.generating = False
+            req.record.generating, req.ended_by_eos = False, True
             return False
         return True
 
@@ -499,7 +672,7 @@ class EngineCore:
         for r, cb0 in results:
             self.stats["talker_rows"] += 1
             if cb0 == self.talker.eos_id:
-                r.record.generating = False
+                r.record.generating, r.ended_by_eos = False, True
             else:
                 out.append(r)
         return out
@@ -516,7 +689,9 @@ class EngineCore:
         for r, frame in self._isolated(reqs, bucket, run):
             if r.opts.codec_tokens:  # the frame leaves as it is: its listener decodes it
                 segment = r.token_segments[min(r.frames, r.n_tokens - 1)] if r.token_segments else 0
-                r.outbox.append(CodecFrames(frame.to(torch.int16).cpu().numpy()[None], r.frames, segment))
+                r.outbox.append(CodecFrames(frame.to(torch.int16).cpu().numpy()[None], r.frames_before + r.frames,
+                                            segment))
+                r.last_segment = segment
                 r.record.audio_s += self.frame_seconds
                 if r.record.first_audio_at is None:
                     r.record.first_audio_at = now
@@ -588,6 +763,7 @@ class EngineCore:
         if pcm.size:
             req.outbox.append(AudioChunk(pcm, req.opts.sample_rate, req.samples_out, segment))
             req.samples_out += pcm.size
+            req.last_segment = segment
 
     # ---- endings ---------------------------------------------------------------------------------
     def _flush_outboxes(self) -> None:
@@ -605,15 +781,82 @@ class EngineCore:
                 req.bridge.end("done")
 
     def _maybe_done(self, req: CoreRequest) -> None:
+        """A request that made its last frame and decoded it ends; the stream ends with it, or goes on
+        in its next request."""
         rec = req.record
         if req.slot is None or rec.generating or rec.pending_frames > 0:
             return
+        if not self._account(req):
+            return
+        if req.finished and not self._has_pending(req):
+            self._release(req)
+            self._complete_stream(req)
+            return
+        self._next_request(req)
+
+    def _account(self, req: CoreRequest) -> bool:
+        """Count the content tokens the talker consumed; put those it did not (the model said EOS before
+        reaching them) back in front of the pending text, so no committed text is lost. False: the
+        request consumed nothing, and the stream ended with an error (another try would do the same)."""
+        k = self._consumed(req)
+        new = {s for s in req.token_segments[:k] if s > req.fed_last}
+        req.fed_tokens += k
+        req.fed_segments += len(new)
+        req.fed_last = max(new, default=req.fed_last)
+        if k == len(req.ids):
+            return True
+        if k == 0:
+            self._fail(req, RuntimeError("the model ended its request before speaking any of its text"))
+            return False
+        groups: list[tuple[int, list[int]]] = []
+        for seg, tok in zip(req.token_segments[k:], req.ids[k:], strict=True):
+            if groups and groups[-1][0] == seg:
+                groups[-1][1].append(tok)
+            else:
+                groups.append((seg, [tok]))
+        # A space after each: it becomes the carry before the piece that follows, as appended text has.
+        req.pending_text.extendleft(reversed([(seg, self.model.tokenizer.decode(ids) + " ") for seg, ids in groups]))
+        return True
+
+    def _consumed(self, req: CoreRequest) -> int:
+        """Content tokens of the current request the talker has consumed (the prompt's included)."""
+        rows = req.frames if req.ended_by_eos else max(req.frames - 1, 0)  # text rows fed to a step
+        return max(0, min(rows + req.track_offset, len(req.ids)))
+
+    def _next_request(self, req: CoreRequest) -> None:
+        """The stream goes on: free the slot (the decoder state kept for the next request), reset the
+        request's state; the next one is admitted when its text is there and a slot is free. One that
+        gave its slot up to a waiting stream queues behind it; one that only reached the end of its KV
+        context continues first."""
+        assert self.pool is not None and req.slot is not None
+        rec = req.record
+        if not req.opts.codec_tokens:  # (a codec_tokens listener's decoder goes on by itself)
+            req.codec_carry = self.pool.codec.rows([req.slot])
+        evicted = rec.evicting
         self._release(req)
+        req.frames_before += req.frames
+        req.frames = req.frames_decoded = 0
+        req.codes.clear()
+        req.track = req.pad_row = None
+        req.ids, req.token_segments = [], []
+        req.eos_fed = req.ended_by_eos = False
+        rec.generating, rec.parked, rec.parked_since, rec.evicting = True, False, None, False
+        rec.pending_frames = 0
+        rec.resume = not evicted and self._has_pending(req)
+        if not rec.resume:
+            rec.arrival = self.clock()  # behind the streams already waiting
+            rec.chunks_sent = 0  # its listener has run dry meanwhile: small chunks first again
+        rec.has_text = self._can_admit(req)
+
+    def _complete_stream(self, req: CoreRequest) -> None:
+        """The stream's last request is done: its audio drains from the outbox, then it ends "done"."""
         if req.resampler is not None:  # the filter's tail: the last few ms of the utterance
-            self._queue_audio(req, req.resampler.flush(), req.token_segments[-1] if req.token_segments else 0)
-        self.finished_frames[req.rid] = req.frames
-        if len(self.finished_frames) > 4096:  # a long-running server keeps only recent ones
-            del self.finished_frames[next(iter(self.finished_frames))]
+            self._queue_audio(req, req.resampler.flush(), req.last_segment)
+        self.finished_frames[req.rid] = req.frames_before + req.frames
+        self.finished_text[req.rid] = (req.requests, req.fed_segments, req.fed_tokens)
+        for done in (self.finished_frames, self.finished_text):
+            if len(done) > 4096:  # a long-running server keeps only recent ones
+                del done[next(iter(done))]
         req.ended = True  # the outbox drains in _flush_outboxes, then the stream ends "done"
 
     def _release(self, req: CoreRequest) -> None:
@@ -631,8 +874,16 @@ class EngineCore:
         self._requests.pop(req.rid, None)
         req.bridge.end(reason, message)
 
+    def _unspoken(self, req: CoreRequest) -> str:
+        """The committed text a failing stream leaves unspoken (for its error message)."""
+        with contextlib.suppress(Exception):
+            taken = self.model.tokenizer.decode(req.ids[self._consumed(req):]) if req.ids else ""
+            return quote_text(taken + "".join(text for _, text in req.pending_text))
+        return "(unknown)"
+
     def _fail(self, req: CoreRequest, exc: BaseException) -> None:
         log.warning("stream %d failed: %s: %s", req.rid, type(exc).__name__, exc)
         with contextlib.suppress(Exception):
-            self._end(req, "error", f"{type(exc).__name__}: {exc}")
-
+            unspoken = self._unspoken(req)
+            self._end(req, "error", f"{type(exc).__name__}: {exc}" + (f"; unspoken text: {unspoken}"
+                                                                     if unspoken else ""))

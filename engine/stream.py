@@ -1,8 +1,9 @@
 """The thread → asyncio bridge every backend uses to hand a stream's events to the event loop.
 
-Worker threads produce `AudioChunk`s with `put` (blocking while the bounded queue is full: that is
-the backpressure a slow client exerts) and finish with `end`. The event loop consumes with
-`async for ev in bridge.events()`; it never blocks on the producer, it only takes a short lock.
+Worker threads produce `AudioChunk`s / `CodecFrames` (and `Waiting` notices) with `put` (blocking while
+the bounded queue is full: that is the backpressure a slow client exerts) and finish with `end`. The
+event loop consumes with `async for ev in bridge.events()`; it never blocks on the producer, it only
+takes a short lock.
 
 Guarantees (DESIGN §3):
 - events come out in the order they were put;
@@ -21,7 +22,7 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
-from engine.types import AudioChunk, CodecFrames, StreamEnd, StreamEvent
+from engine.types import AudioChunk, CodecFrames, StreamEnd, StreamEvent, Waiting
 
 
 class EventBridge:
@@ -38,7 +39,7 @@ class EventBridge:
         self._on_cancel = on_cancel
         self._lock = threading.Lock()
         self._not_full = threading.Condition(self._lock)
-        self._items: deque[AudioChunk | CodecFrames] = deque()
+        self._items: deque[AudioChunk | CodecFrames | Waiting] = deque()
         self._end: StreamEnd | None = None  # the end decided so far (first one wins)
         self._end_delivered = False
         self._cancelled = False
@@ -57,7 +58,7 @@ class EventBridge:
         """True once an end is decided: producers should stop."""
         return self._end is not None
 
-    def put(self, chunk: AudioChunk | CodecFrames, timeout: float | None = None) -> bool:
+    def put(self, chunk: AudioChunk | CodecFrames | Waiting, timeout: float | None = None) -> bool:
         """Queue `chunk`, waiting while the queue is full. False: dropped (stream cancelled/ended).
 
         Raises TimeoutError if `timeout` passes with the queue still full.
