@@ -152,11 +152,15 @@ class Outbox:
         return item
 
     def cancel_audio(self, utterance: int) -> None:
-        self._cancelled.add(utterance)
+        self._cancelled.add(utterance)  # until `settled`: bounded by the open utterances
         kept = deque(i for i in self._items if not (isinstance(i.data, bytes) and i.utterance == utterance))
         metrics.OUTBOX.dec(len(self._items) - len(kept))
         self._items = kept
         self._space.set()
+
+    def settled(self, utterance: int) -> None:
+        """The utterance's pump has ended: no more of its audio can come, so forget its cancel."""
+        self._cancelled.discard(utterance)
 
 
 @dataclass
@@ -600,6 +604,8 @@ class Connection:
             if utt.stream is not None:
                 utt.stream.cancel()
             self.outbox.cancel_audio(utt.index)
+            if utt.pump is None or utt.pump.done():
+                self.outbox.settled(utt.index)  # no pump: no later audio to keep out
             self._forget(utt)
         if notify:
             metrics.CANCELS.inc()
@@ -644,6 +650,7 @@ class Connection:
             if utt in self.playing:
                 self.playing.remove(utt)
             self._forget(utt)
+            self.outbox.settled(utt.index)
             await self._release_slot(utt)
 
     async def _release_slot(self, utt: Utterance) -> None:

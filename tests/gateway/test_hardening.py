@@ -13,6 +13,7 @@ import logging
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import websockets
@@ -187,3 +188,39 @@ def test_a_partial_request_is_closed_at_the_header_deadline(hardened: str) -> No
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert s.recv(100).startswith(b"HTTP/1.1 200")
 
+
+
+# -- the idle-commit poller survives what it cannot do (finding 9) --------------------------------------------
+
+
+async def test_the_idle_commit_poller_reports_a_stream_limit_and_keeps_committing(
+    cpu_engine: Engine, tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"tenants": {"acme": {"key_sha256": [hash_api_key("k")], "max_streams": 1}}}))
+    for addr in serve(cpu_engine, api_keys=str(keys)):
+        one, _ = await open_session(addr, key="k")
+        two, _ = await open_session(addr, key="k")
+        long = " ".join(f"Sentence number {i} of a long answer." for i in range(30))
+        await one.send(json.dumps({"type": "input.text", "text": long}))
+        await one.send(json.dumps({"type": "input.done"}))
+        while not isinstance(await asyncio.wait_for(one.recv(), 30), bytes):
+            pass
+        # No sentence end: only the idle poller commits this, and it cannot get a stream slot.
+        await two.send(json.dumps({"type": "input.text", "text": "Me too, please "}))
+        events = await until(two, "error")
+        err = events[-1]
+        committed = [e for e in events if e["type"] == "segment.committed"]
+        assert err["code"] == "stream_limit" and err["segment_indexes"] == [committed[-1]["segment_index"]], err
+        assert "will not be spoken" in err["message"]
+        await one.send(json.dumps({"type": "input.cancel"}))
+        await until(one, "audio.cancelled")
+        await asyncio.sleep(0.3)  # the slot is released as the stream ends
+        # The poller lives on: the next idle tail is committed and spoken.
+        await two.send(json.dumps({"type": "input.text", "text": "and now there is room "}))
+        events = await until(two, "audio.start", timeout=20)
+        assert any(e["type"] == "segment.committed" and e["reason"] == "timeout" for e in events), events
+        await two.send(json.dumps({"type": "input.done"}))
+        await until(two, "session.done")
+        await one.close()
+        await two.close()
