@@ -675,10 +675,13 @@ class Connection:
         closed here (later text starts the next one) and the end becomes an error."""
         if end.reason != "done" or utt.finished:
             return end
+        message = "the engine ended the utterance before input.done"
         if self.current is utt:
             self.current = None
             utt.finished = True
-        return StreamEnd("error", "the engine ended the utterance before input.done")
+            if pending := utt.segmenter.pending:
+                message += f"; the text not yet committed ({quote(pending, 80)}) was dropped"
+        return StreamEnd("error", message)
 
     async def _engine_failed(self, utt: Utterance, end: StreamEnd) -> None:
         """The engine's error, naming the committed segments whose audio never began."""

@@ -14,6 +14,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import websockets
@@ -21,7 +22,7 @@ from attack import Result, run
 from support.servers import serve
 from support.wsclient import call, open_session, until
 
-from engine import Engine
+from engine import AudioChunk, Engine, StreamEnd
 from gateway.connection import Limits
 from sessions import hash_api_key
 
@@ -224,3 +225,50 @@ async def test_the_idle_commit_poller_reports_a_stream_limit_and_keeps_committin
         await until(two, "session.done")
         await one.close()
         await two.close()
+
+
+# -- an engine stream that ends before input.done (finding 8, the gateway's half) ------------------------------
+
+
+class EndsEarly:
+    """A real engine whose streams stop after their first chunk, as a frame cap used to: the fault the
+    gateway must survive whatever an engine does (the engines themselves now continue past their caps)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self.sample_rate = engine.sample_rate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def open_stream(self, voice: str | None, language: str, **options: object) -> Any:
+        inner = self._engine.open_stream(voice, language, **options)
+
+        class Stream:
+            append, finish, cancel = inner.append, inner.finish, inner.cancel
+
+            async def events(self) -> Any:
+                async for ev in inner.events():
+                    yield ev
+                    if isinstance(ev, AudioChunk):
+                        inner.cancel()
+                        yield StreamEnd("done")
+                        return
+
+        return Stream()
+
+
+async def test_an_engine_stream_ending_before_input_done_is_an_error_naming_the_text_and_never_wedges(
+    cpu_engine: Engine,
+) -> None:
+    for addr in serve(EndsEarly(cpu_engine)):  # type: ignore[arg-type]
+        ws, _ = await open_session(addr)
+        for turn in range(10):  # more than max_open_utterances: an early end must not stay queued
+            await ws.send(json.dumps({"type": "input.text", "text": "One here. Two here. Three"}))
+            events = await until(ws, "session.done")
+            err = next(e for e in events if e["type"] == "error")
+            assert err["code"] == "engine_error" and "before input.done" in err["message"], err
+            assert err["utterance_index"] == turn == events[-1]["utterance_index"], (err, events[-1])
+            assert err["segment_indexes"] == [1], err  # "Two here. " was committed, never spoken
+            assert "'Three'" in err["message"], err  # still pending: named too
+        await ws.close()
