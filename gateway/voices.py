@@ -4,6 +4,13 @@ A registered *preset* is an engine voice plus defaults (speed, instructions): wo
 engine. A *clone* carries a reference clip and its transcript, for engines that can clone
 (`engine.supports_cloning`); others refuse it clearly. Registered voices live in the shared store,
 so every replica resolves them the same way.
+
+A registration is bounded at every step, since a small request can ask for much work: the body
+(`MAX_BODY_BYTES`, 413 past it), the number in flight (`MAX_REGISTRATIONS`, 429 past it, never a
+queue), the clip's decoding (engine/reference.py: at most 30 s, whatever its header says), and the
+tenant's voices (by count and by bytes, in the store). Parsing, base64 and decoding are CPU work and
+run on the registry's own threads, never on the event loop. A clone is stored as the engine will read
+it: mono, at most 24 kHz, 16-bit FLAC (≤ 1.44 MB of samples for 30 s).
 """
 
 from __future__ import annotations
@@ -11,16 +18,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from typing import Any
+import re
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 from litestar import Request, Response, delete, get, post
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.params import FromPath
 
 from engine import Engine, EngineError
-from engine.reference import decode_reference
+from engine.reference import MAX_SECONDS, compact_reference
 from gateway.auth import caller, serving_engine
-from gateway.errors import api_error
+from gateway.errors import ApiError, api_error
 from sessions import (
     InvalidId,
     SessionStore,
@@ -30,20 +44,75 @@ from sessions import (
     Voice,
     VoiceExists,
     VoiceLimitExceeded,
+    VoiceQuotaExceeded,
 )
 
-_STATUS = {VoiceExists: 409, VoiceLimitExceeded: 413, InvalidId: 400, StateUnavailable: 503}
+T = TypeVar("T")
+
+_STATUS = {VoiceExists: 409, VoiceLimitExceeded: 413, VoiceQuotaExceeded: 413, InvalidId: 400,
+           StateUnavailable: 503}  # fmt: skip
 _ENGINE_DEFAULTS = ("default", "auto")
+
+# A 30 s WAV at 48 kHz, stereo, 16-bit is 5.8 MB, 7.7 MB as base64: it fits, and so does any compressed
+# clip of 30 s. Litestar's default (10 MB) would also let 10 MB of JSON strings through the parser.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+BODY_TIMEOUT_S = 30.0  # a registration uploading slower than this gives its place up (408)
+MAX_REGISTRATIONS = 4  # in flight in this process, from the request's arrival to its clip's last decoded block
+DECODE_THREADS = 2
+MAX_REF_TEXT = 2000  # a 30 s transcript is a few hundred characters
+MAX_DESCRIPTION = 500
+MAX_INSTRUCTIONS = 500  # as session.config's instructions
 
 
 class VoiceRequest(msgspec.Struct, forbid_unknown_fields=True):
-    voice_id: str
-    base_voice: str | None = None  # preset: an engine voice …
+    voice_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    base_voice: Annotated[str, msgspec.Meta(max_length=128)] | None = None  # preset: an engine voice …
     speed: float | None = None  # … with defaults
-    instructions: str | None = None
-    description: str = ""
+    instructions: Annotated[str, msgspec.Meta(max_length=MAX_INSTRUCTIONS)] | None = None
+    description: Annotated[str, msgspec.Meta(max_length=MAX_DESCRIPTION)] = ""
     ref_audio: str | None = None  # clone: base64 or a data: URI of an audio file …
-    ref_text: str | None = None  # … and what it says (without it: x-vector only, less like the speaker)
+    # … and what it says (without it: x-vector only, less like the speaker)
+    ref_text: Annotated[str, msgspec.Meta(max_length=MAX_REF_TEXT)] | None = None
+
+
+class RegistrationGate:
+    """At most `limit` registrations in flight, their CPU work on `threads` threads of their own.
+
+    A place is taken when a request arrives (before its body is read: the body is memory too) and given
+    back when the request is answered, or, once its work went to a thread, when that work has really
+    ended: a client that leaves does not free a place its clip is still decoding in. Past the limit a
+    registration is refused at once (429), not queued."""
+
+    def __init__(self, limit: int, threads: int) -> None:
+        self._places = threading.BoundedSemaphore(limit)
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="voice-registration")
+
+    def enter(self) -> Registration | None:
+        return Registration(self._places, self._executor) if self._places.acquire(blocking=False) else None
+
+
+class Registration:
+    def __init__(self, places: threading.BoundedSemaphore, executor: ThreadPoolExecutor) -> None:
+        self._places, self._executor = places, executor
+        self._handed_off = False
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on the gate's threads; the place goes with it (once per registration)."""
+        assert not self._handed_off, "one piece of work per registration"
+        future = self._executor.submit(fn, *args)
+        self._handed_off = True
+        future.add_done_callback(lambda _: self._places.release())
+        return await asyncio.wrap_future(future)
+
+    def __enter__(self) -> Registration:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        if not self._handed_off:
+            self._places.release()
+
+
+_GATE = RegistrationGate(MAX_REGISTRATIONS, DECODE_THREADS)
 
 
 def stream_options(
@@ -88,25 +157,64 @@ async def resolve_voice(
     return None, {"ref_audio": voice.ref_audio, "ref_text": voice.ref_text}
 
 
+@dataclass(frozen=True)
+class _Names:
+    """What the registration checks a request against, read on the event loop before the work leaves it."""
+
+    engine_voices: frozenset[str]
+    reserved: frozenset[str]  # casefolded: names resolved before registered voices, on some route
+    cloning: bool
+
+
+def _names(request: Request, engine: Engine) -> _Names:
+    from gateway.openai_api import OPENAI_VOICES
+
+    voices = frozenset(v.name for v in engine.voices())
+    aliases = request.app.state.settings.voice_aliases
+    reserved = {n.casefold() for n in (*voices, *_ENGINE_DEFAULTS, *OPENAI_VOICES, *aliases)}
+    return _Names(voices, frozenset(reserved), can_clone(engine))
+
+
 def _decode_audio(value: str) -> bytes:
     if value.startswith("data:"):
         value = value.partition(",")[2]
     return base64.b64decode(value, validate=True)
 
 
-def _voice_from(req: VoiceRequest, engine: Engine) -> Voice:
+def _parse(raw: bytes) -> VoiceRequest:
+    try:
+        return msgspec.json.decode(raw, type=VoiceRequest)
+    except msgspec.ValidationError as e:
+        where = re.search(r"\$\.(\w+)|field `(\w+)`", str(e))
+        raise ApiError(str(e), param=where and (where[1] or where[2])) from None
+    except msgspec.DecodeError:
+        raise ApiError("the request body is not valid JSON", code="invalid_json") from None
+
+
+def _voice_from(raw: bytes, names: _Names) -> Voice:
+    """The request body → the voice to store; a clone's clip decoded (bounded) and made compact. Runs on
+    the registry's threads."""
+    req = _parse(raw)
+    if req.voice_id.casefold() in names.reserved:
+        # Engine voices, default/auto, OpenAI's names and the configured aliases are resolved before the
+        # registry: a voice registered under one of them would never be used.
+        raise ApiError(f"voice_id {req.voice_id!r} is the name of an engine voice or alias, which always wins; "
+                       "choose another id", param="voice_id", code="voice_id_reserved")  # fmt: skip
     if req.ref_audio is not None:
-        if not can_clone(engine):
+        if not names.cloning:
             raise EngineError("voice_cloning_unsupported", "this engine cannot clone voices; register a preset")
         try:
             audio = _decode_audio(req.ref_audio)
         except (binascii.Error, ValueError):
             raise ValueError("ref_audio: not base64 (or a base64 data: URI)") from None
-        return Voice(req.voice_id, "clone", req.voice_id, ref_audio=audio, ref_text=req.ref_text or None,
-                     metadata={"description": req.description})  # fmt: skip
+        clip = compact_reference(audio)  # EngineError invalid_reference_audio: unreadable, too short or long
+        meta = {"description": req.description, "format": "flac", "sample_rate": clip.sample_rate,
+                "seconds": clip.seconds}  # fmt: skip
+        return Voice(req.voice_id, "clone", req.voice_id, ref_audio=clip.data, ref_text=req.ref_text or None,
+                     metadata=meta)  # fmt: skip
     if req.base_voice is None:
         raise ValueError("base_voice: a preset names an engine voice (or send ref_audio + ref_text for a clone)")
-    if req.base_voice not in {v.name for v in engine.voices()}:
+    if req.base_voice not in names.engine_voices:
         raise EngineError("unknown_voice", f"base_voice {req.base_voice!r} is not a voice of this engine")
     if req.speed is not None and not 0.25 <= req.speed <= 4.0:
         raise ValueError("speed: must be between 0.25 and 4.0")
@@ -115,21 +223,37 @@ def _voice_from(req: VoiceRequest, engine: Engine) -> Voice:
     return Voice(req.voice_id, "preset", req.voice_id, metadata=meta)
 
 
-@post("/v1/audio/voices", status_code=201)
+def _busy() -> Response[dict[str, Any]]:
+    response = api_error(429, "registration_busy", f"{MAX_REGISTRATIONS} voice registrations are in progress; "
+                         "retry in a moment")  # fmt: skip
+    response.headers["Retry-After"] = "1"
+    return response
+
+
+@post("/v1/audio/voices", status_code=201, request_max_body_size=MAX_BODY_BYTES)
 async def create_voice(request: Request) -> Response[dict[str, Any]]:
     tenant, engine = caller(request), serving_engine(request)
-    try:
-        req = msgspec.json.decode(await request.body(), type=VoiceRequest)
-        voice = _voice_from(req, engine)
-        if voice.ref_audio is not None:  # refuse a clip the engine could not read now, not at first use
-            await asyncio.to_thread(decode_reference, voice.ref_audio)
-        voice = await request.app.state.store.put_voice(tenant.name, voice)
-    except EngineError as e:  # before ValueError, which it extends
-        return api_error(400, e.code, str(e), "voice")
-    except SessionStoreError as e:
-        return api_error(_STATUS.get(type(e), 400), e.code, str(e))
-    except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as e:
-        return api_error(400, "invalid_value", str(e))
+    registration = _GATE.enter()
+    if registration is None:
+        return _busy()
+    with registration:
+        try:
+            raw = await asyncio.wait_for(request.body(), BODY_TIMEOUT_S)
+            voice = await registration.run(_voice_from, raw, _names(request, engine))
+            voice = await request.app.state.store.put_voice(tenant.name, voice)
+        except RequestEntityTooLarge:
+            return api_error(413, "request_too_large", f"a voice registration is limited to {MAX_BODY_BYTES} bytes "
+                             f"(a clip of up to {MAX_SECONDS:g} s; send it compressed: FLAC, Opus or MP3)")  # fmt: skip
+        except TimeoutError:
+            return api_error(408, "request_timeout", f"the request body did not arrive within {BODY_TIMEOUT_S:g} s")
+        except ApiError as e:
+            return e.response()
+        except EngineError as e:  # before ValueError, which it extends
+            return api_error(400, e.code, str(e), "ref_audio" if e.code == "invalid_reference_audio" else "voice")
+        except SessionStoreError as e:
+            return api_error(_STATUS.get(type(e), 400), e.code, str(e))
+        except ValueError as e:
+            return api_error(400, "invalid_value", str(e))
     return Response({"voice_id": voice.voice_id, "kind": voice.kind, "created_ms": voice.created_ms}, status_code=201)
 
 
@@ -141,7 +265,7 @@ async def delete_voice(request: Request, voice_id: FromPath[str]) -> Response[di
     except SessionStoreError as e:
         return api_error(_STATUS.get(type(e), 400), e.code, str(e))
     if not deleted:
-        return api_error(404, "voice_not_found", f"no voice {voice_id!r}")
+        return api_error(404, "voice_not_found", f"no voice {voice_id[:128]!r}")
     return Response({"id": voice_id, "object": "voice", "deleted": True})  # OpenAI's shape for deletions
 
 
@@ -150,20 +274,26 @@ async def list_voices(request: Request) -> Response[dict[str, Any]]:
     from gateway.openai_api import OPENAI_VOICES
 
     tenant, engine = caller(request), serving_engine(request)
+    store: SessionStore = request.app.state.store
     voices = [
         {"name": v.name, "languages": list(v.languages), "kind": v.kind, "description": v.description}
         for v in engine.voices()
     ]
     try:
-        registered = await request.app.state.store.list_voices(tenant.name)
+        registered = await store.list_voices(tenant.name)
+        count, size = await store.voice_usage(tenant.name)
     except StateUnavailable as e:
         return api_error(503, e.code, str(e))
     for v in registered:
         voices.append({"name": v.voice_id, "kind": v.kind, "description": v.metadata.get("description", ""),
-                       "base_voice": v.metadata.get("base_voice"), "created_ms": v.created_ms})  # fmt: skip
+                       "base_voice": v.metadata.get("base_voice"), "created_ms": v.created_ms,
+                       "bytes": v.ref_audio_bytes})  # fmt: skip
     aliases = dict.fromkeys(OPENAI_VOICES, "default") | request.app.state.settings.voice_aliases
+    limits = store.settings
+    usage = {"voices": count, "bytes": size, "max_voices": limits.max_voices_per_tenant,
+             "max_bytes": limits.max_voice_bytes_per_tenant}  # fmt: skip
     return Response({"voices": voices, "languages": engine.languages(), "aliases": aliases,
-                     "cloning": can_clone(engine)})  # fmt: skip
+                     "cloning": can_clone(engine), "usage": usage})  # fmt: skip
 
 
 voice_routes = [create_voice, delete_voice, list_voices]

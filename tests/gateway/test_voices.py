@@ -91,3 +91,35 @@ async def test_a_websocket_session_can_use_a_registered_voice(keyed_gateway: str
         assert ready["type"] == "session.ready" and ready["voice"] == "agent"
         events, audio = await utterance(ws, "Registered voices work here too.")
         assert events[-1]["type"] == "session.done" and sum(map(len, audio)) > 24000, events[-1]
+
+
+@pytest.mark.parametrize("voice_id", ["joe", "JOE", "default", "auto", "alloy", "Nova"])
+def test_a_voice_named_like_an_engine_voice_or_alias_is_refused(keyed_gateway: str, voice_id: str) -> None:
+    """Engine voices, default/auto and OpenAI's names are resolved before the registry: a voice registered
+    under one of them would never apply, so it is refused."""
+    status, err = call(keyed_gateway, "POST", "/v1/audio/voices", "acme-key",
+                       {"voice_id": voice_id, "base_voice": "joe", "speed": 0.5})  # fmt: skip
+    assert status == 400 and err["error"]["code"] == "voice_id_reserved", err
+    assert err["error"]["param"] == "voice_id"
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("voice_id", "v" * 129), ("description", "d" * 501), ("instructions", "i" * 501), ("ref_text", "t" * 2001),
+    ("base_voice", "b" * 129),
+])  # fmt: skip
+def test_every_text_field_of_a_registration_is_bounded(keyed_gateway: str, field: str, value: str) -> None:
+    body = {"voice_id": "bounded", "base_voice": "joe"} | {field: value}
+    status, err = call(keyed_gateway, "POST", "/v1/audio/voices", "acme-key", body)
+    assert status == 400 and err["error"]["code"] == "invalid_value" and err["error"]["param"] == field, err
+    assert value not in err["error"]["message"]  # not echoed back
+
+
+def test_the_listing_shows_what_the_tenants_voices_hold(keyed_gateway: str) -> None:
+    preset = {"voice_id": "counted", "base_voice": "joe"}
+    assert call(keyed_gateway, "POST", "/v1/audio/voices", "beta-key", preset)[0] == 201
+    _, listing = call(keyed_gateway, "GET", "/v1/audio/voices", "beta-key")
+    usage = listing["usage"]
+    assert usage["voices"] == 1 and 0 < usage["bytes"] < 1000, usage
+    assert (usage["max_voices"], usage["max_bytes"]) == (1000, 64 * 1024 * 1024)
+    assert call(keyed_gateway, "DELETE", "/v1/audio/voices/counted", "beta-key")[0] == 200
+    assert call(keyed_gateway, "GET", "/v1/audio/voices", "beta-key")[1]["usage"]["bytes"] == 0
