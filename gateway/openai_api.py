@@ -16,6 +16,7 @@ from typing import Literal
 import msgspec
 import numpy as np
 from litestar import Request, Response, post
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.response import Stream as StreamResponse
 
 from engine import AudioChunk, Engine, EngineError, StreamEnd, Waiting
@@ -27,6 +28,11 @@ from segmentation import StreamSegmenter, normalize_for_speech
 from sessions import StateUnavailable
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit
+MAX_INSTRUCTIONS = 500  # as session.config's
+MAX_NAME_CHARS = 128  # voice, model, language: names, echoed in errors
+# The longest valid body: 4096 characters of input and 500 of instructions, each a 12-byte JSON escape
+# (a surrogate pair), and the rest. Litestar's default (10 MB) would parse megabytes on the event loop.
+MAX_BODY_BYTES = 128 * 1024
 # OpenAI's voice names: each maps to the engine's language-aware default unless the engine has a
 # voice of that name (or the settings alias it).
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse")
@@ -60,6 +66,13 @@ def _parse(raw: bytes) -> SpeechRequest:
         raise ApiError(
             f"input is limited to {MAX_INPUT_CHARS} characters", param="input", code="string_above_max_length"
         )
+    if req.instructions is not None and len(req.instructions) > MAX_INSTRUCTIONS:
+        raise ApiError(f"instructions are limited to {MAX_INSTRUCTIONS} characters", param="instructions",
+                       code="string_above_max_length")  # fmt: skip
+    for name in ("voice", "model", "language"):
+        if len(getattr(req, name) or "") > MAX_NAME_CHARS:
+            raise ApiError(f"{name} is limited to {MAX_NAME_CHARS} characters", param=name,
+                           code="string_above_max_length")  # fmt: skip
     if not 0.25 <= req.speed <= 4.0:
         raise ApiError("speed must be between 0.25 and 4.0", param="speed")
     if req.sample_rate is not None and not 8000 <= req.sample_rate <= 48000:
@@ -107,7 +120,7 @@ async def _pcm(
         stream.cancel()  # a no-op once the stream has ended
 
 
-@post("/v1/audio/speech", status_code=200)  # OpenAI answers 200 (Litestar would say 201)
+@post("/v1/audio/speech", status_code=200, request_max_body_size=MAX_BODY_BYTES)  # OpenAI answers 200, not 201
 async def create_speech(request: Request) -> Response:
     tenant, engine = caller(request), serving_engine(request)
     try:
@@ -122,6 +135,9 @@ async def create_speech(request: Request) -> Response:
         first = await anext(chunks, None)  # surfaces engine errors (bad voice, language) as a 400
     except ApiError as e:
         return e.response()
+    except RequestEntityTooLarge:
+        return ApiError(f"the request body is limited to {MAX_BODY_BYTES} bytes", code="request_too_large",
+                        status=413).response()  # fmt: skip
     except EngineError as e:
         return ApiError(str(e), param="voice" if "voice" in e.code else None, code=e.code).response()
     except StateUnavailable as e:
