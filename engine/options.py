@@ -15,7 +15,12 @@ SEED_LIMIT = 2**63  # seeds are 0 … 2**63-1 (what every backend's generator ta
 
 
 def shown(value: object, limit: int = 40) -> str:
-    """`value` as an error message may show it: its short repr, else its type and size."""
+    """`value` as an error message may show it: its short repr, else its type and size. (Sizes first:
+    repr of a 5000-digit int raises ValueError, and of a huge string costs its length.)"""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an int of {value.bit_length()} bits"
+    if isinstance(value, str | bytes) and len(value) > limit:
+        return f"a {type(value).__name__} of {len(value)} characters"
     if isinstance(value, bool | int | float | str | bytes):
         text = repr(value)
         return text if len(text) <= limit else f"a {type(value).__name__} of {len(text)} characters"

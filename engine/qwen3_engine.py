@@ -23,6 +23,7 @@ from typing import Any
 
 from engine.core import CoreConfig, EngineCore, StreamOptions
 from engine.cpu.cache import cache_dir
+from engine.options import int_option, number_option, seed_option, shown, text_option
 from engine.qwen3.edge import decoder_id
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
 from engine.stream import EventBridge
@@ -32,6 +33,10 @@ log = logging.getLogger("voxgate.engine.qwen3")
 
 STREAM_OPTIONS = ("sample_rate", "speed", "seed", "instructions", "output", "ref_audio", "ref_text")
 OUTPUTS = ("pcm", "codec_tokens")
+MAX_INSTRUCTIONS_CHARS = 2000  # prompt rows, one a token: the gateway allows 500
+MAX_REF_TEXT_CHARS = 2000  # a 30 s reference's transcript is a few hundred characters
+MIN_TOKENS_PER_REQUEST = 16  # the prompt must leave at least this much text room in a request
+PROMPT_ROWS_BESIDES_INSTRUCTIONS = 12  # role 3, codec prefix ≤ 6 with a speaker, the first text token: ≤ 10
 #: ISO 639-1 codes (what the gateway speaks) for the model's language names.
 ISO_LANGUAGES = {
     "chinese": "zh", "english": "en", "german": "de", "italian": "it", "portuguese": "pt", "spanish": "es",
@@ -76,6 +81,8 @@ class Qwen3Stream:
     def append(self, text: str) -> None:
         if self._finished:
             raise EngineError("invalid_state", "append after finish")
+        if not isinstance(text, str):
+            raise EngineError("invalid_text", f"append takes a string, got {shown(text)}")
         if not self._bridge.ended:
             self._core.append(self.rid, text)
 
@@ -103,6 +110,8 @@ class Qwen3Engine:
             self.config = CoreConfig(**options)
         except TypeError as exc:
             raise EngineError("invalid_option", f"unknown engine option: {exc}") from None
+        except ValueError as exc:
+            raise EngineError("invalid_option", str(exc)) from None
         self.model, self.model_path = model, model_path
         self.decoder_id = decoder_id(model_path) if model_path is not None else "unknown"
         self.greedy = greedy
@@ -128,6 +137,8 @@ class Qwen3Engine:
         return ["auto", *[ISO_LANGUAGES.get(name, name) for name in self.model.languages if name != "auto"]]
 
     def _model_language(self, language: str) -> str:
+        if language is not None and not isinstance(language, str):
+            raise EngineError("unsupported_language", f"a language is a code or a name, got {shown(language)}")
         lang = (language or "auto").strip().lower()
         names = self.model.languages
         if lang in names:
@@ -136,7 +147,7 @@ class Qwen3Engine:
         for name in names:
             if ISO_LANGUAGES.get(name) == base:
                 return name
-        raise EngineError("unsupported_language", f"this model speaks no language {language!r}; "
+        raise EngineError("unsupported_language", f"this model speaks no language {shown(language)}; "
                                                   f"available: {self.languages()}")
 
     def _reference(self, options: dict[str, object]) -> tuple[bytes, str | None] | None:
@@ -151,52 +162,71 @@ class Qwen3Engine:
             raise EngineError("voice_cloning_unsupported",
                               f"this {self.model.model_type} checkpoint cannot clone voices (Base checkpoints can)")
         if not isinstance(audio, bytes | bytearray) or not audio:
-            raise EngineError("invalid_option", "ref_audio must be the bytes of an audio file")
-        if text is not None and not isinstance(text, str):
-            raise EngineError("invalid_option", "ref_text must be a string")
+            raise EngineError("invalid_option", f"ref_audio must be the bytes of an audio file, got {shown(audio)}")
+        text = text_option(text, "ref_text", MAX_REF_TEXT_CHARS)
         return bytes(audio), text or None
 
     def _speaker(self, voice: str | None) -> str | None:
+        if voice is not None and not isinstance(voice, str):
+            raise EngineError("unknown_voice", f"a voice is a name, got {shown(voice)}")
         if voice is None or not voice.strip() or voice.strip().lower() in ("default", "auto"):
             return None
         if self.model.model_type != "custom_voice":
             raise EngineError("unknown_voice", f"this {self.model.model_type} checkpoint has no named voices")
         name = voice.strip().lower()
         if name not in self.model.speakers:
-            raise EngineError("unknown_voice", f"no voice {voice!r}; available: {self.model.speakers}")
+            raise EngineError("unknown_voice", f"no voice {shown(voice)}; available: {self.model.speakers}")
         return name
 
     def open_stream(self, voice: str | None, language: str, **options: object) -> Qwen3Stream:
-        """Options: `sample_rate` (8000–48000; audio is resampled with soxr), `seed` (reproducible
-        sampling, alone or batched), `instructions` (voice design / 1.7B CustomVoice), `speed` (1.0 only:
-        the model has no rate control), `ref_audio` + `ref_text` (a cloned voice, Base checkpoints)."""
+        """Options: `sample_rate` (8000–48000; audio is resampled with soxr), `seed` (0–2**63-1:
+        reproducible sampling, alone or batched), `instructions` (voice design / 1.7B CustomVoice; at
+        most 2000 characters, and they must leave room for text in `max_context`), `speed` (1.0 only:
+        the model has no rate control), `output` (pcm | codec_tokens), `ref_audio` + `ref_text` (a
+        cloned voice, Base checkpoints). Every check runs here, so a bad option fails at once with
+        `EngineError("invalid_option", …)` (whose message quotes no unbounded input), never later."""
         if self._closed:
             raise EngineError("engine_closed", "the Qwen3 engine is closed")
-        bad = sorted(set(options) - set(STREAM_OPTIONS))
+        bad = sorted((k for k in options if k not in STREAM_OPTIONS), key=str)
         if bad:
-            raise EngineError("invalid_option", f"the Qwen3 engine takes no option {bad}; known: {STREAM_OPTIONS}")
-        rate = options.get("sample_rate", self.sample_rate)
-        if isinstance(rate, bool) or not isinstance(rate, int) or not 8000 <= rate <= 48000:
-            raise EngineError("invalid_option", f"sample_rate must be an integer within 8000–48000, got {rate!r}")
-        speed = options.get("speed", 1.0)
+            raise EngineError("invalid_option", f"the Qwen3 engine takes no option {[shown(k) for k in bad[:5]]}; "
+                                                f"known: {STREAM_OPTIONS}")
+        rate = int_option(options.get("sample_rate"), self.sample_rate, 8000, 48000, "sample_rate")
+        speed = number_option(options.get("speed"), 1.0, "speed")
         if speed != 1.0:
             raise EngineError("invalid_option",
-                              f"the Qwen3 engine speaks at its own rate; speed {speed!r} is not supported")
-        seed = options.get("seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise EngineError("invalid_option", f"seed must be a non-negative integer, got {seed!r}")
-        instructions = options.get("instructions")
-        if instructions is not None and not isinstance(instructions, str):
-            raise EngineError("invalid_option", "instructions must be a string")
+                              f"the Qwen3 engine speaks at its own rate; speed {shown(speed)} is not supported")
+        seed = seed_option(options.get("seed"))
+        instructions = text_option(options.get("instructions"), "instructions", MAX_INSTRUCTIONS_CHARS)
         output = options.get("output", "pcm")
-        if output not in OUTPUTS:
-            raise EngineError("invalid_option", f"output must be one of {OUTPUTS}, got {output!r}")
+        if not isinstance(output, str) or output not in OUTPUTS:
+            raise EngineError("invalid_option", f"output must be one of {OUTPUTS}, got {shown(output)}")
+        speaker, language_name = self._speaker(voice), self._model_language(language)
+        reference = self._reference(options)
+        self._check_prompt_room(instructions)
         params = SamplingParams.from_defaults(self.model.gen, greedy=self.greedy, seed=seed)
-        opts = StreamOptions(self._speaker(voice), self._model_language(language), instructions or None, rate,
-                             params, codec_tokens=output == "codec_tokens", reference=self._reference(options))
+        opts = StreamOptions(speaker, language_name, instructions or None, rate,
+                             params, codec_tokens=output == "codec_tokens", reference=reference)
         stream = Qwen3Stream(self, opts)
         self._streams.add(stream)
         return stream
+
+    def _check_prompt_room(self, instructions: str | None) -> None:
+        """Instructions are prompt rows, one a token: with the rest of the prompt they must leave a
+        request room for some text, else every stream would fail at its first prefill. Counted from
+        the tokens (cheap: this runs on the caller's thread). A cloned voice's reference frames are
+        checked once its clip is made into a voice: a stream that does not fit ends with an error."""
+        model = self.model
+        ignored = model.model_type == "base" or (model.model_type == "custom_voice"
+                                                  and model.cfg.tts_model_size == "0b6")
+        if not instructions or ignored:
+            return
+        rows = len(model.tokenizer.instruct_ids(instructions)) + PROMPT_ROWS_BESIDES_INSTRUCTIONS
+        room = self.config.max_context - rows - self.config.min_frames
+        if room < self.config.frames_per_token * MIN_TOKENS_PER_REQUEST:
+            raise EngineError("invalid_option", f"instructions of {len(instructions)} characters take {rows} of "
+                                                f"this engine's {self.config.max_context} prompt positions: "
+                                                "shorten them")
 
     def codec_info(self) -> dict[str, object]:
         """What a client decoding codec frames on the device needs to know (`codec.start`)."""

@@ -272,14 +272,60 @@ async def test_finish_without_text_ends_at_once_without_audio(engine: Qwen3Engin
     ("ryan", "en", {"speed": 1.5}, "invalid_option"),
     ("ryan", "en", {"sample_rate": 1000}, "invalid_option"),
     ("ryan", "en", {"seed": -1}, "invalid_option"),
+    ("ryan", "en", {"seed": 2**64}, "invalid_option"),  # was a ValueError deep in torch
+    ("ryan", "en", {"seed": 2**63}, "invalid_option"),
+    ("ryan", "en", {"seed": "7"}, "invalid_option"),
+    ("ryan", "en", {"seed": True}, "invalid_option"),
+    ("ryan", "en", {"seed": 7.0}, "invalid_option"),
+    ("ryan", "en", {"speed": float("nan")}, "invalid_option"),
+    ("ryan", "en", {"speed": float("inf")}, "invalid_option"),
+    ("ryan", "en", {"speed": "1.0"}, "invalid_option"),
+    ("ryan", "en", {"speed": True}, "invalid_option"),
+    ("ryan", "en", {"speed": 10**400}, "invalid_option"),
+    ("ryan", "en", {"sample_rate": 16000.5}, "invalid_option"),
+    ("ryan", "en", {"sample_rate": "16000"}, "invalid_option"),
+    ("ryan", "en", {"sample_rate": True}, "invalid_option"),
+    ("ryan", "en", {"sample_rate": 10**30}, "invalid_option"),
+    ("ryan", "en", {"instructions": 42}, "invalid_option"),
+    ("ryan", "en", {"instructions": "x" * 5000}, "invalid_option"),
+    ("ryan", "en", {"output": "wav"}, "invalid_option"),
+    ("ryan", "en", {"output": ["pcm"]}, "invalid_option"),
+    ("ryan", "en", {"ref_audio": b"RIFF"}, "voice_cloning_unsupported"),
     ("nobody", "en", {}, "unknown_voice"),
+    (42, "en", {}, "unknown_voice"),
     ("ryan", "klingon", {}, "unsupported_language"),
+    ("ryan", 42, {}, "unsupported_language"),
 ])
 def test_open_stream_rejects_what_it_cannot_serve(engine: Qwen3Engine, voice: str, language: str,
                                                   options: dict[str, Any], code: str) -> None:
     with pytest.raises(EngineError) as err:
         engine.open_stream(voice, language, **options)
     assert err.value.code == code
+
+
+@pytest.mark.parametrize("options", [{"speed": "fast" * 10**5}, {"x" * 10**5: 1}, {"output": "o" * 10**5},
+                                     {"seed": 10**5000}, {"instructions": ["a"] * 10**5}])
+def test_an_option_error_never_echoes_unbounded_input(engine: Qwen3Engine, options: dict[str, Any]) -> None:
+    with pytest.raises(EngineError) as err:
+        engine.open_stream("ryan", "en", **options)
+    assert err.value.code == "invalid_option"
+    assert len(str(err.value)) < 300
+
+
+def test_options_in_range_open_a_stream(engine: Qwen3Engine) -> None:
+    for options in ({"seed": 2**63 - 1, "speed": 1, "sample_rate": 8000}, {"instructions": "", "seed": 0},
+                    {"speed": 1.0, "sample_rate": 48000, "output": "codec_tokens"}):
+        engine.open_stream("ryan", "en", **options).cancel()
+    with pytest.raises(EngineError) as err:
+        engine.open_stream("ryan", "en").append(b"bytes")  # type: ignore[arg-type]
+    assert err.value.code == "invalid_text"
+
+
+def test_engine_options_out_of_range_fail_as_invalid_option(tmp_path: Path) -> None:
+    for options in ({"frames_per_token": 0.5}, {"park_evict_s": float("nan")}, {"max_batch": 0}):
+        with pytest.raises(EngineError) as err:
+            load_engine("tiny", cache_dir=tmp_path, warm_up=False, **options)
+        assert err.value.code == "invalid_option"
 
 
 def test_the_engine_and_its_streams_meet_the_contract(engine: Qwen3Engine) -> None:
