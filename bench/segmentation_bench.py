@@ -5,6 +5,13 @@ after a boundary (non-space characters with 1-character deltas; deltas with LLM-
 per delta and throughput. Prints a table and writes JSON.
 
     python bench/segmentation_bench.py [--json bench/out/segmentation.json] [--smoke]
+
+`--hostile` measures instead what hostile text costs (bench/hostile_text.py): each shape fed to each
+granularity at two sizes, in one delta and in 4 KiB slices (as the gateway feeds a big message), then
+normalize_for_speech on each normaliser shape. µs per KiB should not grow with the size: the ratio of
+the two sizes' times should be near the ratio of the sizes (8), not its square.
+
+    python bench/segmentation_bench.py --hostile [--sizes 128,1024] [--norm-sizes 8,64] [--budget-s 5]
 """
 
 from __future__ import annotations
@@ -16,12 +23,15 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(Path(__file__).parent)]
 
+from hostile_text import NORMALIZER_SHAPES, SEGMENTER_SHAPES  # noqa: E402
 from segmentation_peers import SEGMENTERS  # noqa: E402
 from support.segcases import Case, char_deltas, clause_ends, load_cases, sentence_ends, word_deltas  # noqa: E402
 
@@ -137,12 +147,131 @@ def one_big_delta(mb: float) -> dict[str, float]:
     return out
 
 
+SLICE = 4096
+
+
+def feed_cost(granularity: str, text: str, chop: int | None) -> dict[str, float]:
+    """Seconds to feed `text` (one delta, or slices of `chop` characters) and flush; the longest call."""
+    from segmentation import StreamSegmenter
+
+    seg = StreamSegmenter(granularity=granularity)
+    deltas = [text] if chop is None else [text[i : i + chop] for i in range(0, len(text), chop)]
+    total = longest = 0.0
+    for d in deltas:
+        t0 = time.perf_counter()
+        seg.feed(d)
+        dt = time.perf_counter() - t0
+        total, longest = total + dt, max(longest, dt)
+    t0 = time.perf_counter()
+    seg.flush()
+    dt = time.perf_counter() - t0
+    return {"seconds": total + dt, "longest_call_s": max(longest, dt)}
+
+
+def _feed_sized(texts: dict[int, str], granularity: str, chop: int | None, kib: int) -> dict[str, float]:
+    return feed_cost(granularity, texts[kib], chop)
+
+
+def normalize_cost(text: str, language: str) -> dict[str, Any]:
+    from segmentation import normalize_for_speech
+
+    t0 = time.perf_counter()
+    try:
+        normalize_for_speech(text, language)
+    except Exception as e:  # a crash is a result too: the gateway would have lost the segment
+        return {"seconds": time.perf_counter() - t0, "error": f"{type(e).__name__}: {str(e)[:80]}"}
+    return {"seconds": time.perf_counter() - t0}
+
+
+def _sized(sizes: list[int], measure: Callable[[int], dict[str, float]], budget_s: float) -> dict[str, Any]:
+    """Time each size in turn (smallest first); skip the larger ones once one has taken `budget_s`."""
+    out: dict[str, Any] = {}
+    spent = 0.0
+    for kib in sizes:
+        if spent > budget_s:
+            out[f"{kib}KiB"] = None  # the smaller size already took too long: quadratic, or worse
+            continue
+        r = measure(kib)
+        spent = r["seconds"]
+        out[f"{kib}KiB"] = {**r, "us_per_kib": r["seconds"] * 1e6 / kib}
+    small, big = out[f"{sizes[0]}KiB"], out[f"{sizes[-1]}KiB"]
+    out["ratio"] = big["seconds"] / small["seconds"] if small and big and small["seconds"] > 0 else None
+    return out
+
+
+def _cells(r: dict[str, Any], sizes: list[int]) -> str:
+    return " ".join(f"{_f(r[f'{k}KiB'] and r[f'{k}KiB']['us_per_kib']):>12}" for k in sizes)
+
+
+def hostile(
+    sizes: list[int], norm_sizes: list[int], budget_s: float, shapes: set[str] | None, parts: set[str]
+) -> dict[str, Any]:
+    from segmentation import GRANULARITIES
+
+    results: dict[str, Any] = {"sizes_kib": sizes, "slice_chars": SLICE, "segmenter": {}, "normalizer": {}}
+    columns = " ".join(f"{f'µs/KiB@{k}K':>12}" for k in sizes)
+    header = f"{'shape':24} {'mode':8} {'chop':5} {columns} {'ratio':>7} {'longest call ms':>15}"
+    print(header + "\n" + "-" * len(header))
+    for name, make in SEGMENTER_SHAPES.items() if "segmenter" in parts else ():
+        if shapes and name not in shapes:
+            continue
+        texts = {kib: make(kib * 1024) for kib in sizes}
+        for granularity in GRANULARITIES:
+            for chop_name, chop in (("one", None), ("4KiB", SLICE)):
+                r = _sized(sizes, partial(_feed_sized, texts, granularity, chop), budget_s)
+                results["segmenter"][f"{name}/{granularity}/{chop_name}"] = r
+                last = r[f"{sizes[-1]}KiB"] or r[f"{sizes[0]}KiB"]
+                print(
+                    f"{name:24} {granularity:8} {chop_name:5} {_cells(r, sizes)} {_f(r['ratio']):>7} "
+                    f"{last['longest_call_s'] * 1e3:15.2f}"
+                )
+    columns = " ".join(f"{f'µs/KiB@{k}K':>12}" for k in norm_sizes)
+    header = f"{'normaliser shape':24} {'lang':4} {columns} {'ratio':>7}"
+    print("\n" + header + "\n" + "-" * len(header))
+    for name, make in NORMALIZER_SHAPES.items() if "normalizer" in parts else ():
+        if shapes and name not in shapes:
+            continue
+        for lang in ("en", "zh"):
+            r = _sized(norm_sizes, lambda kib, lang=lang, make=make: normalize_cost(make(kib * 1024), lang), budget_s)
+            results["normalizer"][f"{name}/{lang}"] = r
+            errors = {e for k in norm_sizes if (c := r[f"{k}KiB"]) and (e := c.get("error"))}
+            print(f"{name:24} {lang:4} {_cells(r, norm_sizes)} {_f(r['ratio']):>7} {' '.join(errors)}")
+    rows = [(k, r) for part in ("segmenter", "normalizer") for k, r in results[part].items()]
+    results["worst_ratio"] = max((r["ratio"] for _, r in rows if r["ratio"] is not None), default=None)
+    results["skipped_as_too_slow"] = [k for k, r in rows if r["ratio"] is None]
+    print(
+        f"\nworst size ratio {_f(results['worst_ratio'])} (linear: ~{sizes[-1] // sizes[0]}); "
+        f"too slow to finish: {results['skipped_as_too_slow']}"
+    )
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json", default=str(REPO / "bench" / "out" / "segmentation.json"))
+    ap.add_argument("--json", default=None, help="default bench/out/segmentation[_hostile].json")
     ap.add_argument("--smoke", action="store_true", help="fewer repeats (CI)")
+    ap.add_argument("--hostile", action="store_true", help="the hostile-input tables instead (see above)")
+    ap.add_argument("--sizes", default="128,1024", help="--hostile: segmenter input sizes, KiB")
+    ap.add_argument("--norm-sizes", default="8,64", help="--hostile: normaliser input sizes, KiB")
+    ap.add_argument("--budget-s", type=float, default=5.0, help="--hostile: skip bigger sizes past this")
+    ap.add_argument("--shapes", default="", help="--hostile: only these shapes (comma-separated)")
+    ap.add_argument("--parts", default="segmenter,normalizer", help="--hostile: which tables")
     args = ap.parse_args()
     warm_up()
+    if args.hostile:
+        results = hostile(
+            [int(k) for k in args.sizes.split(",")],
+            [int(k) for k in args.norm_sizes.split(",")],
+            args.budget_s,
+            set(args.shapes.split(",")) - {""} or None,
+            set(args.parts.split(",")),
+        )
+        path = Path(args.json or REPO / "bench" / "out" / "segmentation_hostile.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results, indent=2))
+        print(f"wrote {path}")
+        return
+    args.json = args.json or str(REPO / "bench" / "out" / "segmentation.json")
     cases = load_cases()
     seeds, repeat = (2, 3) if args.smoke else (8, 30)
     by_lang: dict[str, list[Case]] = defaultdict(list)
