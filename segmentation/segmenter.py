@@ -3,8 +3,17 @@
 Every mark (sentence end, clause mark, newline, code fence) is decided once, when the first
 non-space character after it arrives: that is enough to tell "Dr. Smith" from "today. Then",
 "3.14" from "3. Then" and `。”` from `。然`, and it keeps the commit lag at one character.
-A regular expression jumps from mark to mark, so a delta costs time in proportion to its length,
-and the pending buffer never holds more than `max_chars` (it is cut at a word boundary).
+A regular expression jumps from mark to mark, and the pending buffer never holds more than
+`max_chars` (it is cut at a word boundary).
+
+The cost of `feed()` is linear in what it is fed, whatever the text (it runs on the gateway's event
+loop): every look past a mark stops at the bound, `pending_start + limit` (a segment may not be longer,
+so text beyond it cannot change the decision, and where the decision needs it the run is cut there);
+a look that waits for more text resumes where it stopped; word and character counts are kept, not
+recounted; a forced cut looks back at most `_MAX_WORD` characters; and pysbd, the one costly call,
+runs at most once per `pysbd_every` characters after a burst of `pysbd_burst`. Because the bound
+depends on what was committed, never on how the text was chopped, the segments are the same for any
+chop of the same text (`poll()` aside, which depends on time).
 """
 
 from __future__ import annotations
@@ -48,12 +57,18 @@ class SegmentPolicy:
     auto_clause_words: int = 12  # auto, later: only long sentences break at clauses
     auto_clause_han: int = 20
     idle_timeout: float = 1.0  # seconds without input before poll() commits a clean tail
+    # pysbd costs ~0.5 ms a call: past a burst, at most one call per this many characters; when the
+    # budget is spent an ambiguous abbreviation is not a sentence end (a late commit, never a false one).
+    pysbd_every: int = 1024
+    pysbd_burst: int = 4
 
     def __post_init__(self) -> None:
         if self.max_chars < 16 or self.max_buffer_chars < self.max_chars:
             raise ValueError("need 16 <= max_chars <= max_buffer_chars")
         if self.idle_timeout <= 0:
             raise ValueError("idle_timeout must be positive")
+        if self.pysbd_every < 1 or self.pysbd_burst < 1:
+            raise ValueError("pysbd_every and pysbd_burst must be at least 1")
 
 
 # Titles that precede a name: never a sentence end before a capital ("Dr. Smith", "St. Louis").
@@ -67,11 +82,23 @@ _AMBIGUOUS = frozenset("inc ltd co corp jr sr etc al bros llc plc dept est univ"
 _INITIALISM = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")  # U.S, e.g, p.m, Ph.D (final dot excluded)
 _LIST_MARKER = re.compile(r"(?:\d{1,3}|[A-Za-z]|[ivxIVX]{1,4})")
 
-# Everything the scanner stops at. Inside a code fence only the closing fence matters.
-_MARK = re.compile(r"[.!?。！？…,;:，、；：—\n`]")
+# Everything the scanner stops at, by granularity: `none` decides only fences, `sentence` no clauses.
+# Inside a code fence only the closing fence matters.
 _FENCE_END = re.compile(r"`")
+_MARKS = {
+    "none": _FENCE_END,
+    "sentence": re.compile(r"[.!?。！？…\n`]"),
+    "clause": re.compile(r"[.!?。！？…,;:，、；：—\n`]"),
+    "auto": re.compile(r"[.!?。！？…,;:，、；：—\n`]"),
+}
 _TERMINATORS = frozenset(".!?。！？…")
 _WS = frozenset(" \t\r\n\f\v\u3000\u00a0")
+_BACKTICK = "`"
+# A forced cut keeps a word whole if it starts within this many characters before the bound; a
+# longer "word" is cut at the bound (this bounds the look back in `none` mode's 64 KiB buffer).
+_MAX_WORD = 1024
+# pysbd sees this much text before the period: enough for its rules, which look a few words back.
+_PYSBD_CONTEXT = 160
 
 _pysbd_segmenter = None
 
@@ -138,6 +165,14 @@ class StreamSegmenter:
         self._in_fence = False
         self._committed = 0  # segments committed in this utterance
         self._last_input = self._clock()
+        self._hi = 0  # the look-ahead bound of the decision being made (see _horizon)
+        # How far a look-ahead run got, by the characters it runs over: source (start, end), so that
+        # a decision that waits for text resumes its look where it stopped instead of rescanning.
+        self._runs: dict[object, tuple[int, int]] = {}
+        # Han characters and Latin words in the pending text from source offset _count_from to _count_to.
+        self._count_from = self._count_to = 0
+        self._n_han = self._n_words = 0
+        self._pysbd_due = 0  # source offset the pysbd budget is paid up to (a GCRA over characters)
 
     @property
     def pending(self) -> str:
@@ -176,19 +211,26 @@ class StreamSegmenter:
 
     # -- scanning ---------------------------------------------------------------------------
 
+    @property
+    def _limit(self) -> int:
+        return self.policy.max_buffer_chars if self.granularity == "none" else self.policy.max_chars
+
     def _scan(self) -> list[Segment]:
         out: list[Segment] = []
         buf = self._buf
         n = len(buf)
-        limit = self.policy.max_buffer_chars if self.granularity == "none" else self.policy.max_chars
+        limit = self._limit
+        i = -1  # the first mark at or after _pos (n: none yet); searched again only once _pos passes it
         while True:
-            m = (_FENCE_END if self._in_fence else _MARK).search(buf, self._pos)
-            i = m.start() if m else n
+            if i < self._pos:
+                m = (_FENCE_END if self._in_fence else _MARKS[self.granularity]).search(buf, self._pos)
+                i = m.start() if m else n
             if i - self._start > limit:
+                # A forced cut leaves _pos before i, so i is still the next mark: no rescan per cut.
                 out.append(self._forced_cut(self._start + limit))
                 self._pos = max(self._pos, self._start)
                 continue
-            if m is None:
+            if i == n:
                 self._pos = n
                 return out
             decision = self._decide(i)
@@ -205,8 +247,11 @@ class StreamSegmenter:
             self._pos = resume
 
     def _decide(self, i: int) -> tuple[Reason | None, int, int] | None:
-        """Decide the mark at `i`: None to wait, else (reason or None, commit end, resume index)."""
+        """Decide the mark at `i`: None to wait (or, past the bound, to cut), else (reason or None,
+        commit end, resume index). It looks at no character at or past the bound _hi."""
         buf, c = self._buf, self._buf[i]
+        # A segment ends at most `limit` past its start, so nothing past there can change a decision.
+        self._hi = min(len(buf), self._start + self._limit + 1)
         if c == "`":
             return self._fence(i)
         if self._in_fence:
@@ -217,31 +262,34 @@ class StreamSegmenter:
             k = self._skip_ws(i)
             if k is None:
                 return None
-            has_text = any(ch not in _WS for ch in buf[self._start : i])
+            has_text = any(ch not in _WS for ch in buf[self._start : i])  # i - _start <= limit
             return ("sentence" if has_text else None), k, k
         if c in _TERMINATORS:
             return self._sentence_end(i)
         return self._clause(i)
 
+    def _run_end(self, j: int, members: frozenset[str] | str) -> int:
+        """End of the run of `members` characters from `j`, looking no further than _hi. A look that
+        stopped at the end of the text resumes there when more arrives."""
+        base, hi, buf = self._base, self._hi, self._buf
+        start, end = self._runs.get(members, (-1, 0))
+        k = end - base if start == base + j else j
+        while k < hi and buf[k] in members:
+            k += 1
+        self._runs[members] = (base + j, base + k)
+        return k
+
     def _skip_ws(self, j: int) -> int | None:
         """Index of the first non-space character at or after `j`, or None if not yet received."""
-        buf, n = self._buf, len(self._buf)
-        while j < n and buf[j] in _WS:
-            j += 1
-        return j if j < n else None
+        k = self._run_end(j, _WS)
+        return k if k < self._hi else None
 
     def _closers_end(self, j: int) -> int:
-        buf, n = self._buf, len(self._buf)
-        while j < n and buf[j] in CLOSERS:
-            j += 1
-        return j
+        return self._run_end(j, CLOSERS)
 
     def _fence(self, i: int) -> tuple[Reason | None, int, int] | None:
-        buf, n = self._buf, len(self._buf)
-        j = i
-        while j < n and buf[j] == "`":
-            j += 1
-        if j == n:
+        j = self._run_end(i, _BACKTICK)
+        if j >= self._hi:
             return None  # a fence may still be growing
         if j - i >= 3:
             self._in_fence = not self._in_fence
@@ -249,9 +297,7 @@ class StreamSegmenter:
 
     def _sentence_end(self, i: int) -> tuple[Reason | None, int, int] | None:
         buf = self._buf
-        t = i
-        while t < len(buf) and buf[t] in _TERMINATORS:
-            t += 1
+        t = self._run_end(i, _TERMINATORS)
         j = self._closers_end(t)
         k = self._skip_ws(j)
         if k is None:
@@ -276,7 +322,7 @@ class StreamSegmenter:
             return True
         if ELLIPSIS in run or len(run) >= 3:
             # "Well... I guess": a hesitation after one word is not a sentence; "让我想想……好的" is.
-            return han_context or len(chars.LATIN_WORD_RE.findall(buf, self._start, i)) >= 2
+            return han_context or self._counts(i)[1] >= 2
         if not spaced and nxt in ",;:":
             return False  # "e.g.,"
         return self._period_ends_sentence(i, k)
@@ -303,23 +349,32 @@ class StreamSegmenter:
         if lower in _AMBIGUOUS or _INITIALISM.fullmatch(token):
             if is_han(nxt):
                 return False  # "我在 Acme Inc. 工作": the Han sentence goes on
-            lo = max(self._start, i - 160)
+            if not self._pysbd_budget(i):
+                return False
+            lo = max(self._start, i - _PYSBD_CONTEXT)
             return _pysbd_splits(buf[lo : k + 1], k - lo)
         return True
 
+    def _pysbd_budget(self, i: int) -> bool:
+        """May pysbd run for the mark at `i`? A burst, then one call per `pysbd_every` characters.
+        Counted in source offsets, so the answer does not depend on how the text was chopped."""
+        p, at = self.policy, self._base + i
+        if at < self._pysbd_due - (p.pysbd_burst - 1) * p.pysbd_every:
+            return False
+        self._pysbd_due = max(self._pysbd_due, at) + p.pysbd_every
+        return True
+
     def _clause(self, i: int) -> tuple[Reason | None, int, int] | None:
-        buf, n = self._buf, len(self._buf)
+        buf = self._buf
         c = buf[i]
         if self.granularity == "sentence":
             return None, i, i + 1
         if c == DASH:
-            j = i
-            while j < n and buf[j] == DASH:
-                j += 1
+            j = self._run_end(i, DASH)
         elif c in HAN_CLAUSE_MARKS:
             j = i + 1
         else:  # , ; :  only before whitespace, so never inside 1,000 or 10:30 or http://
-            if i + 1 == n:
+            if i + 1 >= self._hi:
                 return None
             if buf[i + 1] not in _WS:
                 return None, i, i + 1
@@ -342,18 +397,34 @@ class StreamSegmenter:
             words, han = p.first_clause_words, p.first_clause_han
         else:
             words, han = p.auto_clause_words, p.auto_clause_han
-        text = self._buf[self._start : end]
-        n_han = len(chars.HAN_RE.findall(text))
-        n_words = len(chars.LATIN_WORD_RE.findall(text))
+        n_han, n_words = self._counts(end)
         return n_han / han + n_words / words >= 1.0
+
+    def _counts(self, end: int) -> tuple[int, int]:
+        """(Han characters, Latin words) in buf[_start:end]. Counted once, not at every mark: the ends
+        asked for only grow while the start stays, and none falls inside a word (each is a mark, or
+        the first character after a mark's closers and spaces), so the counts of the pieces add up."""
+        buf, base, start = self._buf, self._base, self._base + self._start
+        if self._count_from != start or base + end < self._count_to:
+            self._count_from = self._count_to = start
+            self._n_han = self._n_words = 0
+        p = self._count_to - base
+        if end > p:
+            self._n_han += len(chars.HAN_RE.findall(buf, p, end))
+            self._n_words += len(chars.LATIN_WORD_RE.findall(buf, p, end))
+            self._count_to = base + end
+        return self._n_han, self._n_words
 
     # -- commits ----------------------------------------------------------------------------
 
     def _forced_cut(self, limit: int) -> Segment:
-        """Cut the pending run at the last word boundary at or before `limit`."""
+        """Cut the pending run at the last word boundary at or before `limit` (text up to and
+        including buf[limit] has arrived: the caller cuts only once the run is past the bound)."""
         buf, start = self._buf, self._start
+        self._hi = limit + 1  # _han_word_cut looks no further, whatever else has arrived
         cut, j = start, limit
-        while j > start:  # bounded by max_chars
+        floor = max(start, limit - _MAX_WORD)
+        while j > floor:
             a, b = buf[j - 1], buf[j]
             if a in _WS and b not in _WS:
                 cut = j
@@ -380,7 +451,7 @@ class StreamSegmenter:
         while lo > self._start and is_han(buf[lo - 1]) and j - lo < 64:
             lo -= 1
         hi = j
-        while hi < len(buf) and is_han(buf[hi]) and hi - j < 16:
+        while hi < self._hi and is_han(buf[hi]) and hi - j < 16:
             hi += 1
         # The run's last word may still be arriving, so the run's end is not a boundary.
         cuts = [lo + e for e in _jieba_cuts(buf[lo:hi]) if lo + e <= j and lo + e < hi]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from segmentation import StreamSegmenter
@@ -112,3 +112,23 @@ def test_segments_concatenate_to_the_input(
         assert s.start == pos and s.end == pos + len(s.text) and s.text == text[s.start : s.end]
         assert s.text, "empty segment"
         pos = s.end
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chopped(), st.sampled_from(["none", "sentence", "clause", "auto"]), st.integers(16, 80))
+# A look past a mark that ran to the end of a one-delta text made segments longer than max_chars,
+# where the same text in small deltas was cut at max_chars.
+@example(("ab." + " " * 40 + "Cd", list("ab." + " " * 40 + "Cd")), "sentence", 16)
+@example(("ab" + "\n" * 40 + "x", list("ab" + "\n" * 40 + "x")), "auto", 16)
+@example(("ab" + "…" * 40 + " C", list("ab" + "…" * 40 + " C")), "clause", 16)
+def test_the_segments_do_not_depend_on_the_chop(case: tuple[str, list[str]], granularity: str, max_chars: int) -> None:
+    """The same text gives the same segments in one delta or in any chop (poll aside: it is timed).
+    Forced cuts included: what a cut looks at never goes past the bound, whatever has arrived."""
+    text, deltas = case
+
+    def segments(parts: list[str]) -> list[tuple[str, int, int, str]]:
+        seg = StreamSegmenter(granularity=granularity, max_chars=max_chars, max_buffer_chars=max_chars)
+        out = [s for d in parts for s in seg.feed(d)] + seg.flush()
+        return [(s.text, s.start, s.end, s.reason) for s in out]
+
+    assert segments(deltas) == segments([text])
