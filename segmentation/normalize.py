@@ -4,6 +4,11 @@ A pure function applied to each committed segment (so no rewrite ever straddles 
 and emoji go; numbers, money, percentages, dates, times and units become words, in English or
 Mandarin by the segment's language. Order matters: code and links first (their text is literal),
 then patterns with context (money, dates, times, units), then bare numbers.
+
+A segment can be 64 KiB (`none` mode), so every pattern is linear in its input: none may start at
+every position of a run and scan to the run's end. A pattern that can fail after a long scan either
+starts only where its run starts (a look-behind), or stops its scan at the next character that could
+begin another attempt (`[^<>]` in a tag, `[^()]` in a link target, no delimiter inside emphasis).
 """
 
 from __future__ import annotations
@@ -16,31 +21,36 @@ from segmentation.chars import HAN_RE, LATIN_WORD_RE, check_text
 
 # -- Markdown, emoji, symbols -------------------------------------------------------------------
 
-_FENCE_BLOCK = re.compile(r"```[^\n]*\n.*?(?:```|\Z)", re.S)
-_FENCE_LINE = re.compile(r"^\s*```.*$", re.M)
-_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
-_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+_FENCE_BLOCK = re.compile(r"```[^\n`]*\n.*?(?:```|\Z)", re.S)  # no backtick in an info string
+_FENCE_LINE = re.compile(r"^[ \t]*```.*$", re.M)
+# A link target may hold one level of parentheses (Foo_(bar)); text and target never another opener.
+_TARGET = r"\([^()]*(?:\([^()]*\)[^()]*)*\)"
+_IMAGE = re.compile(r"!\[([^\[\]]*)\]" + _TARGET)
+_LINK = re.compile(r"\[([^\[\]]+)\]" + _TARGET)
 _INLINE_CODE = re.compile(r"`+([^`]*)`+")
 _HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]+", re.M)
 _QUOTE = re.compile(r"^[ \t]*>[ \t]?", re.M)
 _BULLET = re.compile(r"^[ \t]*[-*+•][ \t]+", re.M)
 _RULE = re.compile(r"^[ \t]*(?:[-*_][ \t]*){3,}$", re.M)
-_TABLE_RULE = re.compile(r"^[ \t]*\|?[ \t]*:?-{3,}.*$", re.M)
-_HTML = re.compile(r"</?[A-Za-z][^>]*>")
-_STRONG = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1", re.S)
-_EM = re.compile(r"(?<![\w*])([*_])(?=\S)(.+?)(?<=\S)\1(?![\w*])", re.S)
+_TABLE_RULE = re.compile(r"^[ \t]*(?:\|[ \t]*)?:?-{3,}.*$", re.M)
+_HTML = re.compile(r"</?[A-Za-z][^<>]*>")
+# Emphasis ends at the next delimiter or not at all: ((?!\1).) never scans past another opener.
+_STRONG = re.compile(r"(\*\*|__)(?=\S)((?:(?!\1).)+?)(?<=\S)\1", re.S)
+_EM = re.compile(r"(?<![\w*])([*_])(?=\S)((?:(?!\1).)+?)(?<=\S)\1(?![\w*])", re.S)
 _STRIKE = re.compile(r"~~(.+?)~~", re.S)
 _STRAY = re.compile(r"`+|\*{1,3}|(?<!\w)_{1,3}|_{1,3}(?!\w)|~~|#{2,}|\|")
 _EMOJI = re.compile(
     "[\U0001f000-\U0001faff\U00002600-\U000027bf\U0001f1e6-\U0001f1ff\U0000fe0f\U0000200d"
     "\U00002b00-\U00002bff\U0001fc00-\U0001ffff]"
 )
+# Addresses are tried once per run of address characters (from its start, past leading dots and
+# dashes, which stay as they are): tried at every word start of "a.a.a…" they scan the run each time.
 _DOMAIN = re.compile(
-    r"\b[\w-]+(?:\.[\w-]+)*\.(?:com|org|net|io|ai|dev|app|edu|gov|co|uk|cn|de|fr|jp|info|me|txt|pdf|json|ya?ml|py|md|csv|docx?|xlsx?|png|jpe?g|wav|mp3|zip)\b(?:/[\w./?=&%-]*\w)?"
+    r"(?<![\w.-])(?P<lead>[.-]*)\b(?P<addr>[\w-]+(?:\.[\w-]+)*\.(?:com|org|net|io|ai|dev|app|edu|gov|co|uk|cn|de|fr|jp|info|me|txt|pdf|json|ya?ml|py|md|csv|docx?|xlsx?|png|jpe?g|wav|mp3|zip)\b(?:/[\w./?=&%-]*\w)?)"
 )
 _GLUED_DIGITS = re.compile(r"(?<=[A-Za-z])(?=\d)")
 _URL = re.compile(r"\b(?:https?://|www\.)[^\s<>()\"'，。！？]+[^\s<>()\"'，。！？.,;:!?]")
-_EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+_EMAIL = re.compile(r"(?<![\w.+-])(?P<lead>[.+-]*)\b(?P<addr>[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b)")
 _SPACES = re.compile(r"[ \t]{2,}")
 
 
@@ -71,7 +81,11 @@ def _speak_address(text: str, dot: str, at: str) -> str:
 
 # -- Number readings ----------------------------------------------------------------------------
 
-_NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+# At most seven groups (10^24) so that an attempt from each group of a long run scans a bounded span.
+_NUM = r"\d{1,3}(?:,\d{3}){1,7}(?:\.\d+)?|\d+(?:\.\d+)?"
+# A number that must be followed by something (%, a unit) starts where its digits start: tried from
+# inside a run of digits too, it would scan to the run's end from every one of them.
+_LEAD_NUM = r"(?<!\d)(" + _NUM + r")"
 _CURRENCY = {"$": ("dollar", "cent"), "€": ("euro", "cent"), "£": ("pound", "penny"), "¥": ("yen", "")}
 _ZH_CURRENCY = {"$": "美元", "€": "欧元", "£": "英镑", "¥": "元", "￥": "元"}
 _SCALE_WORDS = {"k": "thousand", "K": "thousand", "m": "million", "M": "million", "bn": "billion"}
@@ -111,7 +125,7 @@ def _plural(word: str, one: bool) -> str:
 def _en_number(s: str) -> str:
     s = s.replace(",", "")
     integer, _, fraction = s.partition(".")
-    return nb.en_decimal(integer, fraction) if fraction else nb.en_cardinal(int(integer))
+    return nb.en_decimal(integer, fraction) if fraction else nb.en_integer(integer)
 
 
 def _zh_number(s: str) -> str:
@@ -119,7 +133,7 @@ def _zh_number(s: str) -> str:
     integer, _, fraction = s.partition(".")
     if not fraction and len(integer) > 1 and integer.startswith("0"):
         return nb.zh_digits(integer)  # 0571, codes and phone numbers
-    return nb.zh_decimal(integer, fraction) if fraction else nb.zh_cardinal(int(integer))
+    return nb.zh_decimal(integer, fraction) if fraction else nb.zh_integer(integer)
 
 
 def _is_one(s: str) -> bool:
@@ -135,7 +149,7 @@ def _en_money(m: re.Match[str]) -> str:
     integer, _, cents = amount.partition(".")
     if m["scale"]:
         return f"{_en_number(amount)} {_SCALE_WORDS.get(m['scale'], m['scale'])} {_plural(unit, False)}"
-    words = f"{nb.en_cardinal(int(integer))} {_plural(unit, integer == '1')}"
+    words = f"{nb.en_integer(integer)} {_plural(unit, integer == '1')}"
     if cents and sub and int(cents[:2].ljust(2, "0")):
         c = int(cents[:2].ljust(2, "0"))
         words += f" and {nb.en_cardinal(c)} {_plural(sub, c == 1)}"
@@ -183,7 +197,7 @@ _EN_RULES: list[Rule] = [
         re.compile(r"(?P<cur>[$€£¥])\s?(?P<amount>" + _NUM + r")(?:\s?(?P<scale>bn|[kKmM])\b)?"),
         _en_money,
     ),
-    (re.compile(r"(" + _NUM + r")\s?%"), lambda m: _en_number(m[1]) + " percent"),
+    (re.compile(_LEAD_NUM + r"\s?%"), lambda m: _en_number(m[1]) + " percent"),
     (
         re.compile(r"\b(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)\b(?:\s?(?P<ampm>[aApP]\.?[mM]\.?))?"),
         _en_time,
@@ -192,9 +206,9 @@ _EN_RULES: list[Rule] = [
         re.compile(r"\b(\d{1,2})\s?([aApP])\.?[mM]\b\.?"),
         lambda m: f"{nb.en_cardinal(int(m[1]))} {m[2].lower()} m",
     ),
-    (re.compile(r"\b(\d+)(?:st|nd|rd|th)\b"), lambda m: nb.en_ordinal(int(m[1]))),
+    (re.compile(r"\b(\d+)(?:st|nd|rd|th)\b"), lambda m: nb.en_ordinal_of(m[1])),
     (
-        re.compile(r"(" + _NUM + r")\s?(" + _UNIT_RE + r")(?![A-Za-z])"),
+        re.compile(_LEAD_NUM + r"\s?(" + _UNIT_RE + r")(?![A-Za-z])"),
         lambda m: (
             f"{_en_number(m[1])} {_plural(_EN_UNITS[m[2]], _is_one(m[1]))}" if m[2] in _EN_UNITS else m[0]
         ),
@@ -202,7 +216,7 @@ _EN_RULES: list[Rule] = [
     (re.compile(r"\b\d+(?:\.\d+){2,}\b"), lambda m: " point ".join(_en_number(p) for p in m[0].split("."))),
     (re.compile(r"(?<![\w.])-(?=\d)"), lambda m: "minus "),
     (re.compile(_NUM), _en_plain),
-    (re.compile(r"\s*&\s*"), lambda m: " and "),
+    (re.compile(r"(?<!\s)\s*&\s*|&\s*"), lambda m: " and "),  # tried once per run of spaces
     (re.compile(r"(?<=\d)\s*\+\s*(?=\d)|(?<=\s)\+(?=\s)"), lambda m: " plus "),
     (re.compile(r"\s=\s"), lambda m: " equals "),
 ]
@@ -235,16 +249,16 @@ _ZH_RULES: list[Rule] = [
         re.compile(r"([$€£¥￥])\s?(" + _NUM + r")"),
         lambda m: _zh_number(m[2]) + _ZH_CURRENCY[m[1]],
     ),
-    (re.compile(r"(" + _NUM + r")\s?[%％]"), lambda m: "百分之" + _zh_number(m[1])),
+    (re.compile(_LEAD_NUM + r"\s?[%％]"), lambda m: "百分之" + _zh_number(m[1])),
     (re.compile(r"(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)(?!\d)"), _zh_time),
     (
-        re.compile(r"(" + _NUM + r")\s?(" + _UNIT_RE + r")(?![A-Za-z])"),
+        re.compile(_LEAD_NUM + r"\s?(" + _UNIT_RE + r")(?![A-Za-z])"),
         lambda m: _zh_number(m[1]) + _ZH_UNITS[m[2]] if m[2] in _ZH_UNITS else m[0],
     ),
-    (re.compile(r"\d+(?:\.\d+){2,}"), lambda m: "点".join(_zh_number(p) for p in m[0].split("."))),
+    (re.compile(r"(?<!\d)\d+(?:\.\d+){2,}"), lambda m: "点".join(_zh_number(p) for p in m[0].split("."))),
     (re.compile(r"(?<![\w.])-(?=\d)"), lambda m: "负"),
     (re.compile(r"(" + _NUM + r")(\S?)"), _zh_plain),
-    (re.compile(r"\s*[&＆]\s*"), lambda m: "和"),
+    (re.compile(r"(?<!\s)\s*[&＆]\s*|[&＆]\s*"), lambda m: "和"),
     (re.compile(r"(?<=\d)\s*\+\s*(?=\d)"), lambda m: "加"),
 ]
 
@@ -274,8 +288,8 @@ def normalize_for_speech(text: str, language: str = "auto") -> str:
     lang = speech_language(text, language)
     dot, at = " dot ", " at "
     text = _URL.sub(lambda m: _speak_address(m[0], dot, at), text)
-    text = _EMAIL.sub(lambda m: _speak_address(m[0], dot, at), text)
-    text = _DOMAIN.sub(lambda m: _speak_address(m[0], dot, at), text)
+    text = _EMAIL.sub(lambda m: m["lead"] + _speak_address(m["addr"], dot, at), text)
+    text = _DOMAIN.sub(lambda m: m["lead"] + _speak_address(m["addr"], dot, at), text)
     text = _GLUED_DIGITS.sub(" ", text)  # v2 → v 2, MP3 → MP 3
     text = _apply(_ZH_RULES if lang == "zh" else _EN_RULES, text)
     text = _SPACES.sub(" ", text)

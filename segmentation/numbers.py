@@ -34,8 +34,23 @@ def en_cardinal(n: int) -> str:
     raise AssertionError(n)
 
 
+def en_integer(digits: str) -> str:
+    """A string of digits read as en_cardinal reads its value, without int(): converting thousands
+    of digits takes quadratic time, and Python refuses past 4300. Past the scales, digit by digit."""
+    digits = digits.lstrip("0") or "0"
+    return en_digits(digits) if len(digits) > 15 else en_cardinal(int(digits))  # n >= 10**15
+
+
 def en_ordinal(n: int) -> str:
-    words = en_cardinal(n)
+    return _ordinal(en_cardinal(n))
+
+
+def en_ordinal_of(digits: str) -> str:
+    """en_ordinal of a string of digits, of any length."""
+    return _ordinal(en_integer(digits))
+
+
+def _ordinal(words: str) -> str:
     head, sep, last = words.rpartition(" ") if " " in words else ("", "", words)
     pre, dash, unit = last.rpartition("-")
     if unit in _ORDINAL_EXCEPTIONS:
@@ -62,7 +77,7 @@ def en_year(n: int) -> str:
 
 
 def en_decimal(integer: str, fraction: str) -> str:
-    return en_cardinal(int(integer or "0")) + " point " + en_digits(fraction)
+    return en_integer(integer) + " point " + en_digits(fraction)
 
 
 def en_time(h: int, m: int) -> str:
@@ -116,9 +131,15 @@ def zh_cardinal(n: int) -> str:
     return out[1:] if out.startswith("一十") else out
 
 
+def zh_integer(digits: str) -> str:
+    """A string of digits read as zh_cardinal reads its value, without int() (see en_integer)."""
+    digits = digits.lstrip("0") or "0"
+    return zh_digits(digits) if len(digits) > 16 else zh_cardinal(int(digits))  # n >= 10**16
+
+
 def zh_digits(digits: str) -> str:
     return "".join(_ZH_DIGITS[int(d)] for d in digits if d.isdigit())
 
 
 def zh_decimal(integer: str, fraction: str) -> str:
-    return zh_cardinal(int(integer or "0")) + "点" + zh_digits(fraction)
+    return zh_integer(integer) + "点" + zh_digits(fraction)

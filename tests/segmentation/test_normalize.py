@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hostile_text import NORMALIZER_SHAPES
 from hypothesis import given
 from hypothesis import strategies as st
 
 from segmentation import normalize_for_speech
-from segmentation.numbers import en_cardinal, en_ordinal, en_year, zh_cardinal
+from segmentation.numbers import en_cardinal, en_integer, en_ordinal, en_ordinal_of, en_year, zh_cardinal, zh_integer
 
 
 @pytest.mark.parametrize(
@@ -148,3 +149,41 @@ def test_bad_input_is_a_value_error() -> None:
 def test_any_text_normalizes_without_error_or_leftover_markup(text: str) -> None:
     out = normalize_for_speech(text, "en")
     assert "**" not in out and "`" not in out
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+@pytest.mark.parametrize("shape", sorted(NORMALIZER_SHAPES))
+def test_hostile_text_normalizes(shape: str, language: str) -> None:
+    """Every shape that made a pattern backtrack (bench: segmentation_bench.py --hostile) still reads."""
+    out = normalize_for_speech(NORMALIZER_SHAPES[shape](8192), language)
+    assert "**" not in out and "`" not in out
+
+
+def test_a_number_of_any_length_is_read_digit_by_digit() -> None:
+    # int() of more than 4300 digits raised ValueError: the segment was lost.
+    assert normalize_for_speech("1" * 5000, "en") == " ".join(["one"] * 5000)
+    assert normalize_for_speech("7" * 5000, "zh") == "七" * 5000
+    assert normalize_for_speech("$" + "2" * 5000 + " now", "en").endswith("two dollars now")
+    assert normalize_for_speech("3" * 5000 + "th", "en").endswith("three three third")
+
+
+@given(st.integers(0, 10**40), st.integers(0, 3))
+def test_digit_strings_read_as_their_value(n: int, zeros: int) -> None:
+    digits = "0" * zeros + str(n)
+    assert en_integer(digits) == en_cardinal(n)
+    assert zh_integer(digits) == zh_cardinal(n)
+    assert en_ordinal_of(digits) == en_ordinal(n)
+
+
+@pytest.mark.parametrize(
+    ("text", "spoken"),
+    [
+        ("See [the page](https://en.wikipedia.org/wiki/Foo_(bar)) now.", "See the page now."),
+        ("Mail -jane@acme.io or visit -acme.io today.", "Mail -jane at acme dot io or visit -acme dot io today."),
+        ("a   &   b", "a and b"),
+        ("a\n\n```\ncode\n```\nb", "a\n\n\nb"),
+        ("| a |\n|---|\n| 1 |", "a\n\none"),
+    ],
+)
+def test_readings_kept_by_the_linear_patterns(text: str, spoken: str) -> None:
+    assert normalize_for_speech(text, "en") == spoken
