@@ -544,9 +544,12 @@ class CpuStream:
 def _shown(value: object) -> str:
     """`value` as an error message may show it: a short repr, else only its type and size (client
     input can be of any length)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"  # repr of a huge int is slow, then refused
+    if isinstance(value, str) and len(value) > 40:
+        return f"a string of {len(value)} characters"
     if isinstance(value, bool | int | float | str):
-        text = repr(value)
-        return text if len(text) <= 40 else f"a {type(value).__name__} of {len(text)} characters"
+        return repr(value)
     return f"a {type(value).__name__}"
 
 

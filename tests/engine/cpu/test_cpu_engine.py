@@ -216,6 +216,22 @@ def test_voices_carry_language_tags_and_defaults(cpu_engine: Any) -> None:
         (None, "en", {"sample_rate": 4000}, "invalid_option"),
         (None, "en", {"speed": 0}, "invalid_option"),
         (None, "en", {"pitch": 2}, "invalid_option"),
+        (None, "en", {"speed": float("nan")}, "invalid_option"),
+        (None, "en", {"speed": float("inf")}, "invalid_option"),
+        (None, "en", {"speed": "1.0"}, "invalid_option"),
+        (None, "en", {"speed": 10**400}, "invalid_option"),
+        (None, "en", {"sample_rate": float("nan")}, "invalid_option"),
+        (None, "en", {"sample_rate": float("inf")}, "invalid_option"),
+        (None, "en", {"sample_rate": 16000.5}, "invalid_option"),
+        (None, "en", {"sample_rate": True}, "invalid_option"),
+        (None, "en", {"seed": -1}, "invalid_option"),
+        (None, "en", {"seed": 2**63}, "invalid_option"),
+        (None, "en", {"seed": 2**64}, "invalid_option"),
+        (None, "en", {"seed": 1.5}, "invalid_option"),
+        (None, "en", {"seed": "7"}, "invalid_option"),
+        (None, "en", {"instructions": 5}, "invalid_option"),
+        (7, "en", {}, "unknown_voice"),
+        (None, 7, {}, "unsupported_language"),
     ],
 )
 def test_open_stream_rejects_what_the_cpu_voices_lack(cpu_engine: Any, voice: str | None, language: str,
@@ -223,6 +239,23 @@ def test_open_stream_rejects_what_the_cpu_voices_lack(cpu_engine: Any, voice: st
     with pytest.raises(EngineError) as err:
         cpu_engine.open_stream(voice, language, **options)
     assert err.value.code == code
+
+
+@pytest.mark.parametrize(
+    ("voice", "language", "options"),
+    [("x" * 100_000, "en", {}), (None, "y" * 100_000, {}), (None, "en", {"sample_rate": 10**5000}),
+     (None, "en", {"speed": "z" * 100_000}), (None, "en", {"seed": 2**70000}), (None, "en", {"p" * 100_000: 1}),
+     (None, "en", {"instructions": ["w" * 100_000]})],
+)
+def test_open_stream_errors_never_echo_unbounded_input(cpu_engine: Any, voice: Any, language: Any,
+                                                       options: dict[str, Any]) -> None:
+    with pytest.raises(EngineError) as err:
+        cpu_engine.open_stream(voice, language, **options)
+    assert len(str(err.value)) < 300
+
+
+def test_valid_seed_and_instructions_are_accepted_and_ignored(cpu_engine: Any) -> None:
+    cpu_engine.open_stream(None, "en", seed=2**63 - 1, instructions="calm", speed=1, sample_rate=16000.0).cancel()
 
 
 def test_load_engine_dispatches_cpu_backend_names(tmp_path: Any) -> None:

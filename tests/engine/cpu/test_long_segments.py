@@ -1,0 +1,200 @@
+"""Issue 13, findings 4 and 6 on the CPU engine: a long segment is synthesised in bounded pieces, each
+its own urgency-ordered pool job, so a new stream gets a worker between two pieces of someone else's
+64 KiB segment; what a stream holds stays bounded when nobody reads it; a stream that waits for a
+worker is told so (`Waiting`)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from attack import huge_prose
+from support.streams import collect
+
+from engine import EngineError, load_engine
+from engine.cpu.engine import PIECE_LIMITS, CpuStream
+from engine.cpu.resample import to_int16, trim_silence
+from engine.cpu.text import cost
+from engine.types import AudioChunk, StreamEnd, Waiting
+
+
+@pytest.fixture(scope="module")
+def piper2() -> Iterator[Any]:
+    """Piper with exactly two workers, so two long streams saturate the pool on any machine."""
+    pytest.importorskip("onnxruntime", reason="CPU voices need the cpu extra")
+    engine = load_engine("piper", workers=2)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[CpuStream, Any, float]]:
+    """Every piece the pool starts: (stream, job, when). Recording only; the job runs as ever."""
+    log: list[tuple[CpuStream, Any, float]] = []
+    real = CpuStream._run_job
+
+    def recording(self: CpuStream, job: Any) -> None:
+        log.append((self, job, time.monotonic()))
+        real(self, job)
+
+    monkeypatch.setattr(CpuStream, "_run_job", recording)
+    return log
+
+
+async def _read(stream: Any, heard: list[float]) -> None:
+    async for ev in stream.events():
+        if isinstance(ev, AudioChunk):
+            heard.append(ev.pcm.size / ev.sample_rate)
+
+
+async def test_a_new_stream_gets_a_worker_between_the_pieces_of_two_huge_segments(
+        piper2: Any, started: list[tuple[CpuStream, Any, float]]) -> None:
+    text = huge_prose(65000)  # one 64 KiB segment each, as split_granularity "none" commits it
+    big = [piper2.open_stream("joe", "en") for _ in range(2)]
+    heard: list[list[float]] = [[], []]
+    for stream in big:
+        stream.append(text)
+        stream.finish()
+    readers = [asyncio.create_task(_read(s, h)) for s, h in zip(big, heard, strict=True)]
+    try:
+        deadline = time.monotonic() + 60
+        while not all(heard) and time.monotonic() < deadline:  # both are speaking, both workers busy
+            await asyncio.sleep(0.01)
+        assert all(heard), "the long streams never started"
+        small = piper2.open_stream("joe", "en")
+        t0 = time.monotonic()
+        small.append("The canary keeps singing.")
+        small.finish()
+        events, end = await collect(small, timeout=60)
+        ttfa = time.monotonic() - t0  # upper bound: the whole short utterance
+    finally:
+        for stream in big:
+            stream.cancel()
+        await asyncio.gather(*readers)
+    assert end == StreamEnd("done") and events and all(isinstance(ev, AudioChunk) for ev in events)
+    mine = [(job, at) for s, job, at in started if s is small]
+    assert len(mine) == 1, "one short sentence is one piece"
+    job, ran_at = mine[0]
+    # Earliest deadline first: once the short stream's piece was queued, no piece of the long streams
+    # started before it; it waited only for a running piece to end.
+    jumped = [j for s, j, at in started if s is not small and job.queued_at < at < ran_at]
+    assert jumped == [], f"{len(jumped)} pieces of the long segments ran before the new stream's"
+    # Every job was bounded, however long its segment.
+    assert max(cost(j.piece.text) for _, j, _ in started) <= PIECE_LIMITS["piper"]
+    assert ttfa < 10.0, f"{ttfa:.1f} s to a short utterance beside two 64 KiB segments"  # was minutes
+
+
+def test_the_pieces_of_a_long_segment_speak_all_its_words_in_order(piper2: Any) -> None:
+    text = huge_prose(65000) + " and a last clause without any mark " * 40
+    pieces = list(piper2._pieces(None, "en", 0, text))
+    assert len(pieces) > 300
+    assert all(cost(p.text) <= PIECE_LIMITS["piper"] for p in pieces)
+    assert " ".join(p.text for p in pieces).split() == text.split()  # nothing lost, nothing repeated
+    assert [p.last for p in pieces] == [False] * (len(pieces) - 1) + [True]
+    assert {p.segment for p in pieces} == {0}
+
+
+async def test_pieces_of_whole_sentences_sound_as_the_whole_segment(
+        cpu_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Kokoro is deterministic: the pieces' audio must be exactly the sentence runs of the whole text.
+    monkeypatch.setitem(PIECE_LIMITS, "kokoro", 30)
+    text = "Sure, I can help. Your order ships today. Is that all? Thanks."
+    stream = cpu_engine.open_stream("jf_gongitsune", "en")
+    pieces = [p.text for p in cpu_engine._pieces(stream._voice, "en", 0, text)]
+    assert pieces == ["Sure, I can help.", "Your order ships today.", "Is that all? Thanks."]
+    stream.append(text)
+    stream.finish()
+    events, end = await collect(stream, timeout=120)
+    assert end == StreamEnd("done")
+    got = np.concatenate([ev.pcm for ev in events])
+    kokoro = cpu_engine._kokoro
+    whole = np.concatenate([to_int16(trim_silence(kokoro.run(t, "jf_gongitsune"), 24000))
+                            for t in kokoro.units(text, "en")])  # fmt: skip
+    assert got.size == whole.size
+    assert np.abs(got.astype(np.int32) - whole).max() <= 1  # int16 rounding at most
+    assert not stream._jobs and not stream._inbox and stream._cutter is None  # all dropped once spoken
+
+
+async def test_a_stream_nobody_reads_holds_bounded_work_and_pauses(
+        piper2: Any, started: list[tuple[CpuStream, Any, float]]) -> None:
+    stream = piper2.open_stream("joe", "en")
+    for i in range(10_000):
+        stream.append(f"Item {i}. ")
+    bridge = stream._bridge
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with stream._cond:
+            paused = len(bridge._items) >= piper2._queue_size and all(j.done for j in stream._jobs)
+        if paused:
+            break
+        await asyncio.sleep(0.05)
+    assert paused, "the bridge never filled"
+    ran = len(started)
+    await asyncio.sleep(1.0)
+    assert len(started) == ran, "synthesis went on for a consumer that reads nothing"
+    with stream._cond:
+        assert len(bridge._items) == piper2._queue_size  # the bridge's bound: 64 chunks of ≤ 250 ms
+        assert len(stream._jobs) <= piper2.workers  # the look-ahead
+        held = sum(a.size for j in stream._jobs for a, _ in j.audio)
+        assert held <= piper2.workers * 30 * piper2._piper.sample_rate  # a piece speaks well under 30 s
+        assert 9_000 < len(stream._inbox) < 10_000  # only the text not yet spoken: nothing delivered kept
+        assert stream._inbox_chars <= piper2.max_pending_chars
+    stream.cancel()
+    stream._driver.join(5)
+    assert not stream._jobs and not stream._inbox and stream._inbox_chars == 0 and stream._cutter is None
+
+
+async def test_text_past_the_pending_bound_is_refused_with_queue_full(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(piper2, "max_pending_chars", 100)
+    gate = threading.Event()
+    blockers = [piper2._pool.submit(float("-inf"), gate.wait) for _ in range(piper2.workers)]
+    stream = piper2.open_stream("joe", "en")
+    refused: list[tuple[int, EngineError]] = []
+    try:
+        # No worker is free: the look-ahead takes `workers` segments, the rest waits, bounded.
+        for i in range(6):
+            try:
+                stream.append(f"Sentence {i} is one of six that fill the pending text bound. ")
+            except EngineError as e:
+                refused.append((i, e))
+    finally:
+        gate.set()
+        for b in blockers:
+            b.result(5)
+    stream.finish()
+    events, end = await collect(stream, timeout=60)
+    assert len(refused) >= 3 and {e.code for _, e in refused} == {"queue_full"}
+    assert all(f"segment {i} refused" in str(e) and len(str(e)) < 200 for i, e in refused)
+    spoken = {ev.segment for ev in events}
+    assert end == StreamEnd("done") and spoken == set(range(6)) - {i for i, _ in refused}  # indices kept
+
+
+async def test_a_stream_waiting_for_a_worker_is_told_so_once(piper2: Any) -> None:
+    gate = threading.Event()
+    running = [threading.Event() for _ in range(piper2.workers)]
+    blockers = [piper2._pool.submit(float("-inf"), lambda e=e: (e.set(), gate.wait(30))) for e in running]
+    try:
+        assert all(e.wait(10) for e in running), "the pool's workers are taken"
+        other = piper2._pool.submit(float("-inf"), lambda: None, owner="another stream")  # queued first
+        stream = piper2.open_stream("joe", "en")
+        stream.append("Hello there.")
+        stream.finish()
+        events = stream.events()
+        notice = await asyncio.wait_for(events.__anext__(), 10)
+        assert notice == Waiting("capacity", ahead=1)
+        gate.set()
+        rest = [ev async for ev in events]
+    finally:
+        gate.set()
+    assert rest[-1] == StreamEnd("done")
+    assert not any(isinstance(ev, Waiting) for ev in rest), "once per wait"
+    assert any(isinstance(ev, AudioChunk) for ev in rest)
+    other.result(5)
+    for b in blockers:
+        b.result(5)
