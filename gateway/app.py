@@ -107,9 +107,12 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
         if app.state.api_keys.is_open:
             log.warning("no API keys configured: the gateway is open to every caller on %s", settings.host)
         # A configured Redis that cannot be reached fails start-up (StateUnavailable), clearly.
-        app.state.store = SessionStore.from_url(
-            settings.redis_url, settings=StoreSettings(takeover=settings.takeover)  # type: ignore[arg-type]
+        store_settings = StoreSettings(
+            takeover=settings.takeover,  # type: ignore[arg-type]
+            max_voices_per_tenant=settings.max_voices_per_tenant,
+            max_voice_bytes_per_tenant=settings.max_voice_bytes_per_tenant,
         )
+        app.state.store = SessionStore.from_url(settings.redis_url, settings=store_settings)
         await app.state.store.start()
         task = None
         if engine is None:

@@ -42,6 +42,8 @@ class Settings:
     max_connections: int = 2048  # HTTP + WebSocket connections at once; past it uvicorn answers 503
     header_timeout: float = 10.0  # a request's headers must arrive within this (slowloris)
     keep_alive_timeout: float = 5.0  # an idle kept-alive HTTP connection is closed after this
+    max_voices_per_tenant: int = 1000  # registered voices a tenant may hold …
+    max_voice_bytes_per_tenant: int = 64 * 1024 * 1024  # … and their bytes (a compact 30 s clip is ≤ 1.44 MB)
 
     def __post_init__(self) -> None:
         if self.takeover not in ("takeover", "refuse"):
@@ -56,7 +58,7 @@ class Settings:
 
 _SCALARS = (
     "host", "port", "model", "redis_url", "api_keys", "insecure", "takeover", "max_connections", "header_timeout",
-    "keep_alive_timeout",
+    "keep_alive_timeout", "max_voices_per_tenant", "max_voice_bytes_per_tenant",
 )
 _LIMITS = {f.name: f for f in dataclasses.fields(Limits)}
 
@@ -100,7 +102,8 @@ def load_settings(
     for name, value in merged.items():
         if name in _SCALARS:
             kinds = {"port": int, "insecure": _boolean, "max_connections": int, "header_timeout": float,
-                     "keep_alive_timeout": float}  # fmt: skip
+                     "keep_alive_timeout": float, "max_voices_per_tenant": int,
+                     "max_voice_bytes_per_tenant": int}  # fmt: skip
             kind = kinds.get(name, str)
             scalars[name] = _coerce(name, value, kind)  # type: ignore[arg-type]
         elif name in _LIMITS:

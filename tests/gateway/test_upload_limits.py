@@ -22,11 +22,11 @@ from attack import _post_json, bomb_clip, run
 from support.servers import serve
 from support.wsclient import call
 
-from engine import load_engine
+from engine import Engine, load_engine
 from engine.qwen3_engine import Qwen3Engine
 from gateway.openai_api import MAX_BODY_BYTES as SPEECH_BODY_BYTES
 from gateway.voices import MAX_BODY_BYTES, MAX_REGISTRATIONS
-from sessions import DEFAULT_TENANT, SessionStore, StoreSettings, Voice
+from sessions import DEFAULT_TENANT, SessionStore, StoreSettings, Voice, hash_api_key
 
 GROWTH_MB = 100  # the bomb decoded whole took 440 MB (2.5 GB for 16 at once)
 
@@ -274,3 +274,17 @@ def test_a_clip_refused_by_an_engine_that_cannot_clone_is_never_decoded(gateway:
     body = {"voice_id": "bomb", "ref_audio": base64.b64encode(bomb_clip("flac", 7200, header="unknown")).decode()}
     status, err = _post_json(ctx, "/v1/audio/voices", body)
     assert status == 400 and err["error"]["code"] == "voice_cloning_unsupported", err
+
+
+def test_the_voice_quotas_are_settings(cpu_engine: Engine) -> None:
+    keys = f"quota={hash_api_key('quota-key')}"  # a tenant of its own: the embedded store is the process's
+    for addr in serve(cpu_engine, api_keys=keys, max_voices_per_tenant=2, max_voice_bytes_per_tenant=100_000):
+        for i in range(2):
+            preset = {"voice_id": f"p{i}", "base_voice": "joe"}
+            assert call(addr, "POST", "/v1/audio/voices", "quota-key", preset)[0] == 201
+        status, err = call(addr, "POST", "/v1/audio/voices", "quota-key", {"voice_id": "p2", "base_voice": "joe"})
+        assert status == 413 and err["error"]["code"] == "voice_limit", err
+        usage = call(addr, "GET", "/v1/audio/voices", "quota-key")[1]["usage"]
+        assert (usage["voices"], usage["max_voices"], usage["max_bytes"]) == (2, 2, 100_000)
+        for i in range(2):
+            assert call(addr, "DELETE", f"/v1/audio/voices/p{i}", "quota-key")[0] == 200
