@@ -145,4 +145,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
     routes += [*openai_routes, *voice_routes, *playground_routes]
     # Handlers raise ApiError (auth, engine not ready, bad input); one place turns it into OpenAI's body.
     handlers = {ApiError: lambda _request, exc: exc.response()}
-    return Litestar(route_handlers=routes, lifespan=[lifespan], exception_handlers=handlers)
+    # Every body is small unless its route says otherwise (voices: a clip; speech: text): Litestar's
+    # default would let any new route read 10 MB.
+    return Litestar(route_handlers=routes, lifespan=[lifespan], exception_handlers=handlers,
+                    request_max_body_size=64 * 1024)  # fmt: skip

@@ -18,7 +18,8 @@ _ID = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
 
 def check_id(kind: str, value: str) -> str:
     if not isinstance(value, str) or not _ID.match(value):
-        raise InvalidId(f"invalid {kind} id {value!r}: use 1-128 of [A-Za-z0-9_.@-]")
+        shown = repr(value[:40] + "…" if isinstance(value, str) and len(value) > 40 else value)[:60]
+        raise InvalidId(f"invalid {kind} id {shown}: use 1-128 of [A-Za-z0-9_.@-]")  # never echo a megabyte
     return value
 
 
