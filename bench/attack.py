@@ -392,6 +392,52 @@ async def slowloris(ctx: Context) -> dict[str, Any]:
     return {"connections": n, "closed_by_server": closed}
 
 
+# Finding 2, the engine's side: on the Qwen engine every open utterance that has said one sentence parks
+# a request in a KV slot. `sockets` of them (32: every slot) are held open for `hold_s` while the canary
+# speaks; a probe session then asks for one reply and times its first audio. Options: voice (default:
+# the engine's), sockets, hold_s.
+@attack("parked_slots")
+async def parked_slots(ctx: Context) -> dict[str, Any]:
+    voice = ctx.options.get("voice")
+    config = {"voice": voice} if voice else {"voice": None}
+    n, hold = int(ctx.options.get("sockets", 32)), float(ctx.options.get("hold_s", 6.0))
+    heard: dict[int, float] = {}
+    codes: list[str] = []
+
+    async def drain(i: int, ws: Any) -> None:  # read everything, as a live client does
+        with contextlib.suppress(Exception):
+            async for msg in ws:
+                if isinstance(msg, bytes):
+                    heard.setdefault(i, time.monotonic())
+                elif (ev := json.loads(msg))["type"] == "error":
+                    codes.append(ev.get("code", "?"))
+
+    sockets = [await _config_session(ctx, **config) for _ in range(n)]
+    readers = [asyncio.create_task(drain(i, ws)) for i, ws in enumerate(sockets)]
+    for ws in sockets:  # one committed sentence, then the utterance stays open
+        await ws.send(json.dumps({"type": "input.text", "text": "Hello there, I am still thinking. And"}))
+    await asyncio.sleep(hold)
+    probe = await _config_session(ctx, **config)
+    t0 = time.monotonic()
+    await probe.send(json.dumps({"type": "input.text", "text": "Is anyone there?"}))
+    await probe.send(json.dumps({"type": "input.done"}))
+    first_audio: float | None = None
+    probe_events: list[str] = []  # what the probe was told before its audio (audio.waiting, say)
+    with contextlib.suppress(TimeoutError):
+        while first_audio is None:
+            msg = await asyncio.wait_for(probe.recv(), max(0.1, 60 - (time.monotonic() - t0)))
+            if isinstance(msg, bytes):
+                first_audio = time.monotonic() - t0
+            else:
+                probe_events.append(json.loads(msg)["type"])
+    for ws in [*sockets, probe]:
+        await ws.close()
+    for r in readers:
+        r.cancel()
+    return {"sockets": n, "sockets_heard": len(heard), "codes": sorted(set(codes)), "probe_events": probe_events,
+            "probe_first_audio_s": None if first_audio is None else round(first_audio, 3)}
+
+
 # -- more attacks above this line --------------------------------------------------------------------------
 
 
