@@ -14,7 +14,8 @@ LATIN_CLAUSE_MARKS = frozenset(",;:")
 DASH = "—"
 
 # Han ideographs (CJK Unified + Extension A + compatibility). Han punctuation is not Han text.
-HAN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+HAN_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # the ranges of is_han, for character classes
+HAN_RE = re.compile(f"[{HAN_CLASS}]")
 LATIN_WORD_RE = re.compile(r"[A-Za-z0-9\u00c0-\u024f]+(?:['’][A-Za-z]+)?")
 
 

@@ -46,7 +46,9 @@ _EMOJI = re.compile(
 # Addresses are tried once per run of address characters (from its start, past leading dots and
 # dashes, which stay as they are): tried at every word start of "a.a.a…" they scan the run each time.
 _DOMAIN = re.compile(
-    r"(?<![\w.-])(?P<lead>[.-]*)\b(?P<addr>[\w-]+(?:\.[\w-]+)*\.(?:com|org|net|io|ai|dev|app|edu|gov|co|uk|cn|de|fr|jp|info|me|txt|pdf|json|ya?ml|py|md|csv|docx?|xlsx?|png|jpe?g|wav|mp3|zip)\b(?:/[\w./?=&%-]*\w)?)"
+    r"(?<![\w.-])(?P<lead>[.-]*)\b(?P<addr>[\w-]+(?:\.[\w-]+)*\."
+    r"(?:com|org|net|io|ai|dev|app|edu|gov|co|uk|cn|de|fr|jp|info|me|txt|pdf|json|ya?ml|py|md|csv|docx?|xlsx?|png"
+    r"|jpe?g|wav|mp3|zip)\b(?:/[\w./?=&%-]*\w)?)"
 )
 _GLUED_DIGITS = re.compile(r"(?<=[A-Za-z])(?=\d)")
 _URL = re.compile(r"\b(?:https?://|www\.)[^\s<>()\"'，。！？]+[^\s<>()\"'，。！？.,;:!?]")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from segmentation import chars
-from segmentation.chars import CLOSERS, DASH, ELLIPSIS, HAN_CLAUSE_MARKS, HAN_SENTENCE_ENDS, is_han
+from segmentation.chars import CLOSERS, DASH, ELLIPSIS, HAN_CLASS, HAN_CLAUSE_MARKS, HAN_SENTENCE_ENDS, is_han
 
 Reason = Literal["sentence", "clause", "forced", "timeout", "flush"]
 Granularity = Literal["none", "sentence", "clause", "auto"]
@@ -94,6 +94,21 @@ _MARKS = {
 _TERMINATORS = frozenset(".!?。！？…")
 _WS = frozenset(" \t\r\n\f\v\u3000\u00a0")
 _BACKTICK = "`"
+
+
+def _class(members: frozenset[str] | str) -> str:
+    return "".join(re.escape(c) for c in sorted(members))
+
+
+# Looks past a mark run over these, at the regex engine's speed rather than a Python loop's.
+_RUNS = {m: re.compile(f"[{_class(m)}]*") for m in (_WS, CLOSERS, _TERMINATORS, DASH, _BACKTICK)}
+_S, _H = _class(_WS), HAN_CLASS
+_NON_WS = re.compile(f"[^{_S}]")
+# Where a forced cut may fall, searched for in the reversed window so that the first match is the
+# last boundary: at x, the pair (r[x+1], r[x]) is (buf[j-1], buf[j]) of the cut j. A cut falls after
+# a space, between Han characters (jieba decides), or where the script changes (我用|Python, Python|写),
+# never inside a Latin token.
+_CUT_CANDIDATE = re.compile(f"[^{_S}](?=[{_S}])|[{_H}](?=[^{_S}])|[^{_S}{_H}](?=[{_H}])")
 # A forced cut keeps a word whole if it starts within this many characters before the bound; a
 # longer "word" is cut at the bound (this bounds the look back in `none` mode's 64 KiB buffer).
 _MAX_WORD = 1024
@@ -165,7 +180,7 @@ class StreamSegmenter:
         self._in_fence = False
         self._committed = 0  # segments committed in this utterance
         self._last_input = self._clock()
-        self._hi = 0  # the look-ahead bound of the decision being made (see _horizon)
+        self._hi = 0  # the look-ahead bound of the decision being made (see _decide)
         # How far a look-ahead run got, by the characters it runs over: source (start, end), so that
         # a decision that waits for text resumes its look where it stopped instead of rescanning.
         self._runs: dict[object, tuple[int, int]] = {}
@@ -262,7 +277,7 @@ class StreamSegmenter:
             k = self._skip_ws(i)
             if k is None:
                 return None
-            has_text = any(ch not in _WS for ch in buf[self._start : i])  # i - _start <= limit
+            has_text = _NON_WS.search(buf, self._start, i) is not None
             return ("sentence" if has_text else None), k, k
         if c in _TERMINATORS:
             return self._sentence_end(i)
@@ -271,11 +286,11 @@ class StreamSegmenter:
     def _run_end(self, j: int, members: frozenset[str] | str) -> int:
         """End of the run of `members` characters from `j`, looking no further than _hi. A look that
         stopped at the end of the text resumes there when more arrives."""
-        base, hi, buf = self._base, self._hi, self._buf
+        base, hi = self._base, self._hi
         start, end = self._runs.get(members, (-1, 0))
         k = end - base if start == base + j else j
-        while k < hi and buf[k] in members:
-            k += 1
+        if k < hi:
+            k = _RUNS[members].match(self._buf, k, hi).end()  # type: ignore[union-attr]  # `*` always matches
         self._runs[members] = (base + j, base + k)
         return k
 
@@ -422,26 +437,19 @@ class StreamSegmenter:
         including buf[limit] has arrived: the caller cuts only once the run is past the bound)."""
         buf, start = self._buf, self._start
         self._hi = limit + 1  # _han_word_cut looks no further, whatever else has arrived
-        cut, j = start, limit
         floor = max(start, limit - _MAX_WORD)
-        while j > floor:
-            a, b = buf[j - 1], buf[j]
-            if a in _WS and b not in _WS:
+        window = buf[floor : limit + 1][::-1]  # candidate j is at x = limit - j
+        cut, x = limit, 0  # limit: one token longer than max_chars, no word to keep whole
+        while (m := _CUT_CANDIDATE.search(window, x)) is not None:
+            j = limit - m.start()
+            if not (is_han(buf[j - 1]) and is_han(buf[j])):
                 cut = j
                 break
-            if is_han(a) and is_han(b):
-                lo, cut = self._han_word_cut(j)
-                if cut > start:
-                    break
-                j = lo  # no word boundary inside this Han run
-                continue
-            # Script change (我用|Python, Python|写), but never inside a Latin token.
-            if is_han(a) != is_han(b) and a not in _WS and b not in _WS:
-                cut = j
+            lo, han_cut = self._han_word_cut(j)
+            if han_cut > start:
+                cut = han_cut
                 break
-            j -= 1
-        if cut <= start:
-            cut = limit  # one token longer than max_chars: no word to keep whole
+            x = limit - lo  # no word boundary inside this Han run: look before it
         return self._commit(cut, "forced")
 
     def _han_word_cut(self, j: int) -> tuple[int, int]:
