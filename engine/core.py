@@ -89,6 +89,9 @@ class CoreConfig:
     # stream waits for one: it speaks the text it has to its end, and the stream resumes in a fresh
     # request when text comes. Long enough that a pause between two sentences keeps the slot.
     park_evict_s: float = 1.0
+    # Text a stream may hold that no request has taken yet; an append past it is refused (`queue_full`).
+    # A backstop: the gateway bounds the text committed ahead of the audio far below this.
+    max_pending_chars: int = 262144
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_batch <= self.max_streams:
@@ -119,6 +122,19 @@ class ClonedVoice:
     clone: VoiceClone
     ref_ids: list[int]  # the transcript's ids (ICL)
     primed: CodecState | None  # ICL: the codec state after decoding the reference frames
+
+
+@dataclass
+class TextLedger:
+    """Characters of one stream's text: `appended` counted on the caller's thread, `taken` (into a
+    request's prompt or track) on the core's; each has one writer, so plain ints do."""
+
+    appended: int = 0
+    taken: int = 0
+
+    @property
+    def pending(self) -> int:
+        return self.appended - self.taken
 
 
 @dataclass
@@ -164,6 +180,7 @@ class CoreRequest:
     resampler: SegmentResampler | None = None
     outbox: deque[AudioChunk | CodecFrames | Waiting] = field(default_factory=deque)
     ended: bool = False
+    ledger: TextLedger = field(default_factory=TextLedger)
 
     @property
     def n_tokens(self) -> int:
@@ -211,10 +228,11 @@ class EngineCore:
             raise self._startup_error
 
     # ---- entry points (any thread) -------------------------------------------------------------------
-    def submit(self, opts: StreamOptions, bridge_factory: Callable[[int], EventBridge]) -> tuple[int, EventBridge]:
+    def submit(self, opts: StreamOptions, bridge_factory: Callable[[int], EventBridge],
+               ledger: TextLedger | None = None) -> tuple[int, EventBridge]:
         rid = next(self._ids)
         bridge = bridge_factory(rid)
-        self._post("open", rid, opts, bridge)
+        self._post("open", rid, opts, bridge, ledger or TextLedger())
         return rid, bridge
 
     def append(self, rid: int, text: str) -> None:
@@ -340,8 +358,9 @@ class EngineCore:
                 self._stopping = True
                 continue
             if kind == "open":
-                _, rid, opts, bridge = cmd
-                req = self._requests[rid] = CoreRequest(rid, opts, bridge, RequestRecord(rid, self.clock()))
+                _, rid, opts, bridge, ledger = cmd
+                req = self._requests[rid] = CoreRequest(rid, opts, bridge, RequestRecord(rid, self.clock()),
+                                                        ledger=ledger)
                 if opts.sample_rate != self.model.sample_rate:
                     req.resampler = SegmentResampler(self.model.sample_rate, opts.sample_rate)
                 if opts.reference is not None:
@@ -376,6 +395,7 @@ class EngineCore:
         ids, carry = self._piece_ids(req.carry, text)
         if not ids:
             req.carry = carry
+            req.ledger.taken += len(text)
             return
         if len(req.ids) + len(ids) > self._budget(req):
             # The piece would not fit this request's KV context: the request ends here, at the segment
@@ -384,6 +404,7 @@ class EngineCore:
             self._feed_eos(req)
             return
         req.carry = carry
+        req.ledger.taken += len(text)
         self._extend_track(req, seg, ids)
 
     def _on_finish(self, req: CoreRequest) -> None:
@@ -503,6 +524,7 @@ class EngineCore:
             stripped = text.rstrip()
             if not stripped:
                 carry += text
+                req.ledger.taken += len(text)
                 pending.popleft()
                 continue
             piece = self.model.tokenizer.content_ids(stripped) if not ids else self._piece_ids(carry, text)[0]
@@ -511,12 +533,14 @@ class EngineCore:
                     break  # the next request takes it
                 head, tail = self._cut(stripped, budget)
                 pending[0] = (seg, tail + text[len(stripped):])
+                req.ledger.taken += len(text) - len(pending[0][1])
                 piece = self.model.tokenizer.content_ids(head)
                 ids, segments, carry = piece, [seg] * len(piece), ""
                 break
             ids += piece
             segments += [seg] * len(piece)
             carry = text[len(stripped):]
+            req.ledger.taken += len(text)
             pending.popleft()
         req.carry = carry
         return ids, segments
@@ -815,7 +839,9 @@ class EngineCore:
             else:
                 groups.append((seg, [tok]))
         # A space after each: it becomes the carry before the piece that follows, as appended text has.
-        req.pending_text.extendleft(reversed([(seg, self.model.tokenizer.decode(ids) + " ") for seg, ids in groups]))
+        back = [(seg, self.model.tokenizer.decode(ids) + " ") for seg, ids in groups]
+        req.pending_text.extendleft(reversed(back))
+        req.ledger.taken -= sum(len(text) for _, text in back)
         return True
 
     def _consumed(self, req: CoreRequest) -> int:

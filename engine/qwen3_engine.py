@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from engine.core import CoreConfig, EngineCore, StreamOptions
+from engine.core import CoreConfig, EngineCore, StreamOptions, TextLedger
 from engine.cpu.cache import cache_dir
 from engine.options import int_option, number_option, seed_option, shown, text_option
 from engine.qwen3.edge import decoder_id
@@ -73,18 +73,33 @@ def tiny_checkpoint(cache: str | os.PathLike[str] | None = None, model_type: str
 class Qwen3Stream:
     def __init__(self, engine: Qwen3Engine, opts: StreamOptions) -> None:
         self._core = engine.core
+        self._ledger = TextLedger()
         self.rid, self._bridge = self._core.submit(
-            opts, lambda rid: EventBridge(engine.config.queue_size, on_cancel=lambda: self._core.cancel(rid))
+            opts, lambda rid: EventBridge(engine.config.queue_size, on_cancel=lambda: self._core.cancel(rid)),
+            self._ledger,
         )
+        self._max_pending = engine.config.max_pending_chars
+        self._appended = 0
         self._finished = False
 
     def append(self, text: str) -> None:
+        """Queue one segment. Past `max_pending_chars` of text no request has taken yet it is refused
+        with `queue_full` (its index is spent all the same, so later segments keep theirs)."""
         if self._finished:
             raise EngineError("invalid_state", "append after finish")
         if not isinstance(text, str):
             raise EngineError("invalid_text", f"append takes a string, got {shown(text)}")
-        if not self._bridge.ended:
-            self._core.append(self.rid, text)
+        index = self._appended
+        self._appended += 1
+        if self._bridge.ended:
+            return
+        pending = self._ledger.pending
+        if pending + len(text) > self._max_pending:
+            self._core.append(self.rid, "")  # the core counts segments by appends
+            raise EngineError("queue_full", f"segment {index} refused: the stream already holds {pending} "
+                                            f"characters not yet spoken (at most {self._max_pending})")
+        self._ledger.appended += len(text)
+        self._core.append(self.rid, text)
 
     def finish(self) -> None:
         if not self._finished:

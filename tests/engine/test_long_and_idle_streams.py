@@ -17,7 +17,7 @@ import pytest
 import soundfile
 from support.streams import collect
 
-from engine import AudioChunk, CodecFrames, Waiting, load_engine
+from engine import AudioChunk, CodecFrames, EngineError, Waiting, load_engine
 from engine.qwen3_engine import Qwen3Engine, Qwen3Stream
 
 FRAME = 1920
@@ -312,5 +312,31 @@ async def test_an_icl_clone_past_its_kv_context_goes_on_with_the_reference_takin
         else:
             assert total_frames(events) == frames
         assert events[-1].segment == 7
+    finally:
+        eng.close()
+
+
+async def test_text_past_max_pending_chars_is_refused_and_the_rest_keeps_its_segments(cache: Path) -> None:
+    eng = engine_with(cache, max_streams=1, max_context=64, max_pending_chars=100, park_evict_s=60.0,
+                      warm_up=False)
+    try:
+        holder = eng.open_stream("ryan", "en")
+        holder.append("Hello there. ")  # holds the only slot: the next stream's text stays pending
+        await wait_for(lambda: parked(eng, holder))
+        s = eng.open_stream("ryan", "en")
+        piece = "This piece is thirty-seven characters "
+        s.append(piece)
+        s.append(piece)
+        with pytest.raises(EngineError) as err:
+            s.append(piece)  # 3 × 38 > 100
+        assert err.value.code == "queue_full" and "segment 2" in str(err.value)
+        s.append("Short. ")  # segment 3
+        s.finish()
+        holder.finish()
+        events, end = await collect(s)
+        assert end.reason == "done", end.message
+        assert {e.segment for e in events} <= {0, 1, 3}  # the refused one is nowhere, the others keep theirs
+        assert eng.core.finished_text[s.rid][1] == 3  # three segments spoken
+        await collect(holder)
     finally:
         eng.close()
