@@ -51,10 +51,11 @@ KOKORO_DEFAULT = "jf_gongitsune"
 PIPER_GAIN = 1.8
 STREAM_OPTIONS = ("sample_rate", "speed", "instructions", "seed")
 # The most one piece (one pool job) may cost, in text.cost units (Latin letters; a Han character counts
-# 3). On 2 shared cores a 200-letter Piper piece (~12 s of speech) takes 0.7–1.5 s and a 120-letter
-# Kokoro piece (~7 s) 1.7–3 s: the longest a new stream waits for a busy worker. Whole sentences up
-# to these lengths keep their prosody; only longer ones are cut, at clauses, then words.
-PIECE_LIMITS = {"piper": 200, "kokoro": 120}
+# 3): the longest a new stream waits for a busy worker is about one piece. A 120-letter Piper piece
+# (~7 s of speech) takes 0.4 s on 2 quiet cores and 1–1.5 s on a loaded box (200 letters let a canary
+# wait 3.2 s there); 90 for Kokoro (RTF 0.24) is about one of its 100-token model runs. Whole
+# sentences up to these lengths keep their prosody; only longer ones are cut, at clauses, then words.
+PIECE_LIMITS = {"piper": 120, "kokoro": 90}
 # A piece that has waited this long for a worker while its listener has nothing left to play is
 # reported with a `Waiting` event (once per wait), so the client learns why its audio is late.
 NOTICE_AFTER_S = 0.5
