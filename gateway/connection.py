@@ -505,10 +505,14 @@ class Connection:
                 unspoken.append((index, e))
                 continue
             assert utt.stream is not None
-            utt.engine_segments.append(index)
+            utt.engine_segments.append(index)  # a refused append spends its engine index all the same
+            try:
+                utt.stream.append(spoken + " ")
+            except EngineError as e:  # the engine's own backstop (queue_full)
+                unspoken.append((index, e))
+                continue
             utt.unheard[index] = len(spoken)
             self.backlog_chars += len(spoken)
-            utt.stream.append(spoken + " ")
         if unspoken:
             index, e = unspoken[0]
             which = ", ".join(str(i) for i, _ in unspoken)
