@@ -166,6 +166,8 @@ class StreamSegmenter:
         self.language = language
         self.granularity: Granularity = granularity  # type: ignore[assignment]
         self.policy = SegmentPolicy(**policy)  # type: ignore[arg-type]
+        # The longest a segment may be: pending text is cut there.
+        self._limit = self.policy.max_buffer_chars if granularity == "none" else self.policy.max_chars
         self._clock = clock
         self.reset()
 
@@ -226,10 +228,6 @@ class StreamSegmenter:
 
     # -- scanning ---------------------------------------------------------------------------
 
-    @property
-    def _limit(self) -> int:
-        return self.policy.max_buffer_chars if self.granularity == "none" else self.policy.max_chars
-
     def _scan(self) -> list[Segment]:
         out: list[Segment] = []
         buf = self._buf
@@ -287,6 +285,8 @@ class StreamSegmenter:
         """End of the run of `members` characters from `j`, looking no further than _hi. A look that
         stopped at the end of the text resumes there when more arrives."""
         base, hi = self._base, self._hi
+        if j >= hi or self._buf[j] not in members:
+            return j  # the common case: no run at all
         start, end = self._runs.get(members, (-1, 0))
         k = end - base if start == base + j else j
         if k < hi:
