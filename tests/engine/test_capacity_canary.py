@@ -5,7 +5,9 @@ A real gateway on loopback over the tiny Qwen3 model (it speaks noise: the canar
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 from attack import ATTACKS, Context
 from canary import Canary, HealthProbe
 from support.servers import serve
+from support.wsclient import open_session, utterance
 
 from engine import load_engine
 from gateway.connection import Limits
@@ -43,3 +46,36 @@ async def test_32_parked_utterances_leave_the_canary_and_a_newcomer_audio(url: s
     assert seen["probe_first_audio_s"] is not None and seen["probe_first_audio_s"] < 3.0, seen
     assert report.worst_wait_s < 3.0, report  # before: no audio at all once the slots were taken
     assert health.worst_s < 1.0
+
+
+@pytest.fixture
+def short_context_url(tmp_path: Path) -> Iterator[str]:
+    engine = load_engine("tiny", cache_dir=tmp_path, max_streams=2, max_context=64, frames_per_token=2.0, min_frames=6)
+    try:
+        yield from serve(engine)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("mode", ["pcm", "codec_tokens"])
+async def test_an_utterance_past_the_kv_context_is_spoken_to_its_last_sentence(short_context_url: str,
+                                                                               mode: str) -> None:
+    """Finding 8 at the gateway: 12 sentences streamed in, far past what one 64-position request holds
+    (before: the stream ended "done" at the cap, the later sentences were never spoken and
+    session.done came early)."""
+    ws, ready = await open_session(short_context_url, voice="ryan", output_mode=mode)
+    assert ready["type"] == "session.ready", ready
+    sentences = [f"Sentence number {n} is spoken here." for n in range(12)]
+    for s in sentences:
+        await ws.send(json.dumps({"type": "input.text", "text": s + " "}))
+        await asyncio.sleep(0.05)
+    events, binary = await utterance(ws, "", timeout=60)
+    await ws.close()
+    kinds = [e["type"] for e in events]
+    assert "error" not in kinds, events
+    assert kinds[-1] == "session.done"
+    committed = [e for e in events if e["type"] == "segment.committed"]
+    marks = [e["segment_index"] for e in events if e["type"] == "audio.mark"]
+    assert marks and marks[-1] == len(committed) - 1 == len(sentences) - 1  # audio reached the last sentence
+    if mode == "pcm":
+        assert sum(len(b) for b in binary) // 2 > 64 * 1920  # more than one request's worth of frames
