@@ -54,10 +54,11 @@ CODEC_HEADER = struct.Struct("<IHB")
 EOS, SEGMENT_END, RESET, PRIME = 1, 2, 4, 8
 
 # A big input.text is fed to the segmenter this many characters at a time, yielding to the event loop
-# between slices: no message holds the loop for more than about a millisecond.
-FEED_SLICE = 2048
-# Segments longer than this (split_granularity "none") are normalised off the event loop.
-NORMALIZE_INLINE_CHARS = 4096
+# between slices: the costliest text (dense clause marks, ~4 ms/KiB; bench/segmentation_bench.py
+# --hostile) holds the loop about 2 ms per slice, prose a tenth of that.
+FEED_SLICE = 512
+# Segments longer than this (split_granularity "none") are normalised off the event loop (~1 ms/KiB).
+NORMALIZE_INLINE_CHARS = 1024
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
