@@ -316,9 +316,11 @@ def test_options_in_range_open_a_stream(engine: Qwen3Engine) -> None:
     for options in ({"seed": 2**63 - 1, "speed": 1, "sample_rate": 8000}, {"instructions": "", "seed": 0},
                     {"speed": 1.0, "sample_rate": 48000, "output": "codec_tokens"}):
         engine.open_stream("ryan", "en", **options).cancel()
+    stream = engine.open_stream("ryan", "en")
     with pytest.raises(EngineError) as err:
-        engine.open_stream("ryan", "en").append(b"bytes")  # type: ignore[arg-type]
+        stream.append(b"bytes")  # type: ignore[arg-type]
     assert err.value.code == "invalid_text"
+    stream.cancel()
 
 
 def test_engine_options_out_of_range_fail_as_invalid_option(tmp_path: Path) -> None:
