@@ -4,8 +4,10 @@ Per voice and language, for a short clause and a long multi-sentence segment: TT
 AudioChunk, through the real Stream/EventBridge path) and RTF (wall time to the last chunk ÷ audio
 seconds), medians over repeats on a warm engine. Then how many concurrent streams (each a few
 sentences, one segment each, appended at once) stay real-time: a stream is real-time when, playing
-from its first chunk, no chunk arrives after its play-out time (no underrun). Prints a table and writes
-JSON.
+from its first chunk, no chunk arrives after its play-out time (no underrun). Last, beside long
+segments: `workers` streams each speak one 64 KiB segment (what `split_granularity: "none"` commits)
+to fast readers, and a short stream's TTFA is measured beside them (segments run in bounded pieces, so
+it waits about one piece). Prints a table and writes JSON.
 
     python bench/cpu_voice_bench.py [--json bench/out/cpu_voices.json] [--repeats 3] [--threads T]
         [--workers N] [--max-streams 8] [--smoke]
@@ -27,7 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine import AudioChunk, StreamEnd, load_engine  # noqa: E402
+from engine import AudioChunk, StreamEnd, Waiting, load_engine  # noqa: E402
 
 TEXTS = {
     "en": {
@@ -64,6 +66,8 @@ async def one_stream(engine: Any, voice: str, lang: str, texts: list[str]) -> di
         if isinstance(ev, StreamEnd):
             assert ev.reason == "done", ev
             break
+        if isinstance(ev, Waiting):  # the pool is saturated: it shows in TTFA and lateness anyway
+            continue
         assert isinstance(ev, AudioChunk)
         arrivals.append((time.perf_counter() - t0, ev.first_frame, ev.pcm.size))
         rate = ev.sample_rate
@@ -108,6 +112,57 @@ async def concurrency(engine: Any, voice: str, lang: str, max_streams: int) -> d
     return {"voice": voice, "language": lang, "realtime_streams": best, "trials": trials}
 
 
+def long_text(lang: str, chars: int = 65000) -> str:
+    """About `chars` characters of varied sentences (English) or Han text (Mandarin)."""
+    if lang == "en":
+        parts = [f"Sentence {i} tells the listener about parcel {i * 7 % 1000} and why it matters today. "
+                 for i in range(chars // 70 + 1)]  # fmt: skip
+        return "".join(parts)[:chars]
+    base = TEXTS["zh"]["long"]
+    return (base * (chars // len(base) + 1))[:chars]
+
+
+async def beside_long(engine: Any, voice: str, lang: str, repeats: int) -> dict[str, Any]:
+    """A short stream's TTFA while `workers` streams speak one 64 KiB segment each."""
+    text = long_text(lang)
+    big = [engine.open_stream(voice, lang) for _ in range(engine.workers)]
+    heard = [0] * len(big)
+
+    async def read(i: int, stream: Any) -> None:
+        async for ev in stream.events():
+            if isinstance(ev, AudioChunk):
+                heard[i] += ev.pcm.size
+
+    for stream in big:
+        stream.append(text)
+        stream.finish()
+    readers = [asyncio.create_task(read(i, st)) for i, st in enumerate(big)]
+    ttfas: list[float] = []
+    notices = 0
+    try:
+        while not all(heard):
+            await asyncio.sleep(0.01)
+        for _ in range(repeats):
+            short = engine.open_stream(voice, lang)
+            t0 = time.perf_counter()
+            short.append(TEXTS[lang]["short"])
+            short.finish()
+            first = None
+            async for ev in short.events():
+                if isinstance(ev, Waiting):
+                    notices += 1
+                elif isinstance(ev, AudioChunk) and first is None:
+                    first = time.perf_counter() - t0
+            ttfas.append(first if first is not None else float("nan"))
+    finally:
+        for stream in big:
+            stream.cancel()
+        await asyncio.gather(*readers)
+    return {"voice": voice, "language": lang, "long_streams": len(big), "long_chars": len(text),
+            "ttfa_ms_median": 1000 * statistics.median(ttfas), "ttfa_ms_max": 1000 * max(ttfas),
+            "waiting_notices": notices}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=str(REPO / "bench" / "out" / "cpu_voices.json"))
@@ -129,6 +184,7 @@ def main() -> None:
     try:
         rows = asyncio.run(single(engine, args.repeats))
         conc = [asyncio.run(concurrency(engine, v, lang, args.max_streams)) for v, lang in CASES]
+        beside = [asyncio.run(beside_long(engine, v, lang, args.repeats)) for v, lang in CASES]
     finally:
         engine.close()
 
@@ -144,12 +200,16 @@ def main() -> None:
     for c in conc:
         trials = ", ".join(f"{t['streams']}: {t['max_late_s']:.2f}" for t in c["trials"])
         print(f"{c['voice']:<15}{c['language']:<6}{c['realtime_streams']:>18}   {trials}")
+    print(f"{'voice':<15}{'lang':<6}{'beside N × 64 KiB':>18}{'TTFA ms median':>16}{'max':>8}{'Waiting':>9}")
+    for b in beside:
+        print(f"{b['voice']:<15}{b['language']:<6}{b['long_streams']:>18}{b['ttfa_ms_median']:>16.0f}"
+              f"{b['ttfa_ms_max']:>8.0f}{b['waiting_notices']:>9}")
 
     out = {"load_s": engine.load_seconds, "warmup_s": engine.warmup_seconds,
            "load_engine_total_s": load_total, "rss_loaded_mb": rss_loaded_mb,
            "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "workers": engine.workers, "threads": engine.threads, "cores": os.cpu_count(),
-           "single": rows, "concurrency": conc}
+           "single": rows, "concurrency": conc, "beside_long_segments": beside}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=2))
     print(f"wrote {args.json}")

@@ -22,8 +22,10 @@ def make_session(path: Path, threads: int) -> Any:
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.log_severity_level = 3  # int8 Kokoro warns about unused initialisers on every load
     # Memory patterns are planned and kept per input shape, and every sentence has a new length: with
-    # them Piper's RSS kept growing (+76 MB over 120 sentences of 25 lengths, 1 worker); without, it
-    # stays flat (+6 MB) at the same speed (72.9 vs 72.7 s over 60 interleaved runs).
+    # them Piper's RSS kept growing (+76 MB over 120 sentences of 25 lengths, 1 worker; two 64 KiB
+    # streams: 486 MB and rising after 20 s, 346 MB flat without) at the same speed (72.9 vs 72.7 s
+    # over 60 interleaved runs). Kokoro: +68 MB over 14 lengths (up to 100 exist) for runs ~8 % faster
+    # without: bounded memory wins.
     opts.enable_mem_pattern = False
     return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
 
