@@ -3,14 +3,14 @@
 
 Threads: each `append`ed segment is cut into pieces of bounded length (whole sentences where they
 fit, engine/cpu/text.py `pieces`), and each piece becomes a job on one worker pool shared by all
-streams and sized to the cores, run earliest-deadline first (the deadline: when that stream's listener
-would run out of audio; engine/cpu/pool.py). A job is never preempted, so the bound on a piece is what
-bounds a new stream's wait for a worker, however long the segments of others. Several pieces of one
-stream may synthesise at once, at most `workers` including the one being delivered. A small driver
-thread per stream cuts its segments, submits their pieces and hands their audio, strictly in order, to
-the stream's `EventBridge`; only that driver ever blocks on a slow consumer, never a pool worker, and
-while it blocks its stream synthesises nothing past the look-ahead. Espeak runs on its own thread
-(engine/cpu/espeak.py).
+streams and sized to the cores: a stream's first piece before all others, then earliest deadline
+first (the deadline: when that stream's listener would run out of audio; engine/cpu/pool.py). A job
+is never preempted, so the bound on a piece is what bounds a new stream's wait for a worker, however
+long the segments of others. Several pieces of one stream may synthesise at once, at most `workers`
+including the one being delivered. A small driver thread per stream cuts its segments, submits their
+pieces and hands their audio, strictly in order, to the stream's `EventBridge`; only that driver ever
+blocks on a slow consumer, never a pool worker, and while it blocks its stream synthesises nothing
+past the look-ahead. Espeak runs on its own thread (engine/cpu/espeak.py).
 """
 
 from __future__ import annotations
@@ -392,17 +392,20 @@ class CpuStream:
                 self._submit(piece)
 
     def _submit(self, piece: _Piece) -> None:
-        """Hand one piece to the pool. Its deadline is when this stream's listener would run out of audio
-        without it: the end of the audio delivered so far (now, if none yet) plus the estimated length
-        of the pieces before it that are still undelivered."""
+        """Hand one piece to the pool. A stream's first piece goes before all others (its listener has
+        heard nothing); the rest are ordered by when this stream's listener would run out of audio
+        without them: the end of the audio delivered so far (now, if none yet) plus the estimated
+        length of the pieces before it that are still undelivered."""
         job = _PieceJob(piece)
         with self._cond:
             if self._cancelled.is_set():
                 return
             deadline = self._runs_out() + sum(j.piece.seconds for j in self._jobs)
+            first_audio = self._first_put_at is None and not self._jobs  # what its listener waits for
             self._jobs.append(job)
         try:
-            job.future = self._engine._pool.submit(deadline, partial(self._run_job, job), owner=self)
+            job.future = self._engine._pool.submit(deadline, partial(self._run_job, job), owner=self,
+                                                   first_audio=first_audio)
         except RuntimeError:  # the pool is shut down: the engine is closing
             with self._cond:
                 job.error = EngineError("engine_closed", "the CPU engine is closed")

@@ -181,7 +181,8 @@ async def test_a_stream_waiting_for_a_worker_is_told_so_once(piper2: Any) -> Non
     blockers = [piper2._pool.submit(float("-inf"), lambda e=e: (e.set(), gate.wait(30))) for e in running]
     try:
         assert all(e.wait(10) for e in running), "the pool's workers are taken"
-        other = piper2._pool.submit(float("-inf"), lambda: None, owner="another stream")  # queued first
+        # Another stream's first piece, queued first: the new stream's first piece comes after it.
+        other = piper2._pool.submit(0.0, lambda: None, owner="another stream", first_audio=True)
         stream = piper2.open_stream("joe", "en")
         stream.append("Hello there.")
         stream.finish()

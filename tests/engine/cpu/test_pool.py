@@ -23,6 +23,23 @@ def test_queued_jobs_run_earliest_deadline_first() -> None:
     pool.shutdown()
 
 
+def test_first_audio_jobs_run_before_any_other_deadline() -> None:
+    # A listener that has heard nothing goes before one whose audio ran out (a deadline in the past).
+    pool = UrgencyPool(1)
+    gate = threading.Event()
+    order: list[str] = []
+    blocker = pool.submit(0.0, gate.wait)
+    futures = [pool.submit(d, lambda n=n: order.append(n), owner=n, first_audio=f)
+               for n, d, f in (("dry", -9.0, False), ("new", 5.0, True), ("new2", 6.0, True))]
+    assert pool.ahead(futures[0]) == 2 and pool.ahead(futures[2]) == 1 and pool.ahead(futures[1]) == 0
+    gate.set()
+    for f in [blocker, *futures]:
+        f.result(timeout=5)
+    assert order == ["new", "new2", "dry"]
+    assert pool.ahead(futures[0]) is None  # no longer queued
+    pool.shutdown()
+
+
 def test_cancelled_and_failing_jobs() -> None:
     pool = UrgencyPool(1)
     gate = threading.Event()
