@@ -298,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
             extra[key] = json.loads(value)
         except json.JSONDecodeError:
             extra[key] = value
-    eng = load_engine(args.model, max_streams=max_n, threads=args.threads, min_frames=args.frames,
-                      frames_per_token=0.0, max_context=max(256, 64 * math.ceil((args.frames + 160) / 64)), **extra)
+    eng = load_engine(args.model, max_streams=max_n, threads=args.threads, max_frames=args.frames,
+                      max_context=max(256, 64 * math.ceil((args.frames + 160) / 64)), **extra)
     assert isinstance(eng, Qwen3Engine)
     assert eng.core.pool is not None
     per_slot = eng.core.pool.bytes_per_slot()

@@ -92,6 +92,9 @@ class CoreConfig:
     # Text a stream may hold that no request has taken yet; an append past it is refused (`queue_full`).
     # A backstop: the gateway bounds the text committed ahead of the audio far below this.
     max_pending_chars: int = 262144
+    # Benchmarks only: every stream ends ("done") after this many frames, whatever text it has left,
+    # so streams of one run are equally long. None in service: no committed text goes unspoken.
+    max_frames: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_batch <= self.max_streams:
@@ -185,6 +188,9 @@ class CoreRequest:
     @property
     def n_tokens(self) -> int:
         return len(self.token_segments)
+
+    def at_max_frames(self, max_frames: int | None) -> bool:
+        return max_frames is not None and self.frames_before + self.frames >= max_frames
 
 
 class EngineCore:
@@ -724,7 +730,7 @@ class EngineCore:
                 r.record.pending_frames += 1
             r.frames += 1
             self.stats["frames"] += 1
-            if r.frames >= self.frame_cap(r):
+            if r.frames >= self.frame_cap(r) or r.at_max_frames(self.config.max_frames):
                 r.record.generating = False
 
     def _isolated(self, reqs: list[CoreRequest], bucket: int,
@@ -809,6 +815,10 @@ class EngineCore:
         in its next request."""
         rec = req.record
         if req.slot is None or rec.generating or rec.pending_frames > 0:
+            return
+        if req.at_max_frames(self.config.max_frames):  # a benchmark's fixed length: the rest is not spoken
+            self._release(req)
+            self._complete_stream(req)
             return
         if not self._account(req):
             return
