@@ -15,6 +15,7 @@ past the look-ahead. Espeak runs on its own thread (engine/cpu/espeak.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -467,11 +468,9 @@ class CpuStream:
         ahead = self._engine._pool.ahead(head.future) if head.future is not None else None
         if ahead is None:
             return  # it has started meanwhile
-        try:
+        self._notified = True  # once per wait, even unsent: the driver must not retry at every wake-up
+        with contextlib.suppress(TimeoutError):  # a full bridge: the consumer has audio yet to take
             self._bridge.put(Waiting("capacity", ahead), timeout=0)
-        except TimeoutError:
-            return  # the consumer has audio queued: it is not waiting
-        self._notified = True
 
     def _drive(self) -> None:
         frame = 0  # stream-relative index of the next output sample
