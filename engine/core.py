@@ -641,6 +641,7 @@ class EngineCore:
                 raise ValueError(f"this voice's prompt takes {self._prompt_rows(req)} of the "
                                  f"{self.config.max_context} KV positions: no room left for text")
             ids, segments = self._take(req, budget)
+            req.ids, req.token_segments, req.track_offset = ids, segments, 0  # (a failure from here names them)
             rest = self._has_pending(req)
             icl = self._icl(req)
             if icl:
@@ -659,7 +660,7 @@ class EngineCore:
                 instructions=req.opts.instructions, streaming_text=True, final=closed,
             )
             req.track, req.pad_row, req.prompt_len = prompt.trailing, prompt.pad, prompt.rows.shape[0]
-            req.ids, req.token_segments, req.eos_fed = ids, segments, closed
+            req.eos_fed = closed
             first = req.requests == 0
             req.requests += 1
             req.slot = self.pool.acquire()
@@ -913,7 +914,8 @@ class EngineCore:
     def _unspoken(self, req: CoreRequest) -> str:
         """The committed text a failing stream leaves unspoken (for its error message)."""
         with contextlib.suppress(Exception):
-            taken = self.model.tokenizer.decode(req.ids[self._consumed(req):]) if req.ids else ""
+            start = self._consumed(req) if req.frames else 0  # no frame yet: none of it was voiced
+            taken = self.model.tokenizer.decode(req.ids[start:]) if req.ids else ""
             return quote_text(taken + "".join(text for _, text in req.pending_text))
         return "(unknown)"
 
