@@ -85,7 +85,6 @@ async def test_parked_streams_give_a_waiting_stream_their_slot_and_resume_withou
     evictions = core.stats.get("evictions", 0)
 
     newcomer = crowded.open_stream("ryan", "en", seed=99)
-    t0 = time.monotonic()
     newcomer.append("I need a slot now. ")
     newcomer.finish()
     events, end = await collect(newcomer, 30, waiting=True)
@@ -94,7 +93,6 @@ async def test_parked_streams_give_a_waiting_stream_their_slot_and_resume_withou
     assert [e for e in events if isinstance(e, Waiting)] == [events[0]]  # once per wait
     audio = [e for e in events if isinstance(e, AudioChunk)]
     assert audio and sum(c.pcm.size for c in audio) == core.finished_frames[newcomer.rid] * FRAME
-    assert time.monotonic() - t0 < 15
     assert core.stats["evictions"] == evictions + 1  # one waited: one parked request gave its slot up
 
     for s in idle:  # the parked ones get their text later: every one speaks all of it
