@@ -3,9 +3,9 @@
 The CPU voices share one pool among all streams. A FIFO pool would let one stream's look-ahead
 segments delay another stream's first audio; DESIGN §3 orders them instead: streams with no audio yet
 first (`first_audio` jobs), then the rest; within each, earliest deadline first (the time each
-listener will run out of audio: for a stream with none yet, when it asked). A stream that has run dry has a deadline in the past, yet still
-comes after a stream whose listener has heard nothing at all: on a loaded box two long Kokoro
-streams running dry held a newcomer's first audio for 15 s.
+listener will run out of audio; for a stream with none yet, when it asked). A stream that has run dry
+has a deadline in the past, yet still comes after one whose listener has heard nothing at all: under
+overload (long streams slower than real time) a newcomer still waits for one running job at most.
 Jobs are meant to be short (a bounded piece of a segment): a job is never preempted, so the longest
 one bounds how long a new stream waits for a worker.
 """
