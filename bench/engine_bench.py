@@ -107,7 +107,7 @@ async def engine_cancels(eng: Qwen3Engine, n: int, text: str, seed0: int) -> dic
         async for ev in streams[i].events():
             if isinstance(ev, AudioChunk):
                 first[i].set()
-            else:
+            elif isinstance(ev, StreamEnd):
                 ends[i] = time.perf_counter()
 
     tasks = [asyncio.create_task(consume(i)) for i in range(n)]
@@ -119,6 +119,10 @@ async def engine_cancels(eng: Qwen3Engine, n: int, text: str, seed0: int) -> dic
         s.cancel()
         await asyncio.sleep(0.02)
     await asyncio.gather(*tasks)
+    # The consumer hears of a cancel at once; the core frees the slot at its next cycle: wait for it.
+    deadline = time.perf_counter() + 5.0
+    while len(eng.core.cancel_latency_s) - core_before < n and time.perf_counter() < deadline:
+        await asyncio.sleep(0.01)
     consumer = [e - c for e, c in zip(ends, cancelled_at, strict=True)]
     core = list(eng.core.cancel_latency_s)[core_before:]
     return {

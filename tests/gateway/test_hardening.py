@@ -20,9 +20,9 @@ import pytest
 import websockets
 from attack import Result, run
 from support.servers import serve
-from support.wsclient import call, open_session, until
+from support.wsclient import call, open_session, until, utterance
 
-from engine import AudioChunk, Engine, StreamEnd
+from engine import AudioChunk, Engine, StreamEnd, load_engine
 from gateway.connection import Limits
 from sessions import hash_api_key
 
@@ -272,3 +272,28 @@ async def test_an_engine_stream_ending_before_input_done_is_an_error_naming_the_
             assert err["segment_indexes"] == [1], err  # "Two here. " was committed, never spoken
             assert "'Three'" in err["message"], err  # still pending: named too
         await ws.close()
+
+
+# -- a session waiting for engine capacity is told so (finding 2) ---------------------------------------------
+
+
+async def test_a_stream_waiting_for_a_slot_hears_audio_waiting_then_its_audio(tmp_path: Path) -> None:
+    engine = load_engine("tiny", cache_dir=tmp_path, max_streams=1, frames_per_token=2.0, min_frames=6)
+    try:
+        for addr in serve(engine):
+            busy, _ = await open_session(addr, voice="ryan")
+            late, _ = await open_session(addr, voice="ryan")
+            await busy.send(json.dumps({"type": "input.text", "text": "A long first answer, " * 12}))
+            await busy.send(json.dumps({"type": "input.done"}))
+            while not isinstance(await asyncio.wait_for(busy.recv(), 30), bytes):
+                pass  # the one slot is speaking
+            events, audio = await utterance(late, "Me next, please.", timeout=60)
+            kinds = [e["type"] for e in events]
+            waiting = next(e for e in events if e["type"] == "audio.waiting")
+            assert waiting["reason"] == "capacity" and waiting["utterance_index"] == 0, waiting
+            assert kinds.index("audio.waiting") < kinds.index("audio.start") and audio, kinds
+            assert kinds[-1] == "session.done"
+            await busy.close()
+            await late.close()
+    finally:
+        engine.close()
