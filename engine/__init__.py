@@ -3,6 +3,7 @@
 from engine.loader import load_engine
 from engine.types import (
     AudioChunk,
+    Capacity,
     CodecFrames,
     Engine,
     EngineError,
@@ -14,6 +15,6 @@ from engine.types import (
 )
 
 __all__ = [
-    "AudioChunk", "CodecFrames", "Engine", "EngineError", "Stream", "StreamEnd", "StreamEvent", "VoiceInfo",
+    "AudioChunk", "Capacity", "CodecFrames", "Engine", "EngineError", "Stream", "StreamEnd", "StreamEvent", "VoiceInfo",
     "Waiting", "load_engine",
 ]

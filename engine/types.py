@@ -64,6 +64,16 @@ StreamEvent = AudioChunk | CodecFrames | Waiting | StreamEnd
 
 
 @dataclass(frozen=True, slots=True)
+class Capacity:
+    """What an engine can take now, judged from its measured cost (issue 14): `streams` is how many
+    streams it can keep ahead of their listeners at once (those it serves included), `active` how many
+    it serves. Admission starts a new stream only while `active < streams`."""
+
+    streams: int
+    active: int
+
+
+@dataclass(frozen=True, slots=True)
 class VoiceInfo:
     name: str
     languages: tuple[str, ...]

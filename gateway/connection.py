@@ -173,6 +173,7 @@ class Utterance:
     engine_segments: list[int] = field(default_factory=list)  # engine append index → our segment
     unheard: dict[int, int] = field(default_factory=dict)  # segment index → characters, until its audio begins
     chars: int = 0  # characters of input.text received
+    queue_wait_s: float = 0.0  # how long admission held the utterance before its stream opened
     last_input: float = field(default_factory=time.monotonic)
     sent_bytes: int = 0
     marked: set[int] = field(default_factory=set)
