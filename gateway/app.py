@@ -15,6 +15,7 @@ from litestar.params import FromPath
 from engine import Engine, load_engine
 from gateway import metrics
 from gateway.auth import authenticate, caller
+from gateway.batch import batch_routes
 from gateway.connection import Connection
 from gateway.errors import ApiError, api_error
 from gateway.openai_api import openai_routes
@@ -142,7 +143,7 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
             await app.state.store.close()
 
     routes = [health, metrics_endpoint, speech_stream, cancel_session]
-    routes += [*openai_routes, *voice_routes, *playground_routes]
+    routes += [*openai_routes, *batch_routes, *voice_routes, *playground_routes]
     # Handlers raise ApiError (auth, engine not ready, bad input); one place turns it into OpenAI's body.
     handlers = {ApiError: lambda _request, exc: exc.response()}
     # Every body is small unless its route says otherwise (voices: a clip; speech: text): Litestar's

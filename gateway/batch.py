@@ -1,0 +1,184 @@
+"""`POST /v1/audio/speech/batch`: several texts in one request, in vLLM-Omni's shape.
+
+The body carries shared defaults (every field of POST /v1/audio/speech but `input`) and `items`, 1 to
+32 objects that each need only `input` and may override any default. Items are synthesised
+concurrently, each through the same admission (capacity and tenant fairness) as every other stream,
+and each is checked like a POST /v1/audio/speech body. The answer is one JSON object:
+`{id, results: [{index, status, audio_data (base64), media_type, usage} | {index, status, error, code,
+param?, retry_after_s?}], total, succeeded, failed}` in item order; an item that fails (a bad voice, a
+full queue) fails alone. Only when every item was refused for a full queue is the whole request a 429.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import math
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+from litestar import Request, Response, post
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+
+from engine import Engine, EngineError
+from gateway.audio import MEDIA_TYPES, OPUS_RATES, encode_file
+from gateway.auth import caller, serving_engine
+from gateway.errors import ApiError
+from gateway.openai_api import MAX_INPUT_CHARS, SpeechRequest, _parse, _pcm, _voice
+from gateway.voices import resolve_voice
+from sessions import StateUnavailable, Tenant
+
+try:
+    from gateway.admission import QueueFull
+except ImportError:  # admission (issue 14, slice P) not in this checkout yet: nothing raises it
+
+    class QueueFull(Exception):  # type: ignore[no-redef]
+        bound: str = "model"
+        retry_after_s: float = 1.0
+
+
+log = logging.getLogger("voxgate")
+
+MAX_BATCH_ITEMS = 32  # vLLM-Omni's tts_batch_max_items
+# All items' input together: twice one full request. The answer holds every item's audio at once
+# (about 10 minutes of speech for 8192 characters, ~28 MB of 24 kHz PCM before base64).
+MAX_BATCH_CHARS = 2 * MAX_INPUT_CHARS
+# The longest valid body: the batch's characters, 33 sets of instructions (500) and names (3 × 128),
+# each character a 12-byte JSON escape (a surrogate pair), and the rest.
+MAX_BATCH_BODY_BYTES = 512 * 1024
+# A backstop per item past admission: an admitted stream is kept ahead of its listener, so speech comes
+# at least in real time (~14 characters/s English, ~4.5 Mandarin); 4 characters/s leaves a wide margin.
+ITEM_TIMEOUT_BASE_S = 30.0
+ITEM_TIMEOUT_S_PER_CHAR = 0.25
+_STREAMING_FIELDS = ("stream", "stream_format")  # a batch answers whole files
+
+
+@dataclass(frozen=True)
+class _Caller:
+    request: Request
+    tenant: Tenant
+    engine: Engine
+
+
+def _parse_batch(raw: bytes) -> list[SpeechRequest | ApiError]:
+    """Each item's request (defaults merged, checked as POST /v1/audio/speech checks a body), or the
+    ApiError that item alone answers with. A malformed batch as a whole raises ApiError (a 400)."""
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        raise ApiError("the request body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise ApiError("the request body must be a JSON object with items")
+    items = body.pop("items", None)
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH_ITEMS:
+        raise ApiError(f"items must be a list of 1 to {MAX_BATCH_ITEMS} objects", param="items")
+    if "input" in body:
+        raise ApiError("input belongs in each item, not in the batch's defaults", param="input")
+    for name in _STREAMING_FIELDS:
+        if body.get(name) not in (None, False, "audio") or any(
+            isinstance(i, dict) and i.get(name) not in (None, False, "audio") for i in items
+        ):
+            raise ApiError("a batch answers whole files; streaming is POST /v1/audio/speech", param=name)
+    _parse(msgspec.json.encode({**body, "input": "x"}))  # bad defaults fail the batch, naming the field
+    chars = 0
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ApiError(f"items[{i}] must be an object with input", param="items")
+        if isinstance(item.get("input"), str):
+            chars += len(item["input"])
+    if chars > MAX_BATCH_CHARS:
+        raise ApiError(f"a batch's inputs are limited to {MAX_BATCH_CHARS} characters in all", param="items",
+                       code="string_above_max_length")  # fmt: skip
+    out: list[SpeechRequest | ApiError] = []
+    for item in items:
+        try:
+            out.append(_parse(msgspec.json.encode({**body, **item})))
+        except ApiError as e:
+            out.append(e)
+    return out
+
+
+def _error(index: int, e: ApiError, **extra: object) -> dict[str, Any]:
+    # vLLM-Omni's item error is a message string; the stable code (and the field it names) ride beside it.
+    out: dict[str, Any] = {"index": index, "status": "error", "error": e.message, "code": e.code}
+    if e.param is not None:
+        out["param"] = e.param
+    return out | extra
+
+
+def _encode(pcm: np.ndarray, rate: int, fmt: str) -> str:
+    return base64.b64encode(encode_file(pcm, rate, fmt)).decode("ascii")
+
+
+async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict[str, Any]:
+    if isinstance(req, ApiError):
+        return _error(index, req)
+    state, engine = who.request.app.state, who.engine
+    rate = req.sample_rate or engine.sample_rate
+    if req.response_format == "opus" and rate not in OPUS_RATES:
+        rates = ", ".join(map(str, OPUS_RATES))
+        return _error(index, ApiError(f"opus needs a sample_rate of {rates}", param="sample_rate"))
+    admission = getattr(state, "admission", None)
+    ticket = None
+    try:
+        name = _voice(engine, req.voice, state.settings.voice_aliases)
+        voice, voice_options = await resolve_voice(state.store, who.tenant, engine, name)
+        if admission is not None:
+            ticket = await admission.admit(who.tenant.name, who.tenant.weight)
+        async with asyncio.timeout(ITEM_TIMEOUT_BASE_S + ITEM_TIMEOUT_S_PER_CHAR * len(req.input)):
+            parts = [pcm async for pcm in _pcm(engine, req, voice, rate, voice_options)]
+        pcm = np.concatenate(parts) if parts else np.zeros(0, np.int16)
+        if ticket is not None:
+            ticket.served(len(pcm) / rate)
+            ticket.release()  # encoding needs no engine capacity
+    except QueueFull as e:
+        message = f"the {e.bound} queue is full; retry in {e.retry_after_s:.1f} s"
+        return _error(index, ApiError(message, code="queue_full"), bound=e.bound, retry_after_s=e.retry_after_s)
+    except EngineError as e:
+        return _error(index, ApiError(str(e), param="voice" if "voice" in e.code else None, code=e.code))
+    except StateUnavailable as e:
+        return _error(index, ApiError(str(e), code=e.code))
+    except TimeoutError:
+        return _error(index, ApiError("synthesis took longer than its bound", code="timeout"))
+    except Exception as e:  # one item's failure never fails its siblings; the log has the trace
+        log.exception("batch item %d failed", index)
+        return _error(index, ApiError(f"synthesis failed: {type(e).__name__}", code="synthesis_failed"))
+    finally:
+        if ticket is not None:
+            ticket.release()  # idempotent
+    fmt = req.response_format
+    audio = await asyncio.to_thread(_encode, pcm, rate, fmt)
+    usage = {"input_tokens": len(req.input), "output_tokens": len(pcm), "total_tokens": len(req.input)}
+    return {"index": index, "status": "success", "audio_data": audio, "media_type": MEDIA_TYPES[fmt], "usage": usage}
+
+
+@post("/v1/audio/speech/batch", status_code=200, request_max_body_size=MAX_BATCH_BODY_BYTES)
+async def create_speech_batch(request: Request) -> Response[Any]:
+    who = _Caller(request, caller(request), serving_engine(request))
+    try:
+        reqs = _parse_batch(await request.body())
+    except ApiError as e:
+        return e.response()
+    except RequestEntityTooLarge:
+        return ApiError(f"the request body is limited to {MAX_BATCH_BODY_BYTES} bytes", code="request_too_large",
+                        status=413).response()  # fmt: skip
+    results = await asyncio.gather(*(_item(i, r, who) for i, r in enumerate(reqs)))
+    refused = [r for r in results if r.get("code") == "queue_full"]
+    if len(refused) == len(results):  # nothing could be queued: the whole request is refused, as a 429
+        retry = min(float(r["retry_after_s"]) for r in refused)
+        response = ApiError(refused[0]["error"], code="queue_full", status=429).response()
+        response.headers["Retry-After"] = str(max(1, math.ceil(retry)))
+        return response
+    succeeded = sum(1 for r in results if r["status"] == "success")
+    body = {"id": f"speech-batch-{uuid.uuid4().hex}", "results": results, "total": len(results),
+            "succeeded": succeeded, "failed": len(results) - succeeded}  # fmt: skip
+    # Up to tens of MB of base64: serialised off the event loop.
+    data = await asyncio.to_thread(msgspec.json.encode, body)
+    return Response(data, media_type="application/json")
+
+
+batch_routes = [create_speech_batch]

@@ -1,0 +1,178 @@
+"""POST /v1/audio/speech/batch against a real gateway (Piper): vLLM-Omni's shape, per-item errors, bounds."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import io
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import soundfile
+from support.servers import serve
+from support.wsclient import call
+
+from engine import Engine, Stream, StreamEvent
+from gateway.batch import MAX_BATCH_BODY_BYTES, MAX_BATCH_CHARS, MAX_BATCH_ITEMS
+
+PATH = "/v1/audio/speech/batch"
+
+
+def batch(addr: str, body: dict[str, Any]) -> tuple[int, Any]:
+    return call(addr, "POST", PATH, None, body)
+
+
+def pcm_seconds(result: dict[str, Any], rate: int = 24000) -> float:
+    return len(base64.b64decode(result["audio_data"])) / 2 / rate
+
+
+def test_three_items_come_back_in_order_with_the_defaults_and_overrides(gateway: str) -> None:
+    texts = ["Hi.", "This one is a little longer than the first.",
+             "And this third sentence is the longest of them all, by quite a few words, as you can hear."]  # fmt: skip
+    body = {"voice": "joe", "response_format": "pcm", "items": [{"input": t} for t in texts]}
+    body["items"][1]["response_format"] = "wav"
+    status, out = batch(gateway, body)
+    assert status == 200, out
+    assert out["id"].startswith("speech-batch-") and (out["total"], out["succeeded"], out["failed"]) == (3, 3, 0)
+    assert [r["index"] for r in out["results"]] == [0, 1, 2]
+    assert all(r["status"] == "success" and "error" not in r for r in out["results"])
+    first, second, third = out["results"]
+    assert first["media_type"] == third["media_type"] == "audio/pcm"
+    assert second["media_type"] == "audio/wav"  # the item's override
+    samples, rate = soundfile.read(io.BytesIO(base64.b64decode(second["audio_data"])))
+    wav_s = len(samples) / rate
+    assert 0 < pcm_seconds(first) < wav_s < pcm_seconds(third)  # each item's own text, in order
+    assert first["usage"]["input_tokens"] == len(texts[0])
+
+
+def test_an_item_with_a_bad_voice_fails_alone(gateway: str) -> None:
+    items = [{"input": "Fine."}, {"input": "Not fine.", "voice": "no-such-voice"}, {"input": "Also fine."}]
+    status, out = batch(gateway, {"response_format": "mp3", "items": items})
+    assert status == 200, out
+    assert (out["succeeded"], out["failed"]) == (2, 1)
+    ok0, bad, ok2 = out["results"]
+    assert ok0["status"] == ok2["status"] == "success" and ok0["media_type"] == "audio/mpeg"
+    assert bad["status"] == "error" and bad["index"] == 1 and "audio_data" not in bad
+    assert "voice" in bad["code"] and bad["param"] == "voice" and isinstance(bad["error"], str)
+
+
+def test_an_invalid_item_fails_alone_with_the_speech_routes_code(gateway: str) -> None:
+    items = [{"input": "w " * 2049}, {"input": "   "}, {"input": "Ok.", "speed": 9}, {"input": "Good."}]
+    status, out = batch(gateway, {"items": items, "response_format": "pcm"})
+    assert status == 200, out
+    codes = [(r["status"], r.get("code"), r.get("param")) for r in out["results"]]
+    assert codes == [("error", "string_above_max_length", "input"), ("error", "invalid_value", "input"),
+                     ("error", "invalid_value", "speed"), ("success", None, None)]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"items": []}, "items"),
+        ({"items": [{"input": "x"}] * (MAX_BATCH_ITEMS + 1)}, "items"),
+        ({"items": "hello"}, "items"),
+        ({"items": ["hello"]}, "items"),
+        ({"input": "Hi.", "items": [{"input": "x"}]}, "input"),
+        ({"speed": 10, "items": [{"input": "x"}]}, "speed"),
+        ({"stream_format": "sse", "items": [{"input": "x"}]}, "stream_format"),
+        ({"items": [{"input": "x", "stream": True}]}, "stream"),
+        ({"items": [{"input": "w " * 2000}] * (MAX_BATCH_CHARS // 4000 + 1)}, "items"),
+    ],
+)
+def test_a_malformed_batch_is_a_400_naming_the_field(gateway: str, body: dict[str, Any], param: str) -> None:
+    status, out = batch(gateway, body)
+    assert status == 400 and out["error"]["param"] == param, out
+    assert set(out["error"]) == {"message", "type", "param", "code"}
+
+
+def test_invalid_json_is_a_400(gateway: str) -> None:
+    conn = http.client.HTTPConnection(gateway, timeout=30)
+    conn.request("POST", PATH, b"{not json", {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 400 and json.loads(r.read())["error"]["code"] == "invalid_json"
+
+
+def test_a_body_past_the_limit_is_a_413(gateway: str) -> None:
+    # Announced: refused before a byte of it is read.
+    conn = http.client.HTTPConnection(gateway, timeout=30)
+    conn.putrequest("POST", PATH)
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(MAX_BATCH_BODY_BYTES + 1))
+    conn.endheaders()
+    r = conn.getresponse()
+    assert r.status == 413 and json.loads(r.read())["error"]["code"] == "request_too_large"
+    # Sent: a valid-looking body just past the bound (long instructions) is cut off at the limit.
+    body = json.dumps({"instructions": "i" * MAX_BATCH_BODY_BYTES, "items": [{"input": "x"}]}).encode()
+    conn = http.client.HTTPConnection(gateway, timeout=30)
+    with contextlib.suppress(OSError):  # the server may answer and close while we are still sending
+        conn.request("POST", PATH, body, {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 413
+
+
+# -- items run concurrently: seen from the engine ---------------------------------------------------------
+
+
+class _CountingStream:
+    def __init__(self, inner: Stream, engine: _CountingEngine) -> None:
+        self.inner, self.engine = inner, engine
+
+    def append(self, text: str) -> None:
+        self.inner.append(text)
+
+    def finish(self) -> None:
+        self.inner.finish()
+
+    def cancel(self) -> None:
+        self.inner.cancel()
+
+    async def events(self) -> AsyncIterator[StreamEvent]:
+        try:
+            async for ev in self.inner.events():
+                yield ev
+        finally:
+            self.engine.ended()
+
+
+class _CountingEngine:
+    """The real Piper engine, counting the streams open at once (how else to see overlap untimed)."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.sample_rate = inner.sample_rate
+        self.lock = threading.Lock()
+        self.open = self.most_open = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def open_stream(self, voice: str | None, language: str, **options: object) -> Stream:
+        stream = self.inner.open_stream(voice, language, **options)
+        with self.lock:
+            self.open += 1
+            self.most_open = max(self.most_open, self.open)
+        return _CountingStream(stream, self)
+
+    def ended(self) -> None:
+        with self.lock:
+            self.open -= 1
+
+
+@pytest.fixture(scope="module")
+def counted_gateway(cpu_engine: Engine) -> Iterator[tuple[str, _CountingEngine]]:
+    engine = _CountingEngine(cpu_engine)
+    for addr in serve(engine):  # type: ignore[arg-type]
+        yield addr, engine
+
+
+def test_items_are_synthesised_concurrently(counted_gateway: tuple[str, _CountingEngine]) -> None:
+    addr, engine = counted_gateway
+    text = "A sentence of a decent length, so that each item takes a while to speak aloud."
+    status, out = batch(addr, {"response_format": "pcm", "items": [{"input": text}] * 3})
+    assert status == 200 and out["succeeded"] == 3, out
+    assert engine.open == 0  # every stream ended
+    assert engine.most_open >= 2  # at least two were open at the same time: not one after another
