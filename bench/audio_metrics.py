@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.audio import OnsetTracker as OnsetTracker
+from engine.audio import rms_onset as rms_onset
+from engine.audio import window_rms_dbfs as window_rms_dbfs
+
 # -- percentiles ---------------------------------------------------------------------------------
 
 
@@ -46,63 +50,8 @@ def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
 # -- audible onset -------------------------------------------------------------------------------
 
 
-def window_rms_dbfs(samples: np.ndarray, window: int) -> np.ndarray:
-    """RMS level of each complete, non-overlapping window of int16 samples, in dB full scale
-    (0 dBFS = a full-scale square wave; digital silence reads -inf)."""
-    if window <= 0:
-        raise ValueError("window must be positive")
-    n = len(samples) // window
-    if n == 0:
-        return np.empty(0)
-    x = samples[: n * window].astype(np.float64).reshape(n, window) / 32768.0
-    rms = np.sqrt(np.mean(x * x, axis=1))
-    with np.errstate(divide="ignore"):
-        return 20.0 * np.log10(rms)
-
-
-def rms_onset(samples: np.ndarray, rate: int, threshold_dbfs: float = -40.0, window_ms: float = 10.0,
-              sustain_ms: float = 50.0) -> int | None:  # fmt: skip
-    """Sample index where sound first becomes audible and stays so: the start of the first run of
-    consecutive windows, at least `sustain_ms` long, all above `threshold_dbfs`. A click or a
-    breath shorter than `sustain_ms` does not count; None if there is no such run."""
-    tracker = OnsetTracker(rate, threshold_dbfs, window_ms, sustain_ms)
-    tracker.feed(samples)
-    return tracker.onset
-
-
-class OnsetTracker:
-    """`rms_onset` fed incrementally, holding only the windows of the current run: the harness
-    feeds each frame as it arrives and learns the onset without keeping the audio."""
-
-    def __init__(self, rate: int, threshold_dbfs: float = -40.0, window_ms: float = 10.0,
-                 sustain_ms: float = 50.0) -> None:  # fmt: skip
-        self.window = max(1, round(rate * window_ms / 1000.0))
-        self.needed = max(1, math.ceil(sustain_ms / window_ms))
-        self.threshold = threshold_dbfs
-        self.onset: int | None = None
-        self._pending = np.empty(0, dtype=np.int16)  # samples not yet in a complete window
-        self._consumed = 0  # samples in complete windows so far
-        self._run_start: int | None = None
-        self._run_len = 0
-
-    def feed(self, samples: np.ndarray) -> int | None:
-        if self.onset is not None:
-            return self.onset
-        data = np.concatenate([self._pending, samples.astype(np.int16, copy=False)])
-        levels = window_rms_dbfs(data, self.window)
-        self._pending = data[len(levels) * self.window :]
-        for i, level in enumerate(levels):
-            if level > self.threshold:
-                if self._run_start is None:
-                    self._run_start = self._consumed + i * self.window
-                self._run_len += 1
-                if self._run_len >= self.needed:
-                    self.onset = self._run_start
-                    break
-            else:
-                self._run_start, self._run_len = None, 0
-        self._consumed += len(levels) * self.window
-        return self.onset
+# window_rms_dbfs, rms_onset and OnsetTracker live in engine/audio.py (imported above): the gateway's
+# timing record uses the same rule, so one definition of "audible" holds on both sides of the socket.
 
 
 def frame_of_sample(sizes: Sequence[int], sample: int) -> int | None:
