@@ -155,8 +155,11 @@ class Session:
         self.reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def open(cls, ws_url: str, mode: str, lang: str, voice: str | None, clock: Clock) -> Session:
-        headers = {"Authorization": f"Bearer {API_KEY[0]}"} if API_KEY[0] else None
+    async def open(
+        cls, ws_url: str, mode: str, lang: str, voice: str | None, clock: Clock, key: str | None = None
+    ) -> Session:
+        key = key or API_KEY[0]  # a tenant's own key (the tenants mode), else --api-key
+        headers = {"Authorization": f"Bearer {key}"} if key else None
         ws = await connect(ws_url, compression=None, max_size=2**24, open_timeout=10, additional_headers=headers)
         config: dict[str, Any] = {
             "type": "session.config", "language": lang, "response_format": "pcm", "stream_audio": True,
@@ -756,6 +759,220 @@ def plot(cmp: dict[str, Any], args: argparse.Namespace, path: Path) -> bool:
     return True
 
 
+# -- two tenants (issue 14): weighted fairness under saturation ----------------------------------
+
+
+@dataclass(frozen=True)
+class TenantLoad:
+    name: str
+    key: str
+    weight: float | None  # as the gateway is configured (its API-keys file); None: not told
+
+
+def add_tenant_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("two tenants (weighted fairness under saturation)")
+    g.add_argument("--tenants", default=None,
+                   help="NAME=KEY,NAME=KEY: each tenant's API key; runs this mode instead of the rates")  # fmt: skip
+    g.add_argument("--weights", default=None,
+                   help="NAME=W,…: the weights the gateway's API-keys file gives, for the expected ratio")  # fmt: skip
+    g.add_argument("--tenant-sessions", type=int, default=8,
+                   help="closed-loop sessions per tenant, back to back (past the engine's capacity)")  # fmt: skip
+    g.add_argument("--tenant-mode", default="auto", choices=MODES, help="how each tenant's responses are sent")
+    g.add_argument("--solo", default=None,
+                   help="the tenant that then runs alone (default: the lightest); 'none' for no solo run")  # fmt: skip
+    g.add_argument("--fair-tolerance", type=float, default=0.15, help="the share ratio's allowed relative error")
+    g.add_argument("--refusal-backoff", type=float, default=0.5,
+                   help="seconds a session waits after a refused or failed response before the next")  # fmt: skip
+
+
+def parse_tenants(args: argparse.Namespace) -> list[TenantLoad]:
+    def pairs(spec: str, what: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for item in filter(None, (x.strip() for x in spec.split(","))):
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip() or not value.strip():
+                raise SystemExit(f"--{what} entries look like NAME=VALUE, not {item[:12]!r}…")
+            out[name.strip()] = value.strip()
+        return out
+
+    keys = pairs(args.tenants, "tenants")
+    weights = {k: float(v) for k, v in pairs(args.weights or "", "weights").items()}
+    if len(keys) < 2:
+        raise SystemExit("--tenants needs at least two tenants (NAME=KEY,NAME=KEY)")
+    if stray := set(weights) - set(keys):
+        raise SystemExit(f"--weights names tenants not in --tenants: {sorted(stray)}")
+    if any(w <= 0 for w in weights.values()) or args.tenant_sessions < 1:
+        raise SystemExit("weights and --tenant-sessions must be positive")
+    return [TenantLoad(name, key, weights.get(name)) for name, key in keys.items()]
+
+
+async def tenant_worker(t: TenantLoad, args: argparse.Namespace, texts: list[Text], ws_url: str, clock: Clock,
+                        rng: random.Random, out: list[Response], errors: Counter[str]) -> None:  # fmt: skip
+    """One session of a tenant, closed loop: a response, then the next, until the window ends. A broken
+    session is reopened; a refused response (queue_full) is counted, and the next waits a moment."""
+    session: Session | None = None
+    try:
+        while clock.now() < args.duration and len(out) < args.max_requests:
+            text = rng.choice(texts)
+            if session is None or session.broken or session.lang != text.lang:
+                if session is not None:
+                    await session.close()
+                try:
+                    session = await Session.open(ws_url, args.tenant_mode, text.lang, args.voice, clock, key=t.key)
+                except Exception as e:  # counted; the session tries again after the backoff
+                    session = None
+                    errors[f"connect:{type(e).__name__}"] += 1
+                    await asyncio.sleep(args.refusal_backoff)
+                    continue
+            r = Response(len(out), args.tenant_mode, text, clock.now())
+            out.append(r)
+            await session.run(r, args.units_per_s, args.response_timeout, args.onset_dbfs)
+            if r.errors:
+                await asyncio.sleep(args.refusal_backoff)  # a refusal answered at once must not spin
+    finally:
+        if session is not None:
+            await session.close()
+
+
+def served_in_window(responses: list[Response], window: float) -> float:
+    """Audio seconds received inside the window: what the server gave this tenant while all competed."""
+    return sum(n / 2 / r.sample_rate for r in responses for t, n in r.frames if t <= window)
+
+
+async def run_tenants(tenants: list[TenantLoad], args: argparse.Namespace, texts: list[Text], ws_url: str,
+                      label: str) -> dict[str, Any]:  # fmt: skip
+    clock = Clock()
+    got: dict[str, list[Response]] = {t.name: [] for t in tenants}
+    errs: dict[str, Counter[str]] = {t.name: Counter() for t in tenants}
+    workers = [
+        tenant_worker(t, args, texts, ws_url, clock, random.Random(f"{t.name}:{i}:{args.seed}"), got[t.name],
+                      errs[t.name])
+        for t in tenants
+        for i in range(args.tenant_sessions)
+    ]
+    try:
+        async with asyncio.timeout(args.duration + args.response_timeout + args.drain + 10):
+            await asyncio.gather(*workers)
+    except TimeoutError:  # every response has its own timeout; this bounds the run as a whole
+        pass
+    wall = clock.now()
+    per: dict[str, Any] = {}
+    for t in tenants:
+        spec = RunSpec(args.tenant_mode, None, args.tenant_sessions)
+        s = summarize_run(spec, args, got[t.name], 0, [], wall)
+        del s["_texts"], s["responses"], s["inflight"]
+        s["errors"] = dict(Counter(s["errors"]) + errs[t.name])
+        s["weight"] = t.weight
+        s["served_audio_s"] = served_in_window(got[t.name], args.duration)
+        s["served_audio_s_per_s"] = s["served_audio_s"] / args.duration
+        per[t.name] = s
+    total = sum(p["served_audio_s"] for p in per.values())
+    for p in per.values():
+        p["share"] = p["served_audio_s"] / total if total else None
+    return {"run": label, "tenants": per, "served_audio_s_total": total,
+            "served_audio_s_per_s_total": total / args.duration, "wall_s": wall}  # fmt: skip
+
+
+def fairness(shared: dict[str, Any], solo: dict[str, Any] | None, tenants: list[TenantLoad],
+             tolerance: float) -> dict[str, Any]:  # fmt: skip
+    """The served ratio of the first tenant to each other one, against their weights' ratio; and
+    the solo tenant's throughput against the pair's total (a lone tenant should get all of it)."""
+    out: dict[str, Any] = {"pairs": [], "tolerance": tolerance}
+    first = tenants[0]
+    a = shared["tenants"][first.name]["served_audio_s"]
+    for t in tenants[1:]:
+        b = shared["tenants"][t.name]["served_audio_s"]
+        served = a / b if b else None
+        expected = first.weight / t.weight if first.weight and t.weight else None
+        error = None if served is None or expected is None else served / expected - 1
+        ok = None if error is None else abs(error) <= tolerance
+        out["pairs"].append({"tenants": [first.name, t.name], "served_ratio": served, "weight_ratio": expected,
+                             "relative_error": error, "ok": ok})  # fmt: skip
+    if solo is not None:
+        (name, s), = solo["tenants"].items()
+        together = shared["served_audio_s_per_s_total"]
+        out["solo"] = {"tenant": name, "served_audio_s_per_s": s["served_audio_s_per_s"],
+                       "shared_total_audio_s_per_s": together,
+                       "solo_over_shared_total": ratio(s["served_audio_s_per_s"], together)}  # fmt: skip
+    return out
+
+
+def tenants_table(result: dict[str, Any]) -> str:
+    head = ("| run | tenant | weight | sessions | done/started | refused/failed (codes) | served audio s | "
+            "audio s/s | share | audible TTFA p50/p95 ms | gap-free |")  # fmt: skip
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for run in result["runs"]:
+        for name, p in run["tenants"].items():
+            au = p["audible_first_s"]
+            codes = ", ".join(f"{k} {v}" for k, v in sorted(p["errors"].items())) or "-"
+            lines.append(f"| {run['run']} | {name} | {p['weight'] if p['weight'] is not None else '?'} | "
+                         f"{p['concurrency']} | {p['completed']}/{p['started']} | {p['failed']} ({codes}) | "
+                         f"{p['served_audio_s']:.1f} | {p['served_audio_s_per_s']:.2f} | {_pct(p['share'])} | "
+                         f"{_ms(au['p50'])}/{_ms(au['p95'])} | {_pct(p['gap_free_share'])} |")  # fmt: skip
+    f = result["fairness"]
+    for pair in f["pairs"]:
+        a, b = pair["tenants"]
+        served = "-" if pair["served_ratio"] is None else f"{pair['served_ratio']:.2f}"
+        if pair["weight_ratio"] is None:
+            lines.append(f"- served {a}:{b} = {served} (weights not given: --weights)")
+        else:
+            verdict = "ok" if pair["ok"] else "OUTSIDE"
+            lines.append(f"- served {a}:{b} = {served}, weights {pair['weight_ratio']:.2f}: "
+                         f"{100 * pair['relative_error']:+.0f} % ({verdict}, "
+                         f"tolerance ±{100 * f['tolerance']:.0f} %)")  # fmt: skip
+    if solo := f.get("solo"):
+        x = solo["solo_over_shared_total"]
+        lines.append(f"- {solo['tenant']} alone: {solo['served_audio_s_per_s']:.2f} audio s/s = "
+                     f"{'-' if x is None else f'{x:.2f}×'} the tenants' total together "
+                     f"({solo['shared_total_audio_s_per_s']:.2f})")  # fmt: skip
+    return "\n".join(lines)
+
+
+async def tenants_main_async(args: argparse.Namespace) -> dict[str, Any]:
+    tenants = parse_tenants(args)
+    ws_url, http_base = loopback_only(args.url)
+    API_KEY[0] = tenants[0].key  # the probe and the warm-up speak as the first tenant
+    model = wait_healthy(http_base, args.wait_ready)
+    wanted = ["en", "zh"] if args.languages == "auto" else args.languages.split(",")
+    langs = await probe_languages(ws_url, args.voice, wanted)
+    if not langs:
+        raise SystemExit("the server accepted none of the languages " + ",".join(wanted))
+    texts = load_texts(args.texts, langs)
+    if not texts:
+        raise SystemExit("no texts to send")
+    solo_name = args.solo
+    if solo_name is None:  # the lightest tenant alone is the telling case: its weight must not cap it
+        weighted = any(t.weight for t in tenants)
+        solo_name = min(tenants, key=lambda t: t.weight or 1.0).name if weighted else tenants[-1].name
+    if solo_name != "none" and solo_name not in {t.name for t in tenants}:
+        raise SystemExit(f"--solo {solo_name!r} is not one of --tenants")
+    runs_total = 1 + (solo_name != "none")
+    bound = runs_total * (args.duration + args.response_timeout + args.drain + 10)
+    print(f"voxgate load (tenants): model {model or '?'}, tenants {[t.name for t in tenants]} × "
+          f"{args.tenant_sessions} sessions, {runs_total} runs, at most ~{bound:.0f} s", file=sys.stderr)  # fmt: skip
+    await warm_up(ws_url, args.voice, texts, args)
+    runs = [await run_tenants(tenants, args, texts, ws_url, "together")]
+    solo = None
+    if solo_name != "none":
+        await asyncio.sleep(1.0)  # let the first run's streams leave the engine
+        solo = await run_tenants([t for t in tenants if t.name == solo_name], args, texts, ws_url, "alone")
+        runs.append(solo)
+    return {
+        "url": args.url, "model": model, "languages": langs, "mode": "tenants",
+        "settings": {k: v for k, v in vars(args).items() if k not in ("url", "api_key", "tenants")},
+        "runs": runs, "fairness": fairness(runs[0], solo, tenants, args.fair_tolerance),
+    }  # fmt: skip
+
+
+def tenants_main(args: argparse.Namespace) -> int:
+    result = asyncio.run(tenants_main_async(args))
+    print(tenants_table(result))
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(result, indent=1, ensure_ascii=False, default=str))
+        print(f"json: {args.json_path}", file=sys.stderr)
+    return 0
+
+
 # -- setup ---------------------------------------------------------------------------------------
 
 
@@ -852,6 +1069,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--wait-ready", type=float, default=60.0, help="seconds to wait for /health")
     p.add_argument("--no-frames", action="store_true", help="leave per-frame arrivals out of the JSON")
     p.add_argument("--report", default=None, help="print the tables (and --plot) of a saved --json; no traffic")
+    add_tenant_args(p)
     args = p.parse_args(argv)
     args.modes = [m for m in args.modes.split(",") if m]
     if bad := set(args.modes) - set(MODES):
@@ -904,6 +1122,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.tenants:  # weighted fairness between tenants: its own runs and table
+        return tenants_main(args)
     if args.report:  # re-render a saved run: tables and plot, no traffic
         result = json.loads(Path(args.report).read_text())
         if result.get("axis") == "concurrency":

@@ -5,10 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from load import llm_pieces, loopback_only, poisson_schedule
+from support.servers import serve
+
+from engine import Engine
+from sessions import hash_api_key
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,3 +80,46 @@ def test_load_smoke_against_piper(piper_gateway: str, tmp_path: Path) -> None:
     assert set(result["knees"]) == {"none", "sentence", "auto"}
     if result.get("plot"):
         assert Path(result["plot"]).stat().st_size > 1000
+
+
+# -- the tenants mode: two API keys with weights 2:1 -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_tenant_gateway(piper_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Piper gateway whose API-keys file gives tenant a weight 2 and tenant b weight 1."""
+    config = {"tenants": {"a": {"key_sha256": [hash_api_key("key-a")], "weight": 2},
+                          "b": {"key_sha256": [hash_api_key("key-b")], "weight": 1}}}  # fmt: skip
+    path = tmp_path_factory.mktemp("keys") / "api_keys.json"
+    path.write_text(json.dumps(config))
+    for addr in serve(piper_engine, api_keys=str(path)):
+        yield f"http://{addr}"
+
+
+@pytest.mark.slow
+def test_tenants_mode_against_piper(two_tenant_gateway: str, tmp_path: Path) -> None:
+    out = tmp_path / "tenants.json"
+    cmd = [
+        sys.executable, str(REPO / "bench" / "load.py"), "--url", two_tenant_gateway, "--tenants", "a=key-a,b=key-b",
+        "--weights", "a=2,b=1", "--tenant-sessions", "2", "--duration", "3", "--json", str(out), "--texts", "own",
+        "--languages", "en", "--units-per-s", "40", "--drain", "20", "--response-timeout", "20", "--seed", "1",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| together | a | 2.0 |" in proc.stdout and "b alone:" in proc.stdout, proc.stdout
+    result = json.loads(out.read_text())
+    together, alone = result["runs"]
+    assert (together["run"], alone["run"]) == ("together", "alone")
+    assert set(together["tenants"]) == {"a", "b"} and set(alone["tenants"]) == {"b"}  # the lightest runs alone
+    for run in result["runs"]:
+        for name, t in run["tenants"].items():
+            assert t["started"] >= 1 and t["completed"] >= 1, (name, t["errors"])
+            assert t["served_audio_s"] > 0 and t["concurrency"] == 2
+            assert set(t["errors"]) <= {"queue_full"}, (name, t["errors"])  # refusals are the only failures
+    shares = [t["share"] for t in together["tenants"].values()]
+    assert sum(shares) == pytest.approx(1.0)
+    (pair,) = result["fairness"]["pairs"]
+    assert pair["tenants"] == ["a", "b"] and pair["weight_ratio"] == 2.0
+    served = together["tenants"]["a"]["served_audio_s"] / together["tenants"]["b"]["served_audio_s"]
+    assert pair["served_ratio"] == pytest.approx(served)  # a measurement, reported; the ratio's target is bench's
+    assert result["fairness"]["solo"]["tenant"] == "b" and "tenants" not in result["settings"]  # keys stay out
