@@ -1,0 +1,227 @@
+"""Which waiting stream starts next when an engine has room: weighted fairness between keys (tenants).
+
+Pure policy, no asyncio and no clock of its own (the caller injects one), so every rule is tested with
+a fake clock (tests/engine/test_admission.py); gateway/admission.py puts it on the event loop.
+
+The rules (tts-pool's design):
+- one FIFO queue per key; a key's `service` is the audio seconds its streams were served, divided by its
+  weight: the key with the least service goes first, so under saturation keys are served in proportion
+  to their weights. A stream is charged its key's mean stream length when it starts, and the account is
+  corrected as its audio is served and when it ends: otherwise several slots freeing at once would all
+  go to whichever key looked cheapest before any of them had made a sound;
+- a key that enters (nothing waiting or in flight) starts at the current minimum service of the keys
+  already active: idle time banks no credit, and a newcomer cannot starve the others by starting at 0;
+- a soft in-flight preference: a key holding its weighted share of the capacity in flight yields to
+  keys below theirs (service is only counted as audio is served, so a key whose long streams have just
+  started would otherwise look cheap), but takes a free slot that nobody below their share wants —
+  capacity is never left idle while anyone waits;
+- bounds: waiters per key, waiters in all (the model), and a maximum wait past which a waiter is
+  refused (bound "wait") rather than started late.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+Bound = Literal["tenant", "model", "wait"]
+State = Literal["waiting", "admitted", "finished", "withdrawn", "expired"]
+
+# Until streams have been seen to finish: the expected hold of a slot (for Retry-After) and the audio
+# a stream is expected to be served (its charge when it starts).
+DEFAULT_HOLD_S = 2.0
+DEFAULT_STREAM_S = 2.0
+SMOOTHING = 0.2  # weight of the newest value in the running means
+
+
+class Refused(Exception):
+    """A waiter not taken: `bound` says which bound refused it; `retry_after_s`: when to try again."""
+
+    def __init__(self, bound: Bound, retry_after_s: float) -> None:
+        super().__init__(f"refused by the {bound} bound; retry after {retry_after_s:.1f} s")
+        self.bound: Bound = bound
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(eq=False)
+class Waiter:
+    """One stream asking to start, then (admitted) holding a slot until `finish`."""
+
+    key: str
+    enqueued_at: float
+    seq: int  # arrival order, across keys
+    state: State = "waiting"
+    started_at: float | None = None
+    served_s: float = 0.0  # audio seconds served so far
+    charged_s: float = 0.0  # audio seconds its key's service counts for it (≥ served_s while admitted)
+
+    @property
+    def waited_s(self) -> float:
+        return 0.0 if self.started_at is None else self.started_at - self.enqueued_at
+
+
+@dataclass(eq=False)
+class _Key:
+    weight: float
+    service: float  # audio seconds served / weight
+    mean_s: float  # the audio seconds a stream of this key is expected to be served
+    waiting: deque[Waiter] = field(default_factory=deque)
+    in_flight: int = 0
+
+
+class FairQueue:
+    def __init__(
+        self,
+        *,
+        max_waiting_per_key: int,
+        max_waiting: int,
+        max_wait_s: float,
+        clock: Callable[[], float],
+    ) -> None:
+        if max_waiting_per_key < 0 or max_waiting < 0 or not max_wait_s > 0:
+            raise ValueError("waiting bounds must be ≥ 0 and the maximum wait > 0")
+        self.max_waiting_per_key = max_waiting_per_key
+        self.max_waiting = max_waiting
+        self.max_wait_s = max_wait_s
+        self._clock = clock
+        self._keys: dict[str, _Key] = {}  # active keys only (waiting or in flight): bounded by the tenants
+        self._seq = itertools.count()
+        self._waiting = 0
+        self._in_flight = 0
+        self._hold_s = DEFAULT_HOLD_S
+        self._stream_s = DEFAULT_STREAM_S  # every key's streams: a newcomer's first estimate
+
+    # -- state ------------------------------------------------------------------------------------
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def service(self, key: str) -> float | None:
+        """The key's weighted service, while it is active."""
+        k = self._keys.get(key)
+        return None if k is None else k.service
+
+    def ahead(self, waiter: Waiter) -> int:
+        """Waiters that arrived before this one (an estimate of who goes first: fairness may reorder)."""
+        return sum(1 for k in self._keys.values() for w in k.waiting if w.seq < waiter.seq)
+
+    def retry_after(self, capacity: int) -> float:
+        """About when a slot is free for a newcomer: everyone waiting, then it, at the measured rate at
+        which slots free. At least 1 s, at most the maximum wait."""
+        estimate = (self._waiting + 1) * self._hold_s / max(1, capacity)
+        return min(max(1.0, estimate), self.max_wait_s)
+
+    # -- transitions ------------------------------------------------------------------------------
+
+    def push(self, key: str, weight: float, capacity: int) -> Waiter:
+        """A stream for `key` asks to start: admitted at once while there is room and nobody waits,
+        else queued; raises Refused("tenant" | "model") when it would wait past a bound."""
+        if not weight > 0:
+            raise ValueError("a weight must be > 0")
+        k = self._keys.get(key)
+        room = self._in_flight < capacity and not self._waiting
+        if not room and k is not None and len(k.waiting) >= self.max_waiting_per_key:
+            raise Refused("tenant", self.retry_after(capacity))
+        if not room and self._waiting >= self.max_waiting:
+            raise Refused("model", self.retry_after(capacity))
+        if k is None:
+            # A key entering starts level with the least-served active key: no credit for idle time.
+            floor = min((a.service for a in self._keys.values()), default=0.0)
+            k = self._keys[key] = _Key(weight, floor, self._stream_s)
+        k.weight = weight  # the configuration's latest word
+        waiter = Waiter(key, self._clock(), next(self._seq))
+        k.waiting.append(waiter)
+        self._waiting += 1
+        if room:
+            self.grant(capacity)
+        return waiter
+
+    def grant(self, capacity: int) -> list[Waiter]:
+        """Start waiters while fewer than `capacity` are in flight, in fair order; returns them."""
+        started: list[Waiter] = []
+        now = self._clock()
+        while self._in_flight < capacity and self._waiting:
+            k = self._next(capacity)
+            waiter = k.waiting.popleft()
+            self._waiting -= 1
+            k.in_flight += 1
+            self._in_flight += 1
+            waiter.state, waiter.started_at = "admitted", now
+            waiter.charged_s = k.mean_s
+            k.service += k.mean_s / k.weight
+            started.append(waiter)
+        return started
+
+    def _next(self, capacity: int) -> _Key:
+        total = sum(k.weight for k in self._keys.values())
+
+        def order(k: _Key) -> tuple[bool, float, int]:
+            # Rounded up: a share of 3.3 slots lets a key hold 4, or the heavier key would lose the fraction.
+            at_share = k.in_flight >= math.ceil(capacity * k.weight / total - 1e-9)
+            return (at_share, k.service, k.waiting[0].seq)
+
+        return min((k for k in self._keys.values() if k.waiting), key=order)
+
+    def expire(self) -> list[Waiter]:
+        """Remove and return the waiters past the maximum wait: they are refused with bound "wait"."""
+        now, gone = self._clock(), []
+        for name, k in list(self._keys.items()):
+            while k.waiting and now - k.waiting[0].enqueued_at > self.max_wait_s:  # FIFO: the oldest first
+                waiter = k.waiting.popleft()
+                waiter.state = "expired"
+                self._waiting -= 1
+                gone.append(waiter)
+            self._drop_if_idle(name, k)
+        return gone
+
+    def withdraw(self, waiter: Waiter) -> None:
+        """A waiter that gave up (its client cancelled). An admitted one is finished instead."""
+        if waiter.state == "admitted":
+            self.finish(waiter)
+            return
+        if waiter.state != "waiting":
+            return
+        k = self._keys[waiter.key]
+        k.waiting.remove(waiter)  # bounded by the per-key bound
+        waiter.state = "withdrawn"
+        self._waiting -= 1
+        self._drop_if_idle(waiter.key, k)
+
+    def served(self, waiter: Waiter, audio_s: float) -> None:
+        """Audio seconds sent for an admitted waiter's stream: the fairness account."""
+        if waiter.state != "admitted" or audio_s <= 0:
+            return
+        k = self._keys[waiter.key]
+        waiter.served_s += audio_s
+        if waiter.served_s > waiter.charged_s:  # longer than expected: the rest is counted as it comes
+            k.service += (waiter.served_s - waiter.charged_s) / k.weight
+            waiter.charged_s = waiter.served_s
+
+    def finish(self, waiter: Waiter) -> None:
+        """An admitted waiter's stream has ended: its slot is free. Idempotent."""
+        if waiter.state != "admitted":
+            return
+        waiter.state = "finished"
+        k = self._keys[waiter.key]
+        k.in_flight -= 1
+        self._in_flight -= 1
+        k.service -= (waiter.charged_s - waiter.served_s) / k.weight  # shorter than expected: refunded
+        k.mean_s += SMOOTHING * (waiter.served_s - k.mean_s)
+        self._stream_s += SMOOTHING * (waiter.served_s - self._stream_s)
+        assert waiter.started_at is not None
+        self._hold_s += SMOOTHING * (self._clock() - waiter.started_at - self._hold_s)
+        self._drop_if_idle(waiter.key, k)
+
+    def _drop_if_idle(self, name: str, k: _Key) -> None:
+        # An idle key is forgotten: when it comes back it enters at the minimum, as any newcomer.
+        if not k.waiting and not k.in_flight:
+            del self._keys[name]

@@ -1,0 +1,263 @@
+"""The admission policy (engine/admission.py) on a fake clock: fairness, entry, bounds, waits."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from engine.admission import FairQueue, Refused, Waiter
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def queue(clock: Clock, *, per_key: int = 100, total: int = 1000, max_wait_s: float = 1e9) -> FairQueue:
+    return FairQueue(max_waiting_per_key=per_key, max_waiting=total, max_wait_s=max_wait_s, clock=clock)
+
+
+def saturate(
+    q: FairQueue,
+    clock: Clock,
+    weights: dict[str, float],
+    lengths: dict[str, float | list[float]],
+    capacity: int,
+    seconds: float,
+    dt: float = 0.05,
+) -> dict[str, float]:
+    """Every key keeps more streams waiting than the capacity (saturation); each admitted stream is
+    served audio in real time for its length (`lengths[key]`, or the next of its list), then ends.
+    Returns the audio seconds served per key."""
+    served = dict.fromkeys(weights, 0.0)
+    cycles = {k: itertools.cycle(v if isinstance(v, list) else [v]) for k, v in lengths.items()}
+    running: list[tuple[Waiter, float]] = []  # (waiter, audio left)
+    started: list[Waiter] = []
+    for _ in range(int(seconds / dt)):
+        for key, weight in weights.items():
+            while _waiting(q, key) < capacity + 1:
+                started.append(q.push(key, weight, capacity))  # admitted at once when there is room
+        running += [(w, next(cycles[w.key])) for w in q.grant(capacity) + started if w.state == "admitted"]
+        started.clear()
+        clock.now += dt
+        still = []
+        for w, left in running:
+            step = min(dt, left)
+            q.served(w, step)
+            served[w.key] += step
+            if left - step <= 1e-9:
+                q.finish(w)
+            else:
+                still.append((w, left - step))
+        running = still
+    return served
+
+
+def _waiting(q: FairQueue, key: str) -> int:
+    k = q._keys.get(key)  # the test's view of one key's queue
+    return 0 if k is None else len(k.waiting)
+
+
+_rng = random.Random(7)
+MIXED = {"a": [_rng.uniform(0.3, 8.0) for _ in range(50)], "b": [_rng.uniform(0.3, 8.0) for _ in range(37)]}
+
+
+@pytest.mark.parametrize("lengths", [{"a": 3.0, "b": 3.0}, {"a": 1.5, "b": 6.0}, {"a": 6.0, "b": 1.0}, MIXED])
+@pytest.mark.parametrize("capacity", [1, 2, 5])
+def test_weights_2_to_1_give_service_2_to_1(lengths: dict[str, float | list[float]], capacity: int) -> None:
+    clock = Clock()
+    q = queue(clock)
+    served = saturate(q, clock, {"a": 2.0, "b": 1.0}, lengths, capacity, seconds=1200)
+    ratio = served["a"] / served["b"]
+    assert ratio == pytest.approx(2.0, rel=0.05), served
+    assert sum(served.values()) == pytest.approx(capacity * 1200, rel=0.02)  # never idle
+
+
+def test_equal_weights_share_equally_between_three_keys() -> None:
+    clock = Clock()
+    q = queue(clock)
+    served = saturate(q, clock, dict.fromkeys("abc", 1.0), {"a": 2.0, "b": 4.0, "c": 1.0}, 3, seconds=900)
+    for key in "abc":
+        assert served[key] / 900 == pytest.approx(1.0, rel=0.05), served
+
+
+def test_a_lone_key_gets_all_capacity() -> None:
+    clock = Clock()
+    q = queue(clock)
+    waiters = [q.push("a", 0.5, 4) for _ in range(10)]
+    assert [w.state for w in waiters[:4]] == ["admitted"] * 4  # room: started at once, past its share
+    assert q.in_flight == 4 and q.waiting == 6
+    served = saturate(queue(clock), clock, {"a": 1.0}, {"a": 2.0}, 4, seconds=100)
+    assert served["a"] == pytest.approx(400, rel=0.02)
+
+
+def test_a_key_at_its_share_takes_capacity_nobody_else_wants() -> None:
+    clock = Clock()
+    q = queue(clock)
+    q.push("big", 9.0, 4)  # in flight, and active with a huge share
+    small = [q.push("small", 1.0, 4) for _ in range(5)]
+    # small's share is 0.4 of a slot: it is over it from its first stream, yet no slot stays idle.
+    assert sum(w.state == "admitted" for w in small) == 3
+    assert q.in_flight == 4
+
+
+def test_a_key_below_its_share_goes_first() -> None:
+    clock = Clock()
+    q = queue(clock)
+    a = [q.push("a", 1.0, 2) for _ in range(2)]  # both slots
+    b = q.push("b", 1.0, 2)
+    a3 = q.push("a", 1.0, 2)
+    q.finish(a[0])
+    q.served(a[1], 0.0)
+    # a holds its share (one slot of two) and b none: b goes first, though both served nothing yet.
+    assert q.grant(2) == [b] and a3.state == "waiting"
+
+
+def test_fifo_within_a_key() -> None:
+    clock = Clock()
+    q = queue(clock)
+    first = q.push("a", 1.0, 1)
+    rest = [q.push("a", 1.0, 1) for _ in range(3)]
+    order = []
+    current = first
+    for _ in rest:
+        q.finish(current)
+        (current,) = q.grant(1)
+        order.append(current)
+    assert order == rest
+
+
+def test_a_new_key_enters_at_the_current_minimum() -> None:
+    clock = Clock()
+    q = queue(clock)
+    running = q.push("a", 1.0, 1)
+    q.served(running, 100.0)  # a long history
+    q.push("a", 1.0, 1)
+    q.push("b", 1.0, 1)
+    assert q.service("b") == q.service("a") == 100.0  # not 0: it cannot starve a for 100 s
+    # From there on they alternate, each stream serving a second of audio.
+    starts = []
+    for _ in range(8):
+        q.finish(running)
+        (running,) = q.grant(1)
+        starts.append(running.key)
+        q.served(running, 1.0)
+        q.push(running.key, 1.0, 1)
+    assert starts.count("a") == starts.count("b") == 4, starts
+
+
+def test_an_idle_key_banks_no_credit() -> None:
+    clock = Clock()
+    q = queue(clock)
+    b = q.push("b", 1.0, 2)
+    q.served(b, 5.0)
+    q.finish(b)  # b goes idle
+    assert q.service("b") is None
+    a = q.push("a", 1.0, 2)
+    q.served(a, 500.0)
+    b2 = q.push("b", 1.0, 2)
+    assert b2.state == "admitted"
+    assert q.service("b") == pytest.approx(500.0 + b2.charged_s)  # the minimum, plus its new stream's charge
+
+
+def test_the_per_key_bound_refuses_with_bound_tenant() -> None:
+    clock = Clock()
+    q = queue(clock, per_key=2, total=10)
+    q.push("a", 1.0, 1)  # in flight
+    q.push("a", 1.0, 1)
+    q.push("a", 1.0, 1)
+    with pytest.raises(Refused) as e:
+        q.push("a", 1.0, 1)
+    assert e.value.bound == "tenant" and e.value.retry_after_s >= 1.0
+    assert q.push("b", 1.0, 1).state == "waiting"  # another key still waits
+    assert q.waiting == 3
+
+
+def test_the_model_bound_refuses_with_bound_model() -> None:
+    clock = Clock()
+    q = queue(clock, per_key=5, total=3)
+    q.push("a", 1.0, 1)
+    for key in "abc":
+        q.push(key, 1.0, 1)
+    with pytest.raises(Refused) as e:
+        q.push("d", 1.0, 1)
+    assert e.value.bound == "model"
+
+
+def test_a_zero_bound_still_starts_a_stream_that_has_room() -> None:
+    clock = Clock()
+    q = queue(clock, per_key=0, total=0)
+    assert q.push("a", 1.0, 2).state == "admitted"
+    assert q.push("a", 1.0, 2).state == "admitted"
+    with pytest.raises(Refused):
+        q.push("a", 1.0, 2)
+
+
+def test_past_the_maximum_wait_a_waiter_is_refused_not_started_late() -> None:
+    clock = Clock()
+    q = queue(clock, max_wait_s=5.0)
+    running = q.push("a", 1.0, 1)
+    old = q.push("a", 1.0, 1)
+    clock.now += 3
+    young = q.push("b", 1.0, 1)
+    clock.now += 2.5
+    assert q.expire() == [old] and old.state == "expired"
+    assert q.waiting == 1
+    q.finish(running)
+    assert q.grant(1) == [young]
+    assert young.waited_s == pytest.approx(2.5)
+    assert q.service("a") is None  # a is idle now: forgotten
+
+
+def test_a_withdrawn_waiter_frees_its_place_and_an_admitted_one_its_slot() -> None:
+    clock = Clock()
+    q = queue(clock, per_key=1)
+    running = q.push("a", 1.0, 1)
+    waiting = q.push("a", 1.0, 1)
+    q.withdraw(waiting)
+    assert waiting.state == "withdrawn" and q.waiting == 0
+    again = q.push("a", 1.0, 1)  # the per-key bound has room again
+    q.withdraw(running)  # a cancel after admission: the slot comes back
+    assert q.in_flight == 0
+    assert q.grant(1) == [again]
+    q.withdraw(again)
+    q.withdraw(again)  # idempotent
+    assert q.in_flight == 0 and q.waiting == 0 and q.service("a") is None
+
+
+def test_finish_is_idempotent_and_served_after_it_is_ignored() -> None:
+    clock = Clock()
+    q = queue(clock)
+    a = q.push("a", 1.0, 1)
+    q.push("a", 1.0, 1)
+    q.finish(a)
+    q.finish(a)
+    q.served(a, 50.0)
+    assert q.in_flight == 0 and q.service("a") == 0.0
+
+
+def test_retry_after_follows_the_measured_hold_within_bounds() -> None:
+    clock = Clock()
+    q = queue(clock, max_wait_s=30.0)
+    for _ in range(20):
+        w = q.push("a", 1.0, 1)
+        clock.now += 4.0
+        q.finish(w)
+    for _ in range(3):
+        q.push("a", 1.0, 1)  # one in flight, two waiting
+    assert q.retry_after(1) == pytest.approx(3 * 4.0, rel=0.1)
+    assert q.retry_after(100) == 1.0  # never under a second
+    assert queue(clock, max_wait_s=2.0).retry_after(1) <= 2.0
+
+
+def test_bad_weights_and_bounds_are_refused() -> None:
+    clock = Clock()
+    with pytest.raises(ValueError):
+        queue(clock).push("a", 0.0, 1)
+    with pytest.raises(ValueError):
+        queue(clock, max_wait_s=0.0)
