@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import math
 import uuid
@@ -156,6 +157,13 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
     return {"index": index, "status": "success", "audio_data": audio, "media_type": MEDIA_TYPES[fmt], "usage": usage}
 
 
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone. The body is read, so the next ASGI message is the disconnect;
+    nothing else is expected, but one would be passed over without spinning."""
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)
+
+
 @post("/v1/audio/speech/batch", status_code=200, request_max_body_size=MAX_BATCH_BODY_BYTES)
 async def create_speech_batch(request: Request) -> Response[Any]:
     who = _Caller(request, caller(request), serving_engine(request))
@@ -166,7 +174,19 @@ async def create_speech_batch(request: Request) -> Response[Any]:
     except RequestEntityTooLarge:
         return ApiError(f"the request body is limited to {MAX_BATCH_BODY_BYTES} bytes", code="request_too_large",
                         status=413).response()  # fmt: skip
-    results = await asyncio.gather(*(_item(i, r, who) for i, r in enumerate(reqs)))
+    work = asyncio.ensure_future(asyncio.gather(*(_item(i, r, who) for i, r in enumerate(reqs))))
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not work.done():  # the client left (or the server stops): its streams and tickets go now
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+    if work.cancelled():
+        return ApiError("the client disconnected", code="client_disconnected", status=499).response()
+    results = work.result()
     refused = [r for r in results if r.get("code") == "queue_full"]
     if len(refused) == len(results):  # nothing could be queued: the whole request is refused, as a 429
         retry = min(float(r["retry_after_s"]) for r in refused)

@@ -7,7 +7,9 @@ import contextlib
 import http.client
 import io
 import json
+import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -16,7 +18,7 @@ import soundfile
 from support.servers import serve
 from support.wsclient import call
 
-from engine import Engine, Stream, StreamEvent
+from engine import Engine, Stream, StreamEnd, StreamEvent
 from gateway.batch import MAX_BATCH_BODY_BYTES, MAX_BATCH_CHARS, MAX_BATCH_ITEMS
 
 PATH = "/v1/audio/speech/batch"
@@ -131,11 +133,13 @@ class _CountingStream:
         self.inner.cancel()
 
     async def events(self) -> AsyncIterator[StreamEvent]:
+        ended = False
         try:
             async for ev in self.inner.events():
+                ended = isinstance(ev, StreamEnd)
                 yield ev
         finally:
-            self.engine.ended()
+            self.engine.ended(abandoned=not ended)
 
 
 class _CountingEngine:
@@ -145,7 +149,7 @@ class _CountingEngine:
         self.inner = inner
         self.sample_rate = inner.sample_rate
         self.lock = threading.Lock()
-        self.open = self.most_open = 0
+        self.open = self.most_open = self.opened = self.abandoned = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -154,12 +158,14 @@ class _CountingEngine:
         stream = self.inner.open_stream(voice, language, **options)
         with self.lock:
             self.open += 1
+            self.opened += 1
             self.most_open = max(self.most_open, self.open)
         return _CountingStream(stream, self)
 
-    def ended(self) -> None:
+    def ended(self, abandoned: bool) -> None:
         with self.lock:
             self.open -= 1
+            self.abandoned += abandoned
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +182,23 @@ def test_items_are_synthesised_concurrently(counted_gateway: tuple[str, _Countin
     assert status == 200 and out["succeeded"] == 3, out
     assert engine.open == 0  # every stream ended
     assert engine.most_open >= 2  # at least two were open at the same time: not one after another
+
+
+def test_a_client_that_leaves_frees_its_items_streams(counted_gateway: tuple[str, _CountingEngine]) -> None:
+    addr, engine = counted_gateway
+    long = "This is a long paragraph for a batch item, spoken sentence after sentence at length. " * 24
+    body = json.dumps({"response_format": "pcm", "items": [{"input": long}] * 3}).encode()
+    opened, abandoned = engine.opened, engine.abandoned
+    host, port = addr.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        head = f"POST {PATH} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n"
+        sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        deadline = time.monotonic() + 20
+        while engine.opened < opened + 3:  # every item has its stream
+            assert time.monotonic() < deadline, "the batch's streams did not open"
+            time.sleep(0.02)
+    deadline = time.monotonic() + 20  # the socket is closed: the streams must end, unfinished
+    while engine.open:
+        assert time.monotonic() < deadline, "the batch's streams outlived their client"
+        time.sleep(0.02)
+    assert engine.abandoned - abandoned == 3
