@@ -32,12 +32,13 @@ from typing import Any
 import numpy as np
 
 from engine.cpu.cache import cache_dir
+from engine.cpu.capacity import RtfMeter
 from engine.cpu.espeak import Espeak
 from engine.cpu.pool import UrgencyPool
 from engine.cpu.resample import SegmentResampler, trim_silence
 from engine.cpu.text import canonical_language, detect_language, estimate_seconds, pieces, strip_han
 from engine.stream import EventBridge
-from engine.types import AudioChunk, EngineError, StreamEvent, VoiceInfo, Waiting
+from engine.types import AudioChunk, Capacity, EngineError, StreamEvent, VoiceInfo, Waiting
 
 log = logging.getLogger("voxgate.engine.cpu")
 
@@ -131,6 +132,8 @@ class CpuEngine:
         self.workers = workers or os.cpu_count() or 1
         self.threads = threads
         self._pool = UrgencyPool(self.workers, "cpu-voice")
+        #: measured cost of synthesis (real-time factor per backend): what `capacity()` is judged from
+        self.meter = RtfMeter()
         self._queue_size = queue_size
         self.max_pending_chars = max_pending_chars
         self._streams: weakref.WeakSet[CpuStream] = weakref.WeakSet()
@@ -155,15 +158,21 @@ class CpuEngine:
         return KokoroModel(cache_dir(explicit_cache), self._espeak, threads)
 
     def _warm_up(self) -> float:
-        """Run every model session once: a cold onnxruntime run is about twice as slow."""
+        """Run every model session once: a cold onnxruntime run is about twice as slow. Its cost is the
+        meter's first measurement, a conservative prior (cold, and one worker's view)."""
         t0 = time.perf_counter()
         if self._piper is not None:
             for ids in self._piper.units("Hello there."):
-                self._piper.run(ids)
+                t = time.perf_counter()
+                audio = self._piper.run(ids)
+                self.meter.record("piper", time.perf_counter() - t, audio.size / self._piper.sample_rate)
         if self._kokoro is not None:
             for text, lang in (("Hello there.", "en"), ("你好。", "zh")):
                 for tokens in self._kokoro.units(text, lang):
-                    self._kokoro.run(tokens, KOKORO_DEFAULT)
+                    t = time.perf_counter()
+                    audio = self._kokoro.run(tokens, KOKORO_DEFAULT)
+                    self.meter.record("kokoro", time.perf_counter() - t, audio.size / self._kokoro.sample_rate)
+        self._pool.guard_s = self._guard_s()
         return time.perf_counter() - t0
 
     # ---- the Engine contract ----
@@ -215,6 +224,12 @@ class CpuEngine:
         self._streams.add(stream)
         return stream
 
+    def capacity(self) -> Capacity:
+        """How many streams the workers keep ahead of their listeners now, from the measured real-time
+        factor (engine/cpu/capacity.py), and how many are open and not ended. Cheap, any thread."""
+        active = sum(1 for s in list(self._streams) if not s._bridge.ended)
+        return Capacity(self.meter.streams(self.workers), active)
+
     def close(self) -> None:
         self._closed = True
         for stream in list(self._streams):
@@ -222,6 +237,16 @@ class CpuEngine:
         self._pool.shutdown(wait=True)
 
     # ---- used by streams ----
+
+    def _measured(self, backend: str, run_s: float, audio_s: float) -> None:
+        """A pool job's cost, from its worker."""
+        self.meter.record(backend, run_s, audio_s)
+        self._pool.guard_s = self._guard_s()
+
+    def _guard_s(self) -> float:
+        """How close to running dry a playing stream may come before its job goes ahead of newcomers:
+        about two job run times (one to wait for a worker, one to run), never under half a second."""
+        return max(0.5, 2.0 * self.meter.job_s)
 
     def _pick(self, chosen: _Voice | None, lang: str, text: str) -> tuple[_Voice, str]:
         """The voice and language for one segment: a named voice where it speaks the segment's
@@ -426,12 +451,16 @@ class CpuStream:
         if self._cancelled.is_set():
             return
         p = job.piece
+        t0, made = time.perf_counter(), 0.0
         try:
             for audio in self._engine._synthesise(p.voice, p.lang, p.text, self._speed, self._cancelled,
                                                   job.run_options):
+                made += audio[0].size / audio[1]
                 with self._cond:
                     job.audio.append(audio)
                     self._cond.notify_all()
+            if not self._cancelled.is_set():  # a cut-short run says nothing of the cost
+                self._engine._measured(p.voice.backend, time.perf_counter() - t0, made)
         except Exception as exc:  # reported by the driver, in order, as StreamEnd("error")
             if not self._cancelled.is_set():
                 log.exception("CPU voice synthesis failed for segment %d", p.segment)

@@ -1,13 +1,20 @@
 """A fixed pool of worker threads that runs the most urgent job first.
 
 The CPU voices share one pool among all streams. A FIFO pool would let one stream's look-ahead
-segments delay another stream's first audio; DESIGN §3 orders them instead: streams with no audio yet
-first (`first_audio` jobs), then the rest; within each, earliest deadline first (the time each
-listener will run out of audio; for a stream with none yet, when it asked). A stream that has run dry
-has a deadline in the past, yet still comes after one whose listener has heard nothing at all: under
-overload (long streams slower than real time) a newcomer still waits for one running job at most.
-Jobs are meant to be short (a bounded piece of a segment): a job is never preempted, so the longest
-one bounds how long a new stream waits for a worker.
+segments delay another stream's first audio; DESIGN §3 orders them instead, from the listener's side
+(issue 14: a listener who has started hearing speech must keep hearing it):
+
+1. a playing stream's job whose deadline (the time its listener runs out of audio) falls within
+   `guard_s` from now — it is about to run dry, or has: it runs before any newcomer;
+2. `first_audio` jobs (a stream whose listener has heard nothing yet), oldest first;
+3. every other job, earliest deadline first.
+
+So a newcomer's first piece goes first only while no playing stream is about to run dry. Under
+overload (admission in front, gateway/admission.py, keeps the engine below its measured capacity, so
+this is the exception) newcomers wait to start rather than playing streams breaking up. Jobs are meant
+to be short (a bounded piece of a segment): a job is never preempted, so the longest one bounds how
+long an urgent job waits for a worker. `guard_s` should be about one job's run time or more: a job
+started later than that before its deadline finishes after it.
 """
 
 from __future__ import annotations
@@ -15,17 +22,26 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+_Entry = tuple[float, int, Future[Any], Callable[[], Any], object]  # deadline, seq, future, fn, owner
+
 
 class UrgencyPool:
-    def __init__(self, workers: int, name: str = "worker") -> None:
-        self._heap: list[tuple[bool, float, int, Future[Any], Callable[[], Any], object]] = []
+    def __init__(self, workers: int, name: str = "worker", *, guard_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._first: list[_Entry] = []  # first_audio jobs
+        self._rest: list[_Entry] = []  # jobs of streams already playing (or with no listener tier)
         self._seq = itertools.count()  # ties (equal deadlines) run in submission order
         self._cond = threading.Condition()
         self._shutdown = False
+        #: a playing stream's job due within this many seconds goes before first-audio jobs (settable:
+        #: the CPU engine keeps it at about two measured job run times)
+        self.guard_s = guard_s
+        self._clock = clock
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
                          for i in range(workers)]
         for t in self._threads:
@@ -33,31 +49,48 @@ class UrgencyPool:
 
     def submit(self, deadline: float, fn: Callable[[], Any], owner: object = None, *,
                first_audio: bool = False) -> Future[Any]:
-        """Run `fn` once a worker is free and no more urgent job waits: `first_audio` jobs (a listener
-        that has heard nothing yet) before all others, then the earliest `deadline`. `owner` (say, the
-        stream) only tells `ahead` whose jobs are whose."""
+        """Run `fn` once a worker is free and no more urgent job waits (the order in the module doc).
+        `deadline` is on the pool's clock; `owner` (say, the stream) only tells `ahead` whose jobs are
+        whose."""
         future: Future[Any] = Future()
         with self._cond:
             if self._shutdown:
                 raise RuntimeError("the pool is shut down")
-            heapq.heappush(self._heap, (not first_audio, deadline, next(self._seq), future, fn, owner))
+            heapq.heappush(self._first if first_audio else self._rest, (deadline, next(self._seq), future, fn, owner))
             self._cond.notify()
         return future
+
+    def _rank(self, entry: _Entry, first: bool, now: float) -> tuple[int, float, int]:
+        """Under the lock: `entry`'s place in line now, smallest first."""
+        if first:
+            return (1, entry[0], entry[1])
+        return (0 if entry[0] <= now + self.guard_s else 2, entry[0], entry[1])
+
+    def _pop(self) -> _Entry:
+        """Under the lock, with a job queued: the most urgent one, out of its queue."""
+        if self._rest and (not self._first or self._rest[0][0] <= self._clock() + self.guard_s):
+            return heapq.heappop(self._rest)
+        return heapq.heappop(self._first)
 
     def ahead(self, future: Future[Any]) -> int | None:
         """How many other owners have a job queued to run before `future`'s; None once it is not queued."""
         with self._cond:
-            mine = next((e for e in self._heap if e[3] is future), None)
+            now = self._clock()
+            ranked = [(self._rank(e, first, now), e) for first, q in ((True, self._first), (False, self._rest))
+                      for e in q]
+            mine = next((r for r, e in ranked if e[2] is future), None)
             if mine is None:
                 return None
-            return len({id(e[5]) for e in self._heap if e[:3] < mine[:3] and e[5] is not mine[5]})
+            owner = next(e[4] for _, e in ranked if e[2] is future)
+            return len({id(e[4]) for r, e in ranked if r < mine and e[4] is not owner})
 
     def shutdown(self, wait: bool = True) -> None:
         """Cancel the jobs not started; with `wait`, join the workers (running jobs finish)."""
         with self._cond:
             self._shutdown = True
-            queued = [e[3] for e in self._heap]
-            self._heap.clear()
+            queued = [e[2] for q in (self._first, self._rest) for e in q]
+            self._first.clear()
+            self._rest.clear()
             self._cond.notify_all()
         for future in queued:  # outside the lock: a future's done-callbacks may take their owner's locks
             future.cancel()
@@ -68,10 +101,10 @@ class UrgencyPool:
     def _work(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._heap or self._shutdown)
-                if not self._heap:
+                self._cond.wait_for(lambda: self._first or self._rest or self._shutdown)
+                if not (self._first or self._rest):
                     return  # shut down and drained
-                *_, future, fn, _ = heapq.heappop(self._heap)
+                _, _, future, fn, _ = self._pop()
             if not future.set_running_or_notify_cancel():
                 continue  # cancelled while queued
             try:

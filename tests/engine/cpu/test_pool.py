@@ -23,19 +23,21 @@ def test_queued_jobs_run_earliest_deadline_first() -> None:
     pool.shutdown()
 
 
-def test_first_audio_jobs_run_before_any_other_deadline() -> None:
-    # A listener that has heard nothing goes before one whose audio ran out (a deadline in the past).
-    pool = UrgencyPool(1)
-    gate = threading.Event()
+def test_first_audio_jobs_run_before_playing_streams_that_have_time() -> None:
+    # A listener that has heard nothing goes before one whose audio lasts past the guard (fake clock).
+    now = [100.0]
+    pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
+    gate, started = threading.Event(), threading.Event()
     order: list[str] = []
-    blocker = pool.submit(0.0, gate.wait)
+    blocker = pool.submit(0.0, lambda: (started.set(), gate.wait(10)))
+    assert started.wait(5)  # running, not queued: it is no one's "ahead"
     futures = [pool.submit(d, lambda n=n: order.append(n), owner=n, first_audio=f)
-               for n, d, f in (("dry", -9.0, False), ("new", 5.0, True), ("new2", 6.0, True))]
+               for n, d, f in (("comfy", 104.0, False), ("new", 100.0, True), ("new2", 100.5, True))]
     assert pool.ahead(futures[0]) == 2 and pool.ahead(futures[2]) == 1 and pool.ahead(futures[1]) == 0
     gate.set()
     for f in [blocker, *futures]:
         f.result(timeout=5)
-    assert order == ["new", "new2", "dry"]
+    assert order == ["new", "new2", "comfy"]
     assert pool.ahead(futures[0]) is None  # no longer queued
     pool.shutdown()
 

@@ -1,0 +1,79 @@
+"""How many streams the CPU voices can keep ahead of their listeners, from what synthesis has cost.
+
+Every pool job reports the seconds it ran and the seconds of audio it made. Per backend (Piper and
+Kokoro differ about fourfold) an EWMA of the real-time factor (RTF: run seconds per audio second) is
+kept, and beside it an EWMA of each backend's share of the audio, so a mixed load is judged by what
+it mixes. A stream that speaks needs about one second of audio per second, i.e. RTF worker-seconds
+per second; `workers` workers keep `workers / rtf` such streams ahead, of which `HEADROOM` is counted
+(a shared box's other work, the look-ahead's bursts, the cost of text that is not speech yet).
+
+The RTF is measured on the wall clock of each job, with whatever else ran beside it: a job measured
+while the other workers were busy costs what it costs under load, which is what admission asks about.
+Pure and thread-safe (a lock held for a few arithmetic operations); no clock of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+#: Share of the measured throughput that is promised to listeners.
+HEADROOM = 0.8
+#: Weight of the newest job in the EWMAs: about the last ten jobs count.
+ALPHA = 0.1
+#: RTF assumed before anything was measured (cold onnxruntime on a loaded 2-core box is about this
+#: slow for Kokoro; Piper is far faster): the first streams are admitted carefully, then measured.
+PRIOR_RTF = 0.5
+#: Jobs that made less audio than this are timed but not weighed as much: a one-word piece is mostly
+#: per-run overhead, and listeners rarely hear a whole stream of them.
+SHORT_AUDIO_S = 0.5
+
+
+class RtfMeter:
+    def __init__(self, alpha: float = ALPHA, prior_rtf: float = PRIOR_RTF, headroom: float = HEADROOM) -> None:
+        if not (0 < alpha <= 1 and prior_rtf > 0 and 0 < headroom <= 1):
+            raise ValueError(f"need 0 < alpha <= 1, prior_rtf > 0, 0 < headroom <= 1; got {alpha}, {prior_rtf}, "
+                             f"{headroom}")
+        self.alpha, self.prior_rtf, self.headroom = alpha, prior_rtf, headroom
+        self._rtf: dict[str, float] = {}  # backend → EWMA real-time factor
+        self._share: dict[str, float] = {}  # backend → EWMA of its audio seconds per job
+        self._job_s = 0.0  # EWMA of one job's run time (how long a newcomer waits for a busy worker)
+        self._lock = threading.Lock()
+
+    def record(self, backend: str, run_s: float, audio_s: float) -> None:
+        """One job of `backend` ran `run_s` seconds and made `audio_s` seconds of audio."""
+        if not (math.isfinite(run_s) and math.isfinite(audio_s)) or run_s < 0 or audio_s <= 0:
+            return  # nothing made (cancelled, failed): no cost to learn from
+        rtf = run_s / audio_s
+        a = self.alpha * min(1.0, audio_s / SHORT_AUDIO_S)
+        with self._lock:
+            old = self._rtf.get(backend)
+            self._rtf[backend] = rtf if old is None else old + a * (rtf - old)
+            for name in self._rtf:
+                share = self._share.get(name, 0.0)
+                self._share[name] = share + self.alpha * ((audio_s if name == backend else 0.0) - share)
+            self._job_s = run_s if self._job_s == 0.0 else self._job_s + self.alpha * (run_s - self._job_s)
+
+    def rtf(self) -> float:
+        """The real-time factor of the current mix of backends (the prior before any job)."""
+        with self._lock:
+            if not self._rtf:
+                return self.prior_rtf
+            total = sum(self._share.values())
+            if total <= 0:
+                return max(self._rtf.values())
+            return sum(self._rtf[b] * self._share[b] for b in self._rtf) / total
+
+    def backend_rtf(self, backend: str) -> float | None:
+        with self._lock:
+            return self._rtf.get(backend)
+
+    @property
+    def job_s(self) -> float:
+        """About how long one job runs (0 before any)."""
+        return self._job_s
+
+    def streams(self, workers: int) -> int:
+        """How many speaking streams `workers` workers keep ahead of their listeners, at least 1."""
+        rtf = self.rtf()
+        return max(1, math.floor(workers / max(rtf, 1e-6) * self.headroom))

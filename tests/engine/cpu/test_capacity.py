@@ -1,0 +1,121 @@
+"""CPU voice capacity: the real-time-factor meter (given costs), the pool's deadline-aware order (a
+fake clock), and `CpuEngine.capacity()` after real synthesis."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from support.streams import collect
+
+from engine.cpu.capacity import RtfMeter
+from engine.cpu.pool import UrgencyPool
+from engine.types import Capacity, StreamEnd
+
+
+def test_the_prior_holds_until_a_job_is_measured() -> None:
+    meter = RtfMeter(prior_rtf=0.5, headroom=0.8)
+    assert meter.rtf() == 0.5 and meter.streams(2) == 3  # floor(2 / 0.5 × 0.8)
+    meter.record("piper", 0.0, 0.0)  # nothing made (a cancelled job): nothing learnt
+    meter.record("piper", float("nan"), 1.0)
+    assert meter.rtf() == 0.5
+
+
+def test_streams_follow_the_measured_real_time_factor() -> None:
+    meter = RtfMeter(alpha=0.5, headroom=0.8)
+    meter.record("piper", 0.5, 5.0)  # RTF 0.1: the first measurement replaces the prior
+    assert meter.rtf() == pytest.approx(0.1) and meter.streams(2) == 16  # floor(2 / 0.1 × 0.8)
+    meter.record("piper", 1.5, 5.0)  # a loaded box: RTF 0.3; the EWMA moves halfway
+    assert meter.rtf() == pytest.approx(0.2) and meter.streams(2) == 8
+    for _ in range(30):
+        meter.record("piper", 10.0, 5.0)  # slower than real time: still one stream, never zero
+    assert meter.rtf() == pytest.approx(2.0, rel=1e-3) and meter.streams(2) == 1
+
+
+def test_short_jobs_move_the_estimate_less() -> None:
+    meter = RtfMeter(alpha=0.5)
+    meter.record("piper", 0.5, 5.0)
+    meter.record("piper", 0.5, 0.05)  # a one-word piece: RTF 10, mostly per-run overhead
+    assert meter.rtf() < 0.6  # weighted by 0.05 / 0.5 of a full job: 0.1 + 0.05 × 9.9
+
+
+def test_a_mixed_load_is_judged_by_its_mix() -> None:
+    meter = RtfMeter(alpha=0.2)
+    for _ in range(50):  # Piper (RTF 0.1) makes three times the audio of Kokoro (RTF 0.4)
+        meter.record("piper", 0.3, 3.0)
+        meter.record("kokoro", 0.4, 1.0)
+    assert meter.backend_rtf("piper") == pytest.approx(0.1) and meter.backend_rtf("kokoro") == pytest.approx(0.4)
+    # The audio-weighted mix (the shares are EWMAs too, so the latest job leans it a little)
+    assert meter.rtf() == pytest.approx(0.75 * 0.1 + 0.25 * 0.4, rel=0.15)
+
+
+def _held(pool: UrgencyPool) -> tuple[threading.Event, Any]:
+    """Occupy the pool's one worker until the gate opens, so the test's jobs queue behind it."""
+    gate, started = threading.Event(), threading.Event()
+    blocker = pool.submit(float("-inf"), lambda: (started.set(), gate.wait(10)))
+    assert started.wait(5)
+    return gate, blocker
+
+
+def test_a_playing_stream_about_to_run_dry_goes_before_a_newcomer() -> None:
+    now = [50.0]
+    pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
+    gate, blocker = _held(pool)
+    order: list[str] = []
+    new = pool.submit(50.0, lambda: order.append("new"), owner="new", first_audio=True)
+    comfy = pool.submit(54.0, lambda: order.append("comfy"), owner="comfy")  # 4 s of audio left
+    dry_soon = pool.submit(50.6, lambda: order.append("dry_soon"), owner="dry_soon")  # 0.6 s left
+    dry = pool.submit(49.0, lambda: order.append("dry"), owner="dry")  # already ran out 1 s ago
+    assert [pool.ahead(f) for f in (dry, dry_soon, new, comfy)] == [0, 1, 2, 3]
+    now[0] = 53.5  # time passes while they wait: the comfortable one is now due within the guard
+    assert pool.ahead(comfy) == 2 and pool.ahead(new) == 3
+    gate.set()
+    for f in (blocker, new, comfy, dry_soon, dry):
+        f.result(timeout=5)
+    assert order == ["dry", "dry_soon", "comfy", "new"]
+    pool.shutdown()
+
+
+def test_a_newcomer_goes_first_while_every_playing_stream_has_time() -> None:
+    now = [0.0]
+    pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
+    gate, blocker = _held(pool)
+    order: list[str] = []
+    later = [pool.submit(d, lambda n=n: order.append(n), owner=n) for n, d in (("b", 3.0), ("a", 2.0))]
+    new = [pool.submit(t, lambda n=n: order.append(n), owner=n, first_audio=True) for n, t in (("n1", 0.1),
+                                                                                                 ("n2", 0.2))]
+    gate.set()
+    for f in (blocker, *later, *new):
+        f.result(timeout=5)
+    assert order == ["n1", "n2", "a", "b"]  # newcomers oldest first, then earliest deadline
+    pool.shutdown()
+
+
+@pytest.fixture(scope="module")
+def piper() -> Any:
+    pytest.importorskip("onnxruntime", reason="CPU voices need the cpu extra")
+    from engine import load_engine
+
+    engine = load_engine("piper", workers=2)
+    yield engine
+    engine.close()
+
+
+async def test_capacity_after_real_synthesis(piper: Any) -> None:
+    prior = piper.capacity()
+    assert isinstance(prior, Capacity) and prior.streams >= 1 and prior.active == 0
+    assert piper.meter.backend_rtf("piper") is not None  # the warm-up is the first measurement
+    stream = piper.open_stream("joe", "en")
+    assert piper.capacity().active == 1  # open, not ended: it will need audio in real time
+    stream.append("The capacity of the engine is judged from what synthesis has cost so far. ")
+    stream.append("Every piece reports its run time and the seconds of audio it made.")
+    stream.finish()
+    events, end = await collect(stream, 60)
+    assert end == StreamEnd("done") and events
+    rtf = piper.meter.backend_rtf("piper")
+    assert rtf is not None and 0.0 < rtf < 5.0  # Piper runs well ahead of real time, even on a busy box
+    cap = piper.capacity()
+    assert cap.active == 0
+    assert cap.streams == max(1, int(2 / piper.meter.rtf() * 0.8)) and 1 <= cap.streams < 1000
+    assert piper._pool.guard_s >= 0.5
