@@ -46,7 +46,7 @@ from engine.qwen3.codec import CodecState
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
 from engine.qwen3.prompt import VoiceClone
 from engine.reference import VoiceMaker
-from engine.scheduler import DEFAULT_RAMP, RequestRecord, Scheduler, SchedulerConfig, bucket_sizes
+from engine.scheduler import DEFAULT_RAMP, RequestRecord, Scheduler, SchedulerConfig, ThroughputMeter, bucket_sizes
 from engine.slots import SlotPool
 from engine.stream import EventBridge
 from engine.talker_backend import NativeTalker
@@ -219,6 +219,9 @@ class EngineCore:
         #: CPU seconds this thread spent in working cycles: capacity on a shared machine, where wall time
         #: also counts other processes' turns
         self.cpu_s = 0.0
+        #: frames per stream per second at each batch bucket, measured cycle by cycle: capacity (issue 14)
+        self.meter = ThroughputMeter(buckets)
+        self._cycle_work = (0, 0)  # (rows generating, frames completed) of the cycle that just ran
         #: frames each stream made, recorded when it finished (tests and the bench check audio against it)
         self.finished_frames: dict[int, int] = {}
         #: (requests, segments with consumed tokens, consumed content tokens) of each finished stream
@@ -294,8 +297,10 @@ class EngineCore:
                     log.exception("engine core cycle failed")
                     worked = False
                 if worked:
-                    self.cycle_s.append(time.perf_counter() - t0)
+                    dt = time.perf_counter() - t0
+                    self.cycle_s.append(dt)
                     self.cpu_s += time.thread_time() - c0
+                    self.meter.record(*self._cycle_work, dt)
                 else:
                     self._idle()
         for req in list(self._requests.values()):
@@ -331,6 +336,9 @@ class EngineCore:
             self._tell_waiting(self._requests[rid], ahead)
         worked = False
         produced: list[CoreRequest] = []
+        # The rows this cycle's time is charged to: those planned, or in a decode-only cycle the streams
+        # holding a slot (their decodes are what it spends its time on).
+        rows = len(plan.step) + (plan.prefill is not None) or sum(1 for r in live if r.slot is not None)
         if plan.prefill is not None:
             req = self._requests[plan.prefill]
             if self._admit(req):
@@ -341,6 +349,7 @@ class EngineCore:
             worked = True
         if produced:
             self._complete(produced, self.scheduler.bucket(len(produced)))
+        self._cycle_work = (rows, len(produced))
         now = self.clock()
         # The slowest recent cycle, not the typical one: a listener runs dry in the slow ones.
         cycle_s = max(itertools.islice(reversed(self.cycle_s), 8), default=0.0)

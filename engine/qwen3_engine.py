@@ -27,7 +27,7 @@ from engine.options import int_option, number_option, seed_option, shown, text_o
 from engine.qwen3.edge import decoder_id
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
 from engine.stream import EventBridge
-from engine.types import EngineError, StreamEvent, VoiceInfo
+from engine.types import Capacity, EngineError, StreamEvent, VoiceInfo
 
 log = logging.getLogger("voxgate.engine.qwen3")
 
@@ -242,6 +242,14 @@ class Qwen3Engine:
             raise EngineError("invalid_option", f"instructions of {len(instructions)} characters take {rows} of "
                                                 f"this engine's {self.config.max_context} prompt positions: "
                                                 "shorten them")
+
+    def capacity(self) -> Capacity:
+        """How many streams the core keeps ahead of their listeners now, judged from the frames per
+        second its cycles have made at each batch size (engine/scheduler.py `ThroughputMeter`), capped
+        by the slots; and how many streams are open and not ended (holding or waiting for a slot).
+        Cheap, any thread: it reads the meter under its lock, never waits for the core."""
+        active = sum(1 for s in list(self._streams) if not s._bridge.ended)
+        return Capacity(self.core.meter.streams(self.config.max_streams), active)
 
     def codec_info(self) -> dict[str, object]:
         """What a client decoding codec frames on the device needs to know (`codec.start`)."""

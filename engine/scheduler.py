@@ -16,6 +16,8 @@ hold engine capacity that a talking one needs.
 from __future__ import annotations
 
 import bisect
+import math
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -210,3 +212,88 @@ def bucket_sizes(max_batch: int, buckets: Sequence[int] = DEFAULT_BUCKETS, min_b
     """The buckets for batches up to `max_batch`: the standard sizes from `min_bucket` below it, then
     `max_batch` itself (padding 20 rows to 32 would waste the work the cap was set to save)."""
     return (*[b for b in buckets if min_bucket <= b < max_batch], max(max_batch, min_bucket))
+
+
+#: Codec frames a stream's listener consumes per second (Qwen3-TTS's 12 Hz tokenizer: 12.5 frames/s).
+FRAMES_PER_S = 12.5
+#: Measured throughput promised to listeners: a stream is counted only if it gets 1.25× real time.
+HEADROOM = 1.25
+
+
+class ThroughputMeter:
+    """What the core's cycles have cost, per batch bucket: how many streams it can keep ahead.
+
+    Every working cycle reports the rows it stepped, the frames it completed and its wall time
+    (decoding included: a decode-only cycle reports the rows still generating, so its time is charged
+    to that batch size). Per bucket it keeps EWMAs of frames per row per cycle and of the cycle time;
+    their ratio is the frame rate each stream gets at that batch size. `streams` is the largest N
+    whose bucket gives each stream at least `FRAMES_PER_S × HEADROOM`, capped by the slots. Buckets
+    not measured yet are judged from measured ones conservatively: a larger batch as if its cycle
+    grew in proportion to its rows (no batching gain), a smaller one as fast as the next larger
+    measured (never faster). Before any measurement: one stream (it is then measured).
+
+    The core thread records; `streams` is called from the event loop: a lock held for a few
+    arithmetic operations, never across torch work. Pure: no torch, no clock of its own.
+    """
+
+    def __init__(self, buckets: Sequence[int], alpha: float = 0.1, frames_per_s: float = FRAMES_PER_S,
+                 headroom: float = HEADROOM) -> None:
+        if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] < 1:
+            raise ValueError(f"buckets must be increasing positive sizes, got {buckets}")
+        if not (0 < alpha <= 1 and frames_per_s > 0 and headroom >= 1):
+            raise ValueError(f"need 0 < alpha <= 1, frames_per_s > 0, headroom >= 1; got {alpha}, "
+                             f"{frames_per_s}, {headroom}")
+        self.buckets = tuple(buckets)
+        self.alpha, self.need = alpha, frames_per_s * headroom
+        self._per_row: dict[int, float] = {}  # bucket → EWMA frames per row per cycle
+        self._cycle: dict[int, float] = {}  # bucket → EWMA cycle seconds
+        self._lock = threading.Lock()
+
+    def bucket(self, rows: int) -> int:
+        i = bisect.bisect_left(self.buckets, max(rows, 1))
+        return self.buckets[min(i, len(self.buckets) - 1)]
+
+    def record(self, rows: int, frames: int, seconds: float) -> None:
+        """One working cycle: `rows` streams were being generated, `frames` frames completed, in `seconds`."""
+        if rows <= 0 or frames < 0 or not math.isfinite(seconds) or seconds <= 0:
+            return
+        b = self.bucket(rows)
+        per_row = frames / rows
+        with self._lock:
+            if b not in self._cycle:
+                self._per_row[b], self._cycle[b] = per_row, seconds
+            else:
+                self._per_row[b] += self.alpha * (per_row - self._per_row[b])
+                self._cycle[b] += self.alpha * (seconds - self._cycle[b])
+
+    def stream_rate(self, bucket: int) -> float | None:
+        """Frames per second each stream gets at `bucket` (measured or judged); None before any measurement."""
+        with self._lock:
+            measured = {b: self._per_row[b] / self._cycle[b] for b in self._cycle}
+        if not measured:
+            return None
+        if bucket in measured:
+            return measured[bucket]
+        above = [b for b in measured if b > bucket]
+        if above:
+            return measured[min(above)]
+        top = max(measured)
+        return measured[top] * top / bucket  # the cycle grows with the rows: no gain from batching
+
+    def streams(self, max_streams: int) -> int:
+        """The most streams (≤ `max_streams`, ≥ 1) the measured throughput keeps ahead with headroom."""
+        best, top = 1, self.buckets[-1]
+        for n in range(1, max_streams + 1):
+            rate = self.stream_rate(self.bucket(n))
+            if rate is None:
+                break
+            if n > top:  # more streams than batch rows: each is stepped in top / n of the cycles
+                rate *= top / n
+            if rate >= self.need:
+                best = n
+        return best
+
+    def snapshot(self) -> dict[int, tuple[float, float]]:
+        """bucket → (frames per row per cycle, cycle seconds): for benchmarks and logs."""
+        with self._lock:
+            return {b: (self._per_row[b], self._cycle[b]) for b in sorted(self._cycle)}
