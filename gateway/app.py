@@ -88,7 +88,8 @@ async def speech_stream(socket: WebSocket) -> None:
             await socket.send_text(data)
 
     state = socket.app.state
-    conn = Connection(engine, state.settings.limits, SessionBinding(state.store, tenant), socket.receive, send)
+    binding = SessionBinding(state.store, tenant)
+    conn = Connection(engine, state.settings.limits, binding, socket.receive, send, model=state.settings.model)
     try:
         await conn.run()
     finally:

@@ -41,6 +41,7 @@ from gateway.protocol import (
     quote,
 )
 from gateway.session_state import SessionBinding
+from gateway.timing import LeadingTrim, ResponseClock, Timing, observe
 from gateway.voices import stream_options
 from segmentation import Segment, StreamSegmenter, normalize_for_speech
 from sessions import SESSION_TAKEN_OVER, StreamSlot
@@ -180,6 +181,7 @@ class Utterance:
     cancelled: bool = False
     finished: bool = False
     opened_at: float = field(default_factory=time.monotonic)
+    engine_at: float | None = None  # when its first text went to the engine (the timing record's start)
     pump: asyncio.Task[None] | None = None
     slot: StreamSlot | None = None  # the tenant's stream slot, when limited
     codec_seq: int = 0  # codec_tokens mode: the next binary message's sequence number
@@ -202,12 +204,19 @@ class Limits:
     # not yet played (at real time). Past either, input.text is refused with `backlog_full`.
     max_backlog_chars: int = 16384
     max_audio_ahead_s: float = 600.0
+    # Leading-silence trim of each response's first audio (gateway/timing.py): at most trim_max_ms, and
+    # never closer than trim_preroll_ms to the first sample above trim_threshold_dbfs (peak).
+    trim_leading_silence: bool = True
+    trim_max_ms: int = 300
+    trim_threshold_dbfs: float = -45.0
+    trim_preroll_ms: int = 15
 
 
 class Connection:
     def __init__(self, engine: Engine, limits: Limits, session: SessionBinding,
-                 receive: Callable[[], Awaitable[dict]], send: Send) -> None:  # fmt: skip
+                 receive: Callable[[], Awaitable[dict]], send: Send, model: str = "default") -> None:  # fmt: skip
         self.engine = engine
+        self.model = model  # the timing histograms' label
         self.limits = limits
         self.session = session
         self._receive = receive
@@ -631,6 +640,8 @@ class Connection:
     # -- audio ----------------------------------------------------------------------------------
 
     def _start_pump(self, utt: Utterance) -> asyncio.Task[None]:
+        if utt.stream is not None:  # its first segment is appended right after, with no await between
+            utt.engine_at = time.monotonic()
         previous = self._last_pump
         task = asyncio.create_task(self._pump(utt, previous))
         self._last_pump = task
@@ -706,7 +717,9 @@ class Connection:
         A header-only message with SEGMENT_END closes each segment; the last one also carries EOS."""
         assert utt.stream is not None
         info: dict[str, object] = self.engine.codec_info()  # type: ignore[attr-defined]
+        frame_rate = float(info.get("frame_rate_hz", 12.5))  # type: ignore[arg-type]
         started, segment, end = False, None, StreamEnd("done")
+        clock = ResponseClock(self.sample_rate, utt.engine_at, utt.queue_wait_s)  # no trim: codes, not PCM
 
         async def frames(codes: np.ndarray, flags: int) -> None:
             header = CODEC_HEADER.pack(utt.codec_seq, codes.shape[0], flags | (RESET if utt.codec_seq == 0 else 0))
@@ -714,9 +727,11 @@ class Connection:
             utt.codec_seq += 1
             utt.codec_frames += 0 if flags & PRIME else codes.shape[0]
             if not flags & PRIME:
-                self.listener.add(codes.shape[0] / float(info.get("frame_rate_hz", 12.5)))  # type: ignore[arg-type]
+                self.listener.add(codes.shape[0] / frame_rate)
             utt.sent_bytes += len(data)
             await self.outbox.put(Outgoing(data, utt.index))
+            if codes.shape[0] and not flags & PRIME:
+                clock.codec(codes.shape[0] / frame_rate)
 
         no_frames = np.zeros((0, 16), np.int16)
         async for ev in utt.stream.events():
@@ -755,16 +770,26 @@ class Connection:
             await self._engine_failed(utt, end)
         elif started:
             await frames(no_frames, SEGMENT_END | EOS)
+        timing = self._timed(clock, failed)
         await self.session.record(utt.index, "".join(s.text for s in utt.segments), cancelled=failed)
         await self.emit("codec.done", utt.index, utterance_index=utt.index, total_frames=utt.codec_frames,
-                        seq_last=utt.codec_seq - 1, error=failed, cancelled=False)  # fmt: skip
-        await self.emit("session.done", utt.index, utterance_index=utt.index, total_sentences=len(utt.segments))
+                        seq_last=utt.codec_seq - 1, error=failed, cancelled=False, timing=timing)  # fmt: skip
+        await self.emit("session.done", utt.index, utterance_index=utt.index, total_sentences=len(utt.segments),
+                        timing=timing)  # fmt: skip
+
+    def _timed(self, clock: ResponseClock, failed: bool) -> Timing:
+        """The utterance's timing record; a complete one also goes to the histograms."""
+        timing = clock.record()
+        if not failed:
+            observe(timing, self.model, self.session.tenant.name)
+        return timing
 
     async def _pump_audio(self, utt: Utterance) -> None:
         assert self.config is not None
         cfg, rate = self.config, self.sample_rate
         if utt.stream is None:  # nothing to say: close the utterance in order, without audio
-            await self.emit("session.done", utt.index, utterance_index=utt.index, total_sentences=0)
+            timing = ResponseClock(rate, None, utt.queue_wait_s).record()
+            await self.emit("session.done", utt.index, utterance_index=utt.index, total_sentences=0, timing=timing)
             return
         if self._codec_mode:
             await self._pump_codec(utt)
@@ -773,8 +798,20 @@ class Connection:
         file_parts: list[np.ndarray] = []
         end = StreamEnd("done")
         playback = _Playback()
+        clock = ResponseClock(rate, utt.engine_at, utt.queue_wait_s)
+        lim = self.limits
+        trim = LeadingTrim(rate, enabled=lim.trim_leading_silence, max_ms=lim.trim_max_ms,
+                           threshold_dbfs=lim.trim_threshold_dbfs, preroll_ms=lim.trim_preroll_ms)  # fmt: skip
+        marks: list[tuple[int, int]] = []  # (segment, sample offset before the trim), sent with their audio
 
         async def send(pcm: np.ndarray) -> None:
+            pcm = trim.feed(pcm)
+            if trim.pending:  # the start is held until the trim is decided; its marks wait with it
+                return
+            for seg, offset in marks:  # offsets count the audio sent: the trimmed start is not
+                await self.emit("audio.mark", utt.index, utterance_index=utt.index, segment_index=seg,
+                                sample_offset=max(0, offset - trim.trimmed))  # fmt: skip
+            marks.clear()
             if pcm.size == 0:  # e.g. the resampler's tail when no resampling was needed
                 return
             if not cfg.stream_audio:
@@ -785,6 +822,7 @@ class Connection:
             playback.add(pcm.size / rate)
             self.listener.add(pcm.size / rate)
             await self.outbox.put(Outgoing(data, utt.index))
+            clock.audio(pcm)
 
         async for ev in utt.stream.events():
             if utt.cancelled:
@@ -803,13 +841,11 @@ class Connection:
             seg = utt.engine_segments[ev.segment] if ev.segment < len(utt.engine_segments) else None
             if seg is not None and seg not in utt.marked:
                 self._heard(utt, seg)
-                await self.emit(
-                    "audio.mark", utt.index, utterance_index=utt.index, segment_index=seg,
-                    sample_offset=ev.first_frame * rate // ev.sample_rate,
-                )  # fmt: skip
+                marks.append((seg, ev.first_frame * rate // ev.sample_rate))
             await send(resample(ev.pcm))
         if resample is not None and not utt.cancelled:
             await send(resample(np.zeros(0, np.int16), last=True))  # the resampler's filter tail
+            await send(trim.flush())  # an utterance of near-silence only: what the trim held
         # The engine is done with this stream: free the tenant's slot before telling the client, so
         # its next utterance can start at once.
         await self._release_slot(utt)
@@ -818,21 +854,25 @@ class Connection:
         if resample is None:
             await self._audio_start(utt, rate)  # paired with audio.done even when no audio came
         if file_parts:
-            data = await asyncio.to_thread(encode_file, np.concatenate(file_parts), rate, cfg.response_format)
+            whole = np.concatenate(file_parts)
+            data = await asyncio.to_thread(encode_file, whole, rate, cfg.response_format)
             utt.sent_bytes = len(data)
             await self.outbox.put(Outgoing(data, utt.index))
+            clock.audio(whole)  # the file is the first and the last audio
         end = self._ended_early(utt, end)
         failed = end.reason == "error"
         if failed:
             await self._engine_failed(utt, end)
+        clock.trimmed = trim.trimmed
+        timing = self._timed(clock, failed)
         await self.emit(
             "audio.done", utt.index, utterance_index=utt.index, sentence_index=0,
-            total_bytes=utt.sent_bytes, error=failed,
+            total_bytes=utt.sent_bytes, error=failed, timing=timing,
         )  # fmt: skip
         # Redis has the spoken log before the client hears the utterance is done (a resume elsewhere
         # right after session.done sees it).
         await self.session.record(utt.index, "".join(s.text for s in utt.segments), cancelled=failed)
         await self.emit(
-            "session.done", utt.index, utterance_index=utt.index, total_sentences=len(utt.segments)
+            "session.done", utt.index, utterance_index=utt.index, total_sentences=len(utt.segments), timing=timing
         )
 

@@ -13,6 +13,25 @@ TTFA = Histogram(
     "time from an utterance's first text to its first audio",
     buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10),
 )
+# Every response's timing record (gateway/timing.py), by model and tenant: one model per process and
+# tenants from the key configuration keep the label sets bounded.
+_LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30)
+QUEUE_WAIT = Histogram(
+    "voxgate_response_queue_wait_seconds", "time admission held a response before its first text went to the engine",
+    ["model", "tenant"], buckets=(0.001, *_LATENCY_BUCKETS),
+)  # fmt: skip
+RESPONSE_TTFA = Histogram(
+    "voxgate_response_ttfa_seconds", "first text to the engine → first audio handed to the socket",
+    ["model", "tenant"], buckets=_LATENCY_BUCKETS,
+)  # fmt: skip
+AUDIBLE_TTFA = Histogram(
+    "voxgate_response_audible_ttfa_seconds", "first text to the engine → first audible audio handed to the socket",
+    ["model", "tenant"], buckets=_LATENCY_BUCKETS,
+)  # fmt: skip
+RTF = Histogram(
+    "voxgate_response_rtf", "synthesis time / audio time of a response (below 1: faster than it plays)",
+    ["model", "tenant"], buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5, 10),
+)  # fmt: skip
 CANCELS = Counter("voxgate_cancels_total", "barge-ins")
 UNDERRUNS = Counter("voxgate_underruns_total", "gaps a real-time player starting at the first audio would hear")
 OUTBOX = Gauge("voxgate_outbox_frames", "frames queued for WebSocket clients")

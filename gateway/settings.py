@@ -48,6 +48,12 @@ class Settings:
     def __post_init__(self) -> None:
         if self.takeover not in ("takeover", "refuse"):
             raise ValueError("setting takeover must be 'takeover' or 'refuse'")
+        lim = self.limits
+        # The trim holds the start of each response up to trim_max_ms + trim_preroll_ms: keep it short.
+        if not 0 <= lim.trim_max_ms <= 1000 or not 0 <= lim.trim_preroll_ms <= 100:
+            raise ValueError("settings trim_max_ms must be 0…1000 and trim_preroll_ms 0…100")
+        if not -120.0 <= lim.trim_threshold_dbfs <= 0.0:
+            raise ValueError("setting trim_threshold_dbfs must be -120…0 (dB full scale)")
 
     def keys(self) -> ApiKeys:
         spec = self.api_keys.strip()
@@ -107,7 +113,8 @@ def load_settings(
             kind = kinds.get(name, str)
             scalars[name] = _coerce(name, value, kind)  # type: ignore[arg-type]
         elif name in _LIMITS:
-            limits[name] = _coerce(name, value, type(_LIMITS[name].default))
+            kind = type(_LIMITS[name].default)
+            limits[name] = _coerce(name, value, _boolean if kind is bool else kind)  # type: ignore[arg-type]
         elif name in ("engine_options", "voice_aliases"):
             if not isinstance(value, dict):
                 raise ValueError(f"setting {name} must be a table")

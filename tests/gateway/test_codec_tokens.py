@@ -69,6 +69,9 @@ async def test_wire_format_and_multi_turn(tiny_gateway: str) -> None:
         segments = [e for e in events if e["type"] == "segment.committed"]
         assert sum(1 for h in headers if h[2] & SEGMENT_END) == len(segments) == 3  # one per segment
         done = next(e for e in events if e["type"] == "codec.done")
+        timing = done.pop("timing")  # codec mode: audio counted in frames, no PCM to trim or judge
+        assert timing["audio_ms"] == round(len(codes) / 12.5 * 1000) and timing["trimmed_ms"] == 0
+        assert timing["audible_ttfa_ms"] is None and 0 <= timing["ttfa_ms"] <= timing["synthesis_ms"]
         assert done == {"type": "codec.done", "utterance_index": turn, "total_frames": len(codes),
                         "seq_last": len(headers) - 1, "error": False, "cancelled": False}  # fmt: skip
         assert codes.min() >= 0 and codes.max() < 2048

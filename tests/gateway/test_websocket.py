@@ -178,6 +178,7 @@ async def test_input_done_without_text_closes_an_empty_utterance(gateway: str) -
     c = await connect(gateway)
     await c.send("input.done")
     done = await c.recv()
+    assert done.pop("timing")["audio_ms"] == 0  # nothing said: a record of no audio
     assert done == {"type": "session.done", "utterance_index": 0, "total_sentences": 0}
     await c.ws.close()
 
