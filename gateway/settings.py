@@ -44,10 +44,20 @@ class Settings:
     keep_alive_timeout: float = 5.0  # an idle kept-alive HTTP connection is closed after this
     max_voices_per_tenant: int = 1000  # registered voices a tenant may hold …
     max_voice_bytes_per_tenant: int = 64 * 1024 * 1024  # … and their bytes (a compact 30 s clip is ≤ 1.44 MB)
+    # Admission (gateway/admission.py): streams start while fewer than the engine's capacity() — at most
+    # max_active_streams — are admitted; the rest wait, tenants in turn by weight, within these bounds.
+    max_active_streams: int = 64
+    max_waiting_per_tenant: int = 16
+    max_waiting_per_model: int = 128
+    max_queue_wait_s: float = 10.0  # a stream still waiting after this is refused (queue_full, "wait")
 
     def __post_init__(self) -> None:
         if self.takeover not in ("takeover", "refuse"):
             raise ValueError("setting takeover must be 'takeover' or 'refuse'")
+        if self.max_active_streams < 1 or self.max_waiting_per_tenant < 0 or self.max_waiting_per_model < 0:
+            raise ValueError("setting max_active_streams must be ≥ 1 and the max_waiting_* settings ≥ 0")
+        if not 0 < self.max_queue_wait_s <= 3600:
+            raise ValueError("setting max_queue_wait_s must be > 0 and at most 3600")
         lim = self.limits
         # The trim holds the start of each response up to trim_max_ms + trim_preroll_ms: keep it short.
         if not 0 <= lim.trim_max_ms <= 1000 or not 0 <= lim.trim_preroll_ms <= 100:
@@ -65,6 +75,7 @@ class Settings:
 _SCALARS = (
     "host", "port", "model", "redis_url", "api_keys", "insecure", "takeover", "max_connections", "header_timeout",
     "keep_alive_timeout", "max_voices_per_tenant", "max_voice_bytes_per_tenant",
+    "max_active_streams", "max_waiting_per_tenant", "max_waiting_per_model", "max_queue_wait_s",
 )
 _LIMITS = {f.name: f for f in dataclasses.fields(Limits)}
 
@@ -109,7 +120,8 @@ def load_settings(
         if name in _SCALARS:
             kinds = {"port": int, "insecure": _boolean, "max_connections": int, "header_timeout": float,
                      "keep_alive_timeout": float, "max_voices_per_tenant": int,
-                     "max_voice_bytes_per_tenant": int}  # fmt: skip
+                     "max_voice_bytes_per_tenant": int, "max_active_streams": int, "max_waiting_per_tenant": int,
+                     "max_waiting_per_model": int, "max_queue_wait_s": float}  # fmt: skip
             kind = kinds.get(name, str)
             scalars[name] = _coerce(name, value, kind)  # type: ignore[arg-type]
         elif name in _LIMITS:

@@ -1,0 +1,330 @@
+"""Admission at the gateway: a stream starts only when the engine has room for it, tenants in turn.
+
+`Admission` (one per app, `app.state.admission`) puts engine/admission.py's FairQueue on the event
+loop: `ticket = await admission.admit(tenant, weight)` returns once the engine's capacity
+(`engine.capacity()`, capped by the `max_active_streams` setting) has room and it is this tenant's turn,
+or raises `QueueFull` naming the bound that refused it. The ticket is released when the stream ends
+(idempotent) and told the audio seconds served (`served`), which is what fairness counts.
+
+Room is looked for again when a ticket is released and on a short timer while anyone waits (capacity
+moves as the engine measures its cost, and waits past `max_queue_wait_s` are refused on that timer).
+
+`QueuedStream` is the WebSocket side: an engine stream that opens once admitted, holding the text
+appended meanwhile, so the connection's reader never waits for admission (a cancel is still read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamEvent
+from engine.admission import Bound, FairQueue, Refused, Waiter
+from gateway.protocol import ProtocolError
+
+if TYPE_CHECKING:
+    from gateway.settings import Settings
+
+log = logging.getLogger("voxgate.admission")
+
+RECHECK_S = 0.1  # while anyone waits: how often capacity is read again and overdue waits refused
+
+_BOUNDS = {
+    "tenant": "too many streams of this tenant are waiting for the engine",
+    "model": "too many streams are waiting for the engine",
+    "wait": "the stream waited for the engine past the longest wait allowed",
+}
+
+
+class QueueFull(ProtocolError):
+    """A stream admission refused: `bound` is "tenant", "model" or "wait"; `retry_after_s` a hint."""
+
+    def __init__(self, bound: Bound, retry_after_s: float) -> None:
+        self.bound: Bound = bound
+        self.retry_after_s = max(1.0, retry_after_s)
+        message = f"{_BOUNDS[bound]}; retry in {self.retry_after_s:.0f} s"
+        super().__init__("queue_full", message, bound=bound, retry_after_s=round(self.retry_after_s, 1))
+
+    @property
+    def retry_after_header(self) -> str:
+        """HTTP's Retry-After: whole seconds, at least 1."""
+        return str(math.ceil(self.retry_after_s))
+
+
+class Ticket:
+    """An admitted stream's hold on the engine's capacity."""
+
+    def __init__(self, admission: Admission, waiter: Waiter) -> None:
+        self._admission = admission
+        self._waiter = waiter
+        # A ticket dropped without release would shrink the capacity for good: give it back, and say so.
+        self._finalizer = weakref.finalize(self, admission._leaked, waiter)
+        self._finalizer.atexit = False
+
+    @property
+    def waited_s(self) -> float:
+        return self._waiter.waited_s
+
+    def served(self, audio_s: float) -> None:
+        """Audio seconds sent for this stream (the tenant's fairness account)."""
+        self._admission._queue.served(self._waiter, audio_s)
+
+    def release(self) -> None:
+        """The stream no longer uses the engine. Idempotent."""
+        if self._finalizer.detach() is not None:
+            self._admission._finish(self._waiter)
+
+
+class Admission:
+    def __init__(self, engine: Engine, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
+        self._engine = engine
+        self._ceiling = settings.max_active_streams
+        self._queue = FairQueue(
+            max_waiting_per_key=settings.max_waiting_per_tenant,
+            max_waiting=settings.max_waiting_per_model,
+            max_wait_s=settings.max_queue_wait_s,
+            clock=clock,
+        )
+        self._futures: dict[Waiter, asyncio.Future[None]] = {}
+        self._timer: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._probe_failed = False
+
+    @property
+    def waiting(self) -> int:
+        return self._queue.waiting
+
+    @property
+    def admitted(self) -> int:
+        return self._queue.in_flight
+
+    def capacity(self) -> int:
+        """How many streams may be admitted now: the engine's judgement, capped by the setting."""
+        probe = getattr(self._engine, "capacity", None)
+        if probe is None:  # an engine that cannot tell: the setting alone
+            return self._ceiling
+        try:
+            streams = probe().streams
+        except Exception:  # the engine's estimate is advice: never let it stop admission
+            if not self._probe_failed:
+                log.exception("engine.capacity() failed; admitting up to max_active_streams")
+                self._probe_failed = True
+            return self._ceiling
+        return max(1, min(self._ceiling, streams))  # one stream always has room (never a deadlock)
+
+    def ahead(self, waiter: Waiter) -> int:
+        return self._queue.ahead(waiter)
+
+    async def admit(self, tenant: str, weight: float, on_queued: Callable[[Waiter], None] | None = None) -> Ticket:
+        """Wait until the stream may start; raises QueueFull. A cancelled wait is withdrawn.
+        `on_queued`: called when the stream has to wait (not when it starts at once)."""
+        self._loop = asyncio.get_running_loop()
+        try:
+            waiter = self._queue.push(tenant, weight, self.capacity())
+        except Refused as e:
+            raise QueueFull(e.bound, e.retry_after_s) from None
+        if waiter.state == "waiting":
+            future = self._loop.create_future()
+            self._futures[waiter] = future
+            if self._timer is None or self._timer.done():
+                self._timer = asyncio.create_task(self._recheck())
+            if on_queued is not None:
+                on_queued(waiter)
+            try:
+                await future
+            except asyncio.CancelledError:
+                self._futures.pop(waiter, None)
+                self._finish(waiter)  # withdrawn; or, admitted just now, its slot given back
+                raise
+        return Ticket(self, waiter)
+
+    def _finish(self, waiter: Waiter) -> None:
+        self._queue.withdraw(waiter)
+        self._grant()
+
+    def _leaked(self, waiter: Waiter) -> None:
+        log.warning("an admission ticket of %r was dropped without release", waiter.key)
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._finish, waiter)
+
+    def _grant(self) -> None:
+        for waiter in self._queue.grant(self.capacity()):
+            future = self._futures.pop(waiter, None)
+            if future is not None and not future.done():
+                future.set_result(None)
+
+    def _expire(self) -> None:
+        for waiter in self._queue.expire():
+            future = self._futures.pop(waiter, None)
+            if future is not None and not future.done():
+                future.set_exception(QueueFull("wait", self._queue.retry_after(self.capacity())))
+
+    async def _recheck(self) -> None:
+        while self._queue.waiting:
+            await asyncio.sleep(RECHECK_S)
+            self._expire()
+            self._grant()
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal(StreamEnd):
+    """How a refused QueuedStream ends: its client was told when the refusal came (`on_lost`)."""
+
+
+# (error, engine append indexes): text a QueuedStream took but the engine will never speak.
+OnLost = Callable[[ProtocolError | EngineError, list[int]], Awaitable[None]]
+
+
+class QueuedStream:
+    """An engine stream opened once admission lets it (the Stream protocol meanwhile).
+
+    Text appended before that is held (the gateway's backlog bound keeps it small) and replayed in
+    order when the engine stream opens; `finish` and `cancel` likewise. Refused, the text is reported
+    through `on_lost` at once (not when the utterance's turn to play comes), later appends raise the
+    engine's `queue_full`, and `events()` ends with a `Refusal`."""
+
+    def __init__(
+        self,
+        admission: Admission,
+        tenant: str,
+        weight: float,
+        open_stream: Callable[[], Stream],
+        on_lost: OnLost,
+        on_admitted: Callable[[Ticket], None] | None = None,
+        frame_rate_hz: float = 12.5,
+    ) -> None:
+        self._admission = admission
+        self._open_stream = open_stream
+        self._on_lost = on_lost
+        self._on_admitted = on_admitted
+        self._frame_rate = frame_rate_hz
+        self._held: list[str] = []
+        self._finished = False
+        self._cancelled = False
+        self._waiter: Waiter | None = None
+        self.stream: Stream | None = None
+        self.ticket: Ticket | None = None
+        self.refused: QueueFull | None = None
+        self.failed: str | None = None  # the engine stream could not be opened
+        self._task = asyncio.create_task(self._admit(tenant, weight))
+
+    @property
+    def queued(self) -> bool:
+        """Still waiting for admission (the stream is not open, refused or cancelled yet)."""
+        return not self._task.done() and self.ticket is None
+
+    def ahead(self) -> int | None:
+        return None if self._waiter is None or not self.queued else self._admission.ahead(self._waiter)
+
+    async def settled(self) -> None:
+        """Return once admission has decided (or the stream was cancelled)."""
+        await asyncio.wait({self._task})
+
+    async def _admit(self, tenant: str, weight: float) -> None:
+        try:
+            ticket = await self._admission.admit(tenant, weight, on_queued=self._queued)
+        except QueueFull as e:
+            self.refused = e
+            lost, self._held = list(range(len(self._held))), []
+            await self._on_lost(e, lost)
+            return
+        except Exception:  # a bug in admission must not leave the utterance waiting for ever
+            log.exception("admission failed")
+            self.failed = "admission failed"
+            return
+        self.ticket = ticket
+        if self._cancelled:  # cancelled as admission came: the slot goes straight back
+            ticket.release()
+            return
+        if self._on_admitted is not None:
+            self._on_admitted(ticket)
+        try:
+            stream = self._open_stream()
+        except EngineError as e:
+            self.failed = str(e)
+        except Exception as e:  # never lose an utterance silently: it ends with an error
+            log.exception("opening an admitted engine stream failed")
+            self.failed = f"the engine stream could not be opened ({type(e).__name__})"
+        if self.failed is not None:
+            ticket.release()
+            return
+        lost: list[int] = []
+        error: EngineError | None = None
+        for i, text in enumerate(self._held):  # in order, before any later append (no await in between)
+            try:
+                stream.append(text)
+            except EngineError as e:  # the engine's own backstop: the index is spent all the same
+                lost.append(i)
+                error = e
+        self._held = []
+        if self._finished:
+            stream.finish()
+        self.stream = stream
+        if error is not None:
+            await self._on_lost(error, lost)
+
+    def _queued(self, waiter: Waiter) -> None:
+        self._waiter = waiter
+
+    # -- the Stream protocol ------------------------------------------------------------------------
+
+    def append(self, text: str) -> None:
+        if self.stream is not None:
+            self.stream.append(text)
+        elif self.refused is not None:
+            raise EngineError("queue_full", f"the utterance was refused: {self.refused.message}")
+        elif not self._cancelled and self.failed is None:  # a failed one names its text as it ends
+            self._held.append(text)
+
+    def finish(self) -> None:
+        self._finished = True
+        if self.stream is not None:
+            self.stream.finish()
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self.stream is not None:
+            self.stream.cancel()
+        self.release()
+
+    def release(self) -> None:
+        """The engine capacity goes back: the ticket is released, or a waiting admission withdrawn."""
+        if self.ticket is not None:
+            self.ticket.release()
+        elif not self._task.done():
+            self._task.cancel()  # admit() withdraws the waiter
+
+    async def events(self) -> AsyncIterator[StreamEvent]:
+        await self.settled()
+        if self.stream is None:
+            if self.refused is not None:
+                yield Refusal("error", self.refused.message)
+            elif self.failed is not None:
+                yield StreamEnd("error", self.failed)
+            else:
+                yield StreamEnd("cancelled")
+            return
+        assert self.ticket is not None
+        async for ev in self.stream.events():
+            if isinstance(ev, AudioChunk):
+                self.ticket.served(ev.pcm.size / ev.sample_rate)
+            elif isinstance(ev, CodecFrames) and not ev.prime:
+                self.ticket.served(ev.codes.shape[0] / self._frame_rate)
+            elif isinstance(ev, StreamEnd):
+                self.ticket.release()  # before the consumer, which may not come back to this generator
+            yield ev
+            if isinstance(ev, StreamEnd):
+                return
