@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
+import itertools
 import json
 import math
 import os
@@ -66,6 +67,9 @@ CORPUS_COPY = REPO / "tests" / "data" / "segmentation_cases.jsonl"  # for checko
 MODES = ("none", "sentence", "auto")
 WS_PATH = "/v1/audio/speech/stream"
 API_KEY: list[str | None] = [None]  # set once from --api-key; sent as a bearer token
+# Error codes that are an explicit refusal (admission: a full queue, or HTTP 429), not a failure: the
+# response was turned away before it played, so it is counted apart and not judged for gaps.
+REFUSAL_CODES = frozenset({"queue_full", "http_429"})
 # Seconds of speech per character, to estimate the audio asked for when a text never completed.
 SPEECH_S_PER_CHAR = {"en": 1 / 14.0, "zh": 1 / 4.5}
 
@@ -128,6 +132,7 @@ class Response:
     onset: OnsetTracker | None = None
     t_first_commit: float | None = None
     errors: list[str] = field(default_factory=list)
+    refusal_bounds: list[str] = field(default_factory=list)
     cancelled: bool = False
     timed_out: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -135,6 +140,11 @@ class Response:
     @property
     def ok(self) -> bool:
         return self.t_done is not None and not self.errors and bool(self.frames)
+
+    @property
+    def refused(self) -> bool:
+        """Some of it was refused (queue_full, 429) and nothing else went wrong: admission said no."""
+        return bool(self.errors) and all(e in REFUSAL_CODES for e in self.errors)
 
     def audio_seconds(self) -> float:
         return sum(n for _, n in self.frames) / 2 / self.sample_rate
@@ -205,6 +215,8 @@ class Session:
                     r.sample_rate = int(ev["sample_rate"])
                 elif kind == "error":
                     r.errors.append(str(ev.get("code", "error")))
+                    if ev.get("bound"):  # which queue refused it (queue_full)
+                        r.refusal_bounds.append(str(ev["bound"]))
                 elif kind == "session.done":
                     r.utterances_done += 1
                     self._maybe_done(r, now)
@@ -522,7 +534,12 @@ def summarize_run(spec: RunSpec, args: argparse.Namespace, responses: list[Respo
         "started": len(responses),
         "completed": len(ok),
         "shed_client_bound": shed,
-        "failed": sum(1 for r in responses if not r.ok),
+        "failed": sum(1 for r in responses if not r.ok and not r.refused),
+        "refused": sum(1 for r in responses if r.refused),
+        # refusal events by code and bound (queue_full:tenant, queue_full:model, queue_full:wait)
+        "refusals": dict(Counter(f"{e}:{b}" if b else e for r in responses if r.refused
+                                 for e, b in itertools.zip_longest(r.errors, r.refusal_bounds[:len(r.errors)]))),
+        "admitted": sum(1 for r in responses if not r.refused),
         "errors": dict(error_codes),
         "achieved_rate": len(responses) / (args.duration if spec.rate is not None else max(wall, 1e-9)),
         "ttfa_first_s": summarize(col("ttfa_first_s")),
@@ -653,7 +670,7 @@ def _pct(x: float | None) -> str:
 
 
 def table(runs: list[dict[str, Any]], axis: str) -> str:
-    head = (f"| mode | {axis} | done/started | err | TTFA first p50/p95/p99 ms | audible first p50/p95 ms | "
+    head = (f"| mode | {axis} | done/started | err | refused | TTFA first p50/p95/p99 ms | audible first p50/p95 ms | "
             "TTFA last p50/p95 ms | gap-free | stalls (s) | vLLM continuous | vLLM max deficit p95 ms | "
             "asked→produced audio s/s | in-flight mean/max |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -662,7 +679,8 @@ def table(runs: list[dict[str, Any]], axis: str) -> str:
         asked = r.get("asked_audio_s_per_s")
         lines.append(
             f"| {r['mode']} | {r[axis]} | {r['completed']}/{r['started']} | {r['failed'] + r['shed_client_bound']} | "
-            f"{_ms(tf['p50'])}/{_ms(tf['p95'])}/{_ms(tf['p99'])} | {_ms(au['p50'])}/{_ms(au['p95'])} | "
+            f"{r.get('refused', 0)} | {_ms(tf['p50'])}/{_ms(tf['p95'])}/{_ms(tf['p99'])} | "
+            f"{_ms(au['p50'])}/{_ms(au['p95'])} | "
             f"{_ms(tl['p50'])}/{_ms(tl['p95'])} | {_pct(r['gap_free_share'])} | "
             f"{r['underruns_total']} ({r['stall_s_total']:.2f}) | {_pct(r['vllm_continuous_share'])} | "
             f"{_ms(r['vllm_max_underrun_s']['p95'])} | "
