@@ -26,21 +26,13 @@ from litestar import Request, Response, post
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from engine import Engine, EngineError
+from gateway.admission import QueueFull
 from gateway.audio import MEDIA_TYPES, OPUS_RATES, encode_file
 from gateway.auth import caller, serving_engine
 from gateway.errors import ApiError
 from gateway.openai_api import MAX_INPUT_CHARS, SpeechRequest, _parse, _pcm, _voice
 from gateway.voices import resolve_voice
 from sessions import StateUnavailable, Tenant
-
-try:
-    from gateway.admission import QueueFull
-except ImportError:  # admission (issue 14, slice P) not in this checkout yet: nothing raises it
-
-    class QueueFull(Exception):  # type: ignore[no-redef]
-        bound: str = "model"
-        retry_after_s: float = 1.0
-
 
 log = logging.getLogger("voxgate")
 
@@ -130,15 +122,18 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
         voice, voice_options = await resolve_voice(state.store, who.tenant, engine, name)
         if admission is not None:
             ticket = await admission.admit(who.tenant.name, who.tenant.weight)
+        parts: list[np.ndarray] = []
         async with asyncio.timeout(ITEM_TIMEOUT_BASE_S + ITEM_TIMEOUT_S_PER_CHAR * len(req.input)):
-            parts = [pcm async for pcm in _pcm(engine, req, voice, rate, voice_options)]
+            async for chunk in _pcm(engine, req, voice, rate, voice_options):
+                parts.append(chunk)
+                if ticket is not None:
+                    ticket.served(len(chunk) / rate)  # as it comes, like a stream's: fairness counts audio
         pcm = np.concatenate(parts) if parts else np.zeros(0, np.int16)
         if ticket is not None:
-            ticket.served(len(pcm) / rate)
             ticket.release()  # encoding needs no engine capacity
     except QueueFull as e:
-        message = f"the {e.bound} queue is full; retry in {e.retry_after_s:.1f} s"
-        return _error(index, ApiError(message, code="queue_full"), bound=e.bound, retry_after_s=e.retry_after_s)
+        refusal = ApiError(e.message, code="queue_full")
+        return _error(index, refusal, bound=e.bound, retry_after_s=round(e.retry_after_s, 1))
     except EngineError as e:
         return _error(index, ApiError(str(e), param="voice" if "voice" in e.code else None, code=e.code))
     except StateUnavailable as e:
