@@ -266,10 +266,15 @@ class ThroughputMeter:
                 self._per_row[b] += self.alpha * (per_row - self._per_row[b])
                 self._cycle[b] += self.alpha * (seconds - self._cycle[b])
 
-    def stream_rate(self, bucket: int) -> float | None:
-        """Frames per second each stream gets at `bucket` (measured or judged); None before any measurement."""
+    def _measured(self) -> dict[int, float]:
+        """A snapshot: bucket → frames per second per stream, as measured."""
         with self._lock:
-            measured = {b: self._per_row[b] / self._cycle[b] for b in self._cycle}
+            return {b: self._per_row[b] / self._cycle[b] for b in self._cycle}
+
+    def stream_rate(self, bucket: int, measured: dict[int, float] | None = None) -> float | None:
+        """Frames per second each stream gets at `bucket` (measured or judged); None before any measurement."""
+        if measured is None:
+            measured = self._measured()
         if not measured:
             return None
         if bucket in measured:
@@ -282,9 +287,9 @@ class ThroughputMeter:
 
     def streams(self, max_streams: int) -> int:
         """The most streams (≤ `max_streams`, ≥ 1) the measured throughput keeps ahead with headroom."""
-        best, top = 1, self.buckets[-1]
+        best, top, measured = 1, self.buckets[-1], self._measured()
         for n in range(1, max_streams + 1):
-            rate = self.stream_rate(self.bucket(n))
+            rate = self.stream_rate(self.bucket(n), measured)
             if rate is None:
                 break
             if n > top:  # more streams than batch rows: each is stepped in top / n of the cycles

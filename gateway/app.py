@@ -14,6 +14,7 @@ from litestar.params import FromPath
 
 from engine import Engine, load_engine
 from gateway import metrics
+from gateway.admission import Admission
 from gateway.auth import authenticate, caller
 from gateway.batch import batch_routes
 from gateway.connection import Connection
@@ -89,7 +90,8 @@ async def speech_stream(socket: WebSocket) -> None:
 
     state = socket.app.state
     binding = SessionBinding(state.store, tenant)
-    conn = Connection(engine, state.settings.limits, binding, socket.receive, send, model=state.settings.model)
+    conn = Connection(engine, state.settings.limits, binding, socket.receive, send, model=state.settings.model,
+                      admission=state.get("admission"))  # fmt: skip
     try:
         await conn.run()
     finally:
@@ -105,6 +107,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         app.state.settings = settings
         app.state.engine = engine
+        # Every stream (WebSocket, speech, batch) starts through one admission per engine.
+        app.state.admission = None if engine is None else Admission(engine, settings)
         app.state.api_keys = settings.keys()
         if app.state.api_keys.is_open:
             log.warning("no API keys configured: the gateway is open to every caller on %s", settings.host)
@@ -122,9 +126,9 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
             async def load() -> None:
                 try:
                     await asyncio.to_thread(warm_up)
-                    app.state.engine = await asyncio.to_thread(
-                        load_engine, settings.model, **settings.engine_options
-                    )
+                    loaded = await asyncio.to_thread(load_engine, settings.model, **settings.engine_options)
+                    app.state.admission = Admission(loaded, settings)  # before the engine: no stream skips it
+                    app.state.engine = loaded
                     log.info("engine %r ready", settings.model)
                 except Exception as e:  # reported on /health; the process stays up to say so
                     log.exception("engine %r failed to load", settings.model)
@@ -138,6 +142,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
             lag.cancel()
             if task is not None:
                 task.cancel()
+            if app.state.get("admission") is not None:
+                await app.state.admission.close()
             loaded = app.state.get("engine")
             if loaded is not None and engine is None:
                 await asyncio.to_thread(loaded.close)

@@ -23,6 +23,7 @@ import numpy as np
 
 from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, Waiting
 from gateway import metrics
+from gateway.admission import Admission, QueuedStream, Refusal, Ticket
 from gateway.audio import Resampler, encode_file, encode_frames
 from gateway.protocol import (
     CLOSE_INTERNAL,
@@ -214,9 +215,11 @@ class Limits:
 
 class Connection:
     def __init__(self, engine: Engine, limits: Limits, session: SessionBinding,
-                 receive: Callable[[], Awaitable[dict]], send: Send, model: str = "default") -> None:  # fmt: skip
+                 receive: Callable[[], Awaitable[dict]], send: Send, model: str = "default",
+                 admission: Admission | None = None) -> None:  # fmt: skip
         self.engine = engine
         self.model = model  # the timing histograms' label
+        self.admission = admission  # None: streams open at once (no capacity bound, no fairness)
         self.limits = limits
         self.session = session
         self._receive = receive
@@ -540,12 +543,42 @@ class Connection:
         assert self.config is not None
         utt.slot = await self.session.acquire_slot()
         try:
-            utt.stream = self._open_stream(self.config, self._voice)
+            utt.stream = self._admitted_stream(utt)
         except BaseException:
             await self._release_slot(utt)
             raise
         self.session.begin(utt.index)
         utt.pump = self._start_pump(utt)
+
+    def _admitted_stream(self, utt: Utterance) -> Stream:
+        """The engine stream, opened once admission lets it (gateway/admission.py). Never waits: the
+        wait runs in its own task, so the reader still reads (a cancel withdraws the wait), and the
+        utterance's pump tells the client `audio.waiting {reason: "queue"}` when its turn comes first."""
+        assert self.config is not None
+        cfg, voice = self.config, self._voice
+        if self.admission is None:
+            return self._open_stream(cfg, voice)
+
+        def admitted(ticket: Ticket) -> None:  # its text goes to the engine now, with no await between
+            utt.queue_wait_s = ticket.waited_s
+            utt.engine_at = time.monotonic()
+
+        async def lost(e: ProtocolError | EngineError, engine_indexes: list[int]) -> None:
+            segments = [utt.engine_segments[i] for i in engine_indexes if i < len(utt.engine_segments)]
+            message = e.message if isinstance(e, ProtocolError) else str(e)
+            fields = e.fields if isinstance(e, ProtocolError) else {}
+            if segments:
+                which = ", ".join(map(str, segments))
+                message = f"segment {which} of utterance {utt.index} will not be spoken: {message}"
+            with contextlib.suppress(SlowClient):  # the pump notices a client that stopped reading
+                await self.error(e.code, message, utterance_index=utt.index, segment_indexes=segments, **fields)
+
+        frame_rate = 12.5
+        if cfg.output_mode == "codec_tokens":
+            frame_rate = float(self.engine.codec_info().get("frame_rate_hz", 12.5))  # type: ignore[attr-defined]
+        tenant = self.session.tenant
+        return QueuedStream(self.admission, tenant.name, tenant.weight, lambda: self._open_stream(cfg, voice),
+                            on_lost=lost, on_admitted=admitted, frame_rate_hz=frame_rate)  # fmt: skip
 
     def _heard(self, utt: Utterance, segment: int) -> None:
         """A segment's audio has begun: it leaves the backlog."""
@@ -653,6 +686,7 @@ class Connection:
             with contextlib.suppress(BaseException):
                 await previous
         try:
+            await self._queued(utt)
             await self._pump_audio(utt)
         except SlowClient:
             self.stop()
@@ -670,7 +704,18 @@ class Connection:
             self.outbox.settled(utt.index)
             await self._release_slot(utt)
 
+    async def _queued(self, utt: Utterance) -> None:
+        """The utterance's turn to play has come while admission still holds its stream: say why audio
+        is late, and wait (admission bounds the wait; a cancel ends it)."""
+        stream = utt.stream
+        if isinstance(stream, QueuedStream) and stream.queued:
+            await self.emit("audio.waiting", utt.index, utterance_index=utt.index, reason="queue", ahead=stream.ahead())
+            await stream.settled()
+
     async def _release_slot(self, utt: Utterance) -> None:
+        """The engine is done with the utterance: its admission and its tenant's stream slot go back."""
+        if isinstance(utt.stream, QueuedStream):
+            utt.stream.release()
         slot, utt.slot = utt.slot, None
         if slot is not None:
             with contextlib.suppress(Exception):
@@ -702,6 +747,8 @@ class Connection:
 
     async def _engine_failed(self, utt: Utterance, end: StreamEnd) -> None:
         """The engine's error, naming the committed segments whose audio never began."""
+        if isinstance(end, Refusal):
+            return  # the client was told which segments when admission refused them
         unspoken = [i for i in utt.engine_segments if i not in utt.marked]
         message = end.message or "synthesis failed"
         if unspoken:
