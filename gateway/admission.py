@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamEvent
 from engine.admission import Bound, FairQueue, Refused, Waiter
 from gateway.protocol import ProtocolError
+from sessions import Tenant
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -179,6 +180,68 @@ class Admission:
                 await self._timer
 
 
+class TicketedStream:
+    """An admitted engine stream: the audio it yields is counted to its ticket, which is released as the
+    stream ends or is cancelled."""
+
+    def __init__(self, stream: Stream, ticket: Ticket, frame_rate_hz: float = 12.5) -> None:
+        self._stream = stream
+        self._ticket = ticket
+        self._frame_rate = frame_rate_hz
+
+    def append(self, text: str) -> None:
+        self._stream.append(text)
+
+    def finish(self) -> None:
+        self._stream.finish()
+
+    def cancel(self) -> None:
+        self._stream.cancel()
+        self._ticket.release()
+
+    async def events(self) -> AsyncIterator[StreamEvent]:
+        async for ev in self._stream.events():
+            if isinstance(ev, AudioChunk):
+                self._ticket.served(ev.pcm.size / ev.sample_rate)
+            elif isinstance(ev, CodecFrames) and not ev.prime:
+                self._ticket.served(ev.codes.shape[0] / self._frame_rate)
+            elif isinstance(ev, StreamEnd):
+                self._ticket.release()  # before the consumer, which may not come back to this generator
+            yield ev
+            if isinstance(ev, StreamEnd):
+                return
+
+
+class TicketedEngine:
+    """The engine as one admitted request sees it: its stream holds `ticket` (`ticketed`)."""
+
+    def __init__(self, engine: Engine, ticket: Ticket) -> None:
+        self._engine = engine
+        self._ticket = ticket
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._engine, name)
+
+    def open_stream(self, voice: str | None, language: str, **options: object) -> Stream:
+        try:
+            stream = self._engine.open_stream(voice, language, **options)
+        except BaseException:
+            self._ticket.release()
+            raise
+        return TicketedStream(stream, self._ticket)
+
+
+def ticketed(engine: Engine, ticket: Ticket | None) -> Engine:
+    """`engine`, or the engine whose stream holds `ticket` (None: no admission, the engine as is)."""
+    return engine if ticket is None else TicketedEngine(engine, ticket)  # type: ignore[return-value]
+
+
+async def admit(state: object, tenant: Tenant) -> Ticket | None:
+    """The app's admission for one request (`app.state.admission`; None before any engine is loaded)."""
+    admission: Admission | None = getattr(state, "admission", None)
+    return None if admission is None else await admission.admit(tenant.name, tenant.weight)
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal(StreamEnd):
     """How a refused QueuedStream ends: its client was told when the refusal came (`on_lost`)."""
@@ -261,6 +324,7 @@ class QueuedStream:
         if self.failed is not None:
             ticket.release()
             return
+        stream = TicketedStream(stream, ticket, self._frame_rate)
         lost: list[int] = []
         error: EngineError | None = None
         for i, text in enumerate(self._held):  # in order, before any later append (no await in between)
@@ -297,7 +361,7 @@ class QueuedStream:
     def cancel(self) -> None:
         self._cancelled = True
         if self.stream is not None:
-            self.stream.cancel()
+            self.stream.cancel()  # its ticket too
         self.release()
 
     def release(self) -> None:
@@ -317,14 +381,7 @@ class QueuedStream:
             else:
                 yield StreamEnd("cancelled")
             return
-        assert self.ticket is not None
         async for ev in self.stream.events():
-            if isinstance(ev, AudioChunk):
-                self.ticket.served(ev.pcm.size / ev.sample_rate)
-            elif isinstance(ev, CodecFrames) and not ev.prime:
-                self.ticket.served(ev.codes.shape[0] / self._frame_rate)
-            elif isinstance(ev, StreamEnd):
-                self.ticket.release()  # before the consumer, which may not come back to this generator
             yield ev
             if isinstance(ev, StreamEnd):
                 return

@@ -20,6 +20,7 @@ from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.response import Stream as StreamResponse
 
 from engine import AudioChunk, Engine, EngineError, StreamEnd, Waiting
+from gateway.admission import QueueFull, admit, ticketed
 from gateway.audio import MEDIA_TYPES, Resampler, encode_file, encode_frames, wav_stream_header
 from gateway.auth import caller, serving_engine
 from gateway.errors import ApiError
@@ -120,6 +121,13 @@ async def _pcm(
         stream.cancel()  # a no-op once the stream has ended
 
 
+def queue_full(e: QueueFull) -> Response:
+    """429 with Retry-After (whole seconds) and OpenAI's body; `bound` is in the message."""
+    response = ApiError(e.message, code="queue_full", param=None, status=429).response()
+    response.headers["Retry-After"] = e.retry_after_header
+    return response
+
+
 @post("/v1/audio/speech", status_code=200, request_max_body_size=MAX_BODY_BYTES)  # OpenAI answers 200, not 201
 async def create_speech(request: Request) -> Response:
     tenant, engine = caller(request), serving_engine(request)
@@ -131,10 +139,13 @@ async def create_speech(request: Request) -> Response:
         fmt = req.response_format
         if fmt == "opus" and rate not in (8000, 12000, 16000, 24000, 48000):
             raise ApiError("opus needs a sample_rate of 8000, 12000, 16000, 24000 or 48000", param="sample_rate")
-        chunks = _pcm(engine, req, voice, rate, voice_options)
+        ticket = await admit(request.app.state, tenant)  # until the engine has room and it is this tenant's turn
+        chunks = _pcm(ticketed(engine, ticket), req, voice, rate, voice_options)
         first = await anext(chunks, None)  # surfaces engine errors (bad voice, language) as a 400
     except ApiError as e:
         return e.response()
+    except QueueFull as e:
+        return queue_full(e)
     except RequestEntityTooLarge:
         return ApiError(f"the request body is limited to {MAX_BODY_BYTES} bytes", code="request_too_large",
                         status=413).response()  # fmt: skip
