@@ -42,7 +42,7 @@ from gateway.protocol import (
     quote,
 )
 from gateway.session_state import SessionBinding
-from gateway.timing import LeadingTrim, ResponseClock, Timing, observe
+from gateway.timing import ResponseClock, Timing, observe, trim_for
 from gateway.voices import stream_options
 from segmentation import Segment, StreamSegmenter, normalize_for_speech
 from sessions import SESSION_TAKEN_OVER, StreamSlot
@@ -203,7 +203,7 @@ class Limits:
     max_utterance_chars: int = 256 * 1024  # input.text of one utterance
     # The backlog ahead of the listener: committed text whose audio has not begun, and audio sent but
     # not yet played (at real time). Past either, input.text is refused with `backlog_full`.
-    max_backlog_chars: int = 16384
+    max_backlog_chars: int = 65536  # the `none` mode segmenter holds this much before a forced cut
     max_audio_ahead_s: float = 600.0
     # Leading-silence trim of each response's first audio (gateway/timing.py): at most trim_max_ms, and
     # never closer than trim_preroll_ms to the first sample above trim_threshold_dbfs (peak).
@@ -846,9 +846,7 @@ class Connection:
         end = StreamEnd("done")
         playback = _Playback()
         clock = ResponseClock(rate, utt.engine_at, utt.queue_wait_s)
-        lim = self.limits
-        trim = LeadingTrim(rate, enabled=lim.trim_leading_silence, max_ms=lim.trim_max_ms,
-                           threshold_dbfs=lim.trim_threshold_dbfs, preroll_ms=lim.trim_preroll_ms)  # fmt: skip
+        trim = trim_for(rate, self.limits)
         marks: list[tuple[int, int]] = []  # (segment, sample offset before the trim), sent with their audio
 
         async def send(pcm: np.ndarray) -> None:
