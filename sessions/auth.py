@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -58,22 +59,29 @@ class ApiKeys:
 
     @classmethod
     def from_spec(cls, spec: str) -> ApiKeys:
-        """``"acme=<sha256hex>,beta=<sha256hex>"`` — the form of ``VOXGATE_API_KEYS``."""
+        """``"acme=<sha256hex>,beta=<sha256hex>"`` — the form of ``VOXGATE_API_KEYS``; ``"acme:2=<hex>"``
+        gives acme the weight 2 (its share of the engine under contention; default 1)."""
         digests: dict[str, Tenant | str] = {}
+        weights: dict[str, float] = {}
         for item in filter(None, (p.strip() for p in spec.split(","))):
             tenant, sep, digest = item.partition("=")
             if not sep:
                 raise ValueError(f"API key entry {item[:20]!r}… is not tenant=sha256hex")
-            digests[digest.strip()] = tenant.strip()
+            name, colon, weight = tenant.strip().partition(":")  # ':' is never part of a tenant id
+            w = _weight(name, weight) if colon else 1.0
+            if weights.setdefault(name, w) != w:
+                raise ValueError(f"tenant {name[:40]!r} is given two weights")
+            digests[digest.strip()] = Tenant(check_id("tenant", name), weight=w)
         return cls(digests)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ApiKeys:
-        """``{"tenants": {"acme": {"key_sha256": ["<hex>", …], "max_streams": 4}}}``."""
+        """``{"tenants": {"acme": {"key_sha256": ["<hex>", …], "max_streams": 4, "weight": 2}}}``."""
         digests: dict[str, Tenant | str] = {}
         for name, conf in config.get("tenants", {}).items():
             limit = conf.get("max_streams")
-            tenant = Tenant(name, int(limit) if limit is not None else None)
+            weight = _weight(name, conf.get("weight", 1.0))
+            tenant = Tenant(name, int(limit) if limit is not None else None, weight)
             hashes = conf.get("key_sha256", [])
             for digest in [hashes] if isinstance(hashes, str) else hashes:
                 digests[digest] = tenant
@@ -99,6 +107,20 @@ class ApiKeys:
         if self.is_open:
             return Tenant(DEFAULT_TENANT)
         return self.verify(presented)
+
+
+MAX_WEIGHT = 1000.0  # a weight is a share: past this it would only overflow the fairness arithmetic
+
+
+def _weight(tenant: str, value: object) -> float:
+    """A tenant's configured weight: a finite number in (0, MAX_WEIGHT]."""
+    try:
+        weight = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        weight = math.nan
+    if isinstance(value, bool) or not 0 < weight <= MAX_WEIGHT:  # NaN fails too
+        raise ValueError(f"tenant {tenant[:40]!r}: weight must be a number > 0 and ≤ {MAX_WEIGHT:g}")
+    return weight
 
 
 def key_from_headers(authorization: str | None, x_api_key: str | None = None) -> str | None:
