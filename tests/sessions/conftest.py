@@ -9,6 +9,8 @@ import pytest
 
 from sessions import SessionStore, StoreSettings
 
+from ..conftest import RedisServer
+
 # Short TTLs keep expiry tests fast; the lease renews every ttl/3.
 FAST = StoreSettings(
     session_ttl_s=5.0, lease_ttl_s=0.6, stream_ttl_s=0.5, spoken_log_max=3,
@@ -42,6 +44,23 @@ async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[MakeStore]
     yield make
     for store in stores:
         await store.close()
+
+
+@pytest.fixture
+async def redis_stores(redis_server: RedisServer) -> AsyncIterator[Callable[[str, StoreSettings], SessionStore]]:
+    """``redis_stores(replica_id, settings)``: stores on the real redis-server, not started (the fault
+    tests start them when they mean to); closed afterwards, the server resumed first (a test may leave
+    it paused)."""
+    made: list[SessionStore] = []
+
+    def make(replica: str, settings: StoreSettings) -> SessionStore:
+        made.append(SessionStore.from_url(redis_server.url, settings=settings, replica_id=replica))
+        return made[-1]
+
+    yield make
+    redis_server.resume()
+    for s in made:
+        await s.close()
 
 
 @pytest.fixture

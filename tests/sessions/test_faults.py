@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -18,16 +18,8 @@ SETTINGS = StoreSettings(lease_ttl_s=0.6, op_timeout_s=0.5, connect_timeout_s=0.
 
 
 @pytest.fixture
-async def stores(redis_server: RedisServer) -> AsyncIterator[Callable[[str], SessionStore]]:
-    made: list[SessionStore] = []
-
-    def make(replica: str) -> SessionStore:
-        made.append(SessionStore.from_url(redis_server.url, settings=SETTINGS, replica_id=replica))
-        return made[-1]
-
-    yield make
-    for s in made:
-        await s.close()
+def stores(redis_stores: Callable[[str, StoreSettings], SessionStore]) -> Callable[[str], SessionStore]:
+    return lambda replica: redis_stores(replica, SETTINGS)
 
 
 async def _eventually(check: Callable[[], object], timeout: float = 5.0) -> None:

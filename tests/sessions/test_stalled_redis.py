@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -20,17 +20,8 @@ SETTINGS = StoreSettings(lease_ttl_s=3.0, stream_ttl_s=3.0, op_timeout_s=0.5, co
 
 
 @pytest.fixture
-async def stores(redis_server: RedisServer) -> AsyncIterator[Callable[[str], SessionStore]]:
-    made: list[SessionStore] = []
-
-    def make(replica: str) -> SessionStore:
-        made.append(SessionStore.from_url(redis_server.url, settings=SETTINGS, replica_id=replica))
-        return made[-1]
-
-    yield make
-    redis_server.resume()
-    for s in made:
-        await s.close()
+def stores(redis_stores: Callable[[str, StoreSettings], SessionStore]) -> Callable[[str], SessionStore]:
+    return lambda replica: redis_stores(replica, SETTINGS)
 
 
 async def _until(check: Callable[[], bool], timeout: float) -> float:
