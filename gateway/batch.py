@@ -26,7 +26,7 @@ from litestar import Request, Response, post
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from engine import Engine, EngineError
-from gateway.admission import QueueFull
+from gateway.admission import QueueFull, admit, ticketed
 from gateway.audio import MEDIA_TYPES, OPUS_RATES, encode_file
 from gateway.auth import caller, serving_engine
 from gateway.errors import ApiError
@@ -115,22 +115,15 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
     if req.response_format == "opus" and rate not in OPUS_RATES:
         rates = ", ".join(map(str, OPUS_RATES))
         return _error(index, ApiError(f"opus needs a sample_rate of {rates}", param="sample_rate"))
-    admission = getattr(state, "admission", None)
     ticket = None
     try:
         name = _voice(engine, req.voice, state.settings.voice_aliases)
         voice, voice_options = await resolve_voice(state.store, who.tenant, engine, name)
-        if admission is not None:
-            ticket = await admission.admit(who.tenant.name, who.tenant.weight)
-        parts: list[np.ndarray] = []
+        ticket = await admit(state, who.tenant)  # as POST /v1/audio/speech: capacity, then the tenant's turn
         async with asyncio.timeout(ITEM_TIMEOUT_BASE_S + ITEM_TIMEOUT_S_PER_CHAR * len(req.input)):
-            async for chunk in _pcm(engine, req, voice, rate, voice_options):
-                parts.append(chunk)
-                if ticket is not None:
-                    ticket.served(len(chunk) / rate)  # as it comes, like a stream's: fairness counts audio
+            # The ticketed stream counts its audio to the tenant and releases the ticket as it ends.
+            parts = [pcm async for pcm in _pcm(ticketed(engine, ticket), req, voice, rate, voice_options)]
         pcm = np.concatenate(parts) if parts else np.zeros(0, np.int16)
-        if ticket is not None:
-            ticket.release()  # encoding needs no engine capacity
     except QueueFull as e:
         refusal = ApiError(e.message, code="queue_full")
         return _error(index, refusal, bound=e.bound, retry_after_s=round(e.retry_after_s, 1))
@@ -145,7 +138,7 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
         return _error(index, ApiError(f"synthesis failed: {type(e).__name__}", code="synthesis_failed"))
     finally:
         if ticket is not None:
-            ticket.release()  # idempotent
+            ticket.release()  # idempotent: also when the stream never opened (a bad voice)
     fmt = req.response_format
     audio = await asyncio.to_thread(_encode, pcm, rate, fmt)
     usage = {"input_tokens": len(req.input), "output_tokens": len(pcm), "total_tokens": len(req.input)}

@@ -133,13 +133,16 @@ class _CountingStream:
         self.inner.cancel()
 
     async def events(self) -> AsyncIterator[StreamEvent]:
-        ended = False
+        counted = False
         try:
             async for ev in self.inner.events():
-                ended = isinstance(ev, StreamEnd)
+                if isinstance(ev, StreamEnd):  # counted here: a consumer that breaks at the end never closes us
+                    counted = True
+                    self.engine.ended(abandoned=False)
                 yield ev
         finally:
-            self.engine.ended(abandoned=not ended)
+            if not counted:
+                self.engine.ended(abandoned=True)
 
 
 class _CountingEngine:
@@ -202,3 +205,61 @@ def test_a_client_that_leaves_frees_its_items_streams(counted_gateway: tuple[str
         assert time.monotonic() < deadline, "the batch's streams outlived their client"
         time.sleep(0.02)
     assert engine.abandoned - abandoned == 3
+
+
+# -- admission: every item is a stream in the same queue ---------------------------------------------------
+
+
+def post_with_headers(addr: str, body: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+    conn = http.client.HTTPConnection(addr, timeout=60)
+    conn.request("POST", PATH, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    return r.status, {k.lower(): v for k, v in r.getheaders()}, json.loads(r.read())
+
+
+@pytest.fixture(scope="module")
+def one_slot_gateway(cpu_engine: Engine) -> Iterator[tuple[str, _CountingEngine]]:
+    """Room for one stream and one waiting: the third of three items finds the queue full."""
+    engine = _CountingEngine(cpu_engine)
+    for addr in serve(engine, max_active_streams=1, max_waiting_per_model=1):  # type: ignore[arg-type]
+        yield addr, engine
+
+
+@pytest.fixture(scope="module")
+def no_queue_gateway(cpu_engine: Engine) -> Iterator[tuple[str, _CountingEngine]]:
+    """Room for one stream and none waiting."""
+    engine = _CountingEngine(cpu_engine)
+    for addr in serve(engine, max_active_streams=1, max_waiting_per_model=0):  # type: ignore[arg-type]
+        yield addr, engine
+
+
+def test_items_pass_admission_and_one_past_the_bound_is_refused_alone(
+    one_slot_gateway: tuple[str, _CountingEngine],
+) -> None:
+    addr, engine = one_slot_gateway
+    status, out = batch(addr, {"response_format": "pcm", "items": [{"input": f"Item number {n}."} for n in "123"]})
+    assert status == 200, out
+    first, second, third = out["results"]
+    assert first["status"] == second["status"] == "success"  # one ran, one waited for its turn
+    assert third["status"] == "error" and third["code"] == "queue_full" and third["bound"] == "model", third
+    assert third["retry_after_s"] >= 1 and "waiting" in third["error"]
+    assert engine.most_open == 1 and engine.open == 0  # admission's one slot, never two streams at once
+
+
+def test_a_batch_nothing_of_which_can_queue_is_a_429(no_queue_gateway: tuple[str, _CountingEngine]) -> None:
+    addr, engine = no_queue_gateway
+    long = "A long item holds the only slot for a while, sentence after sentence after sentence. " * 12
+    holder: list[tuple[int, Any]] = []
+    thread = threading.Thread(target=lambda: holder.append(batch(addr, {"items": [{"input": long}]})))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while engine.open < 1:  # the slot is taken
+            assert time.monotonic() < deadline, "the first batch never started"
+            time.sleep(0.02)
+        status, headers, out = post_with_headers(addr, {"items": [{"input": "One."}, {"input": "Two."}]})
+    finally:
+        thread.join(60)
+    assert status == 429 and out["error"]["code"] == "queue_full", out
+    assert int(headers["retry-after"]) >= 1
+    assert holder and holder[0][0] == 200 and holder[0][1]["succeeded"] == 1  # the holder was not disturbed
