@@ -673,7 +673,9 @@ class Connection:
     # -- audio ----------------------------------------------------------------------------------
 
     def _start_pump(self, utt: Utterance) -> asyncio.Task[None]:
-        if utt.stream is not None:  # its first segment is appended right after, with no await between
+        if utt.stream is not None and utt.engine_at is None:
+            # Its first segment is appended right after, with no await between (under admission the
+            # stream is a QueuedStream, and this is set again when admission lets the text go in).
             utt.engine_at = time.monotonic()
         previous = self._last_pump
         task = asyncio.create_task(self._pump(utt, previous))
@@ -766,7 +768,7 @@ class Connection:
         info: dict[str, object] = self.engine.codec_info()  # type: ignore[attr-defined]
         frame_rate = float(info.get("frame_rate_hz", 12.5))  # type: ignore[arg-type]
         started, segment, end = False, None, StreamEnd("done")
-        clock = ResponseClock(self.sample_rate, utt.engine_at, utt.queue_wait_s)  # no trim: codes, not PCM
+        clock = ResponseClock(self.sample_rate, None)  # no trim: codes, not PCM
 
         async def frames(codes: np.ndarray, flags: int) -> None:
             header = CODEC_HEADER.pack(utt.codec_seq, codes.shape[0], flags | (RESET if utt.codec_seq == 0 else 0))
@@ -817,15 +819,17 @@ class Connection:
             await self._engine_failed(utt, end)
         elif started:
             await frames(no_frames, SEGMENT_END | EOS)
-        timing = self._timed(clock, failed)
+        timing = self._timed(clock, utt, failed)
         await self.session.record(utt.index, "".join(s.text for s in utt.segments), cancelled=failed)
         await self.emit("codec.done", utt.index, utterance_index=utt.index, total_frames=utt.codec_frames,
                         seq_last=utt.codec_seq - 1, error=failed, cancelled=False, timing=timing)  # fmt: skip
         await self.emit("session.done", utt.index, utterance_index=utt.index, total_sentences=len(utt.segments),
                         timing=timing)  # fmt: skip
 
-    def _timed(self, clock: ResponseClock, failed: bool) -> Timing:
-        """The utterance's timing record; a complete one also goes to the histograms."""
+    def _timed(self, clock: ResponseClock, utt: Utterance, failed: bool) -> Timing:
+        """The utterance's timing record; a complete one also goes to the histograms. Its start and queue
+        wait are read now: admission sets them when it lets the text go in, which may follow the pump's start."""
+        clock.start, clock.queue_wait_s = utt.engine_at, utt.queue_wait_s
         timing = clock.record()
         if not failed:
             observe(timing, self.model, self.session.tenant.name)
@@ -845,7 +849,7 @@ class Connection:
         file_parts: list[np.ndarray] = []
         end = StreamEnd("done")
         playback = _Playback()
-        clock = ResponseClock(rate, utt.engine_at, utt.queue_wait_s)
+        clock = ResponseClock(rate, None)
         trim = trim_for(rate, self.limits)
         marks: list[tuple[int, int]] = []  # (segment, sample offset before the trim), sent with their audio
 
@@ -909,7 +913,7 @@ class Connection:
         if failed:
             await self._engine_failed(utt, end)
         clock.trimmed = trim.trimmed
-        timing = self._timed(clock, failed)
+        timing = self._timed(clock, utt, failed)
         await self.emit(
             "audio.done", utt.index, utterance_index=utt.index, sentence_index=0,
             total_bytes=utt.sent_bytes, error=failed, timing=timing,

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from typing import Literal
 
@@ -24,6 +25,7 @@ from gateway.admission import QueueFull, admit, ticketed
 from gateway.audio import MEDIA_TYPES, Resampler, encode_file, encode_frames, wav_stream_header
 from gateway.auth import caller, serving_engine
 from gateway.errors import ApiError
+from gateway.timing import LeadingTrim, ResponseClock, Timing, observe, trim_for
 from gateway.voices import resolve_voice, stream_options
 from segmentation import StreamSegmenter, normalize_for_speech
 from sessions import StateUnavailable
@@ -94,9 +96,11 @@ def _voice(engine: Engine, name: str | None, aliases: dict[str, str]) -> str | N
 
 
 async def _pcm(
-    engine: Engine, req: SpeechRequest, voice: str | None, rate: int, voice_options: dict[str, object]
+    engine: Engine, req: SpeechRequest, voice: str | None, rate: int, voice_options: dict[str, object],
+    trim: LeadingTrim | None = None, clock: ResponseClock | None = None,
 ) -> AsyncIterator[np.ndarray]:
-    """The request's audio at `rate`, chunk by chunk; cancels the engine stream if the client leaves."""
+    """The request's audio at `rate`, chunk by chunk (never an empty one); cancels the engine stream if
+    the client leaves. `trim`: drop the leading silence; `clock`: its start is when the text went in."""
     options = stream_options(voice_options, sample_rate=rate, speed=req.speed, seed=req.seed,
                              instructions=req.instructions)  # fmt: skip
     stream = engine.open_stream(voice, req.language, **options)
@@ -105,6 +109,9 @@ async def _pcm(
         if spoken := normalize_for_speech(seg.text, req.language):
             stream.append(spoken + " ")
     stream.finish()
+    if clock is not None:
+        clock.start = time.monotonic()
+    trim = trim or LeadingTrim(rate, enabled=False)
     resample: Resampler | None = None
     try:
         async for ev in stream.events():
@@ -116,9 +123,42 @@ async def _pcm(
                 continue
             assert isinstance(ev, AudioChunk)
             resample = resample or Resampler(ev.sample_rate, rate)
-            yield resample(ev.pcm)
+            if (pcm := trim.feed(resample(ev.pcm))).size:
+                yield pcm
+        if resample is not None:  # the resampler's filter tail, then what the trim may still hold
+            for pcm in (trim.feed(resample(np.zeros(0, np.int16), last=True)), trim.flush()):
+                if pcm.size:
+                    yield pcm
     finally:
         stream.cancel()  # a no-op once the stream has ended
+
+
+async def client_gone(request: Request) -> None:
+    """Returns when the client has gone. The body is read, so the next ASGI message is the disconnect;
+    nothing else is expected, but one would be passed over without spinning."""
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)
+
+
+async def _whole(request: Request, first: np.ndarray | None, chunks: AsyncIterator[np.ndarray]) -> np.ndarray | None:
+    """All of a response's PCM, for a format sent as one file; None if the client left meanwhile (its
+    engine stream is cancelled then, as a streamed body's is when its client goes)."""
+
+    async def collect() -> np.ndarray:
+        parts = [] if first is None else [first]
+        parts += [pcm async for pcm in chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int16)
+
+    work, gone = asyncio.ensure_future(collect()), asyncio.ensure_future(client_gone(request))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not work.done():
+            work.cancel()
+        await asyncio.wait({work, gone})
+        await chunks.aclose()  # cancels the engine stream (a no-op once it has ended)
+    return None if work.cancelled() else work.result()
 
 
 def queue_full(e: QueueFull) -> Response:
@@ -140,7 +180,9 @@ async def create_speech(request: Request) -> Response:
         if fmt == "opus" and rate not in (8000, 12000, 16000, 24000, 48000):
             raise ApiError("opus needs a sample_rate of 8000, 12000, 16000, 24000 or 48000", param="sample_rate")
         ticket = await admit(request.app.state, tenant)  # until the engine has room and it is this tenant's turn
-        chunks = _pcm(ticketed(engine, ticket), req, voice, rate, voice_options)
+        clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
+        trim = trim_for(rate, request.app.state.settings.limits)
+        chunks = _pcm(ticketed(engine, ticket), req, voice, rate, voice_options, trim, clock)
         first = await anext(chunks, None)  # surfaces engine errors (bad voice, language) as a 400
     except ApiError as e:
         return e.response()
@@ -155,21 +197,44 @@ async def create_speech(request: Request) -> Response:
         return ApiError(str(e), code=e.code, status=503).response()
 
     headers = {"X-Audio-Sample-Rate": str(rate), "X-Audio-Channels": "1"}
+    streamed = fmt in ("wav", "pcm")  # bytes leave as they are made; the others are one file
+    file, timing = b"", None  # a file's, known before its headers
+
+    def timed() -> Timing:
+        """The whole record, once the last audio is handed over; a complete one goes to the histograms."""
+        clock.trimmed = trim.trimmed
+        timing = clock.record()
+        observe(timing, request.app.state.settings.model, tenant.name)
+        return timing
+
+    if streamed:
+        if first is not None:
+            clock.audio(first)  # handed over with the headers
+        headers |= clock.record().headers(whole=False)  # only what is known before the body
+    else:  # assembled whole before the first byte leaves, so every field can be a header
+        try:
+            whole = await _whole(request, first, chunks)
+        except RuntimeError as e:  # the engine failed mid-way; the body has not begun
+            return ApiError(str(e), code="engine_error", status=500).response()
+        if whole is None:
+            return ApiError("the client disconnected", code="client_disconnected", status=499).response()
+        file = await asyncio.to_thread(encode_file, whole, rate, fmt)
+        clock.audio(whole)
+        timing = timed()
+        headers |= timing.headers(whole=True)
 
     async def audio() -> AsyncIterator[bytes]:
+        if not streamed:
+            yield file
+            return
         try:
             if fmt == "wav":
                 yield wav_stream_header(rate)
-            if fmt in ("wav", "pcm"):  # streamable: bytes leave as they are made
-                if first is not None:
-                    yield encode_frames(first, "pcm")
-                async for pcm in chunks:
-                    yield encode_frames(pcm, "pcm")
-            else:  # compressed: one file once the audio is complete
-                parts = [] if first is None else [first]
-                parts += [pcm async for pcm in chunks]
-                pcm = np.concatenate(parts) if parts else np.zeros(0, np.int16)
-                yield await asyncio.to_thread(encode_file, pcm, rate, fmt)
+            if first is not None:
+                yield encode_frames(first, "pcm")
+            async for pcm in chunks:
+                clock.audio(pcm)
+                yield encode_frames(pcm, "pcm")
         finally:
             await chunks.aclose()  # a client that left frees its engine stream now
 
@@ -182,10 +247,21 @@ async def create_speech(request: Request) -> Response:
                 event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
                 yield f"data: {json.dumps(event)}\n\n".encode()
             usage = {"input_tokens": len(req.input), "output_tokens": total // 2, "total_tokens": len(req.input)}
-            yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n".encode()
+            # The whole timing record beside `usage` (OpenAI's token counts), known only now.
+            done = {"type": "speech.audio.done", "usage": usage,
+                    "timing": msgspec.to_builtins(timing or timed())}  # fmt: skip
+            yield f"data: {json.dumps(done)}\n\n".encode()
 
         return StreamResponse(sse(), media_type="text/event-stream", headers=headers)
-    return StreamResponse(audio(), media_type=MEDIA_TYPES[fmt], headers=headers)
+    if not streamed:
+        return Response(file, media_type=MEDIA_TYPES[fmt], headers=headers)
+
+    async def observed() -> AsyncIterator[bytes]:
+        async for data in audio():
+            yield data
+        timed()  # the client heard it all: into the histograms
+
+    return StreamResponse(observed(), media_type=MEDIA_TYPES[fmt], headers=headers)
 
 
 openai_routes = [create_speech]

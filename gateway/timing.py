@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from typing import Protocol
 
 import msgspec
 import numpy as np
@@ -170,3 +171,18 @@ class LeadingTrim:
         held = np.concatenate(self._held) if self._held else np.zeros(0, np.int16)
         self._held, self._held_n, self.pending = [], 0, False
         return held[self.trimmed :]
+
+
+class TrimLimits(Protocol):
+    """The trim's settings (gateway.connection.Limits has them)."""
+
+    trim_leading_silence: bool
+    trim_max_ms: int
+    trim_threshold_dbfs: float
+    trim_preroll_ms: int
+
+
+def trim_for(rate: int, limits: TrimLimits) -> LeadingTrim:
+    """A response's trim, as the settings configure it."""
+    return LeadingTrim(rate, enabled=limits.trim_leading_silence, max_ms=limits.trim_max_ms,
+                       threshold_dbfs=limits.trim_threshold_dbfs, preroll_ms=limits.trim_preroll_ms)  # fmt: skip

@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import socket
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -275,7 +277,7 @@ def test_openai_streamed_response_has_queue_wait_and_ttfa_headers(oai: openai.Op
     raw = oai.audio.speech.with_raw_response.create(model="tts-1", voice="alloy", input="Timed.", response_format="pcm")
     assert int(raw.headers["x-queue-wait-ms"]) >= 0 and int(raw.headers["x-ttfa-ms"]) > 0
     assert "x-audio-ms" not in raw.headers  # unknown when the headers leave, before the audio
-    pcm = np.frombuffer(raw.read(), np.int16)
+    pcm = np.frombuffer(raw.parse().content, np.int16)
     assert first_above(pcm, THRESHOLD) <= PREROLL * MS  # trimmed as on the WebSocket (Piper's lead < the cap)
 
 
@@ -288,7 +290,7 @@ def test_openai_whole_file_has_every_timing_header(oai: openai.OpenAI, fmt: str)
     assert 0 < ttfa == audible == synthesis  # the file is the first and the last audio
     assert 0 <= int(h["x-trimmed-ms"]) <= MAX_MS and int(h["x-queue-wait-ms"]) >= 0
     assert float(h["x-rtf"]) == pytest.approx(synthesis / int(h["x-audio-ms"]), abs=0.002)
-    samples, rate = soundfile.read(io.BytesIO(raw.read()))
+    samples, rate = soundfile.read(io.BytesIO(raw.parse().content))
     if fmt == "flac":  # lossless and unpadded: the samples are the audio counted
         assert int(h["x-audio-ms"]) == round(len(samples) / rate * 1000)
 
@@ -305,3 +307,25 @@ def test_openai_sse_done_event_carries_the_whole_record(trimming: str) -> None:
     t = done["timing"]
     assert t["audio_ms"] == round(len(audio) / 2 / RATE * 1000)
     assert 0 < t["ttfa_ms"] <= t["audible_ttfa_ms"] <= t["synthesis_ms"] and 0 <= t["trimmed_ms"] <= MAX_MS
+
+
+def test_openai_whole_file_client_that_leaves_frees_its_engine_stream(trimming: str, cpu_engine: Engine) -> None:
+    """A file is assembled before its headers (to time it whole): a client leaving meanwhile must still
+    cancel its engine stream at once, as a streamed body's does."""
+
+    def active() -> int:
+        return cpu_engine.capacity().active  # type: ignore[attr-defined]
+
+    def wait_for(check: Any, what: str) -> None:
+        deadline = time.monotonic() + 10
+        while not check():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.02)
+
+    body = json.dumps({"input": "A long answer that takes a while to speak. " * 90, "response_format": "mp3"})
+    host, port = trimming.split(":")
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(f"POST /v1/audio/speech HTTP/1.1\r\nHost: {trimming}\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n{body}".encode())  # fmt: skip
+        wait_for(lambda: active() >= 1, "the request never started")
+    wait_for(lambda: active() == 0, "the departed client's engine stream was not cancelled")
