@@ -916,15 +916,16 @@ def fairness(shared: dict[str, Any], solo: dict[str, Any] | None, tenants: list[
 
 
 def tenants_table(result: dict[str, Any]) -> str:
-    head = ("| run | tenant | weight | sessions | done/started | refused/failed (codes) | served audio s | "
+    head = ("| run | tenant | weight | sessions | done/started | refused (bound) | failed | served audio s | "
             "audio s/s | share | audible TTFA p50/p95 ms | gap-free |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for run in result["runs"]:
         for name, p in run["tenants"].items():
             au = p["audible_first_s"]
-            codes = ", ".join(f"{k} {v}" for k, v in sorted(p["errors"].items())) or "-"
+            bounds = ", ".join(f"{k.partition(':')[2] or k} {v}" for k, v in sorted(p.get("refusals", {}).items()))
             lines.append(f"| {run['run']} | {name} | {p['weight'] if p['weight'] is not None else '?'} | "
-                         f"{p['concurrency']} | {p['completed']}/{p['started']} | {p['failed']} ({codes}) | "
+                         f"{p['concurrency']} | {p['completed']}/{p['started']} | "
+                         f"{p.get('refused', 0)}{f' ({bounds})' if bounds else ''} | {p['failed']} | "
                          f"{p['served_audio_s']:.1f} | {p['served_audio_s_per_s']:.2f} | {_pct(p['share'])} | "
                          f"{_ms(au['p50'])}/{_ms(au['p95'])} | {_pct(p['gap_free_share'])} |")  # fmt: skip
     f = result["fairness"]
