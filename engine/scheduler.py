@@ -237,7 +237,10 @@ class ThroughputMeter:
     """
 
     def __init__(self, buckets: Sequence[int], alpha: float = 0.1, frames_per_s: float = FRAMES_PER_S,
-                 headroom: float = HEADROOM) -> None:
+                 headroom: float = HEADROOM, alpha_up: float | None = 0.5) -> None:
+        """`alpha_up`: the weight of a cycle slower than the estimate (None: `alpha`). A slowdown is
+        believed at once, a speed-up slowly: admitting too many streams breaks them up, too few only
+        makes a newcomer wait."""
         if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] < 1:
             raise ValueError(f"buckets must be increasing positive sizes, got {buckets}")
         if not (0 < alpha <= 1 and frames_per_s > 0 and headroom >= 1):
@@ -245,6 +248,7 @@ class ThroughputMeter:
                              f"{frames_per_s}, {headroom}")
         self.buckets = tuple(buckets)
         self.alpha, self.need = alpha, frames_per_s * headroom
+        self.alpha_up = alpha if alpha_up is None else min(1.0, max(alpha, alpha_up))
         self._per_row: dict[int, float] = {}  # bucket → EWMA frames per row per cycle
         self._cycle: dict[int, float] = {}  # bucket → EWMA cycle seconds
         self._lock = threading.Lock()
@@ -264,7 +268,8 @@ class ThroughputMeter:
                 self._per_row[b], self._cycle[b] = per_row, seconds
             else:
                 self._per_row[b] += self.alpha * (per_row - self._per_row[b])
-                self._cycle[b] += self.alpha * (seconds - self._cycle[b])
+                up = self.alpha_up if seconds > self._cycle[b] else self.alpha
+                self._cycle[b] += up * (seconds - self._cycle[b])
 
     def _measured(self) -> dict[int, float]:
         """A snapshot: bucket → frames per second per stream, as measured."""

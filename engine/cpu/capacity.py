@@ -7,8 +7,10 @@ it mixes. A stream that speaks needs about one second of audio per second, i.e. 
 per second; `workers` workers keep `workers / rtf` such streams ahead, of which `HEADROOM` is counted
 (a shared box's other work, the look-ahead's bursts, the cost of text that is not speech yet).
 
-The RTF is measured on the wall clock of each job, with whatever else ran beside it: a job measured
-while the other workers were busy costs what it costs under load, which is what admission asks about.
+The RTF is measured on the wall clock of each job, with whatever else ran beside it (other processes
+of a shared box included), and brought to what it would cost with every worker busy
+(`full_load_factor`): a job that ran alone had the idle cores for its intra-op threads, and measured
+as it was it would promise a throughput the pool does not have once the streams it admits arrive.
 Pure and thread-safe (a lock held for a few arithmetic operations); no clock of its own.
 """
 
@@ -21,6 +23,10 @@ import threading
 HEADROOM = 0.8
 #: Weight of the newest job in the EWMAs: about the last ten jobs count.
 ALPHA = 0.1
+#: Weight of a job that cost more than the estimate: a rise is believed at once (the box got busier,
+#: more streams were admitted), a fall slowly. Under-estimating the cost admits streams that then
+#: break up; over-estimating it only makes a newcomer wait a little longer.
+ALPHA_UP = 0.5
 #: RTF assumed before anything was measured (cold onnxruntime on a loaded 2-core box is about this
 #: slow for Kokoro; Piper is far faster): the first streams are admitted carefully, then measured.
 PRIOR_RTF = 0.5
@@ -29,12 +35,25 @@ PRIOR_RTF = 0.5
 SHORT_AUDIO_S = 0.5
 
 
+def full_load_factor(busy: float, workers: int, threads: int, cores: int) -> float:
+    """How much slower a job that ran beside `busy` jobs (itself included) would have been with all
+    `workers` busy: the ratio of the cores it had (at most its `threads`) to the cores it would get.
+    Pessimistic where intra-op threads scale less than linearly, which is the safe side."""
+    cores, threads = max(1, cores), max(1, threads)
+    had = min(threads, cores / max(1.0, busy))
+    gets = min(threads, cores / max(1, workers))
+    return max(1.0, had / gets)
+
+
 class RtfMeter:
-    def __init__(self, alpha: float = ALPHA, prior_rtf: float = PRIOR_RTF, headroom: float = HEADROOM) -> None:
-        if not (0 < alpha <= 1 and prior_rtf > 0 and 0 < headroom <= 1):
+    def __init__(self, alpha: float = ALPHA, prior_rtf: float = PRIOR_RTF, headroom: float = HEADROOM,
+                 alpha_up: float | None = ALPHA_UP) -> None:
+        """`alpha_up`: the weight of a job costlier than the estimate (None: `alpha`, symmetric)."""
+        alpha_up = alpha if alpha_up is None else max(alpha, alpha_up)
+        if not (0 < alpha <= 1 and alpha_up <= 1 and prior_rtf > 0 and 0 < headroom <= 1):
             raise ValueError(f"need 0 < alpha <= 1, prior_rtf > 0, 0 < headroom <= 1; got {alpha}, {prior_rtf}, "
                              f"{headroom}")
-        self.alpha, self.prior_rtf, self.headroom = alpha, prior_rtf, headroom
+        self.alpha, self.alpha_up, self.prior_rtf, self.headroom = alpha, alpha_up, prior_rtf, headroom
         self._rtf: dict[str, float] = {}  # backend → EWMA real-time factor
         self._share: dict[str, float] = {}  # backend → EWMA of its audio seconds per job
         self._job_s = 0.0  # EWMA of one job's run time (how long a newcomer waits for a busy worker)
@@ -45,9 +64,10 @@ class RtfMeter:
         if not (math.isfinite(run_s) and math.isfinite(audio_s)) or run_s < 0 or audio_s <= 0:
             return  # nothing made (cancelled, failed): no cost to learn from
         rtf = run_s / audio_s
-        a = self.alpha * min(1.0, audio_s / SHORT_AUDIO_S)
+        weight = min(1.0, audio_s / SHORT_AUDIO_S)
         with self._lock:
             old = self._rtf.get(backend)
+            a = (self.alpha_up if old is not None and rtf > old else self.alpha) * weight
             self._rtf[backend] = rtf if old is None else old + a * (rtf - old)
             for name in self._rtf:
                 share = self._share.get(name, 0.0)

@@ -50,13 +50,22 @@ def test_unmeasured_buckets_are_judged_conservatively() -> None:
 
 
 def test_decode_time_and_idle_rows_lower_the_rate() -> None:
-    meter = ThroughputMeter(BUCKETS, alpha=0.5)
+    meter = ThroughputMeter(BUCKETS, alpha=0.5, alpha_up=0.5)
     meter.record(4, 4, 0.05)  # 80 frames/s per stream
     meter.record(4, 0, 0.05)  # a decode-only cycle: time, no frames
     assert meter.stream_rate(4) == pytest.approx((4 / 4 * 0.5) / 0.05)  # per-row 0.5, cycle 0.05 s
     for _ in range(40):
         meter.record(4, 4, 0.5)  # a slow box: 2 frames/s per stream, not real time
     assert meter.streams(32) == 1  # never zero
+
+
+def test_a_slowdown_is_believed_at_once_a_speedup_slowly() -> None:
+    meter = ThroughputMeter(BUCKETS, alpha=0.1, alpha_up=0.5)
+    meter.record(4, 4, 0.02)
+    meter.record(4, 4, 0.06)  # the box got busier: halfway to 60 ms at once
+    assert meter.snapshot()[4][1] == pytest.approx(0.04)
+    meter.record(4, 4, 0.0 + 1e-9)  # a fast cycle: a tenth of the way down
+    assert meter.snapshot()[4][1] == pytest.approx(0.036, rel=1e-6)
 
 
 def test_more_streams_than_batch_rows_share_the_steps() -> None:

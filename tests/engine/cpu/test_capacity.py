@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from support.streams import collect
 
-from engine.cpu.capacity import RtfMeter
+from engine.cpu.capacity import RtfMeter, full_load_factor
 from engine.cpu.pool import UrgencyPool
 from engine.types import Capacity, StreamEnd
 
@@ -23,7 +23,7 @@ def test_the_prior_holds_until_a_job_is_measured() -> None:
 
 
 def test_streams_follow_the_measured_real_time_factor() -> None:
-    meter = RtfMeter(alpha=0.5, headroom=0.8)
+    meter = RtfMeter(alpha=0.5, alpha_up=0.5, headroom=0.8)
     meter.record("piper", 0.5, 5.0)  # RTF 0.1: the first measurement replaces the prior
     assert meter.rtf() == pytest.approx(0.1) and meter.streams(2) == 16  # floor(2 / 0.1 × 0.8)
     meter.record("piper", 1.5, 5.0)  # a loaded box: RTF 0.3; the EWMA moves halfway
@@ -33,21 +33,41 @@ def test_streams_follow_the_measured_real_time_factor() -> None:
     assert meter.rtf() == pytest.approx(2.0, rel=1e-3) and meter.streams(2) == 1
 
 
+def test_a_rise_in_cost_is_believed_at_once_a_fall_slowly() -> None:
+    meter = RtfMeter(alpha=0.1, alpha_up=0.5)
+    meter.record("piper", 0.5, 5.0)  # RTF 0.1
+    meter.record("piper", 1.5, 5.0)  # 0.3: halfway up at once
+    assert meter.rtf() == pytest.approx(0.2)
+    meter.record("piper", 0.0, 5.0)  # free: a tenth of the way down
+    assert meter.rtf() == pytest.approx(0.18)
+
+
 def test_short_jobs_move_the_estimate_less() -> None:
-    meter = RtfMeter(alpha=0.5)
+    meter = RtfMeter(alpha=0.5, alpha_up=0.5)
     meter.record("piper", 0.5, 5.0)
     meter.record("piper", 0.5, 0.05)  # a one-word piece: RTF 10, mostly per-run overhead
     assert meter.rtf() < 0.6  # weighted by 0.05 / 0.5 of a full job: 0.1 + 0.05 × 9.9
 
 
 def test_a_mixed_load_is_judged_by_its_mix() -> None:
-    meter = RtfMeter(alpha=0.2)
+    meter = RtfMeter(alpha=0.2, alpha_up=None)
     for _ in range(50):  # Piper (RTF 0.1) makes three times the audio of Kokoro (RTF 0.4)
         meter.record("piper", 0.3, 3.0)
         meter.record("kokoro", 0.4, 1.0)
     assert meter.backend_rtf("piper") == pytest.approx(0.1) and meter.backend_rtf("kokoro") == pytest.approx(0.4)
     # The audio-weighted mix (the shares are EWMAs too, so the latest job leans it a little)
     assert meter.rtf() == pytest.approx(0.75 * 0.1 + 0.25 * 0.4, rel=0.15)
+
+
+def test_a_job_that_ran_alone_is_charged_what_it_costs_with_every_worker_busy() -> None:
+    # 2 workers × 2 threads on 2 cores: alone, a job had both cores; with the pool full, one.
+    assert full_load_factor(1, workers=2, threads=2, cores=2) == 2.0
+    assert full_load_factor(2, workers=2, threads=2, cores=2) == 1.0
+    assert full_load_factor(1.5, workers=2, threads=2, cores=2) == pytest.approx(4 / 3)
+    # One thread per run: a lone job could not use the idle core, so it cost what it will cost.
+    assert full_load_factor(1, workers=2, threads=1, cores=2) == 1.0
+    assert full_load_factor(1, workers=4, threads=2, cores=4) == 2.0
+    assert full_load_factor(3, workers=2, threads=2, cores=2) == 1.0  # never cheaper than measured
 
 
 def _held(pool: UrgencyPool) -> tuple[threading.Event, Any]:
@@ -118,4 +138,5 @@ async def test_capacity_after_real_synthesis(piper: Any) -> None:
     cap = piper.capacity()
     assert cap.active == 0
     assert cap.streams == max(1, int(2 / piper.meter.rtf() * 0.8)) and 1 <= cap.streams < 1000
+    assert piper._busy == 0  # every job that began has ended
     assert piper._pool.guard_s >= 0.5
