@@ -797,7 +797,8 @@ def add_tenant_args(p: argparse.ArgumentParser) -> None:
                    help="closed-loop sessions per tenant, back to back (past the engine's capacity)")  # fmt: skip
     g.add_argument("--tenant-mode", default="auto", choices=MODES, help="how each tenant's responses are sent")
     g.add_argument("--solo", default=None,
-                   help="the tenant that then runs alone (default: the lightest); 'none' for no solo run")  # fmt: skip
+                   help="the tenant that then runs alone with every tenant's sessions (default: the lightest); "
+                        "'none' for no solo run")  # fmt: skip
     g.add_argument("--fair-tolerance", type=float, default=0.15, help="the share ratio's allowed relative error")
     g.add_argument("--refusal-backoff", type=float, default=0.5,
                    help="seconds a session waits after a refused or failed response before the next")  # fmt: skip
@@ -858,7 +859,8 @@ def served_in_window(responses: list[Response], window: float) -> float:
 
 
 async def run_tenants(tenants: list[TenantLoad], args: argparse.Namespace, texts: list[Text], ws_url: str,
-                      label: str) -> dict[str, Any]:  # fmt: skip
+                      label: str, sessions: int) -> dict[str, Any]:  # fmt: skip
+    """Every tenant's `sessions` closed-loop sessions at once for the window; served audio per tenant."""
     clock = Clock()
     got: dict[str, list[Response]] = {t.name: [] for t in tenants}
     errs: dict[str, Counter[str]] = {t.name: Counter() for t in tenants}
@@ -866,7 +868,7 @@ async def run_tenants(tenants: list[TenantLoad], args: argparse.Namespace, texts
         tenant_worker(t, args, texts, ws_url, clock, random.Random(f"{t.name}:{i}:{args.seed}"), got[t.name],
                       errs[t.name])
         for t in tenants
-        for i in range(args.tenant_sessions)
+        for i in range(sessions)
     ]
     try:
         async with asyncio.timeout(args.duration + args.response_timeout + args.drain + 10):
@@ -876,7 +878,7 @@ async def run_tenants(tenants: list[TenantLoad], args: argparse.Namespace, texts
     wall = clock.now()
     per: dict[str, Any] = {}
     for t in tenants:
-        spec = RunSpec(args.tenant_mode, None, args.tenant_sessions)
+        spec = RunSpec(args.tenant_mode, None, sessions)
         s = summarize_run(spec, args, got[t.name], 0, [], wall)
         del s["_texts"], s["responses"], s["inflight"]
         s["errors"] = dict(Counter(s["errors"]) + errs[t.name])
@@ -970,11 +972,13 @@ async def tenants_main_async(args: argparse.Namespace) -> dict[str, Any]:
     print(f"voxgate load (tenants): model {model or '?'}, tenants {[t.name for t in tenants]} × "
           f"{args.tenant_sessions} sessions, {runs_total} runs, at most ~{bound:.0f} s", file=sys.stderr)  # fmt: skip
     await warm_up(ws_url, args.voice, texts, args)
-    runs = [await run_tenants(tenants, args, texts, ws_url, "together")]
+    runs = [await run_tenants(tenants, args, texts, ws_url, "together", args.tenant_sessions)]
     solo = None
     if solo_name != "none":
         await asyncio.sleep(1.0)  # let the first run's streams leave the engine
-        solo = await run_tenants([t for t in tenants if t.name == solo_name], args, texts, ws_url, "alone")
+        # Alone it offers what all the tenants offered together: the same load, one key.
+        alone = [t for t in tenants if t.name == solo_name]
+        solo = await run_tenants(alone, args, texts, ws_url, "alone", args.tenant_sessions * len(tenants))
         runs.append(solo)
     return {
         "url": args.url, "model": model, "languages": langs, "mode": "tenants",
