@@ -438,6 +438,48 @@ async def parked_slots(ctx: Context) -> dict[str, Any]:
             "probe_first_audio_s": None if first_audio is None else round(first_audio, 3)}
 
 
+# Issue 14: one tenant floods admission with more sessions than the engine has room for, each speaking
+# utterances back to back. It is refused past its waiting bound (queue_full, the bound named) and waits
+# its turn (audio.waiting "queue"); another tenant (the canary's key) is still served in turn.
+@attack("queue_flood")
+async def queue_flood(ctx: Context) -> dict[str, Any]:
+    from canary import auth_headers, ws_url
+
+    n, seconds = int(ctx.options.get("sockets", 8)), float(ctx.options.get("seconds", 6.0))
+    headers = auth_headers(ctx.options.get("flood_key", ctx.key))
+    text = "The flood asks for one more reply, and then another one."
+
+    async def flood() -> dict[str, int]:
+        seen: dict[str, int] = {}
+        ws = await websockets.connect(ws_url(ctx.url), max_size=None, additional_headers=headers, open_timeout=30)
+        await ws.send(json.dumps({"type": "session.config", "voice": "joe", "language": "en"}))
+        await asyncio.wait_for(ws.recv(), 30)
+        end = time.monotonic() + seconds
+        with contextlib.suppress(TimeoutError, websockets.ConnectionClosed):
+            while time.monotonic() < end:
+                await ws.send(json.dumps({"type": "input.text", "text": text}))
+                await ws.send(json.dumps({"type": "input.done"}))
+                while True:
+                    msg = await asyncio.wait_for(ws.recv(), 60)
+                    if isinstance(msg, bytes):
+                        continue
+                    ev = json.loads(msg)
+                    name = {"error": f"error:{ev.get('code')}:{ev.get('bound')}",
+                            "audio.waiting": f"waiting:{ev.get('reason')}"}.get(ev["type"], ev["type"])  # fmt: skip
+                    if name == "session.done" or ":" in name:
+                        seen[name] = seen.get(name, 0) + 1
+                    if ev["type"] == "session.done":
+                        break
+        await ws.close()
+        return seen
+
+    total: dict[str, int] = {}
+    for seen in await asyncio.gather(*(flood() for _ in range(n))):
+        for name, count in seen.items():
+            total[name] = total.get(name, 0) + count
+    return dict(sorted(total.items()))
+
+
 # -- more attacks above this line --------------------------------------------------------------------------
 
 
@@ -447,12 +489,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--key", default=None, help="an API key, when the gateway has keys")
     p.add_argument("--only", default="", help="comma-separated attack names (default: all)")
     p.add_argument("--json", default="bench/results/attack.json")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="an attack option (e.g. chars=1000000, sockets=8); repeatable")  # fmt: skip
     args = p.parse_args(argv)
+    options = dict(kv.split("=", 1) for kv in args.set)
     names = [n for n in args.only.split(",") if n] or list(ATTACKS)
     unknown = [n for n in names if n not in ATTACKS]
     if unknown:
         p.error(f"unknown attacks {unknown}; known: {list(ATTACKS)}")
-    results = [asyncio.run(run(args.url, n, key=args.key)) for n in names]
+    results = [asyncio.run(run(args.url, n, key=args.key, **options)) for n in names]
     print(f"{'attack':<28} {'canary worst wait':>17} {'underrun':>9} {'utts':>5} {'health worst':>12} "
           f"{'loop lag ≤':>10} {'RSS +MB':>8} {'canary errors / failure'}")  # fmt: skip
     for r in results:
