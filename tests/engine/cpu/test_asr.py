@@ -126,3 +126,41 @@ async def test_mandarin_is_intelligible(cpu_engine: Any, whisper_base: Any) -> N
     cer = jiwer.cer([norm_zh(t) for t in ZH], hyps)
     print(f"\nASR {voice} zh CER {cer:.3f}: {hyps}")
     assert cer <= 0.30
+
+
+def trimmed(audio: np.ndarray, rate: int = 16000) -> tuple[np.ndarray, int]:
+    """`audio` as the gateway sends it when it starts a response: its leading silence trimmed (the
+    default settings), fed in 80 ms chunks as a stream arrives. Returns the audio and the samples cut."""
+    from gateway.connection import Limits
+    from gateway.timing import trim_for
+
+    pcm = np.round(audio * 32768.0).clip(-32768, 32767).astype(np.int16)
+    trim = trim_for(rate, Limits())
+    step = rate * 80 // 1000
+    out = [trim.feed(pcm[i : i + step]) for i in range(0, len(pcm), step)]
+    return np.concatenate([*out, trim.flush()]).astype(np.float32) / 32768.0, trim.trimmed
+
+
+async def test_trimming_leading_silence_cuts_no_onset(cpu_engine: Any, whisper_en: Any) -> None:
+    """Each sentence as the start of a response, trimmed and not. Piper's own lead is short, so each is
+    tried again behind 250 ms of near-silence (a voice with a long lead), which the trim must take down to
+    its pre-roll. A cut onset shows in the first words: they must be the same trimmed and untrimmed, and
+    the trimmed audio must pass the intelligibility gate. (Whole transcripts are not compared: tiny.en
+    turned "booked a table" into "booked the table" for a 14 ms shift of the same audio, either way.)"""
+    import jiwer
+
+    rng = np.random.default_rng(7)
+    refs, hyps = [], []
+    for text, sentence in zip(EN, await speak(cpu_engine, "joe", "en", EN), strict=True):
+        lead = rng.uniform(-1e-4, 1e-4, 4000).astype(np.float32)  # 250 ms at about -80 dBFS
+        for audio in (sentence, np.concatenate([lead, sentence])):
+            cut, n = trimmed(audio)
+            assert n <= 16000 * 300 // 1000
+            heard, whole = norm_en(transcribe(whisper_en, cut)), norm_en(transcribe(whisper_en, audio))
+            assert heard.split()[:2] == whole.split()[:2] == norm_en(text).split()[:2], (n, heard, whole)
+            refs.append(norm_en(text))
+            hyps.append(heard)
+        assert n >= 4000 - 16000 * 15 // 1000  # the added lead went, all but the pre-roll
+    wer = jiwer.wer(refs, hyps)
+    print(f"\ntrimmed: WER {wer:.3f}: {hyps}")
+    assert wer <= 0.10
