@@ -242,6 +242,15 @@ async def admit(state: object, tenant: Tenant) -> Ticket | None:
     return None if admission is None else await admission.admit(tenant.name, tenant.weight)
 
 
+class RefusedAppend(EngineError):
+    """Text appended to a stream admission refused: `queue_full`, with the refusal's bound and hint
+    (`fields`, as a QueueFull has them)."""
+
+    def __init__(self, refused: QueueFull) -> None:
+        super().__init__("queue_full", f"the utterance was refused: {refused.message}")
+        self.fields = dict(refused.fields)
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal(StreamEnd):
     """How a refused QueuedStream ends: its client was told when the refusal came (`on_lost`)."""
@@ -349,7 +358,7 @@ class QueuedStream:
         if self.stream is not None:
             self.stream.append(text)
         elif self.refused is not None:
-            raise EngineError("queue_full", f"the utterance was refused: {self.refused.message}")
+            raise RefusedAppend(self.refused)
         elif not self._cancelled and self.failed is None:  # a failed one names its text as it ends
             self._held.append(text)
 

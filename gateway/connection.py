@@ -531,9 +531,10 @@ class Connection:
             index, e = unspoken[0]
             which = ", ".join(str(i) for i, _ in unspoken)
             message = e.message if isinstance(e, ProtocolError) else str(e)
+            extra = getattr(e, "fields", {}) if isinstance(e, EngineError) else {}  # a refused stream's bound
             raise ProtocolError(
                 e.code, f"segment {which} of utterance {utt.index} will not be spoken: {message}",
-                utterance_index=utt.index, segment_indexes=[i for i, _ in unspoken],
+                utterance_index=utt.index, segment_indexes=[i for i, _ in unspoken], **extra,
             )  # fmt: skip
 
     async def _open(self, utt: Utterance) -> None:
@@ -599,8 +600,12 @@ class Connection:
                 self.utterance_count += 1
             else:
                 return
-        else:
-            await self._commit(utt, utt.segmenter.flush())
+        unspoken: ProtocolError | None = None
+        if utt is self.current:
+            try:
+                await self._commit(utt, utt.segmenter.flush())
+            except ProtocolError as e:  # the tail named as not spoken; the utterance still ends here
+                unspoken = e
         self.current = None
         utt.finished = True
         if utt.stream is not None:
@@ -609,6 +614,8 @@ class Connection:
             utt.pump = self._start_pump(utt)  # no audio: the pump still closes it in order
         if not utt.pump.done():  # one the engine ended early has told its client already
             self.playing.append(utt)
+        if unspoken is not None:
+            raise unspoken
 
     async def _wait_playing(self) -> None:
         for utt in list(self.playing):

@@ -1,0 +1,307 @@
+"""Admission at a real gateway (Piper, loopback, real clients): waiting in turn, bounded waits refused with
+`queue_full` on the WebSocket and 429 on HTTP, cancels that withdraw, weighted tenants from a keys file.
+
+The gateways admit one stream at a time (`max_active_streams=1`), so a session that holds an open
+utterance (text committed, no input.done) holds the engine and the others queue behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from attack import run
+from support.servers import serve
+from support.wsclient import open_session, until
+
+from engine import Engine
+from gateway.connection import Limits
+from sessions import ApiKeys, hash_api_key
+
+KEYS = {"acme": "key-acme", "beta": "key-beta", "gamma": "key-gamma", "canary": "key-canary"}
+WEIGHTS = {"acme": 2.0, "beta": 1.0, "gamma": 1.0, "canary": 1.0}
+
+
+def keys_file(directory: Path) -> Path:
+    path = directory / "keys.json"
+    tenants = {t: {"key_sha256": [hash_api_key(k)], "weight": WEIGHTS[t]} for t, k in KEYS.items()}
+    path.write_text(json.dumps({"tenants": tenants}))
+    return path
+
+
+def gateway_with(engine: Engine, directory: Path, **settings: Any) -> Iterator[str]:
+    limits = Limits(utterance_idle_timeout=20.0)
+    yield from serve(engine, limits, api_keys=str(keys_file(directory)), max_active_streams=1, **settings)
+
+
+@pytest.fixture(scope="module")
+def gateway(piper_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    directory = tmp_path_factory.mktemp("admission")
+    yield from gateway_with(piper_engine, directory, max_waiting_per_tenant=1, max_waiting_per_model=2,
+                            max_queue_wait_s=20.0)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def impatient(piper_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    directory = tmp_path_factory.mktemp("impatient")
+    yield from gateway_with(piper_engine, directory, max_waiting_per_tenant=4, max_queue_wait_s=1.0)
+
+
+@pytest.fixture(scope="module")
+def shared(piper_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    directory = tmp_path_factory.mktemp("shared")
+    yield from gateway_with(piper_engine, directory, max_waiting_per_tenant=4, max_waiting_per_model=16,
+                            max_queue_wait_s=30.0)  # fmt: skip
+
+
+async def send(ws: Any, type_: str, **fields: Any) -> None:
+    await ws.send(json.dumps({"type": type_, **fields}))
+
+
+async def hold(addr: str, tenant: str) -> Any:
+    """A session of `tenant` whose open utterance holds the one stream: its audio has begun, and its
+    stream stays open until it sends input.done (`let_go`)."""
+    ws, ready = await open_session(addr, KEYS[tenant])
+    assert ready["type"] == "session.ready", ready
+    await send(ws, "input.text", text="I am holding the engine for a moment. ")
+    await until(ws, "audio.start")
+    return ws
+
+
+async def let_go(ws: Any) -> None:
+    await send(ws, "input.done")
+    await until(ws, "session.done")
+    await ws.close()
+
+
+async def ask(addr: str, tenant: str, text: str = "May I speak now, please?") -> Any:
+    ws, ready = await open_session(addr, KEYS[tenant])
+    assert ready["type"] == "session.ready", ready
+    await send(ws, "input.text", text=text)
+    await send(ws, "input.done")
+    return ws
+
+
+async def rest(ws: Any, timeout: float = 30) -> tuple[list[dict[str, Any]], int]:
+    """Events up to session.done, and the audio bytes that came with them."""
+    events, audio = [], 0
+    while True:
+        m = await asyncio.wait_for(ws.recv(), timeout)
+        if isinstance(m, bytes):
+            audio += len(m)
+            continue
+        events.append(json.loads(m))
+        if events[-1]["type"] == "session.done":
+            return events, audio
+
+
+def first(events: list[dict[str, Any]], type_: str) -> dict[str, Any]:
+    return next(e for e in events if e["type"] == type_)
+
+
+async def test_a_stream_waits_its_turn_hears_why_then_speaks(gateway: str) -> None:
+    holder = await hold(gateway, "acme")
+    ws = await ask(gateway, "beta")
+    before = await until(ws, "audio.waiting")
+    waiting = before[-1]
+    assert waiting["reason"] == "queue" and waiting["utterance_index"] == 0 and waiting["ahead"] == 0, waiting
+    assert "audio.start" not in [e["type"] for e in before]
+    time.sleep(0.3)  # held a while, so the wait is measurable
+    await let_go(holder)
+    events, audio = await rest(ws)
+    assert audio > 8000 and not [e for e in events if e["type"] == "error"], events
+    done = first(events, "audio.done")
+    assert done["error"] is False
+    if "timing" in done:  # slice T's record: the wait is counted apart
+        assert done["timing"]["queue_wait_ms"] >= 250, done
+    await ws.close()
+
+
+async def test_past_the_tenant_bound_an_utterance_is_refused_named_and_the_session_goes_on(gateway: str) -> None:
+    holder = await hold(gateway, "acme")
+    waiter = await ask(gateway, "beta")
+    await until(waiter, "audio.waiting")
+    refused = await ask(gateway, "beta", "One more from beta. And another sentence.")  # beta's one place is taken
+    events, audio = await rest(refused)
+    error = first(events, "error")
+    assert error["code"] == "queue_full" and error["bound"] == "tenant", error
+    assert error["utterance_index"] == 0 and error["segment_indexes"] == [0, 1], error
+    assert error["retry_after_s"] >= 1.0 and "segment 0, 1 of utterance 0" in error["message"], error
+    assert audio == 0 and first(events, "audio.done")["error"] is True
+    await let_go(holder)
+    _, audio = await rest(waiter)
+    assert audio > 8000
+    # The refused session goes on: its next utterance is admitted and spoken.
+    await send(refused, "input.text", text="Now there is room for me.")
+    await send(refused, "input.done")
+    events, audio = await rest(refused)
+    assert audio > 8000 and events[-1]["utterance_index"] == 1 and not [e for e in events if e["type"] == "error"]
+    for ws in (waiter, refused):
+        await ws.close()
+
+
+async def test_past_the_model_bound_any_tenant_is_refused(gateway: str) -> None:
+    holder = await hold(gateway, "acme")
+    waiters = [await ask(gateway, "beta"), await ask(gateway, "gamma")]  # two waiting: the model's bound
+    for ws in waiters:
+        await until(ws, "audio.waiting")
+    refused = await ask(gateway, "acme")  # acme has nobody waiting: the model bound refuses it
+    events, _ = await rest(refused)
+    error = first(events, "error")
+    assert error["code"] == "queue_full" and error["bound"] == "model", error
+    await let_go(holder)
+    for ws in waiters:
+        _, audio = await rest(ws)
+        assert audio > 8000
+        await ws.close()
+    await refused.close()
+
+
+async def test_a_cancel_while_waiting_withdraws_the_wait(gateway: str) -> None:
+    holder = await hold(gateway, "acme")
+    for _ in range(3):  # a leaked wait would fill beta's one place: the next would be refused
+        ws = await ask(gateway, "beta")
+        await until(ws, "audio.waiting")
+        await send(ws, "input.cancel")
+        cancelled = (await until(ws, "audio.cancelled"))[-1]
+        assert cancelled["utterance_index"] == 0 and cancelled["played_bytes"] == 0
+        await ws.close()
+    last = await ask(gateway, "beta")
+    await until(last, "audio.waiting")  # waiting, not refused
+    await let_go(holder)
+    events, audio = await rest(last)
+    assert audio > 8000 and not [e for e in events if e["type"] == "error"], events
+    await last.close()
+
+
+async def test_a_socket_closed_while_waiting_withdraws_the_wait(gateway: str) -> None:
+    holder = await hold(gateway, "acme")
+    for _ in range(2):
+        ws = await ask(gateway, "beta")
+        await until(ws, "audio.waiting")
+        await ws.close()
+    await asyncio.sleep(0.5)  # the server notices the close
+    last = await ask(gateway, "beta")
+    await until(last, "audio.waiting")
+    await let_go(holder)
+    _, audio = await rest(last)
+    assert audio > 8000
+    await last.close()
+
+
+async def test_a_wait_past_its_bound_is_refused_instead_of_starting_late(impatient: str) -> None:
+    holder = await hold(impatient, "acme")
+    ws = await ask(impatient, "beta")
+    events, audio = await rest(ws, timeout=20)
+    kinds = [e["type"] for e in events]
+    error = first(events, "error")
+    committed = [e["segment_index"] for e in events if e["type"] == "segment.committed"]
+    assert error["code"] == "queue_full" and error["bound"] == "wait", error
+    assert error["segment_indexes"] == committed and committed, (error, committed)  # every one named
+    assert kinds.index("audio.waiting") < kinds.index("error") and audio == 0, kinds
+    await let_go(holder)
+    await send(ws, "input.text", text="I am back with room to speak.")
+    await send(ws, "input.done")
+    events, audio = await rest(ws)
+    assert audio > 8000 and events[-1]["utterance_index"] == 1
+    await ws.close()
+
+
+async def test_text_sent_after_a_refusal_is_named_too_and_the_utterance_still_ends(impatient: str) -> None:
+    holder = await hold(impatient, "acme")
+    ws, _ = await open_session(impatient, KEYS["beta"])
+    await send(ws, "input.text", text="I will wait for my turn. ")
+    events = await until(ws, "error", timeout=20)  # refused after its wait, while still open
+    assert events[-1]["bound"] == "wait" and events[-1]["segment_indexes"] == [0], events
+    await send(ws, "input.text", text="And then I say a little more.")
+    await send(ws, "input.done")
+    events, audio = await rest(ws, timeout=10)  # before: no session.done until the utterance timed out
+    error = first(events, "error")
+    assert error["code"] == "queue_full" and error["bound"] == "wait" and error["segment_indexes"] == [1], error
+    assert audio == 0 and events[-1]["utterance_index"] == 0
+    await let_go(holder)
+    await ws.close()
+
+
+def raw_speech(addr: str, key: str) -> tuple[int, dict[str, str], bytes]:
+    body = json.dumps({"model": "piper", "input": "Hello from the queue.", "voice": "joe", "response_format": "pcm"})
+    req = urllib.request.Request(f"http://{addr}/v1/audio/speech", body.encode(), method="POST")
+    req.add_header("Content-Type", "application/json")
+    req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+
+
+async def test_http_past_a_bound_is_a_429_with_retry_after_and_openais_body(gateway: str) -> None:
+    holder = await hold(gateway, "acme")
+    waiter = await ask(gateway, "beta")
+    await until(waiter, "audio.waiting")
+    status, headers, body = await asyncio.to_thread(raw_speech, gateway, KEYS["beta"])
+    assert status == 429, body
+    assert int(headers["retry-after"]) >= 1
+    error = json.loads(body)["error"]
+    assert error["code"] == "queue_full" and error["type"] == "invalid_request_error" and error["message"]
+
+    client = openai.OpenAI(base_url=f"http://{gateway}/v1", api_key=KEYS["beta"], max_retries=0)
+    with pytest.raises(openai.RateLimitError) as e:
+        await asyncio.to_thread(client.audio.speech.create, model="piper", voice="joe", input="Hello again.")
+    assert e.value.status_code == 429 and int(e.value.response.headers["retry-after"]) >= 1
+    assert e.value.code == "queue_full"
+
+    # Once there is room, the same request waits its turn and is answered.
+    speech = asyncio.create_task(asyncio.to_thread(raw_speech, gateway, KEYS["gamma"]))
+    await asyncio.sleep(0.3)
+    await let_go(holder)
+    status, _, audio = await speech
+    assert status == 200 and len(audio) > 8000
+    _, audio_ws = await rest(waiter)
+    assert audio_ws > 8000
+    await waiter.close()
+
+
+async def talk(addr: str, tenant: str, seconds: float) -> float:
+    """One session of `tenant` speaking utterances back to back for `seconds`: audio seconds heard."""
+    ws, ready = await open_session(addr, KEYS[tenant])
+    heard, end = 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        await send(ws, "input.text", text="Share the engine fairly, by the weights of the keys.")
+        await send(ws, "input.done")
+        events, audio = await rest(ws, timeout=60)
+        assert not [e for e in events if e["type"] == "error"], events
+        heard += audio
+    await ws.close()
+    return heard / 2 / ready["sample_rate"]  # s16 mono
+
+
+async def test_two_weighted_tenants_under_saturation_are_both_served(shared: str, tmp_path: Path) -> None:
+    keys = ApiKeys.from_file(keys_file(tmp_path))  # the gateway's file: the weights are read from it
+    assert {t.name: t.weight for t in keys.tenants} == WEIGHTS
+    heard = await asyncio.gather(*(talk(shared, t, 6.0) for t in ["acme"] * 3 + ["beta"] * 3))
+    acme, beta = sum(heard[:3]), sum(heard[3:])
+    print(f"served audio: acme (weight 2) {acme:.1f} s, beta (weight 1) {beta:.1f} s")
+    assert acme > 0 and beta > 0
+
+
+async def test_a_tenant_flooding_admission_is_refused_and_another_tenant_is_still_served(shared: str) -> None:
+    r = await run(shared, "queue_flood", key=KEYS["canary"], flood_key=KEYS["acme"], sockets=8, seconds=5.0)
+    print(r)
+    assert r.seen.get("error:queue_full:tenant", 0) >= 1, r.seen  # 8 sockets, 4 places
+    errors = {k for k in r.seen if k.startswith("error:")}
+    assert errors <= {"error:queue_full:tenant", "error:queue_full:model"}, r.seen  # each names its bound
+    assert r.seen.get("waiting:queue", 0) >= 1 and r.seen["session.done"] >= 4, r.seen
+    c = r.canary
+    assert c.failure is None and not c.errors, c
+    assert c.worst_wait_s < 6.0, c  # one stream of the flood at most, on a shared 2-core box
+    assert r.health_worst_s < 1.0 and set(r.health_statuses) == {"ok"}, r
+    assert r.rss_growth_mb < 100, r
