@@ -23,8 +23,9 @@ import numpy as np
 from engine.audio import OnsetTracker, first_above
 from gateway import metrics
 
-# The audible onset: bench/load.py's rule (engine/audio.py), so a server's audible TTFA and the load
-# harness's measurement of the same audio agree.
+# The audible onset: bench/load.py's rule (engine/audio.py), so the server and the load harness judge
+# "audible" alike. The time is when a player starting at the first audio plays that sample: leading
+# silence is heard as a wait, which is what the trim takes away.
 SPEECH_DBFS = -40.0
 
 
@@ -33,7 +34,7 @@ class Timing(msgspec.Struct, frozen=True):
 
     queue_wait_ms: int  # admission held the response this long before its first text went to the engine
     ttfa_ms: int | None  # first text to the engine → first audio handed to the socket
-    audible_ttfa_ms: int | None  # … → the audio holding the first audible sample (RMS onset, SPEECH_DBFS)
+    audible_ttfa_ms: int | None  # … → when a player starting at the first audio plays the first audible sample
     synthesis_ms: int | None  # … → the last audio handed to the socket
     audio_ms: int  # the audio sent: samples / sample rate (codec mode: frames / frame rate)
     rtf: float | None  # synthesis_ms / audio_ms: below 1, made faster than it plays
@@ -93,7 +94,11 @@ class ResponseClock:
             while self._chunks and self._chunks[0][0] <= self._onset.earliest:
                 self._chunks.popleft()  # ends before any onset still possible
             return
-        self.audible_at = next(t for end, t in self._chunks if end > onset)
+        # A player that starts with the first audio reaches the onset `onset` samples later, unless the
+        # audio holding it was sent later still (the player would have run dry and waited for it).
+        assert self.first_at is not None
+        sent = next(t for end, t in self._chunks if end > onset)
+        self.audible_at = max(sent, self.first_at + onset / self.rate)
         self._chunks.clear()
 
     def codec(self, seconds: float, now: float | None = None) -> None:
