@@ -138,17 +138,20 @@ class FairQueue:
             floor = min((a.service for a in self._keys.values()), default=0.0)
             k = self._keys[key] = _Key(weight, floor, self._stream_s)
         k.weight = weight  # the configuration's latest word
-        waiter = Waiter(key, self._clock(), next(self._seq))
+        now = self._clock()
+        waiter = Waiter(key, now, next(self._seq))
         k.waiting.append(waiter)
         self._waiting += 1
         if room:
-            self.grant(capacity)
+            self._start(capacity, now)  # it alone waits: it starts, having waited 0 s
         return waiter
 
     def grant(self, capacity: int) -> list[Waiter]:
         """Start waiters while fewer than `capacity` are in flight, in fair order; returns them."""
+        return self._start(capacity, self._clock())
+
+    def _start(self, capacity: int, now: float) -> list[Waiter]:
         started: list[Waiter] = []
-        now = self._clock()
         while self._in_flight < capacity and self._waiting:
             k = self._next(capacity)
             waiter = k.waiting.popleft()

@@ -22,8 +22,10 @@ from attack import run
 from support.servers import serve
 from support.wsclient import open_session, until
 
-from engine import Engine
+from engine import Capacity, Engine
+from gateway.admission import Admission, QueueFull
 from gateway.connection import Limits
+from gateway.settings import Settings, load_settings
 from sessions import ApiKeys, hash_api_key
 
 KEYS = {"acme": "key-acme", "beta": "key-beta", "gamma": "key-gamma", "canary": "key-canary"}
@@ -131,10 +133,15 @@ async def test_past_the_tenant_bound_an_utterance_is_refused_named_and_the_sessi
     await until(waiter, "audio.waiting")
     refused = await ask(gateway, "beta", "One more from beta. And another sentence.")  # beta's one place is taken
     events, audio = await rest(refused)
-    error = first(events, "error")
-    assert error["code"] == "queue_full" and error["bound"] == "tenant", error
-    assert error["utterance_index"] == 0 and error["segment_indexes"] == [0, 1], error
-    assert error["retry_after_s"] >= 1.0 and "segment 0, 1 of utterance 0" in error["message"], error
+    errors = [e for e in events if e["type"] == "error"]
+    committed = [e["segment_index"] for e in events if e["type"] == "segment.committed"]
+    assert committed == [0, 1]
+    for error in errors:  # one, or a second for text committed after the refusal came
+        assert error["code"] == "queue_full" and error["bound"] == "tenant", error
+        assert error["utterance_index"] == 0 and error["retry_after_s"] >= 1.0, error
+        which = ", ".join(map(str, error["segment_indexes"]))
+        assert f"segment {which} of utterance 0 will not be spoken" in error["message"], error
+    assert sorted(i for e in errors for i in e["segment_indexes"]) == committed, errors  # each named once
     assert audio == 0 and first(events, "audio.done")["error"] is True
     await let_go(holder)
     _, audio = await rest(waiter)
@@ -305,3 +312,88 @@ async def test_a_tenant_flooding_admission_is_refused_and_another_tenant_is_stil
     assert c.worst_wait_s < 6.0, c  # one stream of the flood at most, on a shared 2-core box
     assert r.health_worst_s < 1.0 and set(r.health_statuses) == {"ok"}, r
     assert r.rss_growth_mb < 100, r
+
+
+# -- Admission on the event loop, against an engine's capacity() (no server) ---------------------------
+
+
+class Judged:
+    """What admission reads of an engine: only its capacity() (a real engine's moves as it measures)."""
+
+    def __init__(self, streams: int) -> None:
+        self.streams = streams
+        self.fail = False
+
+    def capacity(self) -> Capacity:
+        if self.fail:
+            raise RuntimeError("no measurement")
+        return Capacity(self.streams, 0)
+
+
+async def test_capacity_growing_admits_waiters_without_any_release() -> None:
+    engine = Judged(1)
+    admission = Admission(engine, Settings(max_active_streams=8))  # type: ignore[arg-type]
+    held = await admission.admit("a", 1.0)
+    waiting = asyncio.create_task(admission.admit("b", 1.0))
+    await asyncio.sleep(0.25)
+    assert not waiting.done() and admission.waiting == 1
+    engine.streams = 2  # the engine measured it can keep two ahead
+    ticket = await asyncio.wait_for(waiting, 1.0)  # the timer looked again
+    assert ticket.waited_s >= 0.2 and admission.admitted == 2
+    for t in (held, ticket):
+        t.release()
+        t.release()  # idempotent
+    assert admission.admitted == 0
+    await admission.close()
+
+
+async def test_the_setting_caps_the_engine_and_stands_in_when_it_cannot_tell() -> None:
+    engine = Judged(100)
+    admission = Admission(engine, Settings(max_active_streams=3))  # type: ignore[arg-type]
+    assert admission.capacity() == 3
+    engine.streams = 0
+    assert admission.capacity() == 1  # one stream always has room: never a deadlock
+    engine.fail = True
+    assert admission.capacity() == 3  # advice that fails is not a stop
+    assert Admission(object(), Settings(max_active_streams=5)).capacity() == 5  # type: ignore[arg-type]
+
+
+async def test_a_cancelled_wait_is_withdrawn_and_a_wait_past_its_bound_refused() -> None:
+    admission = Admission(Judged(1), Settings(max_queue_wait_s=0.3))  # type: ignore[arg-type]
+    held = await admission.admit("a", 1.0)
+    gone = asyncio.create_task(admission.admit("b", 1.0))
+    await asyncio.sleep(0.05)
+    gone.cancel()
+    await asyncio.sleep(0)
+    assert admission.waiting == 0
+    with pytest.raises(QueueFull) as e:
+        await asyncio.wait_for(admission.admit("b", 1.0), 2.0)
+    assert e.value.bound == "wait" and e.value.retry_after_header.isdigit()
+    held.release()
+    assert (await admission.admit("b", 1.0)).waited_s == 0.0  # room again: at once
+    await admission.close()
+
+
+def test_admission_settings_load_and_are_checked() -> None:
+    env = {"VOXGATE_MAX_ACTIVE_STREAMS": "3", "VOXGATE_MAX_WAITING_PER_TENANT": "2",
+           "VOXGATE_MAX_WAITING_PER_MODEL": "9", "VOXGATE_MAX_QUEUE_WAIT_S": "2.5"}  # fmt: skip
+    s = load_settings(env=env)
+    assert (s.max_active_streams, s.max_waiting_per_tenant, s.max_waiting_per_model, s.max_queue_wait_s) == (
+        3, 2, 9, 2.5,
+    )  # fmt: skip
+    for bad in ({"max_active_streams": 0}, {"max_waiting_per_tenant": -1}, {"max_queue_wait_s": 0.0},
+                {"max_queue_wait_s": float("nan")}):  # fmt: skip
+        with pytest.raises(ValueError):
+            Settings(**bad)  # type: ignore[arg-type]
+
+
+def test_weights_come_from_the_keys_file_and_the_spec_form(tmp_path: Path) -> None:
+    keys = ApiKeys.from_file(keys_file(tmp_path))
+    assert keys.verify(KEYS["acme"]).weight == 2.0 and keys.verify(KEYS["beta"]).weight == 1.0  # type: ignore[union-attr]
+    spec = ApiKeys.from_spec(f"acme:2.5={hash_api_key('x')},beta={hash_api_key('y')}")
+    assert spec.verify("x").weight == 2.5 and spec.verify("y").weight == 1.0  # type: ignore[union-attr]
+    for bad in ("acme:0", "acme:-1", "acme:inf", "acme:two"):
+        with pytest.raises(ValueError):
+            ApiKeys.from_spec(f"{bad}={hash_api_key('x')}")
+    with pytest.raises(ValueError):
+        ApiKeys.from_config({"tenants": {"acme": {"key_sha256": [hash_api_key("x")], "weight": True}}})
