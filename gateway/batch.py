@@ -30,7 +30,8 @@ from gateway.admission import QueueFull, admit, ticketed
 from gateway.audio import MEDIA_TYPES, OPUS_RATES, encode_file
 from gateway.auth import caller, serving_engine
 from gateway.errors import ApiError
-from gateway.openai_api import MAX_INPUT_CHARS, SpeechRequest, _parse, _pcm, _voice
+from gateway.openai_api import MAX_INPUT_CHARS, SpeechRequest, _parse, _pcm, _voice, client_gone
+from gateway.timing import ResponseClock, observe, trim_for
 from gateway.voices import resolve_voice
 from sessions import StateUnavailable, Tenant
 
@@ -120,9 +121,12 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
         name = _voice(engine, req.voice, state.settings.voice_aliases)
         voice, voice_options = await resolve_voice(state.store, who.tenant, engine, name)
         ticket = await admit(state, who.tenant)  # as POST /v1/audio/speech: capacity, then the tenant's turn
+        clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
+        trim = trim_for(rate, state.settings.limits)
         async with asyncio.timeout(ITEM_TIMEOUT_BASE_S + ITEM_TIMEOUT_S_PER_CHAR * len(req.input)):
             # The ticketed stream counts its audio to the tenant and releases the ticket as it ends.
-            parts = [pcm async for pcm in _pcm(ticketed(engine, ticket), req, voice, rate, voice_options)]
+            chunks = _pcm(ticketed(engine, ticket), req, voice, rate, voice_options, trim, clock)
+            parts = [pcm async for pcm in chunks]
         pcm = np.concatenate(parts) if parts else np.zeros(0, np.int16)
     except QueueFull as e:
         refusal = ApiError(e.message, code="queue_full")
@@ -141,15 +145,14 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
             ticket.release()  # idempotent: also when the stream never opened (a bad voice)
     fmt = req.response_format
     audio = await asyncio.to_thread(_encode, pcm, rate, fmt)
+    # Timed as POST /v1/audio/speech times a file: the audio goes when the whole of it is ready.
+    clock.audio(pcm)
+    clock.trimmed = trim.trimmed
+    timing = clock.record()
+    observe(timing, state.settings.model, who.tenant.name)
     usage = {"input_tokens": len(req.input), "output_tokens": len(pcm), "total_tokens": len(req.input)}
-    return {"index": index, "status": "success", "audio_data": audio, "media_type": MEDIA_TYPES[fmt], "usage": usage}
-
-
-async def _disconnected(request: Request) -> None:
-    """Returns when the client has gone. The body is read, so the next ASGI message is the disconnect;
-    nothing else is expected, but one would be passed over without spinning."""
-    while (await request.receive())["type"] != "http.disconnect":
-        await asyncio.sleep(0.05)
+    return {"index": index, "status": "success", "audio_data": audio, "media_type": MEDIA_TYPES[fmt], "usage": usage,
+            "timing": msgspec.to_builtins(timing)}  # fmt: skip
 
 
 @post("/v1/audio/speech/batch", status_code=200, request_max_body_size=MAX_BATCH_BODY_BYTES)
@@ -163,7 +166,7 @@ async def create_speech_batch(request: Request) -> Response[Any]:
         return ApiError(f"the request body is limited to {MAX_BATCH_BODY_BYTES} bytes", code="request_too_large",
                         status=413).response()  # fmt: skip
     work = asyncio.ensure_future(asyncio.gather(*(_item(i, r, who) for i, r in enumerate(reqs))))
-    gone = asyncio.ensure_future(_disconnected(request))
+    gone = asyncio.ensure_future(client_gone(request))
     try:
         await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:

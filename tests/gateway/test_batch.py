@@ -49,6 +49,12 @@ def test_three_items_come_back_in_order_with_the_defaults_and_overrides(gateway:
     wav_s = len(samples) / rate
     assert 0 < pcm_seconds(first) < wav_s < pcm_seconds(third)  # each item's own text, in order
     assert first["usage"]["input_tokens"] == len(texts[0])
+    for r in out["results"]:  # the single route's timing record, per item
+        t = r["timing"]
+        assert set(t) == {"queue_wait_ms", "ttfa_ms", "audible_ttfa_ms", "synthesis_ms", "audio_ms", "rtf",
+                          "trimmed_ms"}  # fmt: skip
+        assert 0 <= t["ttfa_ms"] <= t["synthesis_ms"] and t["audio_ms"] > 0 and t["trimmed_ms"] >= 0
+    assert first["timing"]["audio_ms"] == pytest.approx(1000 * pcm_seconds(first), abs=1)
 
 
 def test_an_item_with_a_bad_voice_fails_alone(gateway: str) -> None:
