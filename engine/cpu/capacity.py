@@ -7,10 +7,12 @@ it mixes. A stream that speaks needs about one second of audio per second, i.e. 
 per second; `workers` workers keep `workers / rtf` such streams ahead, of which `HEADROOM` is counted
 (a shared box's other work, the look-ahead's bursts, the cost of text that is not speech yet).
 
-The RTF is measured on the wall clock of each job, with whatever else ran beside it (other processes
-of a shared box included), and brought to what it would cost with every worker busy
-(`full_load_factor`): a job that ran alone had the idle cores for its intra-op threads, and measured
-as it was it would promise a throughput the pool does not have once the streams it admits arrive.
+The RTF is measured on the wall clock of each job, with whatever else ran beside it (other workers,
+other processes of a shared box): what it costs under the load of the moment. A job that ran alone
+had the idle cores for its intra-op threads and measures cheaper than it will with the pool full;
+charging it for a full pool (cores it would lose) was tried and, on a shared box whose idle cores
+other processes take anyway, halved the admitted load for no fewer gaps. A rise in cost is believed
+at once instead (`ALPHA_UP`).
 Pure and thread-safe (a lock held for a few arithmetic operations); no clock of its own.
 """
 
@@ -33,16 +35,6 @@ PRIOR_RTF = 0.5
 #: Jobs that made less audio than this are timed but not weighed as much: a one-word piece is mostly
 #: per-run overhead, and listeners rarely hear a whole stream of them.
 SHORT_AUDIO_S = 0.5
-
-
-def full_load_factor(busy: float, workers: int, threads: int, cores: int) -> float:
-    """How much slower a job that ran beside `busy` jobs (itself included) would have been with all
-    `workers` busy: the ratio of the cores it had (at most its `threads`) to the cores it would get.
-    Pessimistic where intra-op threads scale less than linearly, which is the safe side."""
-    cores, threads = max(1, cores), max(1, threads)
-    had = min(threads, cores / max(1.0, busy))
-    gets = min(threads, cores / max(1, workers))
-    return max(1.0, had / gets)
 
 
 class RtfMeter:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu.cache import cache_dir
-from engine.cpu.capacity import RtfMeter, full_load_factor
+from engine.cpu.capacity import RtfMeter
 from engine.cpu.espeak import Espeak
 from engine.cpu.pool import UrgencyPool
 from engine.cpu.resample import SegmentResampler, trim_silence
@@ -134,8 +134,7 @@ class CpuEngine:
         self._pool = UrgencyPool(self.workers, "cpu-voice")
         #: measured cost of synthesis (real-time factor per backend): what `capacity()` is judged from
         self.meter = RtfMeter()
-        self._busy = 0  # pool jobs running now (how much of the machine a measured job had)
-        self._busy_lock = threading.Lock()
+        self._logged_streams = 0
         self._queue_size = queue_size
         self.max_pending_chars = max_pending_chars
         self._streams: weakref.WeakSet[CpuStream] = weakref.WeakSet()
@@ -161,19 +160,19 @@ class CpuEngine:
 
     def _warm_up(self) -> float:
         """Run every model session once: a cold onnxruntime run is about twice as slow. Its cost is the
-        meter's first measurement, a conservative prior (cold, brought to a full pool)."""
+        meter's first measurement, a conservative prior (cold)."""
         t0 = time.perf_counter()
         if self._piper is not None:
             for ids in self._piper.units("Hello there."):
                 t = time.perf_counter()
                 audio = self._piper.run(ids)
-                self._measured("piper", time.perf_counter() - t, audio.size / self._piper.sample_rate, 1)
+                self._measured("piper", time.perf_counter() - t, audio.size / self._piper.sample_rate)
         if self._kokoro is not None:
             for text, lang in (("Hello there.", "en"), ("你好。", "zh")):
                 for tokens in self._kokoro.units(text, lang):
                     t = time.perf_counter()
                     audio = self._kokoro.run(tokens, KOKORO_DEFAULT)
-                    self._measured("kokoro", time.perf_counter() - t, audio.size / self._kokoro.sample_rate, 1)
+                    self._measured("kokoro", time.perf_counter() - t, audio.size / self._kokoro.sample_rate)
         return time.perf_counter() - t0
 
     # ---- the Engine contract ----
@@ -239,22 +238,15 @@ class CpuEngine:
 
     # ---- used by streams ----
 
-    def _job_began(self) -> int:
-        with self._busy_lock:
-            self._busy += 1
-            return self._busy
-
-    def _job_ended(self) -> int:
-        """Jobs running at this one's end (itself included), and it leaves."""
-        with self._busy_lock:
-            self._busy -= 1
-            return self._busy + 1
-
-    def _measured(self, backend: str, run_s: float, audio_s: float, busy: float) -> None:
-        """A pool job's cost, from its worker, brought to a full pool (`busy`: jobs running beside it)."""
-        factor = full_load_factor(busy, self.workers, self.threads, os.cpu_count() or 1)
-        self.meter.record(backend, run_s * factor, audio_s)
+    def _measured(self, backend: str, run_s: float, audio_s: float) -> None:
+        """A pool job's cost, from its worker."""
+        self.meter.record(backend, run_s, audio_s)
         self._pool.guard_s = self._guard_s()
+        streams = self.meter.streams(self.workers)
+        if streams != self._logged_streams:  # a change of capacity is worth a line; the EWMA's noise is not
+            self._logged_streams = streams
+            log.info("CPU voices: capacity %d streams (RTF %.3f, %d workers)", streams,
+                     self.meter.rtf(), self.workers)
 
     def _guard_s(self) -> float:
         """How close to running dry a playing stream may come before its job goes ahead of newcomers:
@@ -464,20 +456,16 @@ class CpuStream:
         if self._cancelled.is_set():
             return
         p = job.piece
-        t0, made, busy = time.perf_counter(), 0.0, self._engine._job_began()
+        t0, made = time.perf_counter(), 0.0
         try:
-            try:
-                for audio in self._engine._synthesise(p.voice, p.lang, p.text, self._speed, self._cancelled,
-                                                      job.run_options):
-                    made += audio[0].size / audio[1]
-                    with self._cond:
-                        job.audio.append(audio)
-                        self._cond.notify_all()
-            finally:
-                run_s = time.perf_counter() - t0
-                busy = (busy + self._engine._job_ended()) / 2  # about how many ran beside it
+            for audio in self._engine._synthesise(p.voice, p.lang, p.text, self._speed, self._cancelled,
+                                                  job.run_options):
+                made += audio[0].size / audio[1]
+                with self._cond:
+                    job.audio.append(audio)
+                    self._cond.notify_all()
             if not self._cancelled.is_set():  # a cut-short run says nothing of the cost
-                self._engine._measured(p.voice.backend, run_s, made, busy)
+                self._engine._measured(p.voice.backend, time.perf_counter() - t0, made)
         except Exception as exc:  # reported by the driver, in order, as StreamEnd("error")
             if not self._cancelled.is_set():
                 log.exception("CPU voice synthesis failed for segment %d", p.segment)
