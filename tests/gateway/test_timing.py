@@ -342,3 +342,23 @@ def test_openai_whole_file_client_that_leaves_frees_its_engine_stream(trimming: 
                   f"Content-Length: {len(body)}\r\n\r\n{body}".encode())  # fmt: skip
         wait_for(lambda: active() >= 1, "the request never started")
     wait_for(lambda: active() == 0, "the departed client's engine stream was not cancelled")
+
+
+async def test_queue_wait_is_timed_apart_from_ttfa(cpu_engine: Engine) -> None:
+    """With room for one stream, a second session's utterance waits for admission: the wait is its
+    `queue_wait_ms`, and its TTFA clock starts only when its text goes to the engine."""
+    for addr in serve(cpu_engine, Limits(config_timeout=5.0), max_active_streams=1):
+        first, _ = await open_session(addr)
+        second, _ = await open_session(addr)
+        await first.send(json.dumps({"type": "input.text", "text": SENTENCES * 2}))
+        await first.send(json.dumps({"type": "input.done"}))
+        while True:  # the first stream holds the one slot once its audio has begun
+            m = await first.recv()
+            if isinstance(m, str) and json.loads(m)["type"] == "audio.start":
+                break
+        events, _ = await utterance(second, "Waiting my turn.")
+        t = timing_of(events)
+        assert t["queue_wait_ms"] > 0 and any(e["type"] == "audio.waiting" for e in events)
+        assert t["ttfa_ms"] is not None and t["audio_ms"] > 0
+        await first.close()
+        await second.close()
