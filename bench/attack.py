@@ -480,6 +480,28 @@ async def queue_flood(ctx: Context) -> dict[str, Any]:
     return dict(sorted(total.items()))
 
 
+# Issue 14: one tenant posts several full batches at once (POST /v1/audio/speech/batch: up to 32 items,
+# 8192 characters, a body near its bound) while the canary (another key) speaks. Every item is a stream
+# through admission: past the tenant's bounds they are refused per item (queue_full), parsing, encoding
+# and base64 run off the loop, and the canary still gets its turn.
+@attack("batch_flood")
+async def batch_flood(ctx: Context) -> dict[str, Any]:
+    n, items = int(ctx.options.get("batches", 3)), int(ctx.options.get("items", 32))
+    chars, fmt = int(ctx.options.get("chars", 250)), str(ctx.options.get("format", "mp3"))
+    flood = Context(ctx.url, ctx.options.get("flood_key", ctx.key))
+    sentence = "A batch item speaks a plain sentence of the flood. "
+    text = (sentence * (chars // len(sentence) + 1))[:chars]
+    body = {"voice": "joe", "response_format": fmt, "items": [{"input": text} for _ in range(items)]}
+    seen: dict[str, int] = {}
+    for status, out in await asyncio.gather(*(asyncio.to_thread(_post_json, flood, "/v1/audio/speech/batch", body)
+                                              for _ in range(n))):  # fmt: skip
+        seen[f"http:{status}"] = seen.get(f"http:{status}", 0) + 1
+        for r in out.get("results", []):
+            name = "success" if r["status"] == "success" else f"error:{r.get('code')}:{r.get('bound')}"
+            seen[name] = seen.get(name, 0) + 1
+    return dict(sorted(seen.items()))
+
+
 # -- more attacks above this line --------------------------------------------------------------------------
 
 

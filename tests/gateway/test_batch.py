@@ -15,11 +15,14 @@ from typing import Any
 
 import pytest
 import soundfile
+from attack import run
 from support.servers import serve
 from support.wsclient import call
 
 from engine import Engine, Stream, StreamEnd, StreamEvent
+from engine.types import Capacity
 from gateway.batch import MAX_BATCH_BODY_BYTES, MAX_BATCH_CHARS, MAX_BATCH_ITEMS
+from sessions import hash_api_key
 
 PATH = "/v1/audio/speech/batch"
 
@@ -163,6 +166,11 @@ class _CountingEngine:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    def capacity(self) -> Capacity:
+        """Room for the batch's items whatever this box's load makes of the measured cost (that judgement
+        has tests of its own): what is checked here is the fan-out. max_active_streams still caps it."""
+        return Capacity(streams=8, active=self.open)
+
     def open_stream(self, voice: str | None, language: str, **options: object) -> Stream:
         stream = self.inner.open_stream(voice, language, **options)
         with self.lock:
@@ -269,3 +277,34 @@ def test_a_batch_nothing_of_which_can_queue_is_a_429(no_queue_gateway: tuple[str
     assert status == 429 and out["error"]["code"] == "queue_full", out
     assert int(headers["retry-after"]) >= 1
     assert holder and holder[0][0] == 200 and holder[0][1]["succeeded"] == 1  # the holder was not disturbed
+
+
+# -- a flood of batches beside a canary -------------------------------------------------------------------
+
+FLOOD_KEYS = {"flood": "key-flood", "canary": "key-canary"}
+
+
+@pytest.fixture(scope="module")
+def keyed_gateway(cpu_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    path = tmp_path_factory.mktemp("batch_keys") / "keys.json"
+    tenants = {t: {"key_sha256": [hash_api_key(k)]} for t, k in FLOOD_KEYS.items()}
+    path.write_text(json.dumps({"tenants": tenants}))
+    yield from serve(cpu_engine, api_keys=str(path), max_waiting_per_tenant=8, max_queue_wait_s=60.0)
+
+
+async def test_a_flood_of_batches_is_queued_or_refused_per_item_and_the_canary_keeps_speaking(
+    keyed_gateway: str,
+) -> None:
+    r = await run(keyed_gateway, "batch_flood", key=FLOOD_KEYS["canary"], flood_key=FLOOD_KEYS["flood"],
+                  batches=3, items=16, chars=120)  # fmt: skip
+    print(r)
+    # The first batch takes the capacity and the tenant's 8 waiting places; one that finds none is a 429.
+    assert r.seen.get("http:200", 0) >= 1 and r.seen.get("http:200", 0) + r.seen.get("http:429", 0) == 3, r.seen
+    assert r.seen.get("success", 0) >= 9, r.seen
+    assert r.seen.get("error:queue_full:tenant", 0) >= 1, r.seen  # 48 items, 8 places to wait
+    assert {k for k in r.seen if k.startswith("error:")} <= {"error:queue_full:tenant", "error:queue_full:model"}
+    c = r.canary
+    assert c.failure is None and not c.errors, c
+    assert c.worst_wait_s < 6.0, c  # one batch item's synthesis at most, on a shared 2-core box
+    assert r.health_worst_s < 1.0 and set(r.health_statuses) == {"ok"}, r
+    assert r.rss_growth_mb < 200, r
