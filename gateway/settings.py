@@ -47,8 +47,8 @@ class Settings:
     # Admission (gateway/admission.py): streams start while fewer than the engine's capacity() — at most
     # max_active_streams — are admitted; the rest wait, tenants in turn by weight, within these bounds.
     max_active_streams: int = 64
-    max_waiting_per_tenant: int = 16
-    max_waiting_per_model: int = 128
+    max_waiting_per_tenant: int = 64
+    max_waiting_per_model: int = 256
     max_queue_wait_s: float = 10.0  # a stream still waiting after this is refused (queue_full, "wait")
 
     def __post_init__(self) -> None:
