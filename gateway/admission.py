@@ -123,6 +123,14 @@ class Admission:
     def ahead(self, waiter: Waiter) -> int:
         return self._queue.ahead(waiter)
 
+    def try_admit(self, tenant: str, weight: float) -> Ticket | None:
+        """A ticket at once when there is room and nobody waits; None otherwise (then `admit` decides)."""
+        capacity = self.capacity()
+        if self._queue.waiting or self._queue.in_flight >= capacity:
+            return None
+        self._loop = asyncio.get_running_loop()
+        return Ticket(self, self._queue.push(tenant, weight, capacity))  # admitted by push: there is room
+
     async def admit(self, tenant: str, weight: float, on_queued: Callable[[Waiter], None] | None = None) -> Ticket:
         """Wait until the stream may start; raises QueueFull. A cancelled wait is withdrawn.
         `on_queued`: called when the stream has to wait (not when it starts at once)."""
@@ -286,24 +294,31 @@ class QueuedStream:
         self._held: list[str] = []
         self._finished = False
         self._cancelled = False
+        self._ended = asyncio.Event()  # finish or cancel came: an unopened stream may end
         self._waiter: Waiter | None = None
         self.stream: Stream | None = None
         self.ticket: Ticket | None = None
         self.refused: QueueFull | None = None
         self.failed: str | None = None  # the engine stream could not be opened
-        self._task = asyncio.create_task(self._admit(tenant, weight))
+        self._task: asyncio.Task[None] | None = None
+        ticket = admission.try_admit(tenant, weight)
+        if ticket is not None:  # room and nobody waiting: open now, the first text goes straight in
+            self._start(ticket)
+        else:
+            self._task = asyncio.create_task(self._admit(tenant, weight))
 
     @property
     def queued(self) -> bool:
         """Still waiting for admission (the stream is not open, refused or cancelled yet)."""
-        return not self._task.done() and self.ticket is None
+        return self._task is not None and not self._task.done() and self.ticket is None
 
     def ahead(self) -> int | None:
         return None if self._waiter is None or not self.queued else self._admission.ahead(self._waiter)
 
     async def settled(self) -> None:
         """Return once admission has decided (or the stream was cancelled)."""
-        await asyncio.wait({self._task})
+        if self._task is not None:
+            await asyncio.wait({self._task})
 
     async def _admit(self, tenant: str, weight: float) -> None:
         try:
@@ -317,10 +332,17 @@ class QueuedStream:
             log.exception("admission failed")
             self.failed = "admission failed"
             return
-        self.ticket = ticket
         if self._cancelled:  # cancelled as admission came: the slot goes straight back
             ticket.release()
             return
+        lost, error = self._start(ticket)
+        if error is not None:
+            await self._on_lost(error, lost)
+
+    def _start(self, ticket: Ticket) -> tuple[list[int], EngineError | None]:
+        """Admitted: open the engine stream and give it the text held meanwhile, with no await in
+        between (so a later append comes after it). Returns the held appends the engine refused."""
+        self.ticket = ticket
         if self._on_admitted is not None:
             self._on_admitted(ticket)
         try:
@@ -332,7 +354,7 @@ class QueuedStream:
             self.failed = f"the engine stream could not be opened ({type(e).__name__})"
         if self.failed is not None:
             ticket.release()
-            return
+            return [], None
         stream = TicketedStream(stream, ticket, self._frame_rate)
         lost: list[int] = []
         error: EngineError | None = None
@@ -346,8 +368,7 @@ class QueuedStream:
         if self._finished:
             stream.finish()
         self.stream = stream
-        if error is not None:
-            await self._on_lost(error, lost)
+        return lost, error
 
     def _queued(self, waiter: Waiter) -> None:
         self._waiter = waiter
@@ -364,11 +385,13 @@ class QueuedStream:
 
     def finish(self) -> None:
         self._finished = True
+        self._ended.set()
         if self.stream is not None:
             self.stream.finish()
 
     def cancel(self) -> None:
         self._cancelled = True
+        self._ended.set()
         if self.stream is not None:
             self.stream.cancel()  # its ticket too
         self.release()
@@ -377,13 +400,18 @@ class QueuedStream:
         """The engine capacity goes back: the ticket is released, or a waiting admission withdrawn."""
         if self.ticket is not None:
             self.ticket.release()
-        elif not self._task.done():
+        elif self._task is not None and not self._task.done():
             self._task.cancel()  # admit() withdraws the waiter
 
     async def events(self) -> AsyncIterator[StreamEvent]:
         await self.settled()
         if self.stream is None:
-            if self.refused is not None:
+            # Refused or not opened, it ends only once its utterance does (input.done): text that comes
+            # until then is named as it comes, and nothing of the utterance follows its session.done.
+            await self._ended.wait()
+            if self._cancelled:
+                yield StreamEnd("cancelled")
+            elif self.refused is not None:
                 yield Refusal("error", self.refused.message)
             elif self.failed is not None:
                 yield StreamEnd("error", self.failed)

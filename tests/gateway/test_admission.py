@@ -374,6 +374,19 @@ async def test_a_cancelled_wait_is_withdrawn_and_a_wait_past_its_bound_refused()
     await admission.close()
 
 
+async def test_with_room_and_nobody_waiting_a_stream_is_admitted_without_waiting_for_the_loop() -> None:
+    admission = Admission(Judged(1), Settings())  # type: ignore[arg-type]
+    first = admission.try_admit("a", 1.0)
+    assert first is not None and first.waited_s == 0.0
+    assert admission.try_admit("b", 1.0) is None  # no room: admit() decides (waits or refuses)
+    waiting = asyncio.create_task(admission.admit("b", 1.0))
+    await asyncio.sleep(0.05)
+    first.release()
+    assert admission.try_admit("c", 1.0) is None  # room, but b was first: it goes first
+    (await waiting).release()
+    await admission.close()
+
+
 def test_admission_settings_load_and_are_checked() -> None:
     env = {"VOXGATE_MAX_ACTIVE_STREAMS": "3", "VOXGATE_MAX_WAITING_PER_TENANT": "2",
            "VOXGATE_MAX_WAITING_PER_MODEL": "9", "VOXGATE_MAX_QUEUE_WAIT_S": "2.5"}  # fmt: skip
