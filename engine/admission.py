@@ -10,7 +10,9 @@ The rules (tts-pool's design):
   corrected as its audio is served and when it ends: otherwise several slots freeing at once would all
   go to whichever key looked cheapest before any of them had made a sound;
 - a key that enters (nothing waiting or in flight) starts at the current minimum service of the keys
-  already active: idle time banks no credit, and a newcomer cannot starve the others by starting at 0;
+  already active: idle time banks no credit, and a newcomer cannot starve the others by starting at 0.
+  A key coming back keeps its own service when that is higher: a burst of service is not forgiven by
+  a moment of idleness (as in weighted fair queueing: max(own, minimum));
 - a soft in-flight preference: a key holding its weighted share of the capacity in flight yields to
   keys below theirs (service is only counted as audio is served, so a key whose long streams have just
   started would otherwise look cheap), but takes a free slot that nobody below their share wants —
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -35,6 +37,7 @@ State = Literal["waiting", "admitted", "finished", "withdrawn", "expired"]
 # a stream is expected to be served (its charge when it starts).
 DEFAULT_HOLD_S = 2.0
 DEFAULT_STREAM_S = 2.0
+MAX_IDLE_KEYS = 4096  # idle keys whose service is remembered (keys are configured tenants: few)
 SMOOTHING = 0.2  # weight of the newest value in the running means
 
 
@@ -89,6 +92,8 @@ class FairQueue:
         self.max_wait_s = max_wait_s
         self._clock = clock
         self._keys: dict[str, _Key] = {}  # active keys only (waiting or in flight): bounded by the tenants
+        self._idle: OrderedDict[str, float] = OrderedDict()  # an idle key's service, oldest first
+        self._floor = 0.0  # the minimum service when no key is active
         self._seq = itertools.count()
         self._waiting = 0
         self._in_flight = 0
@@ -106,7 +111,7 @@ class FairQueue:
         return self._in_flight
 
     def service(self, key: str) -> float | None:
-        """The key's weighted service, while it is active."""
+        """The key's weighted service, while it is active (None: idle)."""
         k = self._keys.get(key)
         return None if k is None else k.service
 
@@ -135,8 +140,8 @@ class FairQueue:
             raise Refused("model", self.retry_after(capacity))
         if k is None:
             # A key entering starts level with the least-served active key: no credit for idle time.
-            floor = min((a.service for a in self._keys.values()), default=0.0)
-            k = self._keys[key] = _Key(weight, floor, self._stream_s)
+            floor = min((a.service for a in self._keys.values()), default=self._floor)
+            k = self._keys[key] = _Key(weight, max(floor, self._idle.pop(key, floor)), self._stream_s)
         k.weight = weight  # the configuration's latest word
         now = self._clock()
         waiter = Waiter(key, now, next(self._seq))
@@ -228,3 +233,8 @@ class FairQueue:
         # An idle key is forgotten: when it comes back it enters at the minimum, as any newcomer.
         if not k.waiting and not k.in_flight:
             del self._keys[name]
+            self._idle[name] = k.service
+            if len(self._idle) > MAX_IDLE_KEYS:
+                self._idle.popitem(last=False)
+            if not self._keys:
+                self._floor = k.service  # the last active key's service: the minimum until one comes

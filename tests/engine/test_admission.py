@@ -160,9 +160,23 @@ def test_an_idle_key_banks_no_credit() -> None:
     assert q.service("b") is None
     a = q.push("a", 1.0, 2)
     q.served(a, 500.0)
+    level = q.service("a")
     b2 = q.push("b", 1.0, 2)
     assert b2.state == "admitted"
-    assert q.service("b") == pytest.approx(500.0 + b2.charged_s)  # the minimum, plus its new stream's charge
+    assert q.service("b") == pytest.approx(level + b2.charged_s)  # a's level (the minimum), plus its new charge
+
+
+def test_a_key_back_from_a_moment_idle_keeps_a_lead_it_had() -> None:
+    clock = Clock()
+    q = queue(clock)
+    a = q.push("a", 1.0, 2)
+    b = q.push("b", 1.0, 2)
+    q.served(b, 50.0)  # a long stream of b
+    q.finish(b)  # b idle a moment, a still in flight
+    ahead = q.service("a")
+    q.push("b", 1.0, 2)
+    assert q.service("b") is not None and q.service("b") > ahead + 40  # not forgiven back to a's level
+    q.finish(a)
 
 
 def test_the_per_key_bound_refuses_with_bound_tenant() -> None:
