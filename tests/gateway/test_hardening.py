@@ -280,7 +280,7 @@ async def test_an_engine_stream_ending_before_input_done_is_an_error_naming_the_
 async def test_a_stream_waiting_for_a_slot_hears_audio_waiting_then_its_audio(tmp_path: Path) -> None:
     engine = load_engine("tiny", cache_dir=tmp_path, max_streams=1, frames_per_token=2.0, min_frames=6)
     try:
-        for addr in serve(engine):
+        for addr in serve(engine, max_queue_wait_s=60.0):  # a loaded box: the first answer may take > 10 s
             busy, _ = await open_session(addr, voice="ryan")
             late, _ = await open_session(addr, voice="ryan")
             await busy.send(json.dumps({"type": "input.text", "text": "A long first answer, " * 12}))
