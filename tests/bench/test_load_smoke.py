@@ -64,7 +64,9 @@ def test_load_smoke_against_piper(piper_gateway: str, tmp_path: Path) -> None:
         assert 0 < ttfa["p50"] < 10 and ttfa["p50"] <= ttfa["p95"] <= ttfa["p99"]
         assert r["audible_first_s"]["p50"] >= ttfa["p50"]  # audible never precedes the first byte
         assert r["gap_free_share"] is not None and r["vllm_continuous_share"] is not None
-        assert r["asked_audio_s_per_s"] > 0 and r["produced_audio_s_per_s"] > 0
+        # Audio made inside the 2 s arrival window: `none` speaks only after the whole text, so on a slow
+        # box its first audio may fall after the window (the responses' own audio is checked below).
+        assert r["asked_audio_s_per_s"] > 0 and r["produced_audio_s_per_s"] >= 0
         assert r["inflight_max"] >= 1
         resp = r["responses"][0]
         assert resp["frames"] and sum(n for _, n in resp["frames"]) > 0
