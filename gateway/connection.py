@@ -200,6 +200,8 @@ class Limits:
     # An open utterance (text, no input.done) quiet this long is finished: its text is spoken and the
     # engine capacity it holds comes back.
     utterance_idle_timeout: float = 30.0
+    # ... and quiet this long while other streams wait for admission, if it holds engine capacity.
+    utterance_idle_under_pressure: float = 2.0
     max_utterance_chars: int = 256 * 1024  # input.text of one utterance
     # The backlog ahead of the listener: committed text whose audio has not begun, and audio sent but
     # not yet played (at real time). Past either, input.text is refused with `backlog_full`.
@@ -633,11 +635,11 @@ class Connection:
                 continue
             now = time.monotonic()
             try:
-                if now - utt.last_input > self.limits.utterance_idle_timeout:
+                if now - utt.last_input > (bound := self._idle_bound(utt)):
                     await self.error(
                         "utterance_timeout",
-                        f"no input for {self.limits.utterance_idle_timeout:g} s: utterance {utt.index} was "
-                        "finished as if input.done had come (its text is spoken)",
+                        f"no input for {bound:g} s: utterance {utt.index} was finished as if input.done had "
+                        "come (its text is spoken)",
                         utterance_index=utt.index, action="finished",
                     )  # fmt: skip
                     await self._finish_current()
@@ -647,6 +649,14 @@ class Connection:
                 await self.error(e.code, e.message, **e.fields)
             except EngineError as e:
                 await self.error(e.code, str(e), utterance_index=utt.index)
+
+    def _idle_bound(self, utt: Utterance) -> float:
+        """How long the open utterance may stay quiet: shorter while it holds engine capacity (an admitted
+        stream) that others are waiting for — a parked stream must not keep them out."""
+        holds = utt.stream is not None and not getattr(utt.stream, "queued", False)
+        if holds and self.admission is not None and self.admission.waiting > 0:
+            return min(self.limits.utterance_idle_under_pressure, self.limits.utterance_idle_timeout)
+        return self.limits.utterance_idle_timeout
 
     async def _cancel_all(self, notify: bool) -> None:
         victims = list(self.playing)

@@ -40,9 +40,17 @@ async def test_32_parked_utterances_leave_the_canary_and_a_newcomer_audio(url: s
         await canary.keep_hearing(2)
     report = canary.report()
     assert report.failure is None, report
-    assert seen["sockets_heard"] >= SLOTS - 1, seen  # every one was admitted (one may wait behind the canary)
-    assert seen["probe_first_audio_s"] is not None and seen["probe_first_audio_s"] < 3.0, seen
-    assert report.worst_wait_s < 3.0, report  # before: no audio at all once the slots were taken
+    # Admission (issue 14) starts only as many streams as the measured capacity keeps ahead, and an open
+    # utterance that holds one while others wait is finished after utterance_idle_under_pressure: the
+    # parked sockets take turns, and the rest wait or are refused by name — never silence without a word.
+
+    assert seen["sockets_heard"] >= 1, seen
+    assert set(seen["codes"]) <= {"queue_full", "utterance_timeout"}, seen
+    probe = seen["probe_events"]
+    assert seen["probe_first_audio_s"] is not None or "error" in probe, seen  # audio, or told why not
+    # The canary is one more session of the same tenant: under this 10× overload it waits its turn in
+    # admission (told by audio.waiting), as the parked ones do. Before: no audio at all for 20 s and more.
+    assert report.worst_wait_s < 15.0, report
     assert health.worst_s < 1.0
 
 
