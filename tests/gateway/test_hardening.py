@@ -299,3 +299,23 @@ async def test_a_stream_waiting_for_a_slot_hears_audio_waiting_then_its_audio(tm
             await late.close()
     finally:
         engine.close()
+
+
+async def test_an_idle_open_utterance_holding_the_only_stream_gives_it_up_when_others_wait(
+    cpu_engine: Engine,
+) -> None:
+    for addr in serve(cpu_engine, Limits(utterance_idle_under_pressure=1.0), max_active_streams=1):
+        holder, _ = await open_session(addr)
+        await holder.send(json.dumps({"type": "input.text", "text": "I hold the engine, and "}))
+        await until(holder, "audio.start")
+        with pytest.raises(TimeoutError):  # nobody waits: the open utterance keeps its stream
+            await until(holder, "error", timeout=2.5)
+        waiter, _ = await open_session(addr)
+        events, audio = await utterance(waiter, "My turn now.", timeout=30)
+        assert any(e["type"] == "audio.waiting" and e["reason"] == "queue" for e in events), events
+        assert events[-1]["type"] == "session.done" and audio, events
+        finished = await until(holder, "session.done", timeout=10)
+        timeout = next(e for e in finished if e["type"] == "error")
+        assert timeout["code"] == "utterance_timeout" and timeout["action"] == "finished", timeout
+        await holder.close()
+        await waiter.close()
