@@ -949,10 +949,8 @@ def tenants_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def tenants_main_async(args: argparse.Namespace) -> dict[str, Any]:
-    tenants = parse_tenants(args)
-    ws_url, http_base = loopback_only(args.url)
-    API_KEY[0] = tenants[0].key  # the probe and the warm-up speak as the first tenant
+async def prepare_target(ws_url: str, http_base: str, args: argparse.Namespace) -> tuple[str, list[str], list[Text]]:
+    """Wait for the server, find which of the wanted languages it speaks, and load the texts for them."""
     model = wait_healthy(http_base, args.wait_ready)
     wanted = ["en", "zh"] if args.languages == "auto" else args.languages.split(",")
     langs = await probe_languages(ws_url, args.voice, wanted)
@@ -961,6 +959,14 @@ async def tenants_main_async(args: argparse.Namespace) -> dict[str, Any]:
     texts = load_texts(args.texts, langs)
     if not texts:
         raise SystemExit("no texts to send")
+    return model, langs, texts
+
+
+async def tenants_main_async(args: argparse.Namespace) -> dict[str, Any]:
+    tenants = parse_tenants(args)
+    ws_url, http_base = loopback_only(args.url)
+    API_KEY[0] = tenants[0].key  # the probe and the warm-up speak as the first tenant
+    model, langs, texts = await prepare_target(ws_url, http_base, args)
     solo_name = args.solo
     if solo_name is None:  # the lightest tenant alone is the telling case: its weight must not cap it
         weighted = any(t.weight for t in tenants)
@@ -1109,14 +1115,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     ws_url, http_base = loopback_only(args.url)
     API_KEY[0] = args.api_key
-    model = wait_healthy(http_base, args.wait_ready)
-    wanted = ["en", "zh"] if args.languages == "auto" else args.languages.split(",")
-    langs = await probe_languages(ws_url, args.voice, wanted)
-    if not langs:
-        raise SystemExit("the server accepted none of the languages " + ",".join(wanted))
-    texts = load_texts(args.texts, langs)
-    if not texts:
-        raise SystemExit("no texts to send")
+    model, langs, texts = await prepare_target(ws_url, http_base, args)
     runs_total = len(args.modes) * len(args.concurrency or args.rates)
     bound = runs_total * (args.duration + args.drain + 5)
     print(f"voxgate load: model {model or '?'}, languages {langs}, {len(texts)} texts, {runs_total} runs, "
