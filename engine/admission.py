@@ -17,6 +17,11 @@ The rules (tts-pool's design):
   keys below theirs (service is only counted as audio is served, so a key whose long streams have just
   started would otherwise look cheap), but takes a free slot that nobody below their share wants —
   capacity is never left idle while anyone waits;
+- continuations first: a stream that continues a listener already hearing speech (the next utterance
+  of a session whose audio still plays) goes before every other waiter, oldest first, and is charged to
+  its key as any stream. A listener who has started hearing speech must keep hearing it (issue 14):
+  a newcomer waits a little longer instead. Continuations take no more than the capacity: they only
+  jump the line, so they cannot break up the streams already playing;
 - bounds: waiters per key, waiters in all (the model), and a maximum wait past which a waiter is
   refused (bound "wait") rather than started late.
 """
@@ -61,6 +66,7 @@ class Waiter:
     started_at: float | None = None
     served_s: float = 0.0  # audio seconds served so far
     charged_s: float = 0.0  # audio seconds its key's service counts for it (≥ served_s while admitted)
+    continuing: bool = False  # it continues a listener already hearing speech: it goes first
 
     @property
     def waited_s(self) -> float:
@@ -72,8 +78,13 @@ class _Key:
     weight: float
     service: float  # audio seconds served / weight
     mean_s: float  # the audio seconds a stream of this key is expected to be served
-    waiting: deque[Waiter] = field(default_factory=deque)
+    waiting: deque[Waiter] = field(default_factory=deque)  # in arrival order, continuations excepted
+    continuing: int = 0  # its waiters in the queue's continuation line
     in_flight: int = 0
+
+    @property
+    def queued(self) -> int:
+        return len(self.waiting) + self.continuing
 
 
 class FairQueue:
@@ -95,6 +106,7 @@ class FairQueue:
         self._idle: OrderedDict[str, float] = OrderedDict()  # an idle key's service, oldest first
         self._floor = 0.0  # the minimum service when no key is active
         self._seq = itertools.count()
+        self._continuing: deque[Waiter] = deque()  # continuations, oldest first: before every other waiter
         self._waiting = 0
         self._in_flight = 0
         self._hold_s = DEFAULT_HOLD_S
@@ -107,6 +119,11 @@ class FairQueue:
         return self._waiting
 
     @property
+    def continuing(self) -> int:
+        """Continuations waiting (they go before every other waiter)."""
+        return len(self._continuing)
+
+    @property
     def in_flight(self) -> int:
         return self._in_flight
 
@@ -116,8 +133,12 @@ class FairQueue:
         return None if k is None else k.service
 
     def ahead(self, waiter: Waiter) -> int:
-        """Waiters that arrived before this one (an estimate of who goes first: fairness may reorder)."""
-        return sum(1 for k in self._keys.values() for w in k.waiting if w.seq < waiter.seq)
+        """Waiters that go before this one: continuations that came earlier, and for another waiter every
+        continuation and the waiters that arrived before it (an estimate: fairness may reorder)."""
+        earlier = sum(1 for w in self._continuing if w.seq < waiter.seq)
+        if waiter.continuing:
+            return earlier
+        return len(self._continuing) + sum(1 for k in self._keys.values() for w in k.waiting if w.seq < waiter.seq)
 
     def retry_after(self, capacity: int) -> float:
         """About when a slot is free for a newcomer: everyone waiting, then it, at the measured rate at
@@ -127,14 +148,15 @@ class FairQueue:
 
     # -- transitions ------------------------------------------------------------------------------
 
-    def push(self, key: str, weight: float, capacity: int) -> Waiter:
-        """A stream for `key` asks to start: admitted at once while there is room and nobody waits,
-        else queued; raises Refused("tenant" | "model") when it would wait past a bound."""
+    def push(self, key: str, weight: float, capacity: int, *, continuing: bool = False) -> Waiter:
+        """A stream for `key` asks to start: admitted at once while there is room and nobody waits who
+        would go first, else queued; raises Refused("tenant" | "model") when it would wait past a bound.
+        `continuing`: it continues a listener already hearing speech (see the module doc)."""
         if not weight > 0:
             raise ValueError("a weight must be > 0")
         k = self._keys.get(key)
-        room = self._in_flight < capacity and not self._waiting
-        if not room and k is not None and len(k.waiting) >= self.max_waiting_per_key:
+        room = self._in_flight < capacity and not (self._continuing if continuing else self._waiting)
+        if not room and k is not None and k.queued >= self.max_waiting_per_key:
             raise Refused("tenant", self.retry_after(capacity))
         if not room and self._waiting >= self.max_waiting:
             raise Refused("model", self.retry_after(capacity))
@@ -144,8 +166,12 @@ class FairQueue:
             k = self._keys[key] = _Key(weight, max(floor, self._idle.pop(key, floor)), self._stream_s)
         k.weight = weight  # the configuration's latest word
         now = self._clock()
-        waiter = Waiter(key, now, next(self._seq))
-        k.waiting.append(waiter)
+        waiter = Waiter(key, now, next(self._seq), continuing=continuing)
+        if continuing:
+            self._continuing.append(waiter)
+            k.continuing += 1
+        else:
+            k.waiting.append(waiter)
         self._waiting += 1
         if room:
             self._start(capacity, now)  # it alone waits: it starts, having waited 0 s
@@ -158,8 +184,13 @@ class FairQueue:
     def _start(self, capacity: int, now: float) -> list[Waiter]:
         started: list[Waiter] = []
         while self._in_flight < capacity and self._waiting:
-            k = self._next(capacity)
-            waiter = k.waiting.popleft()
+            if self._continuing:
+                waiter = self._continuing.popleft()
+                k = self._keys[waiter.key]
+                k.continuing -= 1
+            else:
+                k = self._next(capacity)
+                waiter = k.waiting.popleft()
             self._waiting -= 1
             k.in_flight += 1
             self._in_flight += 1
@@ -182,6 +213,12 @@ class FairQueue:
     def expire(self) -> list[Waiter]:
         """Remove and return the waiters past the maximum wait: they are refused with bound "wait"."""
         now, gone = self._clock(), []
+        while self._continuing and now - self._continuing[0].enqueued_at > self.max_wait_s:
+            waiter = self._continuing.popleft()
+            waiter.state = "expired"
+            self._waiting -= 1
+            self._keys[waiter.key].continuing -= 1
+            gone.append(waiter)
         for name, k in list(self._keys.items()):
             while k.waiting and now - k.waiting[0].enqueued_at > self.max_wait_s:  # FIFO: the oldest first
                 waiter = k.waiting.popleft()
@@ -199,7 +236,11 @@ class FairQueue:
         if waiter.state != "waiting":
             return
         k = self._keys[waiter.key]
-        k.waiting.remove(waiter)  # bounded by the per-key bound
+        if waiter.continuing:
+            self._continuing.remove(waiter)  # bounded by the waiting bounds
+            k.continuing -= 1
+        else:
+            k.waiting.remove(waiter)  # bounded by the per-key bound
         waiter.state = "withdrawn"
         self._waiting -= 1
         self._drop_if_idle(waiter.key, k)
@@ -231,7 +272,7 @@ class FairQueue:
 
     def _drop_if_idle(self, name: str, k: _Key) -> None:
         # An idle key is forgotten: when it comes back it enters at the minimum, as any newcomer.
-        if not k.waiting and not k.in_flight:
+        if not k.queued and not k.in_flight:
             del self._keys[name]
             self._idle[name] = k.service
             if len(self._idle) > MAX_IDLE_KEYS:

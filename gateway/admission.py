@@ -123,20 +123,25 @@ class Admission:
     def ahead(self, waiter: Waiter) -> int:
         return self._queue.ahead(waiter)
 
-    def try_admit(self, tenant: str, weight: float) -> Ticket | None:
-        """A ticket at once when there is room and nobody waits; None otherwise (then `admit` decides)."""
+    def try_admit(self, tenant: str, weight: float, *, continuing: bool = False) -> Ticket | None:
+        """A ticket at once when there is room and nobody waits who goes first; None otherwise (then
+        `admit` decides). `continuing`: the stream continues a listener already hearing speech
+        (engine/admission.py: it goes before every other waiter)."""
         capacity = self.capacity()
-        if self._queue.waiting or self._queue.in_flight >= capacity:
+        first = self._queue.continuing if continuing else self._queue.waiting
+        if first or self._queue.in_flight >= capacity:
             return None
         self._loop = asyncio.get_running_loop()
-        return Ticket(self, self._queue.push(tenant, weight, capacity))  # admitted by push: there is room
+        # admitted by push: there is room
+        return Ticket(self, self._queue.push(tenant, weight, capacity, continuing=continuing))
 
-    async def admit(self, tenant: str, weight: float, on_queued: Callable[[Waiter], None] | None = None) -> Ticket:
+    async def admit(self, tenant: str, weight: float, on_queued: Callable[[Waiter], None] | None = None, *,
+                    continuing: bool = False) -> Ticket:
         """Wait until the stream may start; raises QueueFull. A cancelled wait is withdrawn.
         `on_queued`: called when the stream has to wait (not when it starts at once)."""
         self._loop = asyncio.get_running_loop()
         try:
-            waiter = self._queue.push(tenant, weight, self.capacity())
+            waiter = self._queue.push(tenant, weight, self.capacity(), continuing=continuing)
         except Refused as e:
             raise QueueFull(e.bound, e.retry_after_s) from None
         if waiter.state == "waiting":
@@ -285,6 +290,7 @@ class QueuedStream:
         on_lost: OnLost,
         on_admitted: Callable[[Ticket], None] | None = None,
         frame_rate_hz: float = 12.5,
+        continuing: bool = False,
     ) -> None:
         self._admission = admission
         self._open_stream = open_stream
@@ -301,7 +307,8 @@ class QueuedStream:
         self.refused: QueueFull | None = None
         self.failed: str | None = None  # the engine stream could not be opened
         self._task: asyncio.Task[None] | None = None
-        ticket = admission.try_admit(tenant, weight)
+        self.continuing = continuing
+        ticket = admission.try_admit(tenant, weight, continuing=continuing)
         if ticket is not None:  # room and nobody waiting: open now, the first text goes straight in
             self._start(ticket)
         else:
@@ -322,7 +329,7 @@ class QueuedStream:
 
     async def _admit(self, tenant: str, weight: float) -> None:
         try:
-            ticket = await self._admission.admit(tenant, weight, on_queued=self._queued)
+            ticket = await self._admission.admit(tenant, weight, on_queued=self._queued, continuing=self.continuing)
         except QueueFull as e:
             self.refused = e
             lost, self._held = list(range(len(self._held))), []

@@ -580,8 +580,12 @@ class Connection:
         if cfg.output_mode == "codec_tokens":
             frame_rate = float(self.engine.codec_info().get("frame_rate_hz", 12.5))  # type: ignore[attr-defined]
         tenant = self.session.tenant
+        # A listener still playing this session's audio must not hear a gap before the next utterance:
+        # its stream goes before newcomers (engine/admission.py, continuations).
+        continuing = self.listener.ahead() > 0
         return QueuedStream(self.admission, tenant.name, tenant.weight, lambda: self._open_stream(cfg, voice),
-                            on_lost=lost, on_admitted=admitted, frame_rate_hz=frame_rate)  # fmt: skip
+                            on_lost=lost, on_admitted=admitted, frame_rate_hz=frame_rate,
+                            continuing=continuing)  # fmt: skip
 
     def _heard(self, utt: Utterance, segment: int) -> None:
         """A segment's audio has begun: it leaves the backlog."""

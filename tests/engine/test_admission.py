@@ -275,3 +275,58 @@ def test_bad_weights_and_bounds_are_refused() -> None:
         queue(clock).push("a", 0.0, 1)
     with pytest.raises(ValueError):
         queue(clock, max_wait_s=0.0)
+
+
+# -- continuations: a listener already hearing speech goes first ------------------------------------
+
+
+def test_a_continuation_goes_before_every_other_waiter_and_is_charged_as_any() -> None:
+    clock = Clock()
+    q = queue(clock)
+    holder = q.push("a", 1.0, 1)
+    newcomers = [q.push(key, 1.0, 1) for key in ("b", "c", "b")]  # the least-served keys, waiting first
+    clock.now += 1
+    cont = q.push("a", 1.0, 1, continuing=True)
+    assert cont.state == "waiting"  # no room: it takes no more than the capacity
+    assert q.ahead(cont) == 0 and q.ahead(newcomers[0]) == 1
+    q.finish(holder)
+    assert q.grant(1) == [cont] and cont.waited_s == 0.0  # granted at the same fake instant
+    assert all(w.state == "waiting" for w in newcomers)
+    assert q.service("a") is not None and q.service("a") > 0  # charged its key's mean stream
+
+
+def test_continuations_start_oldest_first_across_keys_and_expire_like_others() -> None:
+    clock = Clock()
+    q = queue(clock, max_wait_s=5.0)
+    holder = q.push("x", 1.0, 1)
+    first = q.push("b", 4.0, 1, continuing=True)
+    clock.now += 1
+    second = q.push("a", 1.0, 1, continuing=True)
+    late = q.push("c", 1.0, 1, continuing=True)
+    q.finish(holder)
+    assert q.grant(1) == [first]
+    q.withdraw(late)
+    clock.now += 10
+    assert q.expire() == [second] and second.state == "expired"
+    assert q.waiting == 0 and q.continuing == 0
+
+
+def test_a_continuation_with_room_starts_at_once_even_while_others_wait_for_no_room() -> None:
+    clock = Clock()
+    q = queue(clock)
+    q.push("a", 1.0, 2)
+    q.push("a", 1.0, 2)
+    waiting = q.push("b", 1.0, 2)  # no room
+    assert waiting.state == "waiting"
+    cont = q.push("c", 1.0, 3, continuing=True)  # room at capacity 3, and no continuation waits
+    assert cont.state == "admitted"
+
+
+def test_continuations_count_against_the_per_key_bound() -> None:
+    clock = Clock()
+    q = queue(clock, per_key=1)
+    q.push("x", 1.0, 1)
+    q.push("a", 1.0, 1, continuing=True)
+    with pytest.raises(Refused) as e:
+        q.push("a", 1.0, 1)
+    assert e.value.bound == "tenant"

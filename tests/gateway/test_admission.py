@@ -129,6 +129,36 @@ async def test_a_stream_waits_its_turn_hears_why_then_speaks(gateway: str) -> No
     await ws.close()
 
 
+async def test_a_listener_already_hearing_speech_goes_before_a_newcomer(gateway: str) -> None:
+    """The next utterance of a session whose audio still plays continues its listener (sentence-mode
+    clients send each sentence as an utterance): it takes the next free stream before a newcomer that
+    waited longer, so the listener hears no gap; the newcomer waits a little longer instead."""
+    speaker, ready = await open_session(gateway, KEYS["beta"])
+    assert ready["type"] == "session.ready", ready
+    await send(speaker, "input.text", text="This first sentence is long enough to keep a listener busy for a "
+                                           "few seconds while another client is waiting for its turn. ")
+    await until(speaker, "audio.start")  # its audio plays: the listener is hearing speech
+    newcomer = await ask(gateway, "gamma")
+    await until(newcomer, "audio.waiting")
+    await send(speaker, "input.done")
+    await send(speaker, "input.text", text="And this is the next sentence.")
+    await send(speaker, "input.done")
+    order: list[str] = []
+
+    async def start_of(ws: Any, who: str, utterance_index: int) -> None:
+        while True:
+            m = await asyncio.wait_for(ws.recv(), 30)
+            if isinstance(m, str) and (e := json.loads(m))["type"] == "audio.start" and \
+                    e["utterance_index"] == utterance_index:
+                order.append(who)
+                return
+
+    await asyncio.gather(start_of(speaker, "continuation", 1), start_of(newcomer, "newcomer", 0))
+    assert order == ["continuation", "newcomer"], order
+    await speaker.close()
+    await newcomer.close()
+
+
 async def test_past_the_tenant_bound_an_utterance_is_refused_named_and_the_session_goes_on(gateway: str) -> None:
     holder = await hold(gateway, "acme")
     waiter = await ask(gateway, "beta")
