@@ -52,8 +52,11 @@ class SegmentPolicy:
     max_buffer_chars: int = 65536  # the same bound for `none`, which waits for the flush
     min_clause_words: int = 4  # clause mode
     min_clause_han: int = 6
-    first_clause_words: int = 2  # auto: the first clause of an utterance goes early
-    first_clause_han: int = 4
+    # The first clause of an utterance goes early (auto and clause): it is all the listener waits for.
+    # Two Han characters let a reply's opening "好的，" / "你好，" / "当然，" go alone (a natural pause
+    # follows it); one ("好，") is too short a model run to sound like speech.
+    first_clause_words: int = 2
+    first_clause_han: int = 2
     auto_clause_words: int = 12  # auto, later: only long sentences break at clauses
     auto_clause_han: int = 20
     idle_timeout: float = 1.0  # seconds without input before poll() commits a clean tail
@@ -406,10 +409,12 @@ class StreamSegmenter:
 
     def _clause_long_enough(self, end: int) -> bool:
         p = self.policy
-        if self.granularity == "clause":
-            words, han = p.min_clause_words, p.min_clause_han
-        elif self._committed == 0:
+        if self._committed == 0:
             words, han = p.first_clause_words, p.first_clause_han
+            if self.granularity == "clause":  # the finer mode is never later than auto
+                words, han = min(words, p.min_clause_words), min(han, p.min_clause_han)
+        elif self.granularity == "clause":
+            words, han = p.min_clause_words, p.min_clause_han
         else:
             words, han = p.auto_clause_words, p.auto_clause_han
         n_han, n_words = self._counts(end)
