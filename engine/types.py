@@ -67,10 +67,14 @@ StreamEvent = AudioChunk | CodecFrames | Waiting | StreamEnd
 class Capacity:
     """What an engine can take now, judged from its measured cost (issue 14): `streams` is how many
     streams it can keep ahead of their listeners at once (those it serves included), `active` how many
-    it serves. Admission starts a new stream only while `active < streams`."""
+    it serves. Admission starts a new stream only while `active < streams`. `busy_s`: seconds its
+    workers have spent synthesising since it started, all workers together (None: not measured), and
+    `workers` how many there are — how loaded it is, for /metrics."""
 
     streams: int
     active: int
+    busy_s: float | None = None
+    workers: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamEvent
+from engine import AudioChunk, Capacity, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamEvent
 from engine.admission import Bound, FairQueue, Refused, Waiter
 from gateway.protocol import ProtocolError
 from sessions import Tenant
@@ -106,13 +106,18 @@ class Admission:
     def admitted(self) -> int:
         return self._queue.in_flight
 
+    def engine_capacity(self) -> Capacity | None:
+        """The engine's own word on its capacity (None: it cannot tell); may raise."""
+        probe = getattr(self._engine, "capacity", None)
+        return None if probe is None else probe()
+
     def capacity(self) -> int:
         """How many streams may be admitted now: the engine's judgement, capped by the setting."""
-        probe = getattr(self._engine, "capacity", None)
-        if probe is None:  # an engine that cannot tell: the setting alone
-            return self._ceiling
         try:
-            streams = probe().streams
+            measured = self.engine_capacity()
+            if measured is None:  # an engine that cannot tell: the setting alone
+                return self._ceiling
+            streams = measured.streams
         except Exception:  # the engine's estimate is advice: never let it stop admission
             if not self._probe_failed:
                 log.exception("engine.capacity() failed; admitting up to max_active_streams")

@@ -63,8 +63,8 @@ async def cancel_session(request: Request, session_id: FromPath[str]) -> Respons
 
 
 @get("/metrics", sync_to_thread=False)
-def metrics_endpoint() -> Response[bytes]:
-    return Response(metrics.generate_latest(), media_type=metrics.CONTENT_TYPE_LATEST)
+def metrics_endpoint(state: State) -> Response[bytes]:
+    return Response(metrics.render(state.get("admission")), media_type=metrics.CONTENT_TYPE_LATEST)
 
 
 @websocket("/v1/audio/speech/stream")

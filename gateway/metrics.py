@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+import logging
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 SESSIONS = Gauge("voxgate_sessions", "open WebSocket sessions")
 UTTERANCES = Counter("voxgate_utterances_total", "utterances started")
@@ -55,3 +61,61 @@ async def watch_loop_lag(interval: float = 0.02) -> None:
         t0 = time.perf_counter()
         await asyncio.sleep(interval)
         LOOP_LAG.observe(max(0.0, time.perf_counter() - t0 - interval))
+
+
+class _AdmissionCollector:
+    """Admission and engine load, read at scrape time from the app's `Admission` (gateway/admission.py):
+    how many streams wait and are admitted, what the engine says it can take (`engine.capacity()`), and
+    how busy its workers have been (rate() of the busy seconds ÷ workers is their utilisation)."""
+
+    def __init__(self) -> None:
+        self._admission: weakref.ref[Any] | None = None
+        self._failed = False
+
+    def track(self, admission: Any) -> None:
+        self._admission = None if admission is None else weakref.ref(admission)
+
+    def collect(self) -> Iterator[Metric]:
+        admission = self._admission() if self._admission is not None else None
+        if admission is None:
+            return
+        waiting = GaugeMetricFamily("voxgate_admission_waiting", "streams waiting for the engine")
+        waiting.add_metric([], admission.waiting)
+        admitted = GaugeMetricFamily("voxgate_admission_admitted", "streams admitted and not ended")
+        admitted.add_metric([], admission.admitted)
+        yield waiting
+        yield admitted
+        try:
+            capacity = admission.engine_capacity()
+        except Exception:  # a scrape must not fail with the engine's estimate; said once
+            if not self._failed:
+                logging.getLogger("voxgate.metrics").exception("engine.capacity() failed")
+                self._failed = True
+            return
+        if capacity is None:
+            return
+        streams = GaugeMetricFamily("voxgate_engine_capacity_streams",
+                                    "streams the engine says it can keep ahead of their listeners now")
+        streams.add_metric([], capacity.streams)
+        active = GaugeMetricFamily("voxgate_engine_active_streams", "streams the engine serves now")
+        active.add_metric([], capacity.active)
+        workers = GaugeMetricFamily("voxgate_engine_workers", "the engine's synthesis workers")
+        workers.add_metric([], capacity.workers)
+        yield streams
+        yield active
+        yield workers
+        if capacity.busy_s is not None:
+            busy = CounterMetricFamily("voxgate_engine_busy_seconds", "seconds the engine's workers spent synthesising")
+            busy.add_metric([], capacity.busy_s)
+            yield busy
+
+
+ADMISSION = _AdmissionCollector()
+REGISTRY.register(ADMISSION)  # type: ignore[arg-type]
+
+
+def render(admission: Any) -> bytes:
+    """The exposition text, with the admission (None: no engine yet) of the app being scraped: one app
+    per process in a deployment, several in a test process."""
+    ADMISSION.track(admission)
+    return generate_latest()

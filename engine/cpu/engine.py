@@ -16,6 +16,7 @@ past the look-ahead. Espeak runs on its own thread (engine/cpu/espeak.py).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import threading
@@ -36,7 +37,7 @@ from engine.cpu.capacity import RtfMeter
 from engine.cpu.espeak import Espeak
 from engine.cpu.pool import UrgencyPool
 from engine.cpu.resample import SegmentResampler, trim_silence
-from engine.cpu.text import canonical_language, detect_language, estimate_seconds, pieces, strip_han
+from engine.cpu.text import canonical_language, cost, detect_language, estimate_seconds, pieces, strip_han
 from engine.stream import EventBridge
 from engine.types import AudioChunk, Capacity, EngineError, StreamEvent, VoiceInfo, Waiting
 
@@ -58,6 +59,10 @@ STREAM_OPTIONS = ("sample_rate", "speed", "instructions", "seed")
 # wait 3.2 s there); 90 for Kokoro (RTF 0.24) is about one of its 100-token model runs. Whole
 # sentences up to these lengths keep their prosody; only longer ones are cut, at clauses, then words.
 PIECE_LIMITS = {"piper": 120, "kokoro": 90}
+# A piece after a stream's first is cut smaller while its expected run time would exceed this share of
+# the audio its listener has ahead (it waits for a worker too), but never below RAMP_MIN_COST (a clause).
+RAMP_SHARE = 0.5
+RAMP_MIN_COST = 24
 # A piece that has waited this long for a worker while its listener has nothing left to play is
 # reported with a `Waiting` event (once per wait), so the client learns why its audio is late.
 NOTICE_AFTER_S = 0.5
@@ -228,7 +233,10 @@ class CpuEngine:
         """How many streams the workers keep ahead of their listeners now, from the measured real-time
         factor (engine/cpu/capacity.py), and how many are open and not ended. Cheap, any thread."""
         active = sum(1 for s in list(self._streams) if not s._bridge.ended)
-        return Capacity(self.meter.streams(self.workers), active)
+        streams = self.meter.streams(self.workers)
+        if self._pool.strained():  # behind now: no newcomer until the streams it serves are ahead again
+            streams = min(streams, active)
+        return Capacity(streams, active, self._pool.busy_seconds(), self.workers)
 
     def close(self) -> None:
         self._closed = True
@@ -247,6 +255,11 @@ class CpuEngine:
             self._logged_streams = streams
             log.info("CPU voices: capacity %d streams (RTF %.3f, %d workers)", streams,
                      self.meter.rtf(), self.workers)
+
+    def _rtf(self, backend: str) -> float:
+        """The backend's measured real-time factor (the prior before any of its jobs ran)."""
+        rtf = self.meter.backend_rtf(backend)
+        return self.meter.prior_rtf if rtf is None else max(rtf, 1e-3)
 
     def _guard_s(self) -> float:
         """How close to running dry a playing stream may come before its job goes ahead of newcomers:
@@ -420,7 +433,31 @@ class CpuStream:
             if piece is None:
                 self._cutter = None
             else:
-                self._submit(piece)
+                self._submit(self._ramped(piece))
+
+    def _ramped(self, piece: _Piece) -> _Piece:
+        """`piece`, or its first part when it would run longer than `RAMP_SHARE` of the audio its
+        listener has ahead of it (the rest goes back to the cutter, in order). A job is never preempted,
+        so a long piece right behind a short one (the first clause, say) would leave its listener dry
+        while it runs: pieces grow with the audio buffered, as a codec decoder's chunk ramp does. The
+        stream's first piece is its first audio and is left as it is."""
+        with self._cond:
+            if self._first_put_at is None and not self._jobs:
+                return piece
+            slack = self._runs_out() + sum(j.piece.seconds for j in self._jobs) - time.monotonic()
+        budget_s = max(0.0, slack) * RAMP_SHARE / self._engine._rtf(piece.voice.backend)  # audio seconds
+        size = cost(piece.text)
+        if piece.seconds <= budget_s or size <= RAMP_MIN_COST:
+            return piece
+        limit = max(RAMP_MIN_COST, int(size * budget_s / piece.seconds))
+        parts = list(pieces(piece.text, limit))  # bounded: one piece's text
+        if len(parts) < 2:
+            return piece
+        cut = [_Piece(piece.segment, text, piece.voice, piece.lang, piece.last and i == len(parts) - 1,
+                      estimate_seconds(text)) for i, text in enumerate(parts)]
+        assert self._cutter is not None
+        self._cutter = itertools.chain(cut[1:], self._cutter)
+        return cut[0]
 
     def _submit(self, piece: _Piece) -> None:
         """Hand one piece to the pool. A stream's first piece goes before all others (its listener has
@@ -431,7 +468,10 @@ class CpuStream:
         with self._cond:
             if self._cancelled.is_set():
                 return
+            # The latest it may start: its listener's run-out time less its own expected run time (jobs
+            # differ in length; ordering by the run-out time alone starts a long one too late).
             deadline = self._runs_out() + sum(j.piece.seconds for j in self._jobs)
+            deadline -= piece.seconds * self._engine._rtf(piece.voice.backend)
             first_audio = self._first_put_at is None and not self._jobs  # what its listener waits for
             self._jobs.append(job)
         try:

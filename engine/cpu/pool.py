@@ -42,6 +42,8 @@ class UrgencyPool:
         #: the CPU engine keeps it at about two measured job run times)
         self.guard_s = guard_s
         self._clock = clock
+        self._busy_s = 0.0  # run time of the jobs finished so far, all workers together
+        self._running: dict[int, float] = {}  # worker thread id → when its current job started
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
                          for i in range(workers)]
         for t in self._threads:
@@ -84,6 +86,20 @@ class UrgencyPool:
             owner = next(e[4] for _, e in ranked if e[2] is future)
             return len({id(e[4]) for r, e in ranked if r < mine and e[4] is not owner})
 
+    def strained(self) -> bool:
+        """Whether the pool is behind now: a stream's first audio waits for a worker, or a playing
+        stream's job is due within `guard_s` (queued, not running). Admission starts no stream then,
+        whatever the measured cost says: a shared box's other work, or a burst of long jobs, shows here
+        before the cost estimate moves."""
+        with self._cond:
+            return bool(self._first) or bool(self._rest and self._rest[0][0] <= self._clock() + self.guard_s)
+
+    def busy_seconds(self) -> float:
+        """Seconds the workers have spent running jobs so far (the jobs running now included)."""
+        now = time.perf_counter()
+        with self._cond:
+            return self._busy_s + sum(now - t for t in self._running.values())
+
     def shutdown(self, wait: bool = True) -> None:
         """Cancel the jobs not started; with `wait`, join the workers (running jobs finish)."""
         with self._cond:
@@ -107,7 +123,13 @@ class UrgencyPool:
                 _, _, future, fn, _ = self._pop()
             if not future.set_running_or_notify_cancel():
                 continue  # cancelled while queued
+            me = threading.get_ident()
+            with self._cond:
+                self._running[me] = time.perf_counter()
             try:
                 future.set_result(fn())
             except BaseException as exc:  # delivered through the future, like concurrent.futures
                 future.set_exception(exc)
+            finally:
+                with self._cond:
+                    self._busy_s += time.perf_counter() - self._running.pop(me)

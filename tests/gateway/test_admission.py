@@ -442,3 +442,11 @@ def test_weights_come_from_the_keys_file_and_the_spec_form(tmp_path: Path) -> No
             ApiKeys.from_spec(f"{bad}={hash_api_key('x')}")
     with pytest.raises(ValueError):
         ApiKeys.from_config({"tenants": {"acme": {"key_sha256": [hash_api_key("x")], "weight": True}}})
+
+
+def test_metrics_show_admission_and_the_engines_load(gateway: str) -> None:
+    with urllib.request.urlopen(f"http://{gateway}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    for name in ("voxgate_admission_waiting", "voxgate_admission_admitted", "voxgate_engine_capacity_streams",
+                 "voxgate_engine_active_streams", "voxgate_engine_workers", "voxgate_engine_busy_seconds_total"):
+        assert f"\n{name} " in text, name

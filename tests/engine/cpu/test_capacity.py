@@ -128,3 +128,30 @@ async def test_capacity_after_real_synthesis(piper: Any) -> None:
     assert cap.active == 0
     assert cap.streams == max(1, int(2 / piper.meter.rtf() * 0.8)) and 1 <= cap.streams < 1000
     assert piper._pool.guard_s >= 0.5
+
+
+async def test_capacity_admits_nobody_new_while_the_pool_is_behind(piper: Any) -> None:
+    # Both workers held: the stream's first audio waits for a worker, so the engine says it can take no
+    # newcomer beyond those it serves, whatever the measured cost says; once it catches up, it can.
+    gates = [threading.Event() for _ in range(piper.workers)]
+    started = [threading.Event() for _ in range(piper.workers)]
+    blockers = [piper._pool.submit(float("-inf"), lambda g=g, s=s: (s.set(), g.wait(10)))
+                for g, s in zip(gates, started, strict=True)]
+    assert all(s.wait(5) for s in started)
+    stream = piper.open_stream("joe", "en")
+    stream.append("Waiting for a worker.")
+    stream.finish()
+    for _ in range(200):  # the stream's driver submits its first piece on its own thread
+        if piper._pool.strained():
+            break
+        threading.Event().wait(0.01)
+    cap = piper.capacity()
+    assert cap.active == 1 and cap.streams == 1 and piper.meter.streams(piper.workers) >= 1
+    for g in gates:
+        g.set()
+    events, end = await collect(stream, 60)
+    assert end == StreamEnd("done") and events
+    for b in blockers:
+        b.result(timeout=5)
+    cap = piper.capacity()
+    assert cap.streams == piper.meter.streams(piper.workers) and cap.busy_s is not None and cap.busy_s > 0

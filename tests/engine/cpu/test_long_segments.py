@@ -199,3 +199,25 @@ async def test_a_stream_waiting_for_a_worker_is_told_so_once(piper2: Any) -> Non
     other.result(5)
     for b in blockers:
         b.result(5)
+
+
+async def test_a_long_piece_right_behind_a_short_one_is_cut_to_the_audio_ahead(
+        piper2: Any, started: list[tuple[CpuStream, Any, float]], monkeypatch: pytest.MonkeyPatch) -> None:
+    # A slow box (RTF 0.5): a 110-letter sentence runs ~3.5 s; behind "Hi there." (under a second of
+    # audio) its listener would run dry while it runs, so it goes as clause-sized pieces that grow.
+    monkeypatch.setitem(piper2.meter._rtf, "piper", 0.5)
+    long = ("When your order leaves the warehouse, we will send a message, and the courier will call you, "
+            "before noon tomorrow.")
+    stream = piper2.open_stream("joe", "en")
+    stream.append("Hi there.")
+    stream.append(long)
+    stream.finish()
+    events, end = await collect(stream, timeout=120)
+    assert end == StreamEnd("done") and events
+    jobs = sorted((job for s, job, _ in started if s is stream), key=lambda job: job.queued_at)  # as cut
+    texts = [job.piece.text for job in jobs]
+    assert texts[0] == "Hi there."
+    rest = texts[1:]
+    assert len(rest) >= 2 and cost(rest[0]) < cost(long)  # cut, at a clause mark or a space
+    assert " ".join(rest).split() == long.split()  # nothing lost, nothing repeated, in order
+    assert [job.piece.last for job in jobs[1:]] == [False] * (len(rest) - 1) + [True]

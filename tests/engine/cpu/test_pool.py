@@ -74,3 +74,31 @@ def test_shutdown_cancels_queued_jobs_and_refuses_new_ones() -> None:
     assert queued.cancelled()
     with pytest.raises(RuntimeError):
         pool.submit(0.0, lambda: None)
+
+
+def test_the_pool_is_strained_while_first_audio_or_a_due_job_waits_and_counts_busy_time() -> None:
+    now = [100.0]
+    pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
+    gate, started = threading.Event(), threading.Event()
+    blocker = pool.submit(0.0, lambda: (started.set(), gate.wait(10)))
+    assert started.wait(5)
+    assert not pool.strained()  # a running job alone: nothing waits
+    comfy = pool.submit(105.0, lambda: None)
+    assert not pool.strained()  # queued, but due well after the guard
+    now[0] = 104.5
+    assert pool.strained()  # now due within the guard, and no worker free
+    gate.set()
+    for f in (blocker, comfy):
+        f.result(timeout=5)
+    assert not pool.strained()
+    gate.clear()
+    started.clear()
+    blocker = pool.submit(0.0, lambda: (started.set(), gate.wait(10)))
+    assert started.wait(5)
+    newcomer = pool.submit(200.0, lambda: None, first_audio=True)
+    assert pool.strained()  # a listener who has heard nothing waits for a worker
+    gate.set()
+    for f in (blocker, newcomer):
+        f.result(timeout=5)
+    assert pool.busy_seconds() > 0
+    pool.shutdown()
