@@ -10,11 +10,12 @@ from engine.types import (
     Stream,
     StreamEnd,
     StreamEvent,
+    StreamRequest,
     VoiceInfo,
     Waiting,
 )
 
 __all__ = [
-    "AudioChunk", "Capacity", "CodecFrames", "Engine", "EngineError", "Stream", "StreamEnd", "StreamEvent", "VoiceInfo",
-    "Waiting", "load_engine",
+    "AudioChunk", "Capacity", "CodecFrames", "Engine", "EngineError", "Stream", "StreamEnd", "StreamEvent",
+    "StreamRequest", "VoiceInfo", "Waiting", "load_engine",
 ]

@@ -1,4 +1,4 @@
-"""voxgate's own cache directory: the one place the CPU voices write (assembled models, jieba's dict)."""
+"""voxgate's own cache directory: the one place the engines write (assembled models, tiny checkpoints, jieba's dict)."""
 
 from __future__ import annotations
 

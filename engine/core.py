@@ -40,12 +40,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.cpu.resample import SegmentResampler
 from engine.options import quote_text
 from engine.qwen3.codec import CodecState
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
 from engine.qwen3.prompt import VoiceClone
 from engine.reference import VoiceMaker
+from engine.resample import Resampler
 from engine.scheduler import DEFAULT_RAMP, RequestRecord, Scheduler, SchedulerConfig, ThroughputMeter, bucket_sizes
 from engine.slots import SlotPool
 from engine.stream import EventBridge
@@ -180,7 +180,7 @@ class CoreRequest:
     fed_segments: int = 0  # segments with tokens consumed
     fed_last: int = -1  # the latest of them
     waiting_told: bool = False  # a Waiting notice went out for the current wait
-    resampler: SegmentResampler | None = None
+    resampler: Resampler | None = None
     outbox: deque[AudioChunk | CodecFrames | Waiting] = field(default_factory=deque)
     ended: bool = False
     ledger: TextLedger = field(default_factory=TextLedger)
@@ -377,7 +377,7 @@ class EngineCore:
                 req = self._requests[rid] = CoreRequest(rid, opts, bridge, RequestRecord(rid, self.clock()),
                                                         ledger=ledger)
                 if opts.sample_rate != self.model.sample_rate:
-                    req.resampler = SegmentResampler(self.model.sample_rate, opts.sample_rate)
+                    req.resampler = Resampler(self.model.sample_rate, opts.sample_rate)
                 if opts.reference is not None:
                     req.voice = self.voices.get(*opts.reference)
                 continue

@@ -1,17 +1,18 @@
 """Checking a stream's options at `open_stream`, with messages that never echo unbounded input.
 
-Options come from clients through the gateway (JSON: any type, any size, NaN); each backend checks its
-own, on the caller's thread, so a bad one fails at once as `EngineError("invalid_option", …)` — never
-later, deep in a model call, as a crash that closes the socket.
+Options come from clients through the gateway (JSON: any type, any size, NaN). `stream_request` checks
+them once into a `StreamRequest` (engine/types.py declares the bounds) on the caller's thread, so a bad
+one fails at once as `EngineError("invalid_option", …)` — never later, deep in a model call, as a crash
+that closes the socket. Each backend then narrows the request to what it serves (`engine.check`).
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
 
-from engine.types import EngineError
+import msgspec
 
-SEED_LIMIT = 2**63  # seeds are 0 … 2**63-1 (what every backend's generator takes)
+from engine.types import EngineError, StreamRequest
 
 
 def shown(value: object, limit: int = 40) -> str:
@@ -37,39 +38,34 @@ def quote_text(text: str, limit: int = 80) -> str:
     return f"{flat[:limit]!r}… ({len(flat)} characters)"
 
 
-def int_option(value: object, default: int, lo: int, hi: int, name: str) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise EngineError("invalid_option", f"{name} must be an integer, got {shown(value)}")
-    if not lo <= value <= hi:
-        raise EngineError("invalid_option", f"{name} must be within {lo}–{hi}, got {shown(value)}")
-    return value
+# open_stream's keywords → StreamRequest's fields (the clone's two become one ReferenceClip).
+OPTION_NAMES = ("sample_rate", "speed", "seed", "instructions", "output", "ref_audio", "ref_text")
+_CODES = {"voice": "unknown_voice", "language": "unsupported_language"}  # a field's own code; else invalid_option
 
 
-def number_option(value: object, default: float, name: str) -> float:
-    """A finite real number (not a bool: JSON's true is no speed)."""
-    if value is None:
-        return default
-    number = float(value) if isinstance(value, float) or (isinstance(value, int) and abs(value) < 2**53) else None
-    if isinstance(value, bool) or number is None or not math.isfinite(number):
-        raise EngineError("invalid_option", f"{name} must be a finite number, got {shown(value)}")
-    return number
+def stream_request(voice: object, language: object, options: Mapping[str, object]) -> StreamRequest:
+    """`open_stream`'s arguments as one checked `StreamRequest`: types strictly (no bools for numbers,
+    no strings for ints, no NaN) and the bounds StreamRequest declares. Raises EngineError: the field's
+    code (`unknown_voice`, `unsupported_language`) or `invalid_option`, with a message that names the
+    field and never echoes unbounded input."""
+    unknown = sorted((k for k in options if k not in OPTION_NAMES), key=str)
+    if unknown:
+        names = [shown(k) for k in unknown[:5]]
+        raise EngineError("invalid_option", f"no stream option {names}; known: {OPTION_NAMES}")
+    fields: dict[str, object] = {k: v for k, v in options.items() if v is not None and not k.startswith("ref_")}
+    fields["voice"], fields["language"] = voice, "auto" if language is None else language
+    if options.get("ref_audio") is not None:
+        fields["reference"] = {"audio": options["ref_audio"], "text": options.get("ref_text")}
+    elif options.get("ref_text") is not None:
+        raise EngineError("invalid_option", "ref_text belongs to a cloned voice: send it with ref_audio")
+    try:
+        return msgspec.convert(fields, StreamRequest)
+    except msgspec.ValidationError as e:
+        message, _, where = str(e).rpartition(" - at `$.")
+        name = where.rstrip("`").split(".")[0]
+        if len(message) > 120:  # an enum's message quotes the value given
+            message = "Invalid value"
+        raise EngineError(_CODES.get(name, "invalid_option"), f"{_OPTION.get(name, name)}: {message}") from None
 
 
-def seed_option(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < SEED_LIMIT:
-        raise EngineError("invalid_option", f"seed must be an integer within 0–2**63-1, got {shown(value)}")
-    return value
-
-
-def text_option(value: object, name: str, max_chars: int) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise EngineError("invalid_option", f"{name} must be a string, got {shown(value)}")
-    if len(value) > max_chars:
-        raise EngineError("invalid_option", f"{name}: at most {max_chars} characters, got {len(value)}")
-    return value
+_OPTION = {"reference": "ref_audio/ref_text"}  # a field's name as open_stream's caller knows it

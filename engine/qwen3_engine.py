@@ -21,20 +21,16 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from engine.cache import cache_dir
 from engine.core import CoreConfig, EngineCore, StreamOptions, TextLedger
-from engine.cpu.cache import cache_dir
-from engine.options import int_option, number_option, seed_option, shown, text_option
+from engine.options import shown, stream_request
 from engine.qwen3.edge import decoder_id
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
 from engine.stream import EventBridge
-from engine.types import Capacity, EngineError, StreamEvent, VoiceInfo
+from engine.types import Capacity, EngineError, StreamEvent, StreamRequest, VoiceInfo
 
 log = logging.getLogger("voxgate.engine.qwen3")
 
-STREAM_OPTIONS = ("sample_rate", "speed", "seed", "instructions", "output", "ref_audio", "ref_text")
-OUTPUTS = ("pcm", "codec_tokens")
-MAX_INSTRUCTIONS_CHARS = 2000  # prompt rows, one a token: the gateway allows 500
-MAX_REF_TEXT_CHARS = 2000  # a 30 s reference's transcript is a few hundred characters
 MIN_TOKENS_PER_REQUEST = 16  # the prompt must leave at least this much text room in a request
 PROMPT_ROWS_BESIDES_INSTRUCTIONS = 12  # role 3, codec prefix ≤ 6 with a speaker, the first text token: ≤ 10
 #: ISO 639-1 codes (what the gateway speaks) for the model's language names.
@@ -152,8 +148,6 @@ class Qwen3Engine:
         return ["auto", *[ISO_LANGUAGES.get(name, name) for name in self.model.languages if name != "auto"]]
 
     def _model_language(self, language: str) -> str:
-        if language is not None and not isinstance(language, str):
-            raise EngineError("unsupported_language", f"a language is a code or a name, got {shown(language)}")
         lang = (language or "auto").strip().lower()
         names = self.model.languages
         if lang in names:
@@ -165,10 +159,10 @@ class Qwen3Engine:
         raise EngineError("unsupported_language", f"this model speaks no language {shown(language)}; "
                                                   f"available: {self.languages()}")
 
-    def _reference(self, options: dict[str, object]) -> tuple[bytes, str | None] | None:
+    def _reference(self, request: StreamRequest) -> tuple[bytes, str | None] | None:
         """A cloned voice's clip (audio file bytes) and transcript; Base checkpoints speak nothing else."""
-        audio, text = options.get("ref_audio"), options.get("ref_text")
-        if audio is None:
+        clip = request.reference
+        if clip is None:
             if self.supports_cloning:
                 raise EngineError("unknown_voice", "a Base checkpoint speaks cloned voices only: register one "
                                                    "from a recording, ref_audio (POST /v1/audio/voices)")
@@ -176,14 +170,9 @@ class Qwen3Engine:
         if not self.supports_cloning:
             raise EngineError("voice_cloning_unsupported",
                               f"this {self.model.model_type} checkpoint cannot clone voices (Base checkpoints can)")
-        if not isinstance(audio, bytes | bytearray) or not audio:
-            raise EngineError("invalid_option", f"ref_audio must be the bytes of an audio file, got {shown(audio)}")
-        text = text_option(text, "ref_text", MAX_REF_TEXT_CHARS)
-        return bytes(audio), text or None
+        return clip.audio, clip.text or None
 
     def _speaker(self, voice: str | None) -> str | None:
-        if voice is not None and not isinstance(voice, str):
-            raise EngineError("unknown_voice", f"a voice is a name, got {shown(voice)}")
         if voice is None or not voice.strip() or voice.strip().lower() in ("default", "auto"):
             return None
         if self.model.model_type != "custom_voice":
@@ -193,36 +182,33 @@ class Qwen3Engine:
             raise EngineError("unknown_voice", f"no voice {shown(voice)}; available: {self.model.speakers}")
         return name
 
-    def open_stream(self, voice: str | None, language: str, **options: object) -> Qwen3Stream:
-        """Options: `sample_rate` (8000–48000; audio is resampled with soxr), `seed` (0–2**63-1:
-        reproducible sampling, alone or batched), `instructions` (voice design / 1.7B CustomVoice; at
-        most 2000 characters, and they must leave room for text in `max_context`), `speed` (1.0 only:
-        the model has no rate control), `output` (pcm | codec_tokens), `ref_audio` + `ref_text` (a
-        cloned voice, Base checkpoints). Every check runs here, so a bad option fails at once with
-        `EngineError("invalid_option", …)` (whose message quotes no unbounded input), never later."""
+    def check(self, request: StreamRequest) -> None:
+        """Raises the EngineError that opening `request` would (cheap: a tokenizer pass over the
+        instructions at most; nothing opened)."""
+        self._options(request)
+
+    def _options(self, request: StreamRequest) -> StreamOptions:
         if self._closed:
             raise EngineError("engine_closed", "the Qwen3 engine is closed")
-        bad = sorted((k for k in options if k not in STREAM_OPTIONS), key=str)
-        if bad:
-            raise EngineError("invalid_option", f"the Qwen3 engine takes no option {[shown(k) for k in bad[:5]]}; "
-                                                f"known: {STREAM_OPTIONS}")
-        rate = int_option(options.get("sample_rate"), self.sample_rate, 8000, 48000, "sample_rate")
-        speed = number_option(options.get("speed"), 1.0, "speed")
-        if speed != 1.0:
+        if request.speed != 1.0:
             raise EngineError("invalid_option",
-                              f"the Qwen3 engine speaks at its own rate; speed {shown(speed)} is not supported")
-        seed = seed_option(options.get("seed"))
-        instructions = text_option(options.get("instructions"), "instructions", MAX_INSTRUCTIONS_CHARS)
-        output = options.get("output", "pcm")
-        if not isinstance(output, str) or output not in OUTPUTS:
-            raise EngineError("invalid_option", f"output must be one of {OUTPUTS}, got {shown(output)}")
-        speaker, language_name = self._speaker(voice), self._model_language(language)
-        reference = self._reference(options)
-        self._check_prompt_room(instructions)
-        params = SamplingParams.from_defaults(self.model.gen, greedy=self.greedy, seed=seed)
-        opts = StreamOptions(speaker, language_name, instructions or None, rate,
-                             params, codec_tokens=output == "codec_tokens", reference=reference)
-        stream = Qwen3Stream(self, opts)
+                              f"the Qwen3 engine speaks at its own rate; speed {request.speed:g} is not supported")
+        speaker, language_name = self._speaker(request.voice), self._model_language(request.language)
+        reference = self._reference(request)
+        self._check_prompt_room(request.instructions)
+        params = SamplingParams.from_defaults(self.model.gen, greedy=self.greedy, seed=request.seed)
+        return StreamOptions(speaker, language_name, request.instructions or None,
+                             request.sample_rate or self.sample_rate, params,
+                             codec_tokens=request.output == "codec_tokens", reference=reference)
+
+    def open_stream(self, voice: str | None, language: str, **options: object) -> Qwen3Stream:
+        """Options (`StreamRequest`'s): `sample_rate` (8000–48000; audio is resampled with soxr), `seed`
+        (0–2**63-1: reproducible sampling, alone or batched), `instructions` (voice design / 1.7B
+        CustomVoice; at most 2000 characters, and they must leave room for text in `max_context`),
+        `speed` (1.0 only: the model has no rate control), `output` (pcm | codec_tokens), `ref_audio` +
+        `ref_text` (a cloned voice, Base checkpoints). Every check runs here, so a bad option fails at
+        once with `EngineError("invalid_option", …)` (whose message quotes no unbounded input), never later."""
+        stream = Qwen3Stream(self, self._options(stream_request(voice, language, options)))
         self._streams.add(stream)
         return stream
 

@@ -23,6 +23,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
+from engine.resample import resample
 from engine.types import EngineError
 
 V = TypeVar("V")
@@ -91,11 +92,10 @@ def compact_reference(data: bytes) -> CompactClip:
     resampled down to `STORED_RATE` when above it (soxr HQ, as the engine would), as 16-bit FLAC. A 30 s
     clip is at most 1.44 MB of samples before FLAC compresses it; `decode_reference` reads it back."""
     import soundfile
-    import soxr
 
     mono, rate = decode_reference(data)
     if rate > STORED_RATE:
-        mono = soxr.resample(mono, rate, STORED_RATE, quality="HQ").astype(np.float32)
+        mono = resample(mono, rate, STORED_RATE)
         rate = STORED_RATE
     buf = io.BytesIO()
     soundfile.write(buf, np.clip(mono, -1.0, 1.0), rate, format="FLAC", subtype="PCM_16")

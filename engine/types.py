@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Annotated, Literal, Protocol, runtime_checkable
 
+import msgspec
 import numpy as np
 
 
@@ -86,6 +87,51 @@ class VoiceInfo:
     extra: dict[str, str] = field(default_factory=dict)
 
 
+MAX_INSTRUCTIONS_CHARS = 2000  # prompt rows for the Qwen3 engine; the gateway's protocols allow 500
+MAX_REF_TEXT_CHARS = 2000  # a 30 s reference's transcript is a few hundred characters
+MAX_NAME_CHARS = 256  # voice and language names (the gateway's protocols bound them tighter)
+SEED_MAX = 2**63 - 1  # what every backend's generator takes (msgspec bounds must fit an int64)
+
+
+class ReferenceClip(msgspec.Struct, frozen=True):
+    """A cloned voice's reference: the bytes of an audio file, and what it says (None: x-vector only)."""
+
+    audio: Annotated[bytes, msgspec.Meta(min_length=1)]
+    text: Annotated[str, msgspec.Meta(max_length=MAX_REF_TEXT_CHARS)] | None = None
+
+
+class StreamRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What one stream is asked to be, checked once against declared bounds (`engine.options.stream_request`
+    builds it; a Struct built by hand skips the bounds). The bounds are what any engine could take; an
+    engine narrows them in `check` (Qwen3 speaks at one speed, CPU voices make no codec frames).
+    `voice` None / "default" / "auto": the engine's default for the language."""
+
+    voice: Annotated[str, msgspec.Meta(max_length=MAX_NAME_CHARS)] | None = None
+    language: Annotated[str, msgspec.Meta(max_length=MAX_NAME_CHARS)] = "auto"
+    sample_rate: Annotated[int, msgspec.Meta(ge=8000, le=48000)] | None = None  # None: the engine's own
+    speed: Annotated[float, msgspec.Meta(ge=0.25, le=4.0)] = 1.0
+    seed: Annotated[int, msgspec.Meta(ge=0, le=SEED_MAX)] | None = None
+    instructions: Annotated[str, msgspec.Meta(max_length=MAX_INSTRUCTIONS_CHARS)] | None = None
+    output: Literal["pcm", "codec_tokens"] = "pcm"
+    reference: ReferenceClip | None = None
+
+    def options(self) -> dict[str, object]:
+        """The `open_stream` keywords that say the same (those not at their default)."""
+        out: dict[str, object] = {}
+        for name in ("sample_rate", "seed", "instructions"):
+            if (value := getattr(self, name)) is not None:
+                out[name] = value
+        if self.speed != 1.0:
+            out["speed"] = self.speed
+        if self.output != "pcm":
+            out["output"] = self.output
+        if self.reference is not None:
+            out["ref_audio"] = self.reference.audio
+            if self.reference.text is not None:
+                out["ref_text"] = self.reference.text
+        return out
+
+
 class EngineError(ValueError):
     """A request the engine cannot serve (unknown voice, unsupported language or option).
 
@@ -112,11 +158,23 @@ class Stream(Protocol):
 
 @runtime_checkable
 class Engine(Protocol):
+    """A backend. Capabilities are declared, never probed: `supports_cloning` (streams may carry a
+    `ReferenceClip`), `codec_info()` (None: no `output="codec_tokens"`). `check(request)` raises the
+    `EngineError` that opening `request` would, without opening anything (cheap: the gateway calls it at
+    every `session.config`). `open_stream(voice, language, **options)` is the adapter every caller uses:
+    its keywords are `StreamRequest`'s (`ref_audio` + `ref_text` for `reference`), checked into one by
+    `engine.options.stream_request`."""
+
     sample_rate: int
+    supports_cloning: bool
 
     def voices(self) -> list[VoiceInfo]: ...
 
     def languages(self) -> list[str]: ...
+
+    def codec_info(self) -> dict[str, object] | None: ...
+
+    def check(self, request: StreamRequest) -> None: ...
 
     def open_stream(self, voice: str | None, language: str, **options: object) -> Stream: ...
 

@@ -7,26 +7,29 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from litestar import Litestar, Request, Response, get, post, websocket
+from litestar import Litestar, Response, get, post, websocket
 from litestar.connection import WebSocket
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.params import FromPath
 
 from engine import Engine, load_engine
 from gateway import metrics
 from gateway.admission import Admission
-from gateway.auth import authenticate, caller
+from gateway.auth import authenticate
 from gateway.batch import batch_routes
 from gateway.connection import Connection
-from gateway.errors import ApiError, api_error
+from gateway.dependencies import DEPENDENCIES
+from gateway.errors import EXCEPTION_HANDLERS, ApiError
 from gateway.openai_api import openai_routes
 from gateway.playground import playground_routes
 from gateway.protocol import CLOSE_POLICY, CLOSE_TRY_LATER
+from gateway.request_id import request_id_middleware
 from gateway.session_state import SessionBinding
 from gateway.settings import Settings
 from gateway.voices import voice_routes
 from segmentation import warm_up
-from sessions import InvalidId, SessionNotFound, SessionStore, StateUnavailable, StoreSettings
+from sessions import InvalidId, SessionNotFound, SessionStore, StoreSettings, Tenant
 
 log = logging.getLogger("voxgate")
 
@@ -50,15 +53,14 @@ async def health(state: State) -> Response[dict[str, str]]:
 
 
 @post("/v1/sessions/{session_id:str}/cancel", status_code=202)
-async def cancel_session(request: Request, session_id: FromPath[str]) -> Response[dict[str, object]]:
+async def cancel_session(
+    tenant: NamedDependency[Tenant], store: NamedDependency[SessionStore], session_id: FromPath[str]
+) -> Response[dict[str, object]]:
     """Barge-in from anywhere: the replica holding the session's socket cancels within a cycle."""
-    tenant = caller(request)
     try:
-        reached = await request.app.state.store.publish_cancel(tenant.name, session_id)
-    except (SessionNotFound, InvalidId):
-        return api_error(404, "session_not_found", f"no session {session_id!r}")
-    except StateUnavailable as e:
-        return api_error(503, e.code, str(e))
+        reached = await store.publish_cancel(tenant.name, session_id)
+    except (SessionNotFound, InvalidId):  # a malformed id names no session either
+        raise ApiError(f"no session {session_id[:128]!r}", code="session_not_found", status=404) from None
     return Response({"session_id": session_id, "cancelled": True, "replicas": reached}, status_code=202)
 
 
@@ -151,9 +153,11 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
 
     routes = [health, metrics_endpoint, speech_stream, cancel_session]
     routes += [*openai_routes, *batch_routes, *voice_routes, *playground_routes]
-    # Handlers raise ApiError (auth, engine not ready, bad input); one place turns it into OpenAI's body.
-    handlers = {ApiError: lambda _request, exc: exc.response()}
+    # Handlers raise (ApiError, EngineError, QueueFull, store errors, bad bodies); one table
+    # (gateway/errors.py) turns each into its status and OpenAI's body. Handlers are given the engine,
+    # store, settings and tenant (gateway/dependencies.py). Every response carries x-request-id.
     # Every body is small unless its route says otherwise (voices: a clip; speech: text): Litestar's
     # default would let any new route read 10 MB.
-    return Litestar(route_handlers=routes, lifespan=[lifespan], exception_handlers=handlers,
+    return Litestar(route_handlers=routes, lifespan=[lifespan], exception_handlers=EXCEPTION_HANDLERS,
+                    dependencies=DEPENDENCIES, middleware=[request_id_middleware],
                     request_max_body_size=64 * 1024)  # fmt: skip

@@ -1,4 +1,4 @@
-"""Audio at the edge: resampling to the client's rate, telephony companding, file encodings."""
+"""Audio at the edge: telephony companding, file encodings (resampling: engine/resample.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import io
 import struct
 
 import numpy as np
-import soxr
+
+from engine.resample import Resampler
 
 STREAM_FORMATS = ("pcm", "ulaw", "alaw")  # raw frames, sent as they are made
 FILE_FORMATS = ("wav", "flac", "mp3", "opus", "pcm")  # one encoded file per utterance / request
@@ -20,19 +21,8 @@ MEDIA_TYPES = {
     "opus": "audio/ogg",
 }
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
-
-
-class Resampler:
-    """Streaming int16 resampler (soxr keeps its filter state across chunks, so no seams)."""
-
-    def __init__(self, in_rate: int, out_rate: int) -> None:
-        self.in_rate, self.out_rate = in_rate, out_rate
-        self._stream = None if in_rate == out_rate else soxr.ResampleStream(in_rate, out_rate, 1, dtype="int16")
-
-    def __call__(self, pcm: np.ndarray, last: bool = False) -> np.ndarray:
-        if self._stream is None:
-            return pcm
-        return self._stream.resample_chunk(pcm, last=last)
+__all__ = ["FILE_FORMATS", "MEDIA_TYPES", "OPUS_RATES", "STREAM_FORMATS", "Resampler", "encode_file", "encode_frames",
+           "wav_stream_header"]  # Resampler: engine/resample.py's, for the gateway's rate changes
 
 
 def _ulaw(pcm: np.ndarray) -> bytes:

@@ -23,17 +23,16 @@ from typing import Any
 import msgspec
 import numpy as np
 from litestar import Request, Response, post
-from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.di import NamedDependency
 
 from engine import Engine, EngineError
-from gateway.admission import QueueFull, admit, ticketed
-from gateway.audio import MEDIA_TYPES, OPUS_RATES, encode_file
-from gateway.auth import caller, serving_engine
-from gateway.errors import ApiError
-from gateway.openai_api import MAX_INPUT_CHARS, SpeechRequest, _parse, _pcm, _voice, client_gone
+from gateway.admission import Admission, QueueFull, ticketed
+from gateway.audio import MEDIA_TYPES, encode_file
+from gateway.errors import ApiError, invalid
+from gateway.openai_api import MAX_INPUT_CHARS, SpeechRequest, admitted, client_gone, speech_pcm, speech_request
+from gateway.settings import Settings
 from gateway.timing import ResponseClock, observe, trim_for
-from gateway.voices import resolve_voice
-from sessions import StateUnavailable, Tenant
+from sessions import SessionStore, SessionStoreError, Tenant
 
 log = logging.getLogger("voxgate")
 
@@ -56,17 +55,21 @@ class _Caller:
     request: Request
     tenant: Tenant
     engine: Engine
+    store: SessionStore
+    settings: Settings
+    admission: Admission | None
 
 
-def _parse_batch(raw: bytes) -> list[SpeechRequest | ApiError]:
+def _item_request(fields: dict[str, Any]) -> SpeechRequest:
+    try:
+        return msgspec.convert(fields, SpeechRequest)
+    except msgspec.ValidationError as e:
+        raise invalid(e) from None
+
+
+def _parse_batch(body: dict[str, Any]) -> list[SpeechRequest | ApiError]:
     """Each item's request (defaults merged, checked as POST /v1/audio/speech checks a body), or the
     ApiError that item alone answers with. A malformed batch as a whole raises ApiError (a 400)."""
-    try:
-        body = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        raise ApiError("the request body is not valid JSON", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise ApiError("the request body must be a JSON object with items")
     items = body.pop("items", None)
     if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH_ITEMS:
         raise ApiError(f"items must be a list of 1 to {MAX_BATCH_ITEMS} objects", param="items")
@@ -77,7 +80,7 @@ def _parse_batch(raw: bytes) -> list[SpeechRequest | ApiError]:
             isinstance(i, dict) and i.get(name) not in (None, False, "audio") for i in items
         ):
             raise ApiError("a batch answers whole files; streaming is POST /v1/audio/speech", param=name)
-    _parse(msgspec.json.encode({**body, "input": "x"}))  # bad defaults fail the batch, naming the field
+    _item_request({**body, "input": "x"})  # bad defaults fail the batch, naming the field
     chars = 0
     for i, item in enumerate(items):
         if not isinstance(item, dict):
@@ -90,7 +93,7 @@ def _parse_batch(raw: bytes) -> list[SpeechRequest | ApiError]:
     out: list[SpeechRequest | ApiError] = []
     for item in items:
         try:
-            out.append(_parse(msgspec.json.encode({**body, **item})))
+            out.append(_item_request({**body, **item}))
         except ApiError as e:
             out.append(e)
     return out
@@ -111,32 +114,24 @@ def _encode(pcm: np.ndarray, rate: int, fmt: str) -> str:
 async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict[str, Any]:
     if isinstance(req, ApiError):
         return _error(index, req)
-    state, engine = who.request.app.state, who.engine
-    rate = req.sample_rate or engine.sample_rate
-    if req.response_format == "opus" and rate not in OPUS_RATES:
-        rates = ", ".join(map(str, OPUS_RATES))
-        return _error(index, ApiError(f"opus needs a sample_rate of {rates}", param="sample_rate"))
-    ticket = None
+    engine, ticket = who.engine, None
     try:
-        name = _voice(engine, req.voice, state.settings.voice_aliases)
-        voice, voice_options = await resolve_voice(state.store, who.tenant, engine, name)
-        ticket = await admit(state, who.tenant)  # as POST /v1/audio/speech: capacity, then the tenant's turn
+        stream_req = await speech_request(req, engine, who.store, who.tenant, who.settings.voice_aliases)
+        rate = stream_req.sample_rate or engine.sample_rate
+        ticket = await admitted(who.admission, who.tenant)  # as POST /v1/audio/speech: capacity, then the turn
         clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
-        trim = trim_for(rate, state.settings.limits)
+        trim = trim_for(rate, who.settings.limits)
         async with asyncio.timeout(ITEM_TIMEOUT_BASE_S + ITEM_TIMEOUT_S_PER_CHAR * len(req.input)):
             # The ticketed stream counts its audio to the tenant and releases the ticket as it ends.
-            chunks = _pcm(ticketed(engine, ticket), req, voice, rate, voice_options, trim, clock)
-            parts = [pcm async for pcm in chunks]
+            parts = [pcm async for pcm in speech_pcm(ticketed(engine, ticket), stream_req, req.input, trim, clock)]
         pcm = np.concatenate(parts) if parts else np.zeros(0, np.int16)
     except QueueFull as e:
         refusal = ApiError(e.message, code="queue_full")
         return _error(index, refusal, bound=e.bound, retry_after_s=round(e.retry_after_s, 1))
-    except EngineError as e:
-        return _error(index, ApiError(str(e), param="voice" if "voice" in e.code else None, code=e.code))
-    except StateUnavailable as e:
-        return _error(index, ApiError(str(e), code=e.code))
     except TimeoutError:
         return _error(index, ApiError("synthesis took longer than its bound", code="timeout"))
+    except (ApiError, EngineError, SessionStoreError) as e:  # answered as the app's table answers them
+        return _error(index, ApiError.of(e))
     except Exception as e:  # one item's failure never fails its siblings; the log has the trace
         log.exception("batch item %d failed", index)
         return _error(index, ApiError(f"synthesis failed: {type(e).__name__}", code="synthesis_failed"))
@@ -149,22 +144,20 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
     clock.audio(pcm)
     clock.trimmed = trim.trimmed
     timing = clock.record()
-    observe(timing, state.settings.model, who.tenant.name)
+    observe(timing, who.settings.model, who.tenant.name)
     usage = {"input_tokens": len(req.input), "output_tokens": len(pcm), "total_tokens": len(req.input)}
     return {"index": index, "status": "success", "audio_data": audio, "media_type": MEDIA_TYPES[fmt], "usage": usage,
             "timing": msgspec.to_builtins(timing)}  # fmt: skip
 
 
 @post("/v1/audio/speech/batch", status_code=200, request_max_body_size=MAX_BATCH_BODY_BYTES)
-async def create_speech_batch(request: Request) -> Response[Any]:
-    who = _Caller(request, caller(request), serving_engine(request))
-    try:
-        reqs = _parse_batch(await request.body())
-    except ApiError as e:
-        return e.response()
-    except RequestEntityTooLarge:
-        return ApiError(f"the request body is limited to {MAX_BATCH_BODY_BYTES} bytes", code="request_too_large",
-                        status=413).response()  # fmt: skip
+async def create_speech_batch(
+    data: dict[str, Any], request: Request, tenant: NamedDependency[Tenant], engine: NamedDependency[Engine],
+    store: NamedDependency[SessionStore], settings: NamedDependency[Settings],
+    admission: NamedDependency[Admission | None],
+) -> Response[Any]:
+    who = _Caller(request, tenant, engine, store, settings, admission)
+    reqs = _parse_batch(data)
     work = asyncio.ensure_future(asyncio.gather(*(_item(i, r, who) for i, r in enumerate(reqs))))
     gone = asyncio.ensure_future(client_gone(request))
     try:
@@ -176,7 +169,7 @@ async def create_speech_batch(request: Request) -> Response[Any]:
             with contextlib.suppress(asyncio.CancelledError):
                 await work
     if work.cancelled():
-        return ApiError("the client disconnected", code="client_disconnected", status=499).response()
+        raise ApiError("the client disconnected", code="client_disconnected", status=499)
     results = work.result()
     refused = [r for r in results if r.get("code") == "queue_full"]
     if len(refused) == len(results):  # nothing could be queued: the whole request is refused, as a 429

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, Waiting
+from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamRequest, Waiting
 from gateway import metrics
 from gateway.admission import Admission, QueuedStream, Refusal, Ticket
 from gateway.audio import Resampler, encode_file, encode_frames
@@ -43,7 +43,7 @@ from gateway.protocol import (
 )
 from gateway.session_state import SessionBinding
 from gateway.timing import ResponseClock, Timing, observe, trim_for
-from gateway.voices import stream_options
+from gateway.voices import open_request, stream_request
 from segmentation import Segment, StreamSegmenter, normalize_for_speech
 from sessions import SESSION_TAKEN_OVER, StreamSlot
 
@@ -407,13 +407,10 @@ class Connection:
     async def _check(self, cfg: SessionConfig) -> tuple[str | None, dict[str, Any]]:
         """Validate a config; returns the engine voice and options its voice name resolves to."""
         cfg.validate()
-        if cfg.output_mode == "codec_tokens" and not hasattr(self.engine, "codec_info"):
-            raise ProtocolError(
-                "codec_tokens_unsupported", "this engine makes no codec frames (CPU voices); use output_mode pcm"
-            )
         voice = await self.session.resolve_voice(self.engine, cfg.voice_name)
-        # The engine is the judge of voices, languages and options: open and drop a probe stream.
-        self._open_stream(cfg, voice).cancel()
+        # The engine is the judge of voices, languages, options and capabilities (codec_tokens_unsupported,
+        # voice_cloning_unsupported): it checks the request without opening a stream.
+        self.engine.check(self._request(cfg, voice))
         return voice
 
     async def _control(self) -> None:
@@ -431,12 +428,12 @@ class Connection:
         assert self.config is not None
         return self.config.sample_rate or self.engine.sample_rate
 
+    def _request(self, cfg: SessionConfig, voice: tuple[str | None, dict[str, Any]]) -> StreamRequest:
+        return stream_request(voice, cfg.language, sample_rate=cfg.sample_rate, speed=cfg.speed, seed=cfg.seed,
+                              instructions=cfg.instructions, output=cfg.output_mode)  # fmt: skip
+
     def _open_stream(self, cfg: SessionConfig, voice: tuple[str | None, dict[str, Any]]) -> Stream:
-        options = stream_options(voice[1], sample_rate=cfg.sample_rate, speed=cfg.speed, seed=cfg.seed,
-                                 instructions=cfg.instructions)  # fmt: skip
-        if cfg.output_mode == "codec_tokens":
-            options["output"] = "codec_tokens"
-        return self.engine.open_stream(voice[0], cfg.language, **options)
+        return open_request(self.engine, self._request(cfg, voice))
 
     async def _text(self, text: str) -> None:
         if not isinstance(text, str):

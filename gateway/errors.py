@@ -1,10 +1,32 @@
-"""HTTP errors in OpenAI's body shape, so client libraries surface them properly."""
+"""HTTP errors in OpenAI's body shape, so client libraries surface them properly.
+
+Handlers raise; `EXCEPTION_HANDLERS`, one table for the whole app, turns each failure into its status,
+stable code and the field it names (`param`): a handler never needs a try/except ladder.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from litestar import Response
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import ClientException, ValidationException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+
+from engine import EngineError
+from gateway.admission import QueueFull
+from sessions import (
+    InvalidId,
+    SessionNotFound,
+    SessionStoreError,
+    StateUnavailable,
+    VoiceExists,
+    VoiceLimitExceeded,
+    VoiceQuotaExceeded,
+)
+
+MAX_MESSAGE = 200  # msgspec quotes an enum's given value: a client's string is never echoed whole
 
 
 def api_error(status: int, code: str, message: str, param: str | None = None) -> Response[dict[str, Any]]:
@@ -19,3 +41,81 @@ class ApiError(Exception):
 
     def response(self) -> Response[dict[str, Any]]:
         return api_error(self.status, self.code, self.message, self.param)
+
+    @classmethod
+    def of(cls, exc: Exception) -> ApiError:
+        """`exc` as the ApiError the table answers it with (a batch item reports it in its body)."""
+        for kind in type(exc).__mro__:
+            if kind in _AS_API_ERROR:
+                return _AS_API_ERROR[kind](exc)
+        raise exc
+
+
+def _validation(exc: ValidationException) -> ApiError:
+    """A body that does not match its Struct: the first field named (Litestar gives it as `key`)."""
+    extra = exc.extra[0] if isinstance(exc.extra, list) and exc.extra else {}
+    field = extra.get("key") if isinstance(extra, dict) else None
+    message = str(extra.get("message") or exc.detail)[:MAX_MESSAGE] if isinstance(extra, dict) else exc.detail
+    # OpenAI's code for an over-long string; every other mismatch is an invalid value.
+    code = "string_above_max_length" if "of length <=" in message else "invalid_value"
+    param = None if field in (None, "data") else str(field)
+    if param is None and "required field `" in message:  # msgspec names a missing field only in its message
+        param = message.split("`")[1]
+    return ApiError(f"{param}: {message}" if param else message, param=param, code=code)
+
+
+def _engine(e: EngineError) -> ApiError:
+    param = "ref_audio" if e.code == "invalid_reference_audio" else "voice" if "voice" in e.code else None
+    return ApiError(str(e), param=param, code=e.code)
+
+
+_STORE_STATUS: dict[type[SessionStoreError], int] = {VoiceExists: 409, VoiceLimitExceeded: 413,
+                                                     VoiceQuotaExceeded: 413, InvalidId: 400, StateUnavailable: 503,
+                                                     SessionNotFound: 404}  # fmt: skip
+
+
+def _store(e: SessionStoreError) -> ApiError:
+    return ApiError(str(e), code=e.code, status=_STORE_STATUS.get(type(e), 400))
+
+
+def invalid(e: msgspec.ValidationError) -> ApiError:
+    """A msgspec mismatch outside Litestar's decoding (a batch item): the field named, as `_validation`."""
+    message, _, where = str(e).rpartition(" - at `$.")
+    if not message:
+        message, where = str(e), ""
+    field = where.rstrip("`").split(".")[0] or None
+    return _validation(ValidationException(extra=[{"message": message, "key": field}]))
+
+
+def _too_large(request: Request, _: RequestEntityTooLarge) -> ApiError:
+    limit = request.route_handler.request_max_body_size
+    hint = request.route_handler.opt.get("too_large_hint", "")  # the route's advice, e.g. send a clip compressed
+    return ApiError(f"the request body is limited to {limit} bytes{hint}", code="request_too_large", status=413)
+
+
+_AS_API_ERROR: dict[type[Exception], Callable[[Any], ApiError]] = {
+    ApiError: lambda e: e,
+    ValidationException: _validation,
+    EngineError: _engine,
+    SessionStoreError: _store,
+    QueueFull: lambda e: ApiError(e.message, code="queue_full", status=429),
+}
+
+
+def _answer(request: Request, exc: Exception) -> Response[dict[str, Any]]:
+    if isinstance(exc, RequestEntityTooLarge):
+        return _too_large(request, exc).response()
+    if type(exc) is ClientException and str(exc.detail).startswith("JSON is malformed"):
+        return ApiError("the request body is not valid JSON", code="invalid_json").response()
+    if isinstance(exc, ClientException) and not isinstance(exc, ValidationException):
+        return ApiError(str(exc.detail)[:MAX_MESSAGE], status=exc.status_code).response()
+    response = ApiError.of(exc).response()
+    if isinstance(exc, QueueFull):
+        response.headers["Retry-After"] = exc.retry_after_header
+    return response
+
+
+# Litestar picks the most specific class of a raised exception from this table.
+EXCEPTION_HANDLERS: dict[type[Exception], Callable[[Request, Any], Response[Any]]] = {
+    kind: _answer for kind in (*_AS_API_ERROR, ClientException)
+}

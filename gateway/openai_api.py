@@ -1,7 +1,8 @@
 """OpenAI-compatible HTTP: `POST /v1/audio/speech` and `GET /v1/audio/voices`.
 
-Works with the official `openai` client. Errors use OpenAI's body shape
-(`{"error": {"message", "type", "param", "code"}}`) so client libraries surface them properly.
+Works with the official `openai` client (every voice name it types, `{"id": …}` voice references, the
+`x-request-id` it reads: gateway/request_id.py). Errors use OpenAI's body shape
+(`{"error": {"message", "type", "param", "code"}}`, gateway/errors.py) so client libraries surface them.
 """
 
 from __future__ import annotations
@@ -9,26 +10,25 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import re
 import time
-from collections.abc import AsyncIterator
-from typing import Literal
+from collections.abc import AsyncIterator, Mapping
+from typing import Annotated, Literal
 
 import msgspec
 import numpy as np
 from litestar import Request, Response, post
-from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.di import NamedDependency
 from litestar.response import Stream as StreamResponse
 
-from engine import AudioChunk, Engine, EngineError, StreamEnd, Waiting
-from gateway.admission import QueueFull, admit, ticketed
-from gateway.audio import MEDIA_TYPES, Resampler, encode_file, encode_frames, wav_stream_header
-from gateway.auth import caller, serving_engine
+from engine import AudioChunk, Engine, StreamEnd, StreamRequest, Waiting
+from gateway.admission import Admission, Ticket, ticketed
+from gateway.audio import MEDIA_TYPES, OPUS_RATES, Resampler, encode_file, encode_frames, wav_stream_header
 from gateway.errors import ApiError
+from gateway.settings import Settings
 from gateway.timing import LeadingTrim, ResponseClock, Timing, observe, trim_for
-from gateway.voices import resolve_voice, stream_options
+from gateway.voices import aliased, open_request, resolve_voice, stream_request
 from segmentation import StreamSegmenter, normalize_for_speech
-from sessions import StateUnavailable
+from sessions import SessionStore, Tenant
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit
 MAX_INSTRUCTIONS = 500  # as session.config's
@@ -36,77 +36,68 @@ MAX_NAME_CHARS = 128  # voice, model, language: names, echoed in errors
 # The longest valid body: 4096 characters of input and 500 of instructions, each a 12-byte JSON escape
 # (a surrogate pair), and the rest. Litestar's default (10 MB) would parse megabytes on the event loop.
 MAX_BODY_BYTES = 128 * 1024
-# OpenAI's voice names: each maps to the engine's language-aware default unless the engine has a
-# voice of that name (or the settings alias it).
-OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse")
+Name = Annotated[str, msgspec.Meta(max_length=MAX_NAME_CHARS)]
+
+
+class VoiceRef(msgspec.Struct):
+    """OpenAI's custom voice reference, `{"id": "voice_1234"}`: here a registered voice's id."""
+
+    id: Name
 
 
 class SpeechRequest(msgspec.Struct, forbid_unknown_fields=False):
-    input: str
-    model: str = "voxgate"
-    voice: str | None = None
+    """The body of POST /v1/audio/speech, bounds declared (Litestar decodes and checks it before the handler)."""
+
+    input: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_INPUT_CHARS)]
+    model: Name = "voxgate"
+    voice: Name | VoiceRef | None = None
     response_format: Literal["mp3", "opus", "aac", "flac", "wav", "pcm"] = "mp3"
-    speed: float = 1.0
-    instructions: str | None = None
-    language: str = "auto"
-    sample_rate: int | None = None
+    speed: Annotated[float, msgspec.Meta(ge=0.25, le=4.0)] = 1.0
+    instructions: Annotated[str, msgspec.Meta(max_length=MAX_INSTRUCTIONS)] | None = None
+    language: Name = "auto"
+    sample_rate: Annotated[int, msgspec.Meta(ge=8000, le=48000)] | None = None
     stream: bool | None = None
     stream_format: Literal["sse", "audio"] = "audio"
-    seed: int | None = None
+    seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+
+    @property
+    def voice_name(self) -> str | None:
+        return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
 
 
-def _parse(raw: bytes) -> SpeechRequest:
-    try:
-        req = msgspec.json.decode(raw, type=SpeechRequest)
-    except msgspec.ValidationError as e:
-        where = re.search(r"\$\.(\w+)|field `(\w+)`", str(e))
-        raise ApiError(str(e), param=where and (where[1] or where[2])) from None
-    except msgspec.DecodeError:
-        raise ApiError("the request body is not valid JSON", code="invalid_json") from None
+def _checked(req: SpeechRequest, engine: Engine) -> int:
+    """What the Struct's bounds cannot say; returns the response's sample rate."""
     if not req.input.strip():
         raise ApiError("input must not be empty", param="input")
-    if len(req.input) > MAX_INPUT_CHARS:
-        raise ApiError(
-            f"input is limited to {MAX_INPUT_CHARS} characters", param="input", code="string_above_max_length"
-        )
-    if req.instructions is not None and len(req.instructions) > MAX_INSTRUCTIONS:
-        raise ApiError(f"instructions are limited to {MAX_INSTRUCTIONS} characters", param="instructions",
-                       code="string_above_max_length")  # fmt: skip
-    for name in ("voice", "model", "language"):
-        if len(getattr(req, name) or "") > MAX_NAME_CHARS:
-            raise ApiError(f"{name} is limited to {MAX_NAME_CHARS} characters", param=name,
-                           code="string_above_max_length")  # fmt: skip
-    if not 0.25 <= req.speed <= 4.0:
-        raise ApiError("speed must be between 0.25 and 4.0", param="speed")
-    if req.sample_rate is not None and not 8000 <= req.sample_rate <= 48000:
-        raise ApiError("sample_rate must be between 8000 and 48000", param="sample_rate")
     if req.response_format == "aac":
         raise ApiError("response_format aac is not available; use mp3, opus, flac, wav or pcm", param="response_format")
-    return req
+    rate = req.sample_rate or engine.sample_rate
+    if req.response_format == "opus" and rate not in OPUS_RATES:
+        raise ApiError(f"opus needs a sample_rate of {', '.join(map(str, OPUS_RATES))}", param="sample_rate")
+    return rate
 
 
-def _voice(engine: Engine, name: str | None, aliases: dict[str, str]) -> str | None:
-    if name is None:
-        return None
-    if name in aliases:
-        return aliases[name]
-    if name.lower() in OPENAI_VOICES and name not in {v.name for v in engine.voices()}:
-        return None  # the engine's default voice for the language
-    return name
+async def speech_request(req: SpeechRequest, engine: Engine, store: SessionStore, tenant: Tenant,
+                         aliases: Mapping[str, str]) -> StreamRequest:  # fmt: skip
+    """The engine request a speech body asks for (its voice resolved: alias, registered, engine's)."""
+    rate = _checked(req, engine)
+    voice = await resolve_voice(store, tenant, engine, aliased(engine, req.voice_name, aliases))
+    return stream_request(voice, req.language, sample_rate=rate, speed=req.speed, seed=req.seed,
+                          instructions=req.instructions)  # fmt: skip
 
 
-async def _pcm(
-    engine: Engine, req: SpeechRequest, voice: str | None, rate: int, voice_options: dict[str, object],
-    trim: LeadingTrim | None = None, clock: ResponseClock | None = None,
+async def speech_pcm(
+    engine: Engine, request: StreamRequest, text: str, trim: LeadingTrim | None = None,
+    clock: ResponseClock | None = None,
 ) -> AsyncIterator[np.ndarray]:
-    """The request's audio at `rate`, chunk by chunk (never an empty one); cancels the engine stream if
-    the client leaves. `trim`: drop the leading silence; `clock`: its start is when the text went in."""
-    options = stream_options(voice_options, sample_rate=rate, speed=req.speed, seed=req.seed,
-                             instructions=req.instructions)  # fmt: skip
-    stream = engine.open_stream(voice, req.language, **options)
-    segmenter = StreamSegmenter(req.language, "auto")
-    for seg in [*segmenter.feed(req.input), *segmenter.flush()]:
-        if spoken := normalize_for_speech(seg.text, req.language):
+    """`text` spoken as `request` asks, at its sample rate, chunk by chunk (never an empty one); cancels the
+    engine stream if the client leaves. `trim`: drop the leading silence; `clock`: its start is when the
+    text went in."""
+    rate = request.sample_rate or engine.sample_rate
+    stream = open_request(engine, request)
+    segmenter = StreamSegmenter(request.language, "auto")
+    for seg in [*segmenter.feed(text), *segmenter.flush()]:
+        if spoken := normalize_for_speech(seg.text, request.language):
             stream.append(spoken + " ")
     stream.finish()
     if clock is not None:
@@ -117,7 +108,7 @@ async def _pcm(
         async for ev in stream.events():
             if isinstance(ev, StreamEnd):
                 if ev.reason == "error":
-                    raise RuntimeError(ev.message or "synthesis failed")
+                    raise ApiError(ev.message or "synthesis failed", code="engine_error", status=500)
                 break
             if isinstance(ev, Waiting):  # the HTTP caller simply waits longer
                 continue
@@ -131,6 +122,11 @@ async def _pcm(
                     yield pcm
     finally:
         stream.cancel()  # a no-op once the stream has ended
+
+
+async def admitted(admission: Admission | None, tenant: Tenant) -> Ticket | None:
+    """Waits until the engine has room and it is this tenant's turn (QueueFull: a 429)."""
+    return None if admission is None else await admission.admit(tenant.name, tenant.weight)
 
 
 async def client_gone(request: Request) -> None:
@@ -161,40 +157,19 @@ async def _whole(request: Request, first: np.ndarray | None, chunks: AsyncIterat
     return None if work.cancelled() else work.result()
 
 
-def queue_full(e: QueueFull) -> Response:
-    """429 with Retry-After (whole seconds) and OpenAI's body; `bound` is in the message."""
-    response = ApiError(e.message, code="queue_full", param=None, status=429).response()
-    response.headers["Retry-After"] = e.retry_after_header
-    return response
-
-
 @post("/v1/audio/speech", status_code=200, request_max_body_size=MAX_BODY_BYTES)  # OpenAI answers 200, not 201
-async def create_speech(request: Request) -> Response:
-    tenant, engine = caller(request), serving_engine(request)
-    try:
-        req = _parse(await request.body())
-        name = _voice(engine, req.voice, request.app.state.settings.voice_aliases)
-        voice, voice_options = await resolve_voice(request.app.state.store, tenant, engine, name)
-        rate = req.sample_rate or engine.sample_rate
-        fmt = req.response_format
-        if fmt == "opus" and rate not in (8000, 12000, 16000, 24000, 48000):
-            raise ApiError("opus needs a sample_rate of 8000, 12000, 16000, 24000 or 48000", param="sample_rate")
-        ticket = await admit(request.app.state, tenant)  # until the engine has room and it is this tenant's turn
-        clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
-        trim = trim_for(rate, request.app.state.settings.limits)
-        chunks = _pcm(ticketed(engine, ticket), req, voice, rate, voice_options, trim, clock)
-        first = await anext(chunks, None)  # surfaces engine errors (bad voice, language) as a 400
-    except ApiError as e:
-        return e.response()
-    except QueueFull as e:
-        return queue_full(e)
-    except RequestEntityTooLarge:
-        return ApiError(f"the request body is limited to {MAX_BODY_BYTES} bytes", code="request_too_large",
-                        status=413).response()  # fmt: skip
-    except EngineError as e:
-        return ApiError(str(e), param="voice" if "voice" in e.code else None, code=e.code).response()
-    except StateUnavailable as e:
-        return ApiError(str(e), code=e.code, status=503).response()
+async def create_speech(
+    data: SpeechRequest, request: Request, engine: NamedDependency[Engine], store: NamedDependency[SessionStore],
+    tenant: NamedDependency[Tenant], settings: NamedDependency[Settings], admission: NamedDependency[Admission | None],
+) -> Response:
+    req = data
+    stream_req = await speech_request(req, engine, store, tenant, settings.voice_aliases)
+    rate, fmt = stream_req.sample_rate or engine.sample_rate, req.response_format
+    ticket = await admitted(admission, tenant)
+    clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
+    trim = trim_for(rate, settings.limits)
+    chunks = speech_pcm(ticketed(engine, ticket), stream_req, req.input, trim, clock)
+    first = await anext(chunks, None)  # surfaces engine errors (bad voice, language) as a 400
 
     headers = {"X-Audio-Sample-Rate": str(rate), "X-Audio-Channels": "1"}
     streamed = fmt in ("wav", "pcm")  # bytes leave as they are made; the others are one file
@@ -204,7 +179,7 @@ async def create_speech(request: Request) -> Response:
         """The whole record, once the last audio is handed over; a complete one goes to the histograms."""
         clock.trimmed = trim.trimmed
         timing = clock.record()
-        observe(timing, request.app.state.settings.model, tenant.name)
+        observe(timing, settings.model, tenant.name)
         return timing
 
     if streamed:
@@ -212,12 +187,9 @@ async def create_speech(request: Request) -> Response:
             clock.audio(first)  # handed over with the headers
         headers |= clock.record().headers(whole=False)  # only what is known before the body
     else:  # assembled whole before the first byte leaves, so every field can be a header
-        try:
-            whole = await _whole(request, first, chunks)
-        except RuntimeError as e:  # the engine failed mid-way; the body has not begun
-            return ApiError(str(e), code="engine_error", status=500).response()
+        whole = await _whole(request, first, chunks)  # ApiError engine_error: it failed, the body not begun
         if whole is None:
-            return ApiError("the client disconnected", code="client_disconnected", status=499).response()
+            raise ApiError("the client disconnected", code="client_disconnected", status=499)
         file = await asyncio.to_thread(encode_file, whole, rate, fmt)
         clock.audio(whole)
         timing = timed()

@@ -18,9 +18,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
@@ -28,30 +27,28 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 from litestar import Request, Response, delete, get, post
-from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.di import NamedDependency
 from litestar.params import FromPath
 
-from engine import Engine, EngineError
+from engine import Engine, EngineError, Stream, StreamRequest
+from engine.options import stream_request as checked_request
 from engine.reference import MAX_SECONDS, compact_reference
-from gateway.auth import caller, serving_engine
-from gateway.errors import ApiError, api_error
+from gateway.errors import ApiError, api_error, invalid
 from sessions import (
     InvalidId,
     SessionStore,
-    SessionStoreError,
-    StateUnavailable,
     Tenant,
     Voice,
-    VoiceExists,
-    VoiceLimitExceeded,
-    VoiceQuotaExceeded,
 )
 
 T = TypeVar("T")
 
-_STATUS = {VoiceExists: 409, VoiceLimitExceeded: 413, VoiceQuotaExceeded: 413, InvalidId: 400,
-           StateUnavailable: 503}  # fmt: skip
 _ENGINE_DEFAULTS = ("default", "auto")
+# Every voice name the `openai` package's `speech.create` types (its `voice` Literal) and Pipecat's
+# OpenAITTSService accept: each maps to the engine's language-aware default unless the engine has a voice
+# of that name (or the settings alias it), so clients written for OpenAI work unchanged.
+OPENAI_VOICES = ("alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage",
+                 "shimmer", "verse")  # fmt: skip
 
 # A 30 s WAV at 48 kHz, stereo, 16-bit is 5.8 MB, 7.7 MB as base64: it fits, and so does any compressed
 # clip of 30 s. Litestar's default (10 MB) would also let 10 MB of JSON strings through the parser.
@@ -67,7 +64,7 @@ MAX_INSTRUCTIONS = 500  # as session.config's instructions
 class VoiceRequest(msgspec.Struct, forbid_unknown_fields=True):
     voice_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
     base_voice: Annotated[str, msgspec.Meta(max_length=128)] | None = None  # preset: an engine voice …
-    speed: float | None = None  # … with defaults
+    speed: Annotated[float, msgspec.Meta(ge=0.25, le=4.0)] | None = None  # … with defaults
     instructions: Annotated[str, msgspec.Meta(max_length=MAX_INSTRUCTIONS)] | None = None
     description: Annotated[str, msgspec.Meta(max_length=MAX_DESCRIPTION)] = ""
     ref_audio: str | None = None  # clone: base64 or a data: URI of an audio file …
@@ -115,11 +112,25 @@ class Registration:
 _GATE = RegistrationGate(MAX_REGISTRATIONS, DECODE_THREADS)
 
 
-def stream_options(
-    voice_options: dict[str, Any], *, sample_rate: int | None, speed: float, seed: int | None, instructions: str | None
-) -> dict[str, Any]:
-    """Engine options for a stream: a registered voice's defaults, overridden by the request's settings."""
-    options = dict(voice_options)
+def aliased(engine: Engine, name: str | None, aliases: Mapping[str, str]) -> str | None:
+    """The voice an HTTP request's name stands for: a configured alias, else an OpenAI name (which the
+    engine has no voice of) as the engine's language-aware default (None), else the name itself."""
+    if name is None:
+        return None
+    if name in aliases:
+        return aliases[name]
+    if name.lower() in OPENAI_VOICES and name not in {v.name for v in engine.voices()}:
+        return None
+    return name
+
+
+def stream_request(
+    voice: tuple[str | None, dict[str, Any]], language: str, *, sample_rate: int | None, speed: float,
+    seed: int | None, instructions: str | None, output: str = "pcm",
+) -> StreamRequest:
+    """The engine request for a stream: the resolved voice (`resolve_voice`) with a registered voice's
+    defaults, overridden by the request's settings; checked against StreamRequest's bounds (EngineError)."""
+    options = dict(voice[1])
     if sample_rate is not None:
         options["sample_rate"] = sample_rate
     if speed != 1.0:
@@ -128,11 +139,14 @@ def stream_options(
         options["seed"] = seed
     if instructions:
         options["instructions"] = instructions
-    return options
+    if output != "pcm":
+        options["output"] = output
+    return checked_request(voice[0], language, options)
 
 
-def can_clone(engine: Engine) -> bool:
-    return bool(getattr(engine, "supports_cloning", False))
+def open_request(engine: Engine, request: StreamRequest) -> Stream:
+    """Opens `request` through `open_stream`, the adapter every engine wrapper (admission) sees."""
+    return engine.open_stream(request.voice, request.language, **request.options())
 
 
 async def resolve_voice(
@@ -152,7 +166,7 @@ async def resolve_voice(
         meta = voice.metadata
         options = {k: meta[k] for k in ("speed", "instructions") if meta.get(k) is not None}
         return meta.get("base_voice"), options
-    if not can_clone(engine):
+    if not engine.supports_cloning:
         raise EngineError("voice_cloning_unsupported", f"voice {name!r} is a clone; this engine cannot clone voices")
     return None, {"ref_audio": voice.ref_audio, "ref_text": voice.ref_text}
 
@@ -166,13 +180,10 @@ class _Names:
     cloning: bool
 
 
-def _names(request: Request, engine: Engine) -> _Names:
-    from gateway.openai_api import OPENAI_VOICES
-
+def _names(engine: Engine, aliases: Mapping[str, str]) -> _Names:
     voices = frozenset(v.name for v in engine.voices())
-    aliases = request.app.state.settings.voice_aliases
     reserved = {n.casefold() for n in (*voices, *_ENGINE_DEFAULTS, *OPENAI_VOICES, *aliases)}
-    return _Names(voices, frozenset(reserved), can_clone(engine))
+    return _Names(voices, frozenset(reserved), engine.supports_cloning)
 
 
 def _decode_audio(value: str) -> bytes:
@@ -185,8 +196,7 @@ def _parse(raw: bytes) -> VoiceRequest:
     try:
         return msgspec.json.decode(raw, type=VoiceRequest)
     except msgspec.ValidationError as e:
-        where = re.search(r"\$\.(\w+)|field `(\w+)`", str(e))
-        raise ApiError(str(e), param=where and (where[1] or where[2])) from None
+        raise invalid(e) from None
     except msgspec.DecodeError:
         raise ApiError("the request body is not valid JSON", code="invalid_json") from None
 
@@ -206,18 +216,17 @@ def _voice_from(raw: bytes, names: _Names) -> Voice:
         try:
             audio = _decode_audio(req.ref_audio)
         except (binascii.Error, ValueError):
-            raise ValueError("ref_audio: not base64 (or a base64 data: URI)") from None
+            raise ApiError("ref_audio: not base64 (or a base64 data: URI)", param="ref_audio") from None
         clip = compact_reference(audio)  # EngineError invalid_reference_audio: unreadable, too short or long
         meta = {"description": req.description, "format": "flac", "sample_rate": clip.sample_rate,
                 "seconds": clip.seconds}  # fmt: skip
         return Voice(req.voice_id, "clone", req.voice_id, ref_audio=clip.data, ref_text=req.ref_text or None,
                      metadata=meta)  # fmt: skip
     if req.base_voice is None:
-        raise ValueError("base_voice: a preset names an engine voice (or send ref_audio + ref_text for a clone)")
+        raise ApiError("base_voice: a preset names an engine voice (or send ref_audio + ref_text for a clone)",
+                       param="base_voice")
     if req.base_voice not in names.engine_voices:
         raise EngineError("unknown_voice", f"base_voice {req.base_voice!r} is not a voice of this engine")
-    if req.speed is not None and not 0.25 <= req.speed <= 4.0:
-        raise ValueError("speed: must be between 0.25 and 4.0")
     meta = {"base_voice": req.base_voice, "speed": req.speed, "instructions": req.instructions,
             "description": req.description}  # fmt: skip
     return Voice(req.voice_id, "preset", req.voice_id, metadata=meta)
@@ -230,70 +239,58 @@ def _busy() -> Response[dict[str, Any]]:
     return response
 
 
-@post("/v1/audio/voices", status_code=201, request_max_body_size=MAX_BODY_BYTES)
-async def create_voice(request: Request) -> Response[dict[str, Any]]:
-    tenant, engine = caller(request), serving_engine(request)
+@post("/v1/audio/voices", status_code=201, request_max_body_size=MAX_BODY_BYTES,
+      opt={"too_large_hint": f" (a clip of up to {MAX_SECONDS:g} s; send it compressed: FLAC, Opus or MP3)"})
+async def create_voice(
+    request: Request, tenant: NamedDependency[Tenant], engine: NamedDependency[Engine],
+    store: NamedDependency[SessionStore], voice_aliases: NamedDependency[dict[str, str]],
+) -> Response[dict[str, Any]]:
+    """The body is read here, not by Litestar: the registration's place is taken before it arrives, it
+    must arrive within BODY_TIMEOUT_S, and up to 8 MB of JSON is decoded on the registry's threads."""
     registration = _GATE.enter()
     if registration is None:
         return _busy()
     with registration:
         try:
             raw = await asyncio.wait_for(request.body(), BODY_TIMEOUT_S)
-            voice = await registration.run(_voice_from, raw, _names(request, engine))
-            voice = await request.app.state.store.put_voice(tenant.name, voice)
-        except RequestEntityTooLarge:
-            return api_error(413, "request_too_large", f"a voice registration is limited to {MAX_BODY_BYTES} bytes "
-                             f"(a clip of up to {MAX_SECONDS:g} s; send it compressed: FLAC, Opus or MP3)")  # fmt: skip
         except TimeoutError:
-            return api_error(408, "request_timeout", f"the request body did not arrive within {BODY_TIMEOUT_S:g} s")
-        except ApiError as e:
-            return e.response()
-        except EngineError as e:  # before ValueError, which it extends
-            return api_error(400, e.code, str(e), "ref_audio" if e.code == "invalid_reference_audio" else "voice")
-        except SessionStoreError as e:
-            return api_error(_STATUS.get(type(e), 400), e.code, str(e))
-        except ValueError as e:
-            return api_error(400, "invalid_value", str(e))
+            raise ApiError(f"the request body did not arrive within {BODY_TIMEOUT_S:g} s", code="request_timeout",
+                           status=408) from None  # fmt: skip
+        voice = await registration.run(_voice_from, raw, _names(engine, voice_aliases))
+        voice = await store.put_voice(tenant.name, voice)
     return Response({"voice_id": voice.voice_id, "kind": voice.kind, "created_ms": voice.created_ms}, status_code=201)
 
 
 @delete("/v1/audio/voices/{voice_id:str}", status_code=200)
-async def delete_voice(request: Request, voice_id: FromPath[str]) -> Response[dict[str, Any]]:
-    tenant = caller(request)
-    try:
-        deleted = await request.app.state.store.delete_voice(tenant.name, voice_id)
-    except SessionStoreError as e:
-        return api_error(_STATUS.get(type(e), 400), e.code, str(e))
-    if not deleted:
-        return api_error(404, "voice_not_found", f"no voice {voice_id[:128]!r}")
+async def delete_voice(
+    tenant: NamedDependency[Tenant], store: NamedDependency[SessionStore], voice_id: FromPath[str]
+) -> Response[dict[str, Any]]:
+    if not await store.delete_voice(tenant.name, voice_id):
+        raise ApiError(f"no voice {voice_id[:128]!r}", code="voice_not_found", status=404)
     return Response({"id": voice_id, "object": "voice", "deleted": True})  # OpenAI's shape for deletions
 
 
 @get("/v1/audio/voices")
-async def list_voices(request: Request) -> Response[dict[str, Any]]:
-    from gateway.openai_api import OPENAI_VOICES
-
-    tenant, engine = caller(request), serving_engine(request)
-    store: SessionStore = request.app.state.store
+async def list_voices(
+    tenant: NamedDependency[Tenant], engine: NamedDependency[Engine], store: NamedDependency[SessionStore],
+    voice_aliases: NamedDependency[dict[str, str]],
+) -> Response[dict[str, Any]]:
     voices = [
         {"name": v.name, "languages": list(v.languages), "kind": v.kind, "description": v.description}
         for v in engine.voices()
     ]
-    try:
-        registered = await store.list_voices(tenant.name)
-        count, size = await store.voice_usage(tenant.name)
-    except StateUnavailable as e:
-        return api_error(503, e.code, str(e))
+    registered = await store.list_voices(tenant.name)
+    count, size = await store.voice_usage(tenant.name)
     for v in registered:
         voices.append({"name": v.voice_id, "kind": v.kind, "description": v.metadata.get("description", ""),
                        "base_voice": v.metadata.get("base_voice"), "created_ms": v.created_ms,
                        "bytes": v.ref_audio_bytes})  # fmt: skip
-    aliases = dict.fromkeys(OPENAI_VOICES, "default") | request.app.state.settings.voice_aliases
+    aliases = dict.fromkeys(OPENAI_VOICES, "default") | voice_aliases
     limits = store.settings
     usage = {"voices": count, "bytes": size, "max_voices": limits.max_voices_per_tenant,
              "max_bytes": limits.max_voice_bytes_per_tenant}  # fmt: skip
     return Response({"voices": voices, "languages": engine.languages(), "aliases": aliases,
-                     "cloning": can_clone(engine), "usage": usage})  # fmt: skip
+                     "cloning": engine.supports_cloning, "usage": usage})  # fmt: skip
 
 
 voice_routes = [create_voice, delete_voice, list_voices]

@@ -32,14 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu.cache import cache_dir
+from engine.cache import cache_dir
 from engine.cpu.capacity import RtfMeter
 from engine.cpu.espeak import Espeak
 from engine.cpu.pool import UrgencyPool
-from engine.cpu.resample import SegmentResampler, trim_silence
 from engine.cpu.text import canonical_language, cost, detect_language, estimate_seconds, pieces, strip_han
+from engine.options import stream_request
+from engine.resample import Resampler, trim_silence
 from engine.stream import EventBridge
-from engine.types import AudioChunk, Capacity, EngineError, StreamEvent, VoiceInfo, Waiting
+from engine.types import AudioChunk, Capacity, EngineError, StreamEvent, StreamRequest, VoiceInfo, Waiting
 
 log = logging.getLogger("voxgate.engine.cpu")
 
@@ -52,7 +53,6 @@ KOKORO_DEFAULT = "jf_gongitsune"
 # gain keeps the level steady when a mixed-language stream switches voice (no per-sentence normalising,
 # which would pump the level from sentence to sentence).
 PIPER_GAIN = 1.8
-STREAM_OPTIONS = ("sample_rate", "speed", "instructions", "seed")
 # The most one piece (one pool job) may cost, in text.cost units (Latin letters; a Han character counts
 # 3): the longest a new stream waits for a busy worker is about one piece. A 120-letter Piper piece
 # (~7 s of speech) takes 0.4 s on 2 quiet cores and 1–1.5 s on a loaded box (200 letters let a canary
@@ -193,39 +193,54 @@ class CpuEngine:
         """The voice used for `language` ("en"/"zh") when the stream names none."""
         return self._defaults.get(language)
 
-    def open_stream(self, voice: str | None, language: str, **options: object) -> CpuStream:
-        """Open one utterance. Options: `sample_rate` (8000–48000, default 24000), `speed` (0.25–4.0,
-        default 1.0); `instructions` (a string) and `seed` (0–2**63-1) are checked and ignored (these
-        voices follow no instructions and are not seedable). Raises EngineError for anything else it
-        cannot serve (`invalid_option` for a bad option: wrong type, NaN, out of range).
-        """
+    supports_cloning = False  # preset voices only
+
+    def codec_info(self) -> None:
+        """None: these voices make PCM, no codec frames."""
+        return None
+
+    def check(self, request: StreamRequest) -> None:
+        """Raises the EngineError that opening `request` would (cheap: nothing opened)."""
+        self._resolve(request)
+
+    def _resolve(self, request: StreamRequest) -> tuple[_Voice | None, str]:
+        """The voice (None: by language, per segment) and canonical language `request` asks for.
+        `instructions` and `seed` are accepted and ignored: these voices follow no instructions and
+        are not seedable."""
         if self._closed:
             raise EngineError("engine_closed", "the CPU engine is closed")
-        bad = sorted(set(options) - set(STREAM_OPTIONS))
-        if bad:
-            shown = [_shown(k) for k in bad[:5]]
-            raise EngineError("invalid_option", f"CPU voices take no option {shown}; known: {STREAM_OPTIONS}")
-        sample_rate = _int_option(options.get("sample_rate"), OUTPUT_RATE, 8000, 48000, "sample_rate")
-        speed = _float_option(options.get("speed"), 1.0, 0.25, 4.0, "speed")
-        _check_ignored_options(options)
+        if request.output != "pcm":
+            raise EngineError("codec_tokens_unsupported",
+                              "the CPU voices make no codec frames; use output_mode pcm")
+        if request.reference is not None:
+            raise EngineError("voice_cloning_unsupported", "the CPU voices cannot clone voices")
         known = self.languages()
-        lang = canonical_language(language) if language is None or isinstance(language, str) else None
+        lang = canonical_language(request.language)
         if lang is None or lang not in known:
             raise EngineError("unsupported_language",
-                              f"the CPU voices speak no language {_shown(language)}; available: {known}")
-        if voice is not None and not isinstance(voice, str):
-            raise EngineError("unknown_voice", f"a voice is a name, got {_shown(voice)}")
-        chosen: _Voice | None = None
-        if voice is not None and voice.strip() and voice.strip().lower() not in ("default", "auto"):
-            chosen = self._voices.get(voice.strip())
-            if chosen is None:
-                raise EngineError("unknown_voice",
-                                  f"no CPU voice {_shown(voice)}; available: {sorted(self._voices)}")
-            if lang != "auto" and lang not in chosen.info.languages:
-                raise EngineError("unsupported_language",
-                                  f"voice {chosen.info.name!r} speaks {list(chosen.info.languages)}, "
-                                  f"not {_shown(language)}")
-        stream = CpuStream(self, chosen, lang, sample_rate, speed)
+                              f"the CPU voices speak no language {_shown(request.language)}; available: {known}")
+        voice = (request.voice or "").strip()
+        if not voice or voice.lower() in ("default", "auto"):
+            return None, lang
+        chosen = self._voices.get(voice)
+        if chosen is None:
+            raise EngineError("unknown_voice",
+                              f"no CPU voice {_shown(request.voice)}; available: {sorted(self._voices)}")
+        if lang != "auto" and lang not in chosen.info.languages:
+            raise EngineError("unsupported_language",
+                              f"voice {chosen.info.name!r} speaks {list(chosen.info.languages)}, "
+                              f"not {_shown(request.language)}")
+        return chosen, lang
+
+    def open_stream(self, voice: str | None, language: str, **options: object) -> CpuStream:
+        """Open one utterance. Options (`StreamRequest`'s, engine/options.py checks them): `sample_rate`
+        (8000–48000, default 24000), `speed` (0.25–4.0, default 1.0); `instructions` and `seed` are
+        checked and ignored. Raises EngineError for anything else it cannot serve (`invalid_option` for
+        a bad option: wrong type, NaN, out of range; `codec_tokens_unsupported`, `voice_cloning_unsupported`).
+        """
+        request = stream_request(voice, language, options)
+        chosen, lang = self._resolve(request)
+        stream = CpuStream(self, chosen, lang, request.sample_rate or OUTPUT_RATE, request.speed)
         self._streams.add(stream)
         return stream
 
@@ -549,7 +564,7 @@ class CpuStream:
     def _drive(self) -> None:
         frame = 0  # stream-relative index of the next output sample
         chunk = max(1, self.sample_rate * CHUNK_MS // 1000)
-        resampler: SegmentResampler | None = None  # one per segment, across its pieces
+        resampler: Resampler | None = None  # one per segment, across its pieces
         try:
             while True:
                 self._fill()
@@ -577,7 +592,7 @@ class CpuStream:
                 seg = head.piece.segment
                 for pcm, rate in audio:
                     if resampler is None:
-                        resampler = SegmentResampler(rate, self.sample_rate)
+                        resampler = Resampler(rate, self.sample_rate)
                     frame = self._deliver(resampler.push(pcm), frame, seg, chunk)
                     if frame < 0:
                         return
@@ -628,37 +643,6 @@ def _shown(value: object) -> str:
     if isinstance(value, bool | int | float | str):
         return repr(value)
     return f"a {type(value).__name__}"
-
-
-def _int_option(value: object, default: int, lo: int, hi: int, name: str) -> int:
-    if value is None:
-        return default
-    if isinstance(value, float) and value.is_integer():  # False for NaN and ±inf
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise EngineError("invalid_option", f"{name} must be an integer, got {_shown(value)}")
-    if not lo <= value <= hi:
-        raise EngineError("invalid_option", f"{name} must be within {lo}–{hi}, got {_shown(value)}")
-    return value
-
-
-def _float_option(value: object, default: float, lo: float, hi: float, name: str) -> float:
-    if value is None:
-        return default
-    # Compared before any float(): NaN fails every comparison, and a huge int never overflows.
-    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-        raise EngineError("invalid_option", f"{name} must be a number within {lo}–{hi}, got {_shown(value)}")
-    return float(value)
-
-
-def _check_ignored_options(options: dict[str, object]) -> None:
-    """`seed` and `instructions` do nothing here, but a wrong one is still the caller's mistake."""
-    seed = options.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
-        raise EngineError("invalid_option", f"seed must be an integer within 0–2**63-1, got {_shown(seed)}")
-    instructions = options.get("instructions")
-    if instructions is not None and not isinstance(instructions, str):
-        raise EngineError("invalid_option", f"instructions must be a string, got {_shown(instructions)}")
 
 
 def load_cpu_engine(name: str = "cpu", **options: Any) -> CpuEngine:

@@ -29,6 +29,7 @@ from engine.qwen3.codec import LayerScale
 from engine.qwen3.config import MimiEncoderConfig, SpeechTokenizerConfig
 from engine.qwen3.layers import Attention, rope_cos_sin, rope_inv_freq
 from engine.qwen3.weights import load_module
+from engine.resample import resample
 
 SAMPLE_RATE = 24000
 
@@ -263,9 +264,7 @@ def resample_to_24k(wav: np.ndarray, sample_rate: int) -> np.ndarray:
     audio = np.asarray(wav, dtype=np.float32)
     if sample_rate == SAMPLE_RATE:
         return audio
-    import soxr
-
-    out = soxr.resample(audio, sample_rate, SAMPLE_RATE, quality="HQ").astype(np.float32)
+    out = resample(audio, sample_rate, SAMPLE_RATE)
     n = int(np.ceil(audio.shape[0] * (SAMPLE_RATE / sample_rate)))
     return out[:n] if out.shape[0] >= n else np.pad(out, (0, n - out.shape[0]))
 

@@ -255,7 +255,7 @@ def test_open_stream_errors_never_echo_unbounded_input(cpu_engine: Any, voice: A
 
 
 def test_valid_seed_and_instructions_are_accepted_and_ignored(cpu_engine: Any) -> None:
-    cpu_engine.open_stream(None, "en", seed=2**63 - 1, instructions="calm", speed=1, sample_rate=16000.0).cancel()
+    cpu_engine.open_stream(None, "en", seed=2**63 - 1, instructions="calm", speed=1, sample_rate=16000).cancel()
 
 
 def test_load_engine_dispatches_cpu_backend_names(tmp_path: Any) -> None:

@@ -18,8 +18,8 @@ from support.streams import collect
 
 from engine import EngineError, load_engine
 from engine.cpu.engine import PIECE_LIMITS, CpuStream
-from engine.cpu.resample import to_int16, trim_silence
 from engine.cpu.text import cost
+from engine.resample import to_int16, trim_silence
 from engine.types import AudioChunk, StreamEnd, Waiting
 
 
