@@ -372,6 +372,7 @@ def poisson_schedule(rate: float, duration: float, limit: int, rng: random.Rando
 
 async def run_one(spec: RunSpec, args: argparse.Namespace, texts: list[Text], ws_url: str) -> dict[str, Any]:
     cpu0 = time.process_time()
+    busy0 = engine_busy(ws_url)
     clock = Clock()
     pool = Pool(ws_url, spec.mode, args.voice, clock, args.max_inflight)
     rng = random.Random(args.seed)  # the same schedule and texts for every mode
@@ -464,7 +465,29 @@ async def run_one(spec: RunSpec, args: argparse.Namespace, texts: list[Text], ws
     # The harness shares the machine with the server: its own CPU share says when it is the bottleneck.
     result["client_cpu_share"] = (time.process_time() - cpu0) / max(wall, 1e-9)
     result["loadavg_1m_after"] = os.getloadavg()[0]  # other work on the machine skews every number
+    result["engine_busy_share"] = busy_share(busy0, engine_busy(ws_url), wall)
     return result
+
+
+def engine_busy(ws_url: str) -> tuple[float, float] | None:
+    """(the engine's busy seconds so far, its workers) from the server's /metrics; None where it does
+    not say (an engine without the measure, or no /metrics)."""
+    base = "http" + ws_url.removeprefix("ws").split("/v1/", 1)[0]
+    try:
+        with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except (OSError, urllib.error.URLError):
+        return None
+    busy = re.search(r"^voxgate_engine_busy_seconds_total ([0-9.e+-]+)$", text, re.M)
+    workers = re.search(r"^voxgate_engine_workers ([0-9.e+-]+)$", text, re.M)
+    return None if busy is None or workers is None else (float(busy.group(1)), float(workers.group(1)))
+
+
+def busy_share(before: tuple[float, float] | None, after: tuple[float, float] | None, wall: float) -> float | None:
+    """The share of the run its engine's workers were synthesising: is admission leaving capacity idle?"""
+    if before is None or after is None or wall <= 0:
+        return None
+    return (after[0] - before[0]) / wall / max(after[1], 1.0)
 
 
 # -- reduction -----------------------------------------------------------------------------------
@@ -672,7 +695,7 @@ def _pct(x: float | None) -> str:
 def table(runs: list[dict[str, Any]], axis: str) -> str:
     head = (f"| mode | {axis} | done/started | err | refused | TTFA first p50/p95/p99 ms | audible first p50/p95 ms | "
             "TTFA last p50/p95 ms | gap-free | stalls (s) | vLLM continuous | vLLM max deficit p95 ms | "
-            "asked→produced audio s/s | in-flight mean/max |")  # fmt: skip
+            "asked→produced audio s/s | in-flight mean/max | engine busy |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in runs:
         tf, au, tl = r["ttfa_first_s"], r["audible_first_s"], r["ttfa_last_s"]
@@ -685,7 +708,7 @@ def table(runs: list[dict[str, Any]], axis: str) -> str:
             f"{r['underruns_total']} ({r['stall_s_total']:.2f}) | {_pct(r['vllm_continuous_share'])} | "
             f"{_ms(r['vllm_max_underrun_s']['p95'])} | "
             f"{'-' if asked is None else f'{asked:.2f}'}→{r['produced_audio_s_per_s']:.2f} | "
-            f"{r['inflight_mean']:.1f}/{r['inflight_max']} |"
+            f"{r['inflight_mean']:.1f}/{r['inflight_max']} | {_pct(r.get('engine_busy_share'))} |"
         )
     return "\n".join(lines)
 
@@ -870,12 +893,14 @@ async def run_tenants(tenants: list[TenantLoad], args: argparse.Namespace, texts
         for t in tenants
         for i in range(sessions)
     ]
+    busy0 = engine_busy(ws_url)
     try:
         async with asyncio.timeout(args.duration + args.response_timeout + args.drain + 10):
             await asyncio.gather(*workers)
     except TimeoutError:  # every response has its own timeout; this bounds the run as a whole
         pass
     wall = clock.now()
+    busy = busy_share(busy0, engine_busy(ws_url), wall)
     per: dict[str, Any] = {}
     for t in tenants:
         spec = RunSpec(args.tenant_mode, None, sessions)
@@ -890,7 +915,8 @@ async def run_tenants(tenants: list[TenantLoad], args: argparse.Namespace, texts
     for p in per.values():
         p["share"] = p["served_audio_s"] / total if total else None
     return {"run": label, "tenants": per, "served_audio_s_total": total,
-            "served_audio_s_per_s_total": total / args.duration, "wall_s": wall}  # fmt: skip
+            "served_audio_s_per_s_total": total / args.duration, "wall_s": wall,
+            "engine_busy_share": busy}  # fmt: skip
 
 
 def fairness(shared: dict[str, Any], solo: dict[str, Any] | None, tenants: list[TenantLoad],
@@ -930,6 +956,9 @@ def tenants_table(result: dict[str, Any]) -> str:
                          f"{p.get('refused', 0)}{f' ({bounds})' if bounds else ''} | {p['failed']} | "
                          f"{p['served_audio_s']:.1f} | {p['served_audio_s_per_s']:.2f} | {_pct(p['share'])} | "
                          f"{_ms(au['p50'])}/{_ms(au['p95'])} | {_pct(p['gap_free_share'])} |")  # fmt: skip
+    for run in result["runs"]:
+        if run.get("engine_busy_share") is not None:
+            lines.append(f"- {run['run']}: the engine's workers were busy {_pct(run['engine_busy_share'])} of the run")
     f = result["fairness"]
     for pair in f["pairs"]:
         a, b = pair["tenants"]
