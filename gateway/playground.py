@@ -23,8 +23,16 @@ def playground_index() -> Response[bytes]:
     )
 
 
+@get("/favicon.ico", sync_to_thread=False, include_in_schema=False)
+def favicon() -> Response[bytes]:
+    """The page links its SVG icon; this answers browsers and tools that ask for /favicon.ico anyway."""
+    return Response((STATIC_DIR / "favicon.svg").read_bytes(), media_type="image/svg+xml",
+                    headers={"Cache-Control": "max-age=86400"})  # fmt: skip
+
+
 playground_routes: list = [
     playground_index,
+    favicon,
     create_static_files_router(
         path="/static", directories=[STATIC_DIR], name="playground_static", include_in_schema=False
     ),

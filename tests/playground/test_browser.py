@@ -67,6 +67,8 @@ def test_page_streams_a_sentence_and_shows_it(playground_server: str, browser: o
     set_text(d, "Your table is booked for Friday at seven. I sent the confirmation to your email.", 40)
     d.find_element("id", "speak").click()
     wait_for(d, "const u = window.voxgate.state.utt; return !!(u && u.done);")
+    # The CPU voices cannot clone: the clone box is hidden, not merely marked so (.controls is flex).
+    assert not d.find_element("id", "clone-box").is_displayed()
     m = d.execute_script("return window.voxgate.metrics;")
     assert m["frames"] > 0 and m["bytes"] > 24000  # well over half a second of speech
     assert m["ttfaMs"] is not None and 0 < m["ttfaMs"] < 10000

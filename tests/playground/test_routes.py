@@ -57,3 +57,16 @@ def test_every_element_the_script_uses_exists() -> None:
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_script_parses() -> None:
     subprocess.run(["node", "--check", str(STATIC_DIR / "playground.js")], check=True, timeout=30)
+
+
+def test_the_page_has_a_favicon(client: TestClient) -> None:
+    with client as c:
+        page, svg, ico = c.get("/"), c.get("/static/favicon.svg"), c.get("/favicon.ico")
+    assert '<link rel="icon" type="image/svg+xml" href="/static/favicon.svg">' in page.text
+    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
+    assert ico.status_code == 200 and ico.content == svg.content
+
+
+def test_hidden_wins_over_the_controls_display() -> None:
+    css = (STATIC_DIR / "playground.css").read_text()
+    assert "[hidden] { display: none !important; }" in css
