@@ -1,9 +1,10 @@
 """A voice-agent turn loop against voxgate: pipe LLM tokens in, play audio out, barge in.
 
 Each turn's reply streams in word by word at `--rate` words/s (standing in for an LLM that is
-still writing); the audio comes back while the text is still arriving. `--barge-in S` cancels a
-turn S seconds after its first audio, as a user talking over the agent would, and prints what the
-listener actually heard. Every turn's audio goes to `OUT/turn-N.wav`. `--clone FILE --clone-text TEXT`
+still writing); the audio comes back while the text is still arriving and plays in real time.
+`--barge-in S` interrupts a turn S seconds into its playback, as a user talking over the agent would
+(an `input.cancel` while the server still sends, else only the player stops), and prints what the
+listener heard. Every turn's audio, as heard, goes to `OUT/turn-N.wav`. `--clone FILE --clone-text TEXT`
 first registers a cloned voice from a reference recording and its transcript (a Qwen3 Base checkpoint;
 `--model tiny-base` to try it), then speaks every turn in it.
 
@@ -36,40 +37,76 @@ REPLIES = [
 ]
 
 
-async def turn(ws: websockets.ClientConnection, text: str, rate: float, barge_in: float | None) -> dict:
-    """One agent reply: stream its tokens, collect its audio; returns the turn's measurements."""
+class Player:
+    """The listener's player: audio plays in real time from its first byte, however fast it arrives (a
+    short English reply arrives whole within a second). A barge-in is timed on this clock, and what the
+    listener heard is what had played by then."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate, self.started, self.received = rate, None, bytearray()
+
+    def receive(self, data: bytes) -> None:
+        if self.started is None:
+            self.started = time.monotonic()
+        self.received += data
+
+    def ends_at(self) -> float:
+        assert self.started is not None
+        return self.started + len(self.received) / 2 / self.rate
+
+    def played(self, now: float) -> bytes:
+        samples = 0 if self.started is None else int((now - self.started) * self.rate)
+        return bytes(self.received[: 2 * samples])
+
+
+async def turn(ws: websockets.ClientConnection, text: str, rate: float, sample_rate: int,
+               barge_in: float | None) -> dict:  # fmt: skip
+    """One agent reply: stream its tokens, play its audio; returns the turn's measurements."""
     pieces = re.findall(r"\s*\S+", text) if " " in text else list(text)  # words, or Han characters
     started = time.monotonic()
     sender = asyncio.create_task(_send_tokens(ws, pieces, rate))
-    audio, first_audio, result = bytearray(), None, {"text": text}
-    cancel_at = None
+    player, result = Player(sample_rate), {"text": text}
+    committed: dict[int, str] = {}  # segment_index → text
+    marks: list[tuple[int, int]] = []  # (sample_offset, segment_index): where each segment's audio begins
+    cancel_at, stopped_at = None, None
     while True:
         timeout = None if cancel_at is None else max(0.0, cancel_at - time.monotonic())
         try:
             msg = await asyncio.wait_for(ws.recv(), timeout)
-        except TimeoutError:
+        except TimeoutError:  # the user talks over the agent while the server still sends audio
             sender.cancel()
+            stopped_at = time.monotonic()
             await ws.send(json.dumps({"type": "input.cancel"}))
-            cancel_at = float("inf")
+            cancel_at = None  # now the audio.cancelled that answers it
             continue
         if isinstance(msg, bytes):
-            if first_audio is None:
-                first_audio = time.monotonic()
-                if barge_in is not None:
-                    cancel_at = first_audio + barge_in
-            audio += msg
+            player.receive(msg)
+            if barge_in is not None and cancel_at is None and stopped_at is None:
+                cancel_at = player.started + barge_in
             continue
         ev = json.loads(msg)
         if ev["type"] == "error":
             print(f"  error {ev['code']}: {ev['message']}")
+        elif ev["type"] == "segment.committed":
+            committed[ev["segment_index"]] = ev["text"]
+        elif ev["type"] == "audio.mark":
+            marks.append((ev["sample_offset"], ev["segment_index"]))
         elif ev["type"] == "audio.cancelled":
-            result |= {"cancelled": True, "heard": ev["spoken_text"], "played_bytes": ev["played_bytes"]}
             break
         elif ev["type"] == "session.done":
+            # All of it has arrived, but the player is still playing it: a barge-in due before its end
+            # stops the player then (the server has nothing left to cancel).
+            if cancel_at is not None and player.started is not None and cancel_at < player.ends_at():
+                await asyncio.sleep(max(0.0, cancel_at - time.monotonic()))
+                stopped_at = cancel_at
             break
     await asyncio.gather(sender, return_exceptions=True)
-    result["ttfa_s"] = None if first_audio is None else first_audio - started
-    result["audio"] = bytes(audio)
+    result["ttfa_s"] = None if player.started is None else player.started - started
+    result["audio"] = player.played(stopped_at) if stopped_at is not None else bytes(player.received)
+    if stopped_at is not None:
+        heard = len(result["audio"]) // 2
+        result |= {"cancelled": True, "played_bytes": len(result["audio"]),
+                   "heard": "".join(committed.get(seg, "") for offset, seg in marks if offset < heard)}  # fmt: skip
     return result
 
 
@@ -101,7 +138,7 @@ async def main() -> None:
     ap.add_argument("--url", default="ws://127.0.0.1:8000/v1/audio/speech/stream")
     ap.add_argument("--turns", type=int, default=len(REPLIES))
     ap.add_argument("--rate", type=float, default=20.0, help="LLM tokens per second")
-    ap.add_argument("--barge-in", type=float, default=None, help="cancel each turn this long after its first audio")
+    ap.add_argument("--barge-in", type=float, default=None, help="interrupt each turn this long into its playback")
     ap.add_argument("--voice", default=None)
     ap.add_argument("--clone", type=Path, default=None, help="reference recording of a voice to clone (1–30 s)")
     ap.add_argument("--clone-text", default=None,
@@ -120,7 +157,7 @@ async def main() -> None:
         rate = ready["sample_rate"]
         print(f"session {ready['session_id']} at {rate} Hz")
         for i in range(args.turns):
-            r = await turn(ws, REPLIES[i % len(REPLIES)], args.rate, args.barge_in)
+            r = await turn(ws, REPLIES[i % len(REPLIES)], args.rate, rate, args.barge_in)
             path = args.out / f"turn-{i}.wav"
             with wave.open(str(path), "wb") as w:
                 w.setnchannels(1)

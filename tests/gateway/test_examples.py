@@ -27,3 +27,12 @@ def test_streaming_agent_holds_a_multi_turn_session(gateway: str, tmp_path: Path
 def test_streaming_agent_barges_in(gateway: str, tmp_path: Path) -> None:
     out = run_agent(gateway, tmp_path, "--turns", "2", "--rate", "40", "--barge-in", "0.05")
     assert out.count("barged in") == 2, out
+
+
+def test_streaming_agent_barges_in_on_playback_time(gateway: str, tmp_path: Path) -> None:
+    # A fast LLM: the whole English reply (~5 s of speech) arrives within a second or so, long before
+    # its playback reaches 1 s; the barge-in still comes 1 s into what the listener hears.
+    out = run_agent(gateway, tmp_path, "--turns", "1", "--rate", "1000", "--barge-in", "1.0")
+    assert "barged in, heard 'Sure, I can help with that." in out, out
+    with wave.open(str(tmp_path / "turn-0.wav")) as w:
+        assert 0.8 < w.getnframes() / w.getframerate() < 1.6, w.getnframes()
