@@ -298,7 +298,7 @@ class CpuEngine:
         voice, seg_lang = self._pick(chosen, lang, text)
         if voice.backend == "piper":
             text = strip_han(text)  # what Piper reads anyway; and no jieba for text it cannot speak
-        it = pieces(text, PIECE_LIMITS[voice.backend])
+        it = pieces(text, PIECE_LIMITS[voice.backend], first=index == 0)  # a stream's first clause alone
         current = next(it, None)
         while current is not None:
             following = next(it, None)

@@ -17,6 +17,12 @@ _SENTENCE_END = re.compile(r"(?<![.!?…])[.!?…]++[\"')\]”’]*+(?=\s|$)|(?<
 # "1,000" stays whole), else at a space.
 _CLAUSE_END = re.compile(r"[,;:]++(?=\s)|[，、；：]++")
 _SPACE = re.compile(r"\s+")
+# A stream's first piece may end after a Han clause mark (and the closers after it): see `first_clause_end`.
+_HAN_CLAUSE_END = re.compile(r"[，、；：]++[”’」』）)]*+")
+_LATIN_WORD = re.compile(r"[A-Za-z0-9\u00c0-\u024f]+")
+# The shortest first clause that goes alone, in syllables (Han characters, Latin words): "好的，" does,
+# "好，" does not (one syllable is too short a model run to sound like speech). As the segmenter's rule.
+FIRST_CLAUSE_SYLLABLES = 2
 # A Han character is a syllable: spoken, about as long as three Latin letters.
 _HAN_COST = 3
 
@@ -101,7 +107,7 @@ def cost(text: str) -> int:
     return len(text) + (_HAN_COST - 1) * len(_HAN_RE.findall(text))
 
 
-def pieces(text: str, limit: int) -> Iterator[str]:
+def pieces(text: str, limit: int, *, first: bool = False) -> Iterator[str]:
     """Cut one segment into pieces of at most `limit` `cost`, in order, losing nothing but whitespace.
 
     A piece is the work of one synthesis job, so a long segment cannot hold a worker for minutes. Whole
@@ -109,7 +115,44 @@ def pieces(text: str, limit: int) -> Iterator[str]:
     audio is the same as the whole segment's); a longer sentence is cut after a clause mark, else at a
     space, else (Han without spaces) between two jieba words, else anywhere. Lazy and linear: the
     caller takes pieces as its look-ahead needs them.
+
+    `first`: the segment opens a stream, so its first piece is all its listener waits for. A voice
+    makes no audio before a whole model run, so that piece ends at its first Han clause
+    (`first_clause_end`): "好的，" runs alone and "我来帮您安排。" follows as the next piece.
     """
+    head = first_clause_end(text, limit) if first else 0
+    if head:
+        yield text[:head].strip()
+        text = text[head:]
+    yield from _packed(text, limit)
+
+
+def first_clause_end(text: str, limit: int) -> int:
+    """Where a stream's first piece may end early: after the first Han clause mark of `text`'s first
+    sentence, when the clause has at least `FIRST_CLAUSE_SYLLABLES` syllables, costs at most `limit`
+    and its sentence goes on after it; else 0. Only Han marks: English keeps whole sentences (Piper's
+    first audio is quick anyway). Looks at no more than `limit` characters (a piece's bound)."""
+    window = text[:limit]
+    clause = _HAN_CLAUSE_END.search(window)
+    if clause is None:
+        return 0
+    end = clause.end()
+    sentence_end = _SENTENCE_END.search(window)
+    if sentence_end is not None and sentence_end.start() < clause.start():
+        return 0  # the first sentence has no clause mark: it is short enough to go whole
+    head, rest = text[:end], text[end : end + limit]
+    syllables = len(_HAN_RE.findall(head)) + len(_LATIN_WORD.findall(head))
+    if syllables < FIRST_CLAUSE_SYLLABLES or cost(head) > limit:
+        return 0
+    # Something speakable must follow in the same sentence: "好的，。" is one clause, not two.
+    after = _SENTENCE_END.search(rest)
+    tail = rest[: after.start()] if after is not None else rest
+    if not (_HAN_RE.search(tail) or _LATIN_WORD.search(tail)):
+        return 0
+    return end
+
+
+def _packed(text: str, limit: int) -> Iterator[str]:
     batch: list[str] = []
     size = 0
     for part in _parts(text, limit):
