@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import keys
 from .control import ControlSubscription
@@ -23,13 +23,37 @@ from .errors import StateUnavailable
 from .leases import OwnershipLease
 from .records import ControlMessage, SessionRecord, SpokenEntry
 
-if TYPE_CHECKING:
-    from .store import SessionStore, TakeoverPolicy
+
+class SessionWriter(Protocol):
+    """What an attached session needs of its store (``SessionStore`` is one; ``SessionStore.attach``
+    opens it): this module depends on no store, so the store can import it without a circle."""
+
+    @property
+    def spoken_log_max(self) -> int: ...
+
+    def later(self, key: str, what: str, run: Callable[[], Awaitable[object]], size: int = 0) -> object: ...
+
+    async def settled(self, key: str) -> None:
+        """Read-your-writes on this replica: queued writes of ``key`` land first (bounded)."""
+        ...
+
+    async def update_session(
+        self, tenant: str, session_id: str, *, config: dict[str, Any] | None = None, voice: str | None = None,
+    ) -> None: ...
+
+    async def begin_utterance(self, tenant: str, session_id: str, utterance_index: int) -> int: ...
+
+    async def record_utterance(
+        self, tenant: str, session_id: str, utterance_index: int, spoken_text: str, *,
+        cancelled: bool = False, at_ms: int | None = None,
+    ) -> int: ...
+
+    async def restore_session(self, record: SessionRecord, lease: OwnershipLease | None = None) -> bool: ...
 
 
 class AttachedSession:
     def __init__(
-        self, store: SessionStore, record: SessionRecord, lease: OwnershipLease, control: ControlSubscription,
+        self, store: SessionWriter, record: SessionRecord, lease: OwnershipLease, control: ControlSubscription,
         resumed: bool,
     ) -> None:
         self.store = store
@@ -47,27 +71,6 @@ class AttachedSession:
     @property
     def tenant(self) -> str:
         return self.record.tenant
-
-    @classmethod
-    async def open(
-        cls, store: SessionStore, tenant: str, *, session_id: str | None, config: dict[str, Any],
-        voice: str | None = None, policy: TakeoverPolicy | None = None,
-    ) -> AttachedSession:
-        """``session_id`` None: a new session with ``config``. Otherwise resume that session as stored
-        (``config`` is ignored; call ``update`` to change it). Raises SessionNotFound, SessionBusy,
-        StateUnavailable; on failure nothing stays held."""
-        if session_id is None:
-            record, resumed = await store.create_session(tenant, config, voice=voice), False
-        else:
-            record, resumed = await store.resume_session(tenant, session_id), True
-        lease = await store.acquire_lease(tenant, record.session_id, policy=policy)
-        try:
-            control = await store.subscribe(tenant, record.session_id, lease=lease)
-        except BaseException:
-            await lease.release()
-            raise
-        lease.start_keepalive()
-        return cls(store, replace(record, owner_replica=store.replica_id), lease, control, resumed)
 
     async def events(self) -> AsyncIterator[ControlMessage]:
         """Cancels and takeovers for this connection. A lease lost without a takeover message (missed
@@ -117,7 +120,7 @@ class AttachedSession:
             return
         entry = SpokenEntry(utterance_index, "", False, time.time_ns() // 1_000_000, finished=False)
         self.record = replace(r, next_utterance=max(r.next_utterance, utterance_index + 1),
-                              spoken=[*r.spoken, entry][-self.store.settings.spoken_log_max:])  # fmt: skip
+                              spoken=[*r.spoken, entry][-self.store.spoken_log_max:])  # fmt: skip
         store, tenant, sid = self.store, self.tenant, self.session_id
         store.later(self._key, "utterance start", lambda: store.begin_utterance(tenant, sid, utterance_index))
 
@@ -134,7 +137,7 @@ class AttachedSession:
         self.record = replace(
             r, next_utterance=max(r.next_utterance, utterance_index + 1),
             completed=r.completed + (not cancelled), cancelled=r.cancelled + cancelled,
-            spoken=log[-self.store.settings.spoken_log_max:],
+            spoken=log[-self.store.spoken_log_max:],
         )
         store, tenant, sid = self.store, self.tenant, self.session_id
         store.later(self._key, "utterance record", lambda: store.record_utterance(
@@ -145,7 +148,7 @@ class AttachedSession:
         """Release the lease and the subscription; the record stays resumable until its TTL. Waits at
         most an op timeout for this session's queued writes, so the release does not overtake them."""
         await self.control.close()
-        await self.store._settled(self._key)
+        await self.store.settled(self._key)
         with contextlib.suppress(StateUnavailable):
             await self.lease.release()
 

@@ -18,7 +18,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
-import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 
 from .breaker import UNAVAILABLE, UNAVAILABLE_MESSAGE, CircuitBreaker
@@ -92,10 +91,11 @@ class ControlSubscription:
 
 class ControlBus:
     def __init__(
-        self, client: aioredis.Redis, *, confirm_timeout_s: float = 0.5,
+        self, pubsub: Callable[[], PubSub], *, confirm_timeout_s: float = 0.5,
         backoff_s: tuple[float, float] = (0.05, 0.5), breaker: CircuitBreaker | None = None,
     ) -> None:
-        self._client = client
+        # A fresh pub/sub connection per (re)connect: on a cluster the next one is another node's.
+        self._new_pubsub = pubsub
         self._breaker = breaker
         self._confirm_timeout_s = confirm_timeout_s
         self._backoff_s = backoff_s
@@ -180,7 +180,7 @@ class ControlBus:
                 sub._deliver(cm)
 
     async def _connect(self) -> None:
-        ps = self._client.pubsub()
+        ps = self._new_pubsub()
         wanted = list(self._subs)
         try:
             await ps.subscribe(*wanted)

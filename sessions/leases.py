@@ -16,15 +16,38 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import keys
 from .errors import StateUnavailable
 
-if TYPE_CHECKING:
-    from .store import SessionStore
-
 log = logging.getLogger("voxgate.sessions")
+
+
+class LeaseKeeper(Protocol):
+    """What a lease or slot needs of the store that granted it (``SessionStore`` is one): this module
+    depends on no store, so the store can import it without a circle."""
+
+    @property
+    def available(self) -> bool:
+        """Redis answers now (the circuit is closed): a release can be tried at once."""
+        ...
+
+    async def renew_lease(self, lease: OwnershipLease) -> int: ...
+
+    async def release_lease(self, lease: OwnershipLease) -> bool: ...
+
+    async def renew_stream(self, slot: StreamSlot) -> bool: ...
+
+    async def release_stream(self, slot: StreamSlot) -> bool: ...
+
+    def let_go(self, slot: StreamSlot) -> None:
+        """This replica stops counting the slot (its own count, used while Redis is away)."""
+        ...
+
+    def later(self, key: str, what: str, run: Callable[[], Awaitable[object]], size: int = 0) -> object:
+        """Queue an idempotent write (write-behind)."""
+        ...
 
 
 class _KeptAlive:
@@ -97,7 +120,7 @@ class OwnershipLease(_KeptAlive):
     this acquisition took the session over (that holder was sent a takeover message)."""
 
     def __init__(
-        self, store: SessionStore, tenant: str, session_id: str, token: str, ttl_ms: int,
+        self, store: LeaseKeeper, tenant: str, session_id: str, token: str, ttl_ms: int,
         took_over_from: str | None,
     ) -> None:
         super().__init__()
@@ -112,13 +135,13 @@ class OwnershipLease(_KeptAlive):
         self.on_record_missing: Callable[[], Awaitable[object]] | None = None
 
     async def renew(self) -> bool:
-        state = await self._store._renew_lease(self)
+        state = await self._store.renew_lease(self)
         if state == 2 and self.on_record_missing is not None:
             await self.on_record_missing()
         return state != 0
 
     async def _release(self) -> bool:
-        return await self._store._release_lease(self)
+        return await self._store.release_lease(self)
 
     async def release(self) -> bool:
         """Stop renewing and give the lease up. False when it was no longer ours, or when Redis is not
@@ -127,7 +150,7 @@ class OwnershipLease(_KeptAlive):
             return False
         key = keys.lease(self.tenant, self.session_id)
         try:
-            if self._store.breaker.is_closed:
+            if self._store.available:
                 return await self._release()
         except StateUnavailable:
             pass
@@ -144,7 +167,7 @@ class StreamSlot(_KeptAlive):
     without renewal (a crashed replica's slots free themselves)."""
 
     def __init__(
-        self, store: SessionStore, tenant: str, slot_id: str, ttl_ms: int, active: int, *, local: bool = False
+        self, store: LeaseKeeper, tenant: str, slot_id: str, ttl_ms: int, active: int, *, local: bool = False
     ) -> None:
         super().__init__()
         self._store = store
@@ -155,10 +178,10 @@ class StreamSlot(_KeptAlive):
         self.local = local  # granted from this replica's own count while Redis was away; not in Redis yet
 
     async def renew(self) -> bool:
-        return await self._store._renew_stream(self)
+        return await self._store.renew_stream(self)
 
     async def _release(self) -> bool:
-        return await self._store._release_stream(self)
+        return await self._store.release_stream(self)
 
     async def release(self) -> bool:
         """Stop renewing and give the slot up, at once: this replica stops counting it now, Redis when the
@@ -166,7 +189,7 @@ class StreamSlot(_KeptAlive):
         when already released."""
         if not await self._stop():
             return False
-        self._store._let_go(self)
+        self._store.let_go(self)
         # Queued even for a local slot: its entry into Redis may have been under way.
         self._store.later(keys.streams(self.tenant), "stream slot release", self._release)
         return True

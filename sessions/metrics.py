@@ -14,3 +14,7 @@ WRITES_DROPPED = Counter(
 STREAMS_LOCAL = Counter(
     "voxgate_state_streams_local_total", "stream slots granted from this replica's own count while Redis was away"
 )
+WRITES_UNREPLICATED = Counter(
+    "voxgate_state_writes_unreplicated_total",
+    "acknowledged writes (voices, the spoken log) no replica confirmed within replica_ack_timeout_s",
+)

@@ -22,15 +22,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Literal, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import fakeredis
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
 
 from . import keys, metrics, scripts
 from .attached import AttachedSession
+from .backends import Backend, BackendKind, connect, redact
 from .breaker import UNAVAILABLE, UNAVAILABLE_MESSAGE, CircuitBreaker
 from .control import ControlBus, ControlSubscription
 from .errors import (
@@ -62,14 +60,6 @@ def embedded_server() -> fakeredis.FakeServer:
     return _embedded_server
 
 
-def redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -90,12 +80,15 @@ class StoreSettings:
     heartbeat_s: float = 0.5  # a PING this often while closed: a stalled Redis is noticed without traffic
     write_behind_max: int = 4096  # queued writes kept while Redis is away; the oldest is dropped past it
     write_behind_max_bytes: int = 16 * 1024 * 1024
+    # An acknowledged write (a voice, the spoken log) waits this long for one replica to hold it, where
+    # the primary has one (WAIT 1): below op_timeout_s, so a lagging replica never opens the circuit.
+    replica_ack_timeout_s: float = 0.2
 
 
 @dataclass(frozen=True)
 class StoreHealth:
     status: Literal["ok", "degraded"]
-    backend: Literal["redis", "embedded"]
+    backend: BackendKind | Literal["embedded"]
     latency_ms: float | None
     error: str | None = None  # a short stable phrase, safe to show anyone (no address, no exception text)
     pending_writes: int = 0  # write-behind entries not yet in Redis
@@ -103,22 +96,24 @@ class StoreHealth:
 
 class SessionStore:
     def __init__(
-        self, client: aioredis.Redis, *, backend: Literal["redis", "embedded"], url: str,
+        self, client: aioredis.Redis, *, backend: Backend | None, url: str,
         settings: StoreSettings | None = None, replica_id: str | None = None,
     ) -> None:
         self.client = client
-        self.backend = backend
+        self._backend = backend  # None: the embedded store
+        self.backend: BackendKind | Literal["embedded"] = backend.kind if backend is not None else "embedded"
         self.url = url
         self.settings = settings or StoreSettings()
         self.replica_id = replica_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         s = self.settings
         self.breaker = CircuitBreaker(
             self._raw_ping, op_timeout_s=s.op_timeout_s, failures=s.breaker_failures,
-            heartbeat_s=s.heartbeat_s if backend == "redis" else None,  # fakeredis cannot stall
+            heartbeat_s=s.heartbeat_s if backend is not None else None,  # fakeredis cannot stall
         )
         self.write_behind = WriteBehind(self.breaker, max_entries=s.write_behind_max,
                                         max_bytes=s.write_behind_max_bytes)  # fmt: skip
-        self.control = ControlBus(client, confirm_timeout_s=s.op_timeout_s, breaker=self.breaker)
+        pubsub = backend.pubsub if backend is not None else client.pubsub
+        self.control = ControlBus(pubsub, confirm_timeout_s=s.op_timeout_s, breaker=self.breaker)
         # Leases and slots held through this store: renewed at once when Redis is back (the breaker
         # closes, or the control bus reconnects), so a record lost in a restart is restored in
         # milliseconds rather than a renewal period later.
@@ -150,22 +145,16 @@ class SessionStore:
     def from_url(
         cls, url: str | None, *, settings: StoreSettings | None = None, replica_id: str | None = None
     ) -> SessionStore:
-        """``redis://…`` / ``rediss://…`` / ``unix://…`` → that Redis; None or "" → the embedded store
-        (fakeredis, one shared server per process: single-process deployments only)."""
+        """``redis://…`` / ``rediss://…`` / ``unix://…`` → that Redis; ``redis+sentinel://h:p,…/<master>``
+        → the primary those sentinels name; ``redis+cluster://h:p,…`` → that cluster (sessions/backends.py);
+        None or "" → the embedded store (fakeredis, one shared server per process: single process only).
+        ValueError for a URL it cannot use."""
         s = settings or StoreSettings()
         if not url:
             client = fakeredis.FakeAsyncRedis(server=embedded_server())
-            return cls(client, backend="embedded", url="embedded://", settings=s, replica_id=replica_id)
-        client = aioredis.from_url(
-            url,
-            socket_connect_timeout=s.connect_timeout_s,
-            socket_timeout=s.op_timeout_s,
-            # Few, quick retries of a refused or reset connection; a timeout is not retried (the breaker
-            # bounds the whole call anyway): a stalled Redis must cost one op timeout, not three.
-            retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 2, supported_errors=(aioredis.ConnectionError,)),
-            health_check_interval=10,
-        )
-        return cls(client, backend="redis", url=url, settings=s, replica_id=replica_id)
+            return cls(client, backend=None, url="embedded://", settings=s, replica_id=replica_id)
+        backend = connect(url, connect_timeout_s=s.connect_timeout_s, op_timeout_s=s.op_timeout_s)
+        return cls(backend.client, backend=backend, url=url, settings=s, replica_id=replica_id)
 
     async def start(self) -> None:
         """Check Redis is reachable; raise StateUnavailable with the (redacted) URL if not."""
@@ -176,19 +165,19 @@ class SessionStore:
             )
         try:
             async with asyncio.timeout(self.settings.connect_timeout_s + self.settings.op_timeout_s):
-                await self.client.ping()
+                await self._raw_ping()
         except UNAVAILABLE as e:
             raise StateUnavailable(f"cannot reach Redis at {redact(self.url)}: {e}") from e
         await self.breaker.call(self._raw_ping())  # starts the heartbeat
-        if self.backend == "redis":
-            log.info("session store: Redis at %s (replica %s)", redact(self.url), self.replica_id)
+        if self._backend is not None:
+            log.info("session store: %s Redis at %s (replica %s)", self.backend, redact(self.url), self.replica_id)
 
     async def close(self) -> None:
         """Write what is queued (for at most a second, while Redis answers), then let go of everything."""
         await self.write_behind.close(drain_s=1.0)
         await self.breaker.close()
         await self.control.close()
-        await self.client.aclose()
+        await (self._backend.aclose() if self._backend is not None else self.client.aclose())
 
     async def __aenter__(self) -> SessionStore:
         await self.start()
@@ -199,8 +188,16 @@ class SessionStore:
     ) -> None:
         await self.close()
 
-    def _raw_ping(self) -> Awaitable[object]:
-        return self.client.ping()
+    async def _raw_ping(self) -> object:
+        """The heartbeat: ROLE where it tells how many replicas the primary has (acknowledged writes wait
+        for one), PING otherwise."""
+        if self._backend is None:
+            return await self.client.ping()
+        role = await self._backend.role()
+        if role is None:
+            return await self.client.ping()
+        self._backend.learn_role(role)  # type: ignore[arg-type]
+        return role
 
     def health(self) -> StoreHealth:
         """For /health, at once and without touching Redis: the breaker's view (its heartbeat keeps it
@@ -219,6 +216,15 @@ class SessionStore:
             return StoreHealth("degraded", self.backend, None, UNAVAILABLE_MESSAGE, len(self.write_behind))
         return StoreHealth("ok", self.backend, (time.perf_counter() - t0) * 1000, None, len(self.write_behind))
 
+    @property
+    def available(self) -> bool:
+        """Redis answers (the circuit is closed)."""
+        return self.breaker.is_closed
+
+    @property
+    def spoken_log_max(self) -> int:
+        return self.settings.spoken_log_max
+
     def _renew_all_now(self) -> None:
         for held in list(self._kept_alive):
             held.renew_now()
@@ -226,11 +232,29 @@ class SessionStore:
     async def _call(self, op: Awaitable[T]) -> T:
         return await self.breaker.call(op)
 
+    async def _acked(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """A write the gateway acknowledges (a voice, the spoken log): where the primary has a replica it
+        waits (at most ``replica_ack_timeout_s``) for one to hold the write, so a failover of that primary
+        keeps it. A replica that did not answer in time is logged and counted, not an error: the write
+        is in the primary, and refusing it would not take it back."""
+        if self._backend is None:
+            return await self._call(script(keys=keys, args=args))
+        s = self.settings
+        result, acks = await self.breaker.call(
+            self._backend.acked(script, keys, args, int(s.replica_ack_timeout_s * 1000)),
+            timeout=s.op_timeout_s + s.replica_ack_timeout_s,
+        )
+        if acks == 0:
+            metrics.WRITES_UNREPLICATED.inc()
+            log.warning("session store: no replica acknowledged a write of %s within %.2f s", keys[0],
+                        s.replica_ack_timeout_s)  # fmt: skip
+        return result
+
     def later(self, key: str, what: str, run: Callable[[], Awaitable[object]], size: int = 0) -> asyncio.Future[bool]:
         """Queue an idempotent write of ``key`` (write-behind); returns at once."""
         return self.write_behind.put(key, what, run, size)
 
-    async def _settled(self, key: str) -> None:
+    async def settled(self, key: str) -> None:
         """Read-your-writes on this replica: let queued writes of ``key`` land first (bounded)."""
         if self.breaker.is_closed:
             await self.write_behind.settled(key, self.settings.op_timeout_s)
@@ -262,13 +286,22 @@ class SessionStore:
     ) -> AttachedSession:
         """Create (``session_id`` None) or resume a session and hold it for one connection: record +
         renewed lease + control subscription. ``async with await store.attach(...) as s:``."""
-        return await AttachedSession.open(
-            self, tenant, session_id=session_id, config=config or {}, voice=voice, policy=policy
-        )
+        if session_id is None:
+            record, resumed = await self.create_session(tenant, config or {}, voice=voice), False
+        else:  # resumed as stored: ``config`` is ignored (``AttachedSession.update`` changes it)
+            record, resumed = await self.resume_session(tenant, session_id), True
+        lease = await self.acquire_lease(tenant, record.session_id, policy=policy)
+        try:
+            control = await self.subscribe(tenant, record.session_id, lease=lease)
+        except BaseException:  # on failure nothing stays held
+            await lease.release()
+            raise
+        lease.start_keepalive()
+        return AttachedSession(self, replace(record, owner_replica=self.replica_id), lease, control, resumed)
 
     async def load_session(self, tenant: str, session_id: str) -> SessionRecord | None:
         """The record with its spoken log; None when absent (or another tenant's)."""
-        await self._settled(keys.session(tenant, session_id))
+        await self.settled(keys.session(tenant, session_id))
         pipe = self.client.pipeline(transaction=True)
         pipe.hgetall(keys.session(tenant, session_id))
         pipe.lrange(keys.spoken(tenant, session_id), 0, -1)
@@ -287,7 +320,7 @@ class SessionStore:
         return rec
 
     async def touch_session(self, tenant: str, session_id: str) -> bool:
-        await self._settled(keys.session(tenant, session_id))
+        await self.settled(keys.session(tenant, session_id))
         return bool(await self._call(self._update(
             keys=[keys.session(tenant, session_id), keys.spoken(tenant, session_id)],
             args=[self._session_ttl_ms, now_ms()],
@@ -314,11 +347,12 @@ class SessionStore:
         returns ``next_utterance``. Idempotent."""
         t = now_ms()
         entry = SpokenEntry(utterance_index, "", False, t, finished=False)
-        nxt = await self._call(self._begin_utt(
+        nxt = await self._acked(
+            self._begin_utt,
             keys=[keys.session(tenant, session_id), keys.spoken(tenant, session_id)],
             args=[self._session_ttl_ms, t, utterance_index, entry.to_json(), self.settings.spoken_log_max,
                   SpokenEntry.prefix(utterance_index)],
-        ))
+        )
         if nxt < 0:
             raise SessionNotFound(f"session {session_id} not found")
         return int(nxt)
@@ -332,11 +366,12 @@ class SessionStore:
         an utterance already logged as finished is left as it is."""
         t = at_ms or now_ms()
         entry = SpokenEntry(utterance_index, spoken_text, cancelled, t)
-        nxt = await self._call(self._record_utt(
+        nxt = await self._acked(
+            self._record_utt,
             keys=[keys.session(tenant, session_id), keys.spoken(tenant, session_id)],
             args=[self._session_ttl_ms, t, utterance_index, entry.to_json(), int(cancelled),
                   self.settings.spoken_log_max, SpokenEntry.prefix(utterance_index)],
-        ))
+        )
         if nxt < 0:
             raise SessionNotFound(f"session {session_id} not found")
         return int(nxt)
@@ -372,7 +407,7 @@ class SessionStore:
         ``async with lease:`` to renew in the background and release on exit."""
         policy = policy or self.settings.takeover
         token = token or f"{self.replica_id}/{uuid.uuid4().hex}"
-        await self._settled(keys.lease(tenant, session_id))  # a release of ours still queued goes first
+        await self.settled(keys.lease(tenant, session_id))  # a release of ours still queued goes first
         ttl = int(self.settings.lease_ttl_s * 1000)
         code, holder = await self._call(self._acquire_lease(
             keys=[keys.lease(tenant, session_id), keys.session(tenant, session_id)],
@@ -390,14 +425,14 @@ class SessionStore:
         self._kept_alive.add(lease)
         return lease
 
-    async def _renew_lease(self, lease: OwnershipLease) -> int:
+    async def renew_lease(self, lease: OwnershipLease) -> int:
         t, sid = lease.tenant, lease.session_id
         return int(await self._call(self._renew_lease_s(
             keys=[keys.lease(t, sid), keys.session(t, sid), keys.spoken(t, sid)],
             args=[lease.token, lease.ttl_ms, self._session_ttl_ms, now_ms()],
         )))
 
-    async def _release_lease(self, lease: OwnershipLease) -> bool:
+    async def release_lease(self, lease: OwnershipLease) -> bool:
         t, sid = lease.tenant, lease.session_id
         return bool(await self._call(self._release_lease_s(
             keys=[keys.lease(t, sid), keys.session(t, sid)], args=[lease.token]
@@ -427,6 +462,8 @@ class SessionStore:
         ))
         if n < 0:
             raise SessionNotFound(f"session {session_id} not found")
+        if self._backend is not None:
+            n = await self._call(self._backend.receivers(keys.control(tenant, session_id), int(n)))
         return int(n)
 
     # ---- stream limits ------------------------------------------------------------------------------
@@ -443,7 +480,7 @@ class SessionStore:
         if local_fallback and not self.breaker.is_closed:
             return self._local_stream(tenant, limit, slot_id)
         ttl = int(self.settings.stream_ttl_s * 1000)
-        await self._settled(keys.streams(tenant))  # our queued releases count before a new acquire
+        await self.settled(keys.streams(tenant))  # our queued releases count before a new acquire
         try:
             ok, active = await self._call(self._acquire_stream_s(
                 keys=[keys.streams(tenant)], args=[slot_id, ttl, limit if limit is not None else 2**53]
@@ -472,7 +509,7 @@ class SessionStore:
         self._kept_alive.add(slot)
         return slot
 
-    def _let_go(self, slot: StreamSlot) -> None:
+    def let_go(self, slot: StreamSlot) -> None:
         n = self._held_streams.get(slot.tenant, 0) - 1
         if n > 0:
             self._held_streams[slot.tenant] = n
@@ -480,10 +517,10 @@ class SessionStore:
             self._held_streams.pop(slot.tenant, None)
 
     async def active_streams(self, tenant: str) -> int:
-        await self._settled(keys.streams(tenant))
+        await self.settled(keys.streams(tenant))
         return int(await self._call(self._count_streams(keys=[keys.streams(tenant)])))
 
-    async def _renew_stream(self, slot: StreamSlot) -> bool:
+    async def renew_stream(self, slot: StreamSlot) -> bool:
         if slot.local:  # granted while Redis was away: enter it now, above the limit if need be
             await self._call(self._acquire_stream_s(keys=[keys.streams(slot.tenant)],
                                                     args=[slot.slot_id, slot.ttl_ms, 2**53]))  # fmt: skip
@@ -493,7 +530,7 @@ class SessionStore:
             keys=[keys.streams(slot.tenant)], args=[slot.slot_id, slot.ttl_ms]
         )))
 
-    async def _release_stream(self, slot: StreamSlot) -> bool:
+    async def release_stream(self, slot: StreamSlot) -> bool:
         return bool(await self._call(self.client.zrem(keys.streams(slot.tenant), slot.slot_id)))
 
     # ---- voices -------------------------------------------------------------------------------------
@@ -511,11 +548,12 @@ class SessionStore:
         if size > self.settings.max_voice_bytes:
             raise VoiceLimitExceeded(f"voice data is {size} bytes; the limit is {self.settings.max_voice_bytes}")
         quota = self.settings.max_voice_bytes_per_tenant
-        code, held = await self._call(self._put_voice(
+        code, held = await self._acked(
+            self._put_voice,
             keys=[keys.voice(tenant, voice.voice_id), keys.voice_index(tenant), keys.voice_sizes(tenant)],
             args=[voice.voice_id, self.settings.max_voices_per_tenant, int(replace_existing), size, quota,
                   *(x for kv in fields.items() for x in kv)],
-        ))  # fmt: skip
+        )  # fmt: skip
         if code == -1:
             raise VoiceExists(f"voice {voice.voice_id} exists")
         if code == -2:
@@ -557,7 +595,8 @@ class SessionStore:
 
     async def delete_voice(self, tenant: str, voice_id: str) -> bool:
         """Delete a voice and free its bytes of the tenant's quota; False when there was none."""
-        deleted = await self._call(self._delete_voice(
+        deleted = await self._acked(
+            self._delete_voice,
             keys=[keys.voice(tenant, voice_id), keys.voice_index(tenant), keys.voice_sizes(tenant)], args=[voice_id]
-        ))
+        )
         return int(deleted) > 0

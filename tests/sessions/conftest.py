@@ -3,13 +3,15 @@ fakeredis store."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from sessions import SessionStore, StoreSettings
 
 from ..conftest import RedisServer
+from ..support.redis_topologies import Cluster, SentinelSet, flushall
 
 # Short TTLs keep expiry tests fast; the lease renews every ttl/3.
 FAST = StoreSettings(
@@ -20,12 +22,46 @@ FAST = StoreSettings(
 MakeStore = Callable[..., Awaitable[SessionStore]]
 
 
-@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.redis), "embedded"])
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three primaries on loopback, started once per test session (about 2 s); tests flush it."""
+    cluster = Cluster(Path(tmp_path_factory.mktemp("cluster")))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSet]:
+    """A primary, a replica and a sentinel, once per test session; tests flush it. Not for failover
+    tests (they kill its primary): those start a set of their own."""
+    sentinel = SentinelSet(Path(tmp_path_factory.mktemp("sentinel")))
+    try:
+        yield sentinel
+    finally:
+        sentinel.stop()
+
+
+@pytest.fixture(params=[
+    pytest.param("redis", marks=pytest.mark.redis), "embedded",
+    pytest.param("cluster", marks=pytest.mark.redis), pytest.param("sentinel", marks=pytest.mark.redis),
+])  # fmt: skip
 async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[MakeStore]:
     """``await make_store(replica_id=…, **settings)``: a started store; two calls are two replicas
-    sharing one Redis."""
+    sharing one Redis (one server, a three-primary Cluster, or a Sentinel-watched primary with a
+    replica: the same contract on each)."""
+    url: str | None
     if request.param == "redis":
-        url: str | None = request.getfixturevalue("redis_server").url
+        url = request.getfixturevalue("redis_server").url
+    elif request.param == "cluster":
+        cluster: Cluster = request.getfixturevalue("redis_cluster")
+        flushall(*(n.port for n in cluster.nodes))
+        url = cluster.url
+    elif request.param == "sentinel":
+        sentinel: SentinelSet = request.getfixturevalue("redis_sentinel")
+        flushall(sentinel.master_port())
+        url = sentinel.url
     else:
         url = None
         # The embedded server is shared by the whole process: start each test from empty.
@@ -66,3 +102,18 @@ async def redis_stores(redis_server: RedisServer) -> AsyncIterator[Callable[[str
 @pytest.fixture
 async def store(make_store: MakeStore) -> SessionStore:
     return await make_store("replica-a")
+
+
+async def all_keys(store: SessionStore) -> list[bytes]:
+    """Every key the store's Redis holds: on a cluster, every primary's."""
+    if store.backend == "cluster":
+        return list(await store.client.keys("*", target_nodes="primaries"))
+    return list(await store.client.keys("*"))
+
+
+async def subscribers(store: SessionStore, *channels: str) -> list[int]:
+    """PUBSUB NUMSUB of each channel: on a cluster, summed over the nodes (a subscriber is on one)."""
+    if store.backend != "cluster":
+        return [int(n) for _, n in await store.client.pubsub_numsub(*channels)]
+    per_node = [await node.execute_command("PUBSUB", "NUMSUB", *channels) for node in store.client.get_nodes()]
+    return [sum(int(reply[2 * i + 1]) for reply in per_node) for i in range(len(channels))]

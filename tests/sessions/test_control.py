@@ -6,7 +6,7 @@ import asyncio
 
 from sessions import SessionStore, keys
 
-from .conftest import MakeStore
+from .conftest import MakeStore, subscribers
 
 
 async def test_cancel_from_another_replica_arrives(make_store: MakeStore) -> None:
@@ -47,8 +47,7 @@ async def test_one_pubsub_connection_serves_many_sessions(make_store: MakeStore)
     got = await asyncio.gather(*(s.get(timeout=2) for s in subs))
     assert [m.session_id for m in got if m] == [r.session_id for r in recs]
     # Each channel has exactly one subscriber: the store's single pub/sub connection.
-    numsub = await holder.client.pubsub_numsub(*(keys.control("acme", r.session_id) for r in recs))
-    assert [n for _, n in numsub] == [1] * 20
+    assert await subscribers(holder, *(keys.control("acme", r.session_id) for r in recs)) == [1] * 20
     if holder.backend == "redis":
         assert len(await holder.client.client_list(_type="pubsub")) == 1
 

@@ -8,7 +8,7 @@ import pytest
 
 from sessions import InvalidId, SessionExists, SessionNotFound, SessionStore, SpokenEntry, keys
 
-from .conftest import MakeStore
+from .conftest import MakeStore, all_keys
 
 
 async def test_created_session_loads_back_on_another_replica(make_store: MakeStore) -> None:
@@ -155,7 +155,7 @@ async def test_delete_session_removes_record_log_and_lease(store: SessionStore) 
     await store.record_utterance("acme", rec.session_id, 0, "x")
     await store.acquire_lease("acme", rec.session_id)
     assert await store.delete_session("acme", rec.session_id)
-    assert await store.client.keys("*") == []
+    assert await all_keys(store) == []
 
 
 async def test_every_key_is_prefixed_and_only_voices_lack_a_ttl(store: SessionStore) -> None:
@@ -166,7 +166,7 @@ async def test_every_key_is_prefixed_and_only_voices_lack_a_ttl(store: SessionSt
     await store.acquire_lease("acme", rec.session_id)
     await store.acquire_stream("acme", 4)
     await store.put_voice("acme", Voice("v1", ref_audio=b"RIFF"))
-    found = sorted(k.decode() for k in await store.client.keys("*"))
+    found = sorted(k.decode() for k in await all_keys(store))
     assert len(found) == 7  # record, spoken log, lease, streams, voice, voice index, voice sizes
     for k in found:
         assert k.startswith("voxgate:v1:{acme}:")
