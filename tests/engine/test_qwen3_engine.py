@@ -18,6 +18,7 @@ from support.streams import collect
 
 from engine import AudioChunk, Engine, EngineError, Stream, StreamEnd, Waiting, load_engine
 from engine.core import CoreRequest
+from engine.options import stream_request
 from engine.qwen3_engine import Qwen3Engine, Qwen3Stream
 
 FRAME = 1920
@@ -301,6 +302,21 @@ def test_open_stream_rejects_what_it_cannot_serve(engine: Qwen3Engine, voice: st
     with pytest.raises(EngineError) as err:
         engine.open_stream(voice, language, **options)
     assert err.value.code == code
+    if isinstance(voice, str) and isinstance(language, str) and "volume" not in options:
+        try:
+            request = stream_request(voice, language, options)
+        except EngineError as bad:  # refused by StreamRequest's bounds, before any engine sees it
+            assert bad.code == code
+        else:  # refused by this engine: check() says the same without opening a stream
+            with pytest.raises(EngineError) as checked:
+                engine.check(request)
+            assert checked.value.code == code
+
+
+def test_the_qwen3_engine_declares_its_capabilities(engine: Qwen3Engine) -> None:
+    assert engine.supports_cloning is False  # a CustomVoice checkpoint: named speakers only
+    assert engine.codec_info() is not None and engine.codec_info()["codebooks"] == 16
+    engine.check(stream_request("ryan", "en", {"output": "codec_tokens", "seed": 7, "sample_rate": 16000}))
 
 
 @pytest.mark.parametrize("options", [{"speed": "fast" * 10**5}, {"x" * 10**5: 1}, {"output": "o" * 10**5},
