@@ -17,11 +17,12 @@ The rules (tts-pool's design):
   keys below theirs (service is only counted as audio is served, so a key whose long streams have just
   started would otherwise look cheap), but takes a free slot that nobody below their share wants —
   capacity is never left idle while anyone waits;
-- continuations first: a stream that continues a listener already hearing speech (the next utterance
-  of a session whose audio still plays) goes before every other waiter, oldest first, and is charged to
-  its key as any stream. A listener who has started hearing speech must keep hearing it (issue 14):
-  a newcomer waits a little longer instead. Continuations take no more than the capacity: they only
-  jump the line, so they cannot break up the streams already playing;
+- continuations: a stream that continues a listener already hearing speech (the next utterance of
+  a session whose audio still plays) waits in its key's line like any other until its listener is about
+  to run dry (`continue_by` within `continuation_lead_s`); then it goes before the rest of its key's
+  line, and its key before the other keys in the same place of the order (below or at their share). A
+  listener who has started hearing speech must keep hearing it (issue 14), but not past the weights: a
+  tenant whose own listeners need more than its share hears its newcomers wait, or be refused, first;
 - bounds: waiters per key, waiters in all (the model), and a maximum wait past which a waiter is
   refused (bound "wait") rather than started late.
 """
@@ -44,6 +45,10 @@ DEFAULT_HOLD_S = 2.0
 DEFAULT_STREAM_S = 2.0
 MAX_IDLE_KEYS = 4096  # idle keys whose service is remembered (keys are configured tenants: few)
 SMOOTHING = 0.2  # weight of the newest value in the running means
+# A continuation is due once its listener would run dry within this long (the default of the
+# `continuation_lead_s` setting): about what a stream takes from admission to its first audio on a busy
+# engine, with a margin.
+CONTINUATION_LEAD_S = 2.0
 
 
 class Refused(Exception):
@@ -66,7 +71,7 @@ class Waiter:
     started_at: float | None = None
     served_s: float = 0.0  # audio seconds served so far
     charged_s: float = 0.0  # audio seconds its key's service counts for it (≥ served_s while admitted)
-    continuing: bool = False  # it continues a listener already hearing speech: it goes first
+    continue_by: float | None = None  # a continuation: when its listener runs out of audio (clock time)
 
     @property
     def waited_s(self) -> float:
@@ -78,13 +83,8 @@ class _Key:
     weight: float
     service: float  # audio seconds served / weight
     mean_s: float  # the audio seconds a stream of this key is expected to be served
-    waiting: deque[Waiter] = field(default_factory=deque)  # in arrival order, continuations excepted
-    continuing: int = 0  # its waiters in the queue's continuation line
+    waiting: deque[Waiter] = field(default_factory=deque)
     in_flight: int = 0
-
-    @property
-    def queued(self) -> int:
-        return len(self.waiting) + self.continuing
 
 
 class FairQueue:
@@ -95,18 +95,19 @@ class FairQueue:
         max_waiting: int,
         max_wait_s: float,
         clock: Callable[[], float],
+        continuation_lead_s: float = CONTINUATION_LEAD_S,
     ) -> None:
         if max_waiting_per_key < 0 or max_waiting < 0 or not max_wait_s > 0:
             raise ValueError("waiting bounds must be ≥ 0 and the maximum wait > 0")
         self.max_waiting_per_key = max_waiting_per_key
         self.max_waiting = max_waiting
         self.max_wait_s = max_wait_s
+        self.continuation_lead_s = continuation_lead_s
         self._clock = clock
         self._keys: dict[str, _Key] = {}  # active keys only (waiting or in flight): bounded by the tenants
         self._idle: OrderedDict[str, float] = OrderedDict()  # an idle key's service, oldest first
         self._floor = 0.0  # the minimum service when no key is active
         self._seq = itertools.count()
-        self._continuing: deque[Waiter] = deque()  # continuations, oldest first: before every other waiter
         self._waiting = 0
         self._in_flight = 0
         self._hold_s = DEFAULT_HOLD_S
@@ -119,11 +120,6 @@ class FairQueue:
         return self._waiting
 
     @property
-    def continuing(self) -> int:
-        """Continuations waiting (they go before every other waiter)."""
-        return len(self._continuing)
-
-    @property
     def in_flight(self) -> int:
         return self._in_flight
 
@@ -133,12 +129,8 @@ class FairQueue:
         return None if k is None else k.service
 
     def ahead(self, waiter: Waiter) -> int:
-        """Waiters that go before this one: continuations that came earlier, and for another waiter every
-        continuation and the waiters that arrived before it (an estimate: fairness may reorder)."""
-        earlier = sum(1 for w in self._continuing if w.seq < waiter.seq)
-        if waiter.continuing:
-            return earlier
-        return len(self._continuing) + sum(1 for k in self._keys.values() for w in k.waiting if w.seq < waiter.seq)
+        """Waiters that arrived before this one (an estimate of who goes first: fairness may reorder)."""
+        return sum(1 for k in self._keys.values() for w in k.waiting if w.seq < waiter.seq)
 
     def retry_after(self, capacity: int) -> float:
         """About when a slot is free for a newcomer: everyone waiting, then it, at the measured rate at
@@ -148,15 +140,15 @@ class FairQueue:
 
     # -- transitions ------------------------------------------------------------------------------
 
-    def push(self, key: str, weight: float, capacity: int, *, continuing: bool = False) -> Waiter:
-        """A stream for `key` asks to start: admitted at once while there is room and nobody waits who
-        would go first, else queued; raises Refused("tenant" | "model") when it would wait past a bound.
-        `continuing`: it continues a listener already hearing speech (see the module doc)."""
+    def push(self, key: str, weight: float, capacity: int, *, continue_by: float | None = None) -> Waiter:
+        """A stream for `key` asks to start: admitted at once while there is room and nobody waits,
+        else queued; raises Refused("tenant" | "model") when it would wait past a bound. `continue_by`:
+        it continues a listener already hearing speech, whose audio runs out then (the module doc)."""
         if not weight > 0:
             raise ValueError("a weight must be > 0")
         k = self._keys.get(key)
-        room = self._in_flight < capacity and not (self._continuing if continuing else self._waiting)
-        if not room and k is not None and k.queued >= self.max_waiting_per_key:
+        room = self._in_flight < capacity and not self._waiting
+        if not room and k is not None and len(k.waiting) >= self.max_waiting_per_key:
             raise Refused("tenant", self.retry_after(capacity))
         if not room and self._waiting >= self.max_waiting:
             raise Refused("model", self.retry_after(capacity))
@@ -166,12 +158,8 @@ class FairQueue:
             k = self._keys[key] = _Key(weight, max(floor, self._idle.pop(key, floor)), self._stream_s)
         k.weight = weight  # the configuration's latest word
         now = self._clock()
-        waiter = Waiter(key, now, next(self._seq), continuing=continuing)
-        if continuing:
-            self._continuing.append(waiter)
-            k.continuing += 1
-        else:
-            k.waiting.append(waiter)
+        waiter = Waiter(key, now, next(self._seq), continue_by=continue_by)
+        k.waiting.append(waiter)
         self._waiting += 1
         if room:
             self._start(capacity, now)  # it alone waits: it starts, having waited 0 s
@@ -184,13 +172,12 @@ class FairQueue:
     def _start(self, capacity: int, now: float) -> list[Waiter]:
         started: list[Waiter] = []
         while self._in_flight < capacity and self._waiting:
-            if self._continuing:
-                waiter = self._continuing.popleft()
-                k = self._keys[waiter.key]
-                k.continuing -= 1
-            else:
-                k = self._next(capacity)
+            k = self._next(capacity, now)
+            waiter = _due(k, now + self.continuation_lead_s)
+            if waiter is None:
                 waiter = k.waiting.popleft()
+            else:  # its listener is about to run dry: before the rest of its key's line
+                k.waiting.remove(waiter)  # bounded by the per-key bound
             self._waiting -= 1
             k.in_flight += 1
             self._in_flight += 1
@@ -200,25 +187,19 @@ class FairQueue:
             started.append(waiter)
         return started
 
-    def _next(self, capacity: int) -> _Key:
+    def _next(self, capacity: int, now: float) -> _Key:
         total = sum(k.weight for k in self._keys.values())
 
-        def order(k: _Key) -> tuple[bool, float, int]:
+        def order(k: _Key) -> tuple[bool, bool, float, int]:
             # Rounded up: a share of 3.3 slots lets a key hold 4, or the heavier key would lose the fraction.
             at_share = k.in_flight >= math.ceil(capacity * k.weight / total - 1e-9)
-            return (at_share, k.service, k.waiting[0].seq)
+            return (at_share, _due(k, now + self.continuation_lead_s) is None, k.service, k.waiting[0].seq)
 
         return min((k for k in self._keys.values() if k.waiting), key=order)
 
     def expire(self) -> list[Waiter]:
         """Remove and return the waiters past the maximum wait: they are refused with bound "wait"."""
         now, gone = self._clock(), []
-        while self._continuing and now - self._continuing[0].enqueued_at > self.max_wait_s:
-            waiter = self._continuing.popleft()
-            waiter.state = "expired"
-            self._waiting -= 1
-            self._keys[waiter.key].continuing -= 1
-            gone.append(waiter)
         for name, k in list(self._keys.items()):
             while k.waiting and now - k.waiting[0].enqueued_at > self.max_wait_s:  # FIFO: the oldest first
                 waiter = k.waiting.popleft()
@@ -236,11 +217,7 @@ class FairQueue:
         if waiter.state != "waiting":
             return
         k = self._keys[waiter.key]
-        if waiter.continuing:
-            self._continuing.remove(waiter)  # bounded by the waiting bounds
-            k.continuing -= 1
-        else:
-            k.waiting.remove(waiter)  # bounded by the per-key bound
+        k.waiting.remove(waiter)  # bounded by the per-key bound
         waiter.state = "withdrawn"
         self._waiting -= 1
         self._drop_if_idle(waiter.key, k)
@@ -272,10 +249,16 @@ class FairQueue:
 
     def _drop_if_idle(self, name: str, k: _Key) -> None:
         # An idle key is forgotten: when it comes back it enters at the minimum, as any newcomer.
-        if not k.queued and not k.in_flight:
+        if not k.waiting and not k.in_flight:
             del self._keys[name]
             self._idle[name] = k.service
             if len(self._idle) > MAX_IDLE_KEYS:
                 self._idle.popitem(last=False)
             if not self._keys:
                 self._floor = k.service  # the last active key's service: the minimum until one comes
+
+
+def _due(k: _Key, horizon: float) -> Waiter | None:
+    """The key's waiting continuation whose listener runs dry soonest, if that is before `horizon`."""
+    due = [w for w in k.waiting if w.continue_by is not None and w.continue_by <= horizon]
+    return min(due, key=lambda w: (w.continue_by, w.seq)) if due else None

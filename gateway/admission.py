@@ -86,11 +86,13 @@ class Ticket:
 class Admission:
     def __init__(self, engine: Engine, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
         self._engine = engine
+        self._clock = clock
         self._ceiling = settings.max_active_streams
         self._queue = FairQueue(
             max_waiting_per_key=settings.max_waiting_per_tenant,
             max_waiting=settings.max_waiting_per_model,
             max_wait_s=settings.max_queue_wait_s,
+            continuation_lead_s=settings.continuation_lead_s,
             clock=clock,
         )
         self._futures: dict[Waiter, asyncio.Future[None]] = {}
@@ -128,25 +130,27 @@ class Admission:
     def ahead(self, waiter: Waiter) -> int:
         return self._queue.ahead(waiter)
 
-    def try_admit(self, tenant: str, weight: float, *, continuing: bool = False) -> Ticket | None:
+    def _continue_by(self, listening_s: float | None) -> float | None:
+        return None if listening_s is None else self._clock() + listening_s
+
+    def try_admit(self, tenant: str, weight: float, *, listening_s: float | None = None) -> Ticket | None:
         """A ticket at once when there is room and nobody waits who goes first; None otherwise (then
-        `admit` decides). `continuing`: the stream continues a listener already hearing speech
-        (engine/admission.py: it goes before every other waiter)."""
+        `admit` decides). `listening_s`: the stream continues a listener who still has this many seconds
+        of audio to hear (engine/admission.py: it goes first in its tenant's line once that runs low)."""
         capacity = self.capacity()
-        first = self._queue.continuing if continuing else self._queue.waiting
-        if first or self._queue.in_flight >= capacity:
+        if self._queue.waiting or self._queue.in_flight >= capacity:
             return None
         self._loop = asyncio.get_running_loop()
         # admitted by push: there is room
-        return Ticket(self, self._queue.push(tenant, weight, capacity, continuing=continuing))
+        return Ticket(self, self._queue.push(tenant, weight, capacity, continue_by=self._continue_by(listening_s)))
 
     async def admit(self, tenant: str, weight: float, on_queued: Callable[[Waiter], None] | None = None, *,
-                    continuing: bool = False) -> Ticket:
+                    listening_s: float | None = None) -> Ticket:
         """Wait until the stream may start; raises QueueFull. A cancelled wait is withdrawn.
         `on_queued`: called when the stream has to wait (not when it starts at once)."""
         self._loop = asyncio.get_running_loop()
         try:
-            waiter = self._queue.push(tenant, weight, self.capacity(), continuing=continuing)
+            waiter = self._queue.push(tenant, weight, self.capacity(), continue_by=self._continue_by(listening_s))
         except Refused as e:
             raise QueueFull(e.bound, e.retry_after_s) from None
         if waiter.state == "waiting":
@@ -295,7 +299,7 @@ class QueuedStream:
         on_lost: OnLost,
         on_admitted: Callable[[Ticket], None] | None = None,
         frame_rate_hz: float = 12.5,
-        continuing: bool = False,
+        listening_s: float | None = None,
     ) -> None:
         self._admission = admission
         self._open_stream = open_stream
@@ -312,8 +316,8 @@ class QueuedStream:
         self.refused: QueueFull | None = None
         self.failed: str | None = None  # the engine stream could not be opened
         self._task: asyncio.Task[None] | None = None
-        self.continuing = continuing
-        ticket = admission.try_admit(tenant, weight, continuing=continuing)
+        self._listening_s = listening_s  # a continuation: its listener's audio left when it asked
+        ticket = admission.try_admit(tenant, weight, listening_s=listening_s)
         if ticket is not None:  # room and nobody waiting: open now, the first text goes straight in
             self._start(ticket)
         else:
@@ -334,7 +338,8 @@ class QueuedStream:
 
     async def _admit(self, tenant: str, weight: float) -> None:
         try:
-            ticket = await self._admission.admit(tenant, weight, on_queued=self._queued, continuing=self.continuing)
+            ticket = await self._admission.admit(tenant, weight, on_queued=self._queued,
+                                                 listening_s=self._listening_s)
         except QueueFull as e:
             self.refused = e
             lost, self._held = list(range(len(self._held))), []

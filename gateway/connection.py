@@ -578,11 +578,11 @@ class Connection:
             frame_rate = float(self.engine.codec_info().get("frame_rate_hz", 12.5))  # type: ignore[attr-defined]
         tenant = self.session.tenant
         # A listener still playing this session's audio must not hear a gap before the next utterance:
-        # its stream goes before newcomers (engine/admission.py, continuations).
-        continuing = self.listener.ahead() > 0
+        # its stream goes before newcomers once that audio runs low (engine/admission.py, continuations).
+        listening = self.listener.ahead()
         return QueuedStream(self.admission, tenant.name, tenant.weight, lambda: self._open_stream(cfg, voice),
                             on_lost=lost, on_admitted=admitted, frame_rate_hz=frame_rate,
-                            continuing=continuing)  # fmt: skip
+                            listening_s=listening if listening > 0 else None)  # fmt: skip
 
     def _heard(self, utt: Utterance, segment: int) -> None:
         """A segment's audio has begun: it leaves the backlog."""

@@ -50,6 +50,9 @@ class Settings:
     max_waiting_per_tenant: int = 64
     max_waiting_per_model: int = 256
     max_queue_wait_s: float = 10.0  # a stream still waiting after this is refused (queue_full, "wait")
+    # The next utterance of a session whose listener has less audio than this left goes first in its
+    # tenant's line (engine/admission.py: continuations); about the engine's time to first audio.
+    continuation_lead_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.takeover not in ("takeover", "refuse"):
@@ -58,6 +61,8 @@ class Settings:
             raise ValueError("setting max_active_streams must be ≥ 1 and the max_waiting_* settings ≥ 0")
         if not 0 < self.max_queue_wait_s <= 3600:
             raise ValueError("setting max_queue_wait_s must be > 0 and at most 3600")
+        if not 0 <= self.continuation_lead_s <= 600:
+            raise ValueError("setting continuation_lead_s must be 0…600 seconds")
         lim = self.limits
         # The trim holds the start of each response up to trim_max_ms + trim_preroll_ms: keep it short.
         if not 0 <= lim.trim_max_ms <= 1000 or not 0 <= lim.trim_preroll_ms <= 100:
@@ -76,6 +81,7 @@ _SCALARS = (
     "host", "port", "model", "redis_url", "api_keys", "insecure", "takeover", "max_connections", "header_timeout",
     "keep_alive_timeout", "max_voices_per_tenant", "max_voice_bytes_per_tenant",
     "max_active_streams", "max_waiting_per_tenant", "max_waiting_per_model", "max_queue_wait_s",
+    "continuation_lead_s",
 )
 _LIMITS = {f.name: f for f in dataclasses.fields(Limits)}
 
@@ -121,7 +127,8 @@ def load_settings(
             kinds = {"port": int, "insecure": _boolean, "max_connections": int, "header_timeout": float,
                      "keep_alive_timeout": float, "max_voices_per_tenant": int,
                      "max_voice_bytes_per_tenant": int, "max_active_streams": int, "max_waiting_per_tenant": int,
-                     "max_waiting_per_model": int, "max_queue_wait_s": float}  # fmt: skip
+                     "max_waiting_per_model": int, "max_queue_wait_s": float,
+                     "continuation_lead_s": float}  # fmt: skip
             kind = kinds.get(name, str)
             scalars[name] = _coerce(name, value, kind)  # type: ignore[arg-type]
         elif name in _LIMITS:

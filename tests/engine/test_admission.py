@@ -277,56 +277,101 @@ def test_bad_weights_and_bounds_are_refused() -> None:
         queue(clock, max_wait_s=0.0)
 
 
-# -- continuations: a listener already hearing speech goes first ------------------------------------
+# -- continuations: a listener already hearing speech goes first once its audio runs low --------------
 
 
-def test_a_continuation_goes_before_every_other_waiter_and_is_charged_as_any() -> None:
+def test_a_due_continuation_goes_first_in_its_key_and_its_key_first_among_equals() -> None:
     clock = Clock()
     q = queue(clock)
-    holder = q.push("a", 1.0, 1)
-    newcomers = [q.push(key, 1.0, 1) for key in ("b", "c", "b")]  # the least-served keys, waiting first
+    holder = q.push("a", 1.0, 2)
+    q.push("b", 1.0, 2)
+    own = q.push("a", 1.0, 2)  # the same tenant's newcomer, waiting first
+    other = q.push("c", 1.0, 2)  # another tenant's, also below its share
     clock.now += 1
-    cont = q.push("a", 1.0, 1, continuing=True)
+    cont = q.push("a", 1.0, 2, continue_by=clock.now + 0.5)  # its listener runs dry in half a second
     assert cont.state == "waiting"  # no room: it takes no more than the capacity
-    assert q.ahead(cont) == 0 and q.ahead(newcomers[0]) == 1
     q.finish(holder)
-    assert q.grant(1) == [cont] and cont.waited_s == 0.0  # granted at the same fake instant
-    assert all(w.state == "waiting" for w in newcomers)
+    assert q.grant(2) == [cont] and cont.waited_s == 0.0  # granted at the same fake instant
+    assert own.state == other.state == "waiting"
     assert q.service("a") is not None and q.service("a") > 0  # charged its key's mean stream
 
 
-def test_continuations_start_oldest_first_across_keys_and_expire_like_others() -> None:
-    clock = Clock()
-    q = queue(clock, max_wait_s=5.0)
-    holder = q.push("x", 1.0, 1)
-    first = q.push("b", 4.0, 1, continuing=True)
-    clock.now += 1
-    second = q.push("a", 1.0, 1, continuing=True)
-    late = q.push("c", 1.0, 1, continuing=True)
-    q.finish(holder)
-    assert q.grant(1) == [first]
-    q.withdraw(late)
-    clock.now += 10
-    assert q.expire() == [second] and second.state == "expired"
-    assert q.waiting == 0 and q.continuing == 0
-
-
-def test_a_continuation_with_room_starts_at_once_even_while_others_wait_for_no_room() -> None:
+def test_a_continuation_with_time_to_spare_waits_its_fair_turn_until_it_is_due() -> None:
     clock = Clock()
     q = queue(clock)
-    q.push("a", 1.0, 2)
-    q.push("a", 1.0, 2)
-    waiting = q.push("b", 1.0, 2)  # no room
-    assert waiting.state == "waiting"
-    cont = q.push("c", 1.0, 3, continuing=True)  # room at capacity 3, and no continuation waits
-    assert cont.state == "admitted"
+    holder = q.push("a", 1.0, 1)
+    early = q.push("a", 1.0, 1)
+    cont = q.push("a", 1.0, 1, continue_by=clock.now + 10.0)  # ten seconds of audio still to play
+    q.finish(holder)
+    assert q.grant(1) == [early]  # not due: its key's line in order
+    clock.now += 8.5  # now its listener runs dry within the lead
+    late = q.push("a", 1.0, 1)
+    q.finish(early)
+    assert q.grant(1) == [cont] and late.state == "waiting"
+
+
+def test_a_due_continuation_does_not_take_a_slot_past_its_keys_share() -> None:
+    clock = Clock()
+    q = queue(clock)
+    a1, a2 = q.push("a", 1.0, 2), q.push("a", 1.0, 2)  # "a" holds both slots: past its share of one
+    b = q.push("b", 1.0, 2)
+    cont = q.push("a", 1.0, 2, continue_by=clock.now + 0.5)
+    q.finish(a1)
+    assert q.grant(2) == [b]  # the other tenant, below its share, goes first
+    q.finish(a2)
+    assert q.grant(2) == [cont]
+
+
+def test_due_continuations_start_most_urgent_first_and_expire_like_others() -> None:
+    clock = Clock()
+    q = queue(clock, max_wait_s=5.0)
+    holder = q.push("a", 1.0, 1)
+    later = q.push("a", 1.0, 1, continue_by=clock.now + 1.5)
+    sooner = q.push("a", 1.0, 1, continue_by=clock.now + 0.5)
+    gone = q.push("a", 1.0, 1, continue_by=clock.now + 0.1)
+    q.withdraw(gone)
+    q.finish(holder)
+    assert q.grant(1) == [sooner]
+    clock.now += 10
+    assert q.expire() == [later] and later.state == "expired"
+    assert q.waiting == 0 and q.grant(1) == []
 
 
 def test_continuations_count_against_the_per_key_bound() -> None:
     clock = Clock()
     q = queue(clock, per_key=1)
     q.push("x", 1.0, 1)
-    q.push("a", 1.0, 1, continuing=True)
+    q.push("a", 1.0, 1, continue_by=clock.now + 1.0)
     with pytest.raises(Refused) as e:
         q.push("a", 1.0, 1)
     assert e.value.bound == "tenant"
+
+
+@pytest.mark.parametrize("capacity", [2, 4, 7])
+def test_back_to_back_continuations_keep_the_weights(capacity: int) -> None:
+    """Sessions that send their next response while the last still plays (every one a continuation,
+    due by the time it could start) are still served 2:1 by weight under saturation."""
+    clock = Clock()
+    q = queue(clock)
+    served = dict.fromkeys("ab", 0.0)
+    running: list[tuple[Waiter, float]] = []
+    dt = 0.05
+    for _ in range(int(600 / dt)):
+        for key, weight in (("a", 2.0), ("b", 1.0)):
+            while _waiting(q, key) < capacity + 1:
+                w = q.push(key, weight, capacity, continue_by=clock.now + 1.0)
+                if w.state == "admitted":
+                    running.append((w, 3.0))
+        running += [(w, 3.0) for w in q.grant(capacity)]
+        clock.now += dt
+        still = []
+        for w, left in running:
+            step = min(dt, left)
+            q.served(w, step)
+            served[w.key] += step
+            if left - step <= 1e-9:
+                q.finish(w)
+            else:
+                still.append((w, left - step))
+        running = still
+    assert served["a"] / served["b"] == pytest.approx(2.0, rel=0.05), served

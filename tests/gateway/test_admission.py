@@ -49,8 +49,10 @@ def gateway_with(engine: Engine, directory: Path, **settings: Any) -> Iterator[s
 @pytest.fixture(scope="module")
 def gateway(piper_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     directory = tmp_path_factory.mktemp("admission")
+    # continuation_lead_s: a session's next utterance counts as due however much audio it has left (the
+    # test cannot time a listener's last seconds on a loaded box)
     yield from gateway_with(piper_engine, directory, max_waiting_per_tenant=1, max_waiting_per_model=2,
-                            max_queue_wait_s=20.0)  # fmt: skip
+                            max_queue_wait_s=20.0, continuation_lead_s=60.0)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -131,8 +133,8 @@ async def test_a_stream_waits_its_turn_hears_why_then_speaks(gateway: str) -> No
 
 async def test_a_listener_already_hearing_speech_goes_before_a_newcomer(gateway: str) -> None:
     """The next utterance of a session whose audio still plays continues its listener (sentence-mode
-    clients send each sentence as an utterance): it takes the next free stream before a newcomer that
-    waited longer, so the listener hears no gap; the newcomer waits a little longer instead."""
+    clients send each sentence as an utterance): once due it takes the next free stream before a
+    newcomer that waited longer, so the listener hears no gap; the newcomer waits a little longer."""
     speaker, ready = await open_session(gateway, KEYS["beta"])
     assert ready["type"] == "session.ready", ready
     await send(speaker, "input.text", text="This first sentence is long enough to keep a listener busy for a "
@@ -421,13 +423,14 @@ async def test_with_room_and_nobody_waiting_a_stream_is_admitted_without_waiting
 
 def test_admission_settings_load_and_are_checked() -> None:
     env = {"VOXGATE_MAX_ACTIVE_STREAMS": "3", "VOXGATE_MAX_WAITING_PER_TENANT": "2",
-           "VOXGATE_MAX_WAITING_PER_MODEL": "9", "VOXGATE_MAX_QUEUE_WAIT_S": "2.5"}  # fmt: skip
+           "VOXGATE_MAX_WAITING_PER_MODEL": "9", "VOXGATE_MAX_QUEUE_WAIT_S": "2.5",
+           "VOXGATE_CONTINUATION_LEAD_S": "1.5"}  # fmt: skip
     s = load_settings(env=env)
-    assert (s.max_active_streams, s.max_waiting_per_tenant, s.max_waiting_per_model, s.max_queue_wait_s) == (
-        3, 2, 9, 2.5,
-    )  # fmt: skip
+    assert (s.max_active_streams, s.max_waiting_per_tenant, s.max_waiting_per_model, s.max_queue_wait_s,
+            s.continuation_lead_s) == (3, 2, 9, 2.5, 1.5)  # fmt: skip
     for bad in ({"max_active_streams": 0}, {"max_waiting_per_tenant": -1}, {"max_queue_wait_s": 0.0},
-                {"max_queue_wait_s": float("nan")}):  # fmt: skip
+                {"max_queue_wait_s": float("nan")}, {"continuation_lead_s": -1.0},
+                {"continuation_lead_s": float("nan")}):  # fmt: skip
         with pytest.raises(ValueError):
             Settings(**bad)  # type: ignore[arg-type]
 
