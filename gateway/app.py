@@ -70,9 +70,13 @@ def metrics_endpoint(state: State) -> Response[bytes]:
 
 
 @websocket("/v1/audio/speech/stream")
-async def speech_stream(socket: WebSocket) -> None:
+async def speech_stream(
+    socket: WebSocket, state: State, store: NamedDependency[SessionStore], settings: NamedDependency[Settings],
+    admission: NamedDependency[Admission | None],
+) -> None:
     await socket.accept()
-    engine: Engine | None = socket.app.state.get("engine")
+    # Not the `engine` dependency (a 503 before the upgrade): a WebSocket client is told why, in an event.
+    engine: Engine | None = state.get("engine")
     tenant = authenticate(socket, query=True)
     if tenant is None:
         message = "a valid API key is required (Authorization: Bearer, X-API-Key or ?api_key=)"
@@ -90,10 +94,9 @@ async def speech_stream(socket: WebSocket) -> None:
         else:
             await socket.send_text(data)
 
-    state = socket.app.state
-    binding = SessionBinding(state.store, tenant)
-    conn = Connection(engine, state.settings.limits, binding, socket.receive, send, model=state.settings.model,
-                      admission=state.get("admission"))  # fmt: skip
+    binding = SessionBinding(store, tenant)
+    conn = Connection(engine, settings.limits, binding, socket.receive, send, model=settings.model,
+                      admission=admission)  # fmt: skip
     try:
         await conn.run()
     finally:

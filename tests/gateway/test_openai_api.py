@@ -109,4 +109,7 @@ def test_without_an_engine_http_routes_say_503_in_openai_shape() -> None:
             r = client.request(method, path, json={"input": "hi"})
             assert r.status_code == 503, (path, r.text)
             assert r.json()["error"]["code"] == "engine_not_ready"
+            assert r.headers["x-request-id"].startswith("req_")
         assert client.get("/health").status_code == 503
+        with client.websocket_connect("/v1/audio/speech/stream") as ws:  # told why in an event, then closed
+            assert ws.receive_json()["code"] == "engine_not_ready"
