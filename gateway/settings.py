@@ -9,8 +9,8 @@
     alloy = "joe"
 
 Environment: `VOXGATE_HOST`, `VOXGATE_PORT`, `VOXGATE_MODEL`, `VOXGATE_REDIS_URL`, `VOXGATE_API_KEYS`,
-`VOXGATE_INSECURE`, `VOXGATE_TAKEOVER`, `VOXGATE_IDLE_TIMEOUT`, … (a field's name, upper-cased).
-Flags win over both.
+`VOXGATE_INSECURE`, `VOXGATE_TAKEOVER`, `VOXGATE_IDLE_TIMEOUT`, … (a field's name, upper-cased;
+booleans true/false/1/0). Flags win over both.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from gateway.connection import Limits
 from sessions import ApiKeys
@@ -77,36 +79,17 @@ class Settings:
         return ApiKeys.from_spec(spec)
 
 
-_SCALARS = (
-    "host", "port", "model", "redis_url", "api_keys", "insecure", "takeover", "max_connections", "header_timeout",
-    "keep_alive_timeout", "max_voices_per_tenant", "max_voice_bytes_per_tenant",
-    "max_active_streams", "max_waiting_per_tenant", "max_waiting_per_model", "max_queue_wait_s",
-    "continuation_lead_s",
-)
-_LIMITS = {f.name: f for f in dataclasses.fields(Limits)}
-
-
-def _boolean(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    if str(value).lower() in ("1", "true", "yes", "on"):
-        return True
-    if str(value).lower() in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(value)
-
-
-def _coerce(name: str, value: object, kind: type) -> object:
-    try:
-        return kind(value)  # type: ignore[call-arg]
-    except (TypeError, ValueError):
-        raise ValueError(f"setting {name}: {value!r} is not a valid {kind.__name__}") from None
+_TABLES = ("engine_options", "voice_aliases")  # TOML tables only, never from the environment
+_SCALARS = tuple(f.name for f in dataclasses.fields(Settings) if f.name not in (*_TABLES, "limits"))
+_LIMITS = tuple(f.name for f in dataclasses.fields(Limits))
 
 
 def load_settings(
     path: str | Path | None = None, env: Mapping[str, str] | None = None, **flags: object
 ) -> Settings:
-    """Merge the sources; unknown keys are an error, so a typo never passes silently."""
+    """Merge the sources; unknown keys are an error, so a typo never passes silently. Values are
+    converted by msgspec (lax: the environment's strings become numbers; booleans are true/false/1/0)
+    and checked by the dataclasses' own rules."""
     env = os.environ if env is None else env
     merged: dict[str, object] = {}
     if path is not None:
@@ -119,25 +102,17 @@ def load_settings(
             merged[name] = env[key]
     merged.update({k: v for k, v in flags.items() if v is not None})
 
-    scalars: dict[str, Any] = {}
-    limits: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
     for name, value in merged.items():
-        if name in _SCALARS:
-            kinds = {"port": int, "insecure": _boolean, "max_connections": int, "header_timeout": float,
-                     "keep_alive_timeout": float, "max_voices_per_tenant": int,
-                     "max_voice_bytes_per_tenant": int, "max_active_streams": int, "max_waiting_per_tenant": int,
-                     "max_waiting_per_model": int, "max_queue_wait_s": float,
-                     "continuation_lead_s": float}  # fmt: skip
-            kind = kinds.get(name, str)
-            scalars[name] = _coerce(name, value, kind)  # type: ignore[arg-type]
-        elif name in _LIMITS:
-            kind = type(_LIMITS[name].default)
-            limits[name] = _coerce(name, value, _boolean if kind is bool else kind)  # type: ignore[arg-type]
-        elif name in ("engine_options", "voice_aliases"):
-            if not isinstance(value, dict):
-                raise ValueError(f"setting {name} must be a table")
-            extra[name] = dict(value)
-        else:
+        if name not in (*_SCALARS, *_LIMITS, *_TABLES):
             raise ValueError(f"unknown setting {name!r}")
-    return Settings(**scalars, **extra, limits=Limits(**limits))
+        if name in _TABLES and not isinstance(value, dict):
+            raise ValueError(f"setting {name} must be a table")
+    limits = {k: merged.pop(k) for k in _LIMITS if k in merged}
+    try:
+        return msgspec.convert({**merged, "limits": limits}, Settings, strict=False)
+    except msgspec.ValidationError as e:
+        message, _, where = str(e).rpartition(" - at `$.")
+        if not message:  # a dataclass's own check (__post_init__): its message names the setting
+            raise ValueError(str(e)) from None
+        name = where.rstrip("`").split(".")[-1]
+        raise ValueError(f"setting {name}: {message} (got {merged.get(name, limits.get(name))!r})") from None

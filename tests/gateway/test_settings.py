@@ -61,3 +61,15 @@ def test_cli_exits_clearly_when_redis_is_unreachable(capsys: pytest.CaptureFixtu
 
     assert main(["serve", "--port", "1", "--redis-url", "redis://127.0.0.1:1/0"]) == 1
     assert "cannot reach Redis" in capsys.readouterr().err
+
+
+def test_the_environments_strings_are_converted_and_checked() -> None:
+    env = {"VOXGATE_INSECURE": "true", "VOXGATE_TRIM_LEADING_SILENCE": "0", "VOXGATE_HEADER_TIMEOUT": "2.5",
+           "VOXGATE_MAX_OPEN_UTTERANCES": "3"}  # fmt: skip
+    s = load_settings(env=env)
+    assert s.insecure is True and s.limits.trim_leading_silence is False
+    assert s.header_timeout == 2.5 and s.limits.max_open_utterances == 3
+    with pytest.raises(ValueError, match="max_queue_wait_s"):  # the dataclass's own rule
+        load_settings(env={"VOXGATE_MAX_QUEUE_WAIT_S": "0"})
+    with pytest.raises(ValueError, match="setting insecure"):
+        load_settings(env={"VOXGATE_INSECURE": "maybe"})
