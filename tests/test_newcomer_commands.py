@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,3 +36,10 @@ def test_the_test_command_names_what_it_would_install_on_a_bare_machine(tmp_path
                          timeout=30)  # fmt: skip
     assert run.returncode == 1, run
     assert "redis-server chromium chromium-driver" in run.stderr, run.stderr
+
+
+def test_ci_checks_the_layering_and_it_holds() -> None:
+    assert any(line.startswith(".venv/bin/lint-imports") for line in (ROOT / ".ci" / "run").read_text().splitlines())
+    lint = Path(sys.executable).with_name("lint-imports")
+    run = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:]
