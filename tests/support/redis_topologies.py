@@ -43,6 +43,14 @@ def command(port: int, *args: str, timeout: float = 2.0) -> bytes:
         return data
 
 
+_STARTED: list[Node] = []  # every node of this process: a fixture that fails half-way kills its own
+
+
+def kill_since(mark: int) -> None:
+    for node in _STARTED[mark:]:
+        node.kill()
+
+
 def _wait(what: str, ok: object, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -69,6 +77,7 @@ class Node:
         argv += ["--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
                  "--dir", str(self.dir), *args]  # fmt: skip
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        _STARTED.append(self)
         _wait(f"redis on {self.port} did not answer", lambda: command(self.port, "PING").startswith(b"+PONG"))
 
     def kill(self) -> None:
@@ -81,6 +90,14 @@ class Cluster:
     """Three primaries, each with a third of the slots (CLUSTER ADDSLOTSRANGE + MEET: no redis-cli)."""
 
     def __init__(self, workdir: Path, primaries: int = 3) -> None:
+        mark = len(_STARTED)
+        try:
+            self._start(workdir, primaries)
+        except BaseException:
+            kill_since(mark)
+            raise
+
+    def _start(self, workdir: Path, primaries: int) -> None:
         # The bus port is named: its default (port + 10000) fails for the high ports free_port() gives.
         self.bus = [free_port() for _ in range(primaries)]
         self.nodes = [Node(workdir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
@@ -108,13 +125,25 @@ class SentinelSet:
     MASTER = "voxgate"
 
     def __init__(self, workdir: Path, down_after_ms: int = 400, *, failover_ready: bool = False) -> None:
-        self.primary = Node(workdir)
-        self.replica = Node(workdir, "--replicaof", "127.0.0.1", str(self.primary.port))
+        mark = len(_STARTED)
+        try:
+            self._start(workdir, down_after_ms, failover_ready)
+        except BaseException:
+            kill_since(mark)
+            raise
+
+    def _start(self, workdir: Path, down_after_ms: int, failover_ready: bool) -> None:
+        # No 5 s wait for more replicas before a full sync (Redis 7's default for diskless sync).
+        self.primary = Node(workdir, "--repl-diskless-sync-delay", "0")
+        self.replica = Node(workdir, "--replicaof", "127.0.0.1", str(self.primary.port),
+                            "--repl-diskless-sync-delay", "0")  # fmt: skip
         _wait("the replica did not sync", lambda: b"master_link_status:up" in command(self.replica.port, "INFO",
                                                                                      "replication"))  # fmt: skip
         conf = (f"sentinel monitor {self.MASTER} 127.0.0.1 {self.primary.port} 1\n"
                 f"sentinel down-after-milliseconds {self.MASTER} {down_after_ms}\n"
-                f"sentinel failover-timeout {self.MASTER} 2000\n")  # fmt: skip
+                f"sentinel failover-timeout {self.MASTER} 2000\n"
+                # Named up front: otherwise it learns of the replica from the primary's INFO, up to 10 s on.
+                f"sentinel known-replica {self.MASTER} 127.0.0.1 {self.replica.port}\n")  # fmt: skip
         self.sentinel = Node(workdir, conf=conf)
         if failover_ready:  # it can promote the replica once it has seen it in the primary's INFO (~5 s)
             self.await_replica()
