@@ -12,48 +12,53 @@ import asyncio
 import contextlib
 import logging
 import re
-import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamRequest, Waiting
+from engine import Engine, EngineError, Stream, StreamRequest
 from gateway import metrics
-from gateway.admission import Admission, QueuedStream, Refusal, Ticket
-from gateway.audio import Resampler, encode_file, encode_frames
+from gateway.admission import Admission, QueuedStream, Ticket
+from gateway.outbox import Outbox, Outgoing, SlowClient
+from gateway.playback import Playback
 from gateway.protocol import (
     CLOSE_INTERNAL,
     CLOSE_POLICY,
     CLOSE_TAKEN_OVER,
     CLOSE_TIMEOUT,
+    AudioCancelled,
+    AudioWaiting,
+    ConfigMessage,
+    Error,
     InputCancel,
     InputDone,
     InputText,
     ProtocolError,
+    SegmentCommitted,
+    ServerEvent,
     SessionClose,
     SessionConfig,
+    SessionReady,
+    config_of,
     decode,
-    event,
-    explicit_fields,
+    encode,
     quote,
+    sent_fields,
 )
+from gateway.pump import codec_done, pump_audio
 from gateway.session_state import SessionBinding
-from gateway.timing import ResponseClock, Timing, observe, trim_for
+from gateway.settings import Limits
+from gateway.utterance import Utterance
 from gateway.voices import open_request, stream_request
 from segmentation import Segment, StreamSegmenter, normalize_for_speech
-from sessions import SESSION_TAKEN_OVER, StreamSlot
+from sessions import SESSION_TAKEN_OVER
+
+__all__ = ["Connection", "Limits"]  # Limits lives in gateway.settings; importing it from here still works
 
 log = logging.getLogger("voxgate.ws")
 
 Send = Callable[[bytes | str], Awaitable[None]]
-
-# codec_tokens binary messages: little-endian seq (uint32), n_frames (uint16), flags (uint8), then codes.
-CODEC_HEADER = struct.Struct("<IHB")
-EOS, SEGMENT_END, RESET, PRIME = 1, 2, 4, 8
 
 # A big input.text is fed to the segmenter this many characters at a time, yielding to the event loop
 # between slices: the costliest text (dense clause marks, ~4 ms/KiB; bench/segmentation_bench.py
@@ -62,157 +67,6 @@ FEED_SLICE = 512
 # Segments longer than this (split_granularity "none") are normalised off the event loop (~1 ms/KiB).
 NORMALIZE_INLINE_CHARS = 1024
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
-
-class _Playback:
-    """A simulated client player that starts at the first audio: counts the times it would run dry
-    (the server's view of underruns; a real player with a jitter buffer does better)."""
-
-    def __init__(self, count_underruns: bool = True) -> None:
-        self.started: float | None = None
-        self.queued = 0.0  # seconds of audio sent
-        self._count = count_underruns
-
-    def add(self, seconds: float) -> None:
-        now = time.monotonic()
-        if self.started is None:
-            self.started = now
-        elif now - self.started > self.queued + 0.02:  # played past what was sent: a gap
-            if self._count:
-                metrics.UNDERRUNS.inc()
-            self.started = now - self.queued  # playback resumes with this chunk
-        self.queued += seconds
-
-    def ahead(self) -> float:
-        """Seconds of audio sent that the listener has not played yet."""
-        if self.started is None:
-            return 0.0
-        return max(0.0, self.queued - (time.monotonic() - self.started))
-
-
-class SlowClient(Exception):
-    """The client stopped reading and its outbox stayed full."""
-
-
-@dataclass(slots=True)
-class Outgoing:
-    data: bytes | str  # str: a JSON event; bytes: audio
-    utterance: int | None = None
-    last: bool = False  # the writer's stop signal
-
-
-class Outbox:
-    """A bounded queue of frames for the writer; audio of a cancelled utterance can be purged.
-
-    Plain events rather than a Condition: every check-and-modify runs without an await between,
-    which is atomic on the event loop.
-    """
-
-    def __init__(self, maxsize: int, put_timeout: float) -> None:
-        self._items: deque[Outgoing] = deque()
-        self._maxsize = maxsize
-        self._put_timeout = put_timeout
-        self._space = asyncio.Event()
-        self._ready = asyncio.Event()
-        self._cancelled: set[int] = set()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    async def put(self, item: Outgoing) -> None:
-        try:
-            async with asyncio.timeout(self._put_timeout):
-                while len(self._items) >= self._maxsize:
-                    self._space.clear()
-                    await self._space.wait()
-        except TimeoutError:
-            raise SlowClient from None
-        # Checked after any wait: audio of an utterance cancelled meanwhile never gets in.
-        if isinstance(item.data, bytes) and item.utterance in self._cancelled:
-            return
-        self._items.append(item)
-        metrics.OUTBOX.inc()
-        self._ready.set()
-
-    def discard(self) -> None:
-        """Drop whatever the writer did not send (the connection is gone)."""
-        metrics.OUTBOX.dec(sum(1 for i in self._items if not i.last))
-        self._items.clear()
-
-    def close(self) -> None:
-        """Tell the writer to stop once what is queued has been sent (bypasses the bound)."""
-        self._items.append(Outgoing(b"", None, last=True))
-        self._ready.set()
-
-    async def get(self) -> Outgoing:
-        while not self._items:
-            self._ready.clear()
-            await self._ready.wait()
-        item = self._items.popleft()
-        if not item.last:
-            metrics.OUTBOX.dec()
-        self._space.set()
-        return item
-
-    def cancel_audio(self, utterance: int) -> None:
-        self._cancelled.add(utterance)  # until `settled`: bounded by the open utterances
-        kept = deque(i for i in self._items if not (isinstance(i.data, bytes) and i.utterance == utterance))
-        metrics.OUTBOX.dec(len(self._items) - len(kept))
-        self._items = kept
-        self._space.set()
-
-    def settled(self, utterance: int) -> None:
-        """The utterance's pump has ended: no more of its audio can come, so forget its cancel."""
-        self._cancelled.discard(utterance)
-
-
-@dataclass
-class Utterance:
-    index: int
-    segmenter: StreamSegmenter
-    stream: Stream | None = None
-    segments: list[Segment] = field(default_factory=list)
-    engine_segments: list[int] = field(default_factory=list)  # engine append index → our segment
-    unheard: dict[int, int] = field(default_factory=dict)  # segment index → characters, until its audio begins
-    chars: int = 0  # characters of input.text received
-    queue_wait_s: float = 0.0  # how long admission held the utterance before its stream opened
-    last_input: float = field(default_factory=time.monotonic)
-    sent_bytes: int = 0
-    marked: set[int] = field(default_factory=set)
-    cancelled: bool = False
-    finished: bool = False
-    opened_at: float = field(default_factory=time.monotonic)
-    engine_at: float | None = None  # when its first text went to the engine (the timing record's start)
-    pump: asyncio.Task[None] | None = None
-    slot: StreamSlot | None = None  # the tenant's stream slot, when limited
-    codec_seq: int = 0  # codec_tokens mode: the next binary message's sequence number
-    codec_frames: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    config_timeout: float = 10.0
-    idle_timeout: float = 300.0
-    outbox_frames: int = 256
-    send_timeout: float = 10.0
-    max_open_utterances: int = 8
-    poll_interval: float = 0.1
-    # An open utterance (text, no input.done) quiet this long is finished: its text is spoken and the
-    # engine capacity it holds comes back.
-    utterance_idle_timeout: float = 30.0
-    # ... and quiet this long while other streams wait for admission, if it holds engine capacity.
-    utterance_idle_under_pressure: float = 2.0
-    max_utterance_chars: int = 256 * 1024  # input.text of one utterance
-    # The backlog ahead of the listener: committed text whose audio has not begun, and audio sent but
-    # not yet played (at real time). Past either, input.text is refused with `backlog_full`.
-    max_backlog_chars: int = 65536  # the `none` mode segmenter holds this much before a forced cut
-    max_audio_ahead_s: float = 600.0
-    # Leading-silence trim of each response's first audio (gateway/timing.py): at most trim_max_ms, and
-    # never closer than trim_preroll_ms to the first sample above trim_threshold_dbfs (peak).
-    trim_leading_silence: bool = True
-    trim_max_ms: int = 300
-    trim_threshold_dbfs: float = -45.0
-    trim_preroll_ms: int = 15
 
 
 class Connection:
@@ -237,8 +91,9 @@ class Connection:
         self._watch: asyncio.Task[None] | None = None
         self._voice: tuple[str | None, dict[str, Any]] = (None, {})  # resolved at session.config
         self.close_code, self.close_reason = 1000, ""  # how the socket is closed, and why
-        self.listener = _Playback(count_underruns=False)  # the client's player, across utterances
+        self.listener = Playback(count_underruns=False)  # the client's player, across utterances
         self.backlog_chars = 0  # committed characters whose audio has not begun, every utterance
+        self.last_utterance: Utterance | None = None  # the last whose pump ended (what a late cancel names)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -306,8 +161,8 @@ class Connection:
             async with asyncio.timeout(self.limits.send_timeout):
                 await self._send(item.data)
 
-    async def emit(self, type_: str, utterance: int | None = None, **fields: object) -> None:
-        await self.outbox.put(Outgoing(event(type_, **fields).decode(), utterance))
+    async def emit(self, ev: ServerEvent) -> None:
+        await self.outbox.put(Outgoing(encode(ev)))
 
     async def error(self, code: str, message: str, **fields: object) -> None:
         """An `error` event. The message is cut and stripped of object addresses: errors carry causes
@@ -316,7 +171,7 @@ class Connection:
         message = _ADDRESS.sub("", message)
         if len(message) > 300:
             message = message[:299] + "…"
-        await self.emit("error", code=code, message=message, **fields)
+        await self.emit(Error(code=code, message=message, **fields))  # type: ignore[arg-type]
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -340,14 +195,14 @@ class Connection:
                 if raw is None:
                     raise ProtocolError("binary_not_supported", "client frames must be JSON text")
                 msg = decode(raw)
-                if self.config is None and not isinstance(msg, SessionConfig):
+                if self.config is None and not isinstance(msg, ConfigMessage):
                     raise ProtocolError("config_required", "the first message must be session.config")
                 if isinstance(msg, SessionClose):
                     await self._finish_current()
                     await self._wait_playing()
                     return
-                if isinstance(msg, SessionConfig):
-                    await self._configure(msg, explicit_fields(raw))
+                if isinstance(msg, ConfigMessage):
+                    await self._configure(config_of(msg), sent_fields(msg))
                 else:
                     await self._handle(msg)
             except ProtocolError as e:
@@ -366,8 +221,8 @@ class Connection:
             await self._text(msg.text)
         elif isinstance(msg, InputDone):
             await self._finish_current()
-        else:
-            await self._cancel_all(notify=True)
+        elif not await self._cancel_all(notify=True):
+            await self._nothing_to_cancel()
 
     async def _configure(self, cfg: SessionConfig, explicit: dict[str, object]) -> None:
         if self.current is not None:
@@ -391,8 +246,7 @@ class Connection:
             await self.session.update(cfg)
         self.config, self._voice = cfg, voice
         self.session_id = self.session.session_id
-        await self.emit(
-            "session.ready",
+        await self.emit(SessionReady(
             session_id=self.session_id,
             sample_rate=self.sample_rate,
             channels=1,
@@ -402,7 +256,7 @@ class Connection:
             split_granularity=cfg.split_granularity,
             resumed=self.session.resumed,
             next_utterance_index=self.utterance_count,
-        )
+        ))  # fmt: skip
 
     async def _check(self, cfg: SessionConfig) -> tuple[str | None, dict[str, Any]]:
         """Validate a config; returns the engine voice and options its voice name resolves to."""
@@ -497,15 +351,8 @@ class Connection:
             index = len(utt.segments)
             utt.segments.append(s)
             metrics.SEGMENTS.labels(s.reason).inc()
-            await self.emit(
-                "segment.committed",
-                utterance_index=utt.index,
-                segment_index=index,
-                text=s.text,
-                start=s.start,
-                end=s.end,
-                reason=s.reason,
-            )
+            await self.emit(SegmentCommitted(utterance_index=utt.index, segment_index=index, text=s.text,
+                                             start=s.start, end=s.end, reason=s.reason))  # fmt: skip
             if len(s.text) > NORMALIZE_INLINE_CHARS:
                 spoken = await asyncio.to_thread(normalize_for_speech, s.text, self.config.language)
             else:
@@ -584,7 +431,7 @@ class Connection:
                             on_lost=lost, on_admitted=admitted, frame_rate_hz=frame_rate,
                             listening_s=listening if listening > 0 else None)  # fmt: skip
 
-    def _heard(self, utt: Utterance, segment: int) -> None:
+    def heard(self, utt: Utterance, segment: int) -> None:
         """A segment's audio has begun: it leaves the backlog."""
         utt.marked.add(segment)
         self.backlog_chars -= utt.unheard.pop(segment, 0)
@@ -659,7 +506,7 @@ class Connection:
             return min(self.limits.utterance_idle_under_pressure, self.limits.utterance_idle_timeout)
         return self.limits.utterance_idle_timeout
 
-    async def _cancel_all(self, notify: bool) -> None:
+    async def _cancel_all(self, notify: bool) -> int:
         victims = list(self.playing)
         if self.current is not None:
             victims.append(self.current)
@@ -676,17 +523,24 @@ class Connection:
         if notify:
             metrics.CANCELS.inc()
         for utt in victims:
-            spoken = "".join(utt.segments[i].text for i in sorted(utt.marked))
+            spoken = utt.spoken_text
             await self.session.record(utt.index, spoken, cancelled=True)
-            if notify and self._codec_mode:
-                await self.emit(
-                    "codec.done", utterance_index=utt.index, total_frames=utt.codec_frames,
-                    seq_last=utt.codec_seq - 1, error=False, cancelled=True, spoken_text=spoken,
-                )  # fmt: skip
+            if notify and self.codec_mode:
+                await self.emit(codec_done(utt, error=False, cancelled=True, spoken_text=spoken))
             elif notify:
-                await self.emit(
-                    "audio.cancelled", utterance_index=utt.index, played_bytes=utt.sent_bytes, spoken_text=spoken
-                )
+                await self.emit(AudioCancelled(utterance_index=utt.index, played_bytes=utt.sent_bytes,
+                                               spoken_text=spoken))  # fmt: skip
+        return len(victims)
+
+    async def _nothing_to_cancel(self) -> None:
+        """A cancel with nothing queued or playing is answered all the same (a client waiting for the
+        acknowledgement must not hang): `audio.cancelled {cancelled: false}` for the last utterance, whose
+        audio was all sent (null index, 0 bytes: the session has had none)."""
+        last = self.last_utterance
+        await self.emit(AudioCancelled(
+            utterance_index=None if last is None else last.index, played_bytes=0 if last is None else last.sent_bytes,
+            spoken_text="" if last is None else last.spoken_text, cancelled=False,
+        ))  # fmt: skip
 
     # -- audio ----------------------------------------------------------------------------------
 
@@ -707,7 +561,7 @@ class Connection:
                 await previous
         try:
             await self._queued(utt)
-            await self._pump_audio(utt)
+            await pump_audio(self, utt)
         except SlowClient:
             self.stop()
         except Exception:  # one utterance's failure must not take the session down silently
@@ -718,6 +572,7 @@ class Connection:
             with contextlib.suppress(SlowClient):
                 await self.error("internal_error", "the utterance failed", utterance_index=utt.index)
         finally:
+            self.last_utterance = utt
             if utt in self.playing:
                 self.playing.remove(utt)
             self._forget(utt)
@@ -729,7 +584,7 @@ class Connection:
         is late, and wait (admission bounds the wait; a cancel ends it)."""
         stream = utt.stream
         if isinstance(stream, QueuedStream) and stream.queued:
-            await self.emit("audio.waiting", utt.index, utterance_index=utt.index, reason="queue", ahead=stream.ahead())
+            await self.emit(AudioWaiting(utterance_index=utt.index, reason="queue", ahead=stream.ahead()))
             await stream.settled()
 
     async def _release_slot(self, utt: Utterance) -> None:
@@ -741,205 +596,6 @@ class Connection:
             with contextlib.suppress(Exception):
                 await slot.release()
 
-    async def _audio_start(self, utt: Utterance, rate: int) -> None:
-        assert self.config is not None
-        await self.emit(
-            "audio.start", utt.index, utterance_index=utt.index, sentence_index=0,
-            sample_rate=rate, channels=1, format=self.config.response_format,
-        )  # fmt: skip
-
-    async def _waiting(self, utt: Utterance, ev: Waiting) -> None:
-        """The engine has no capacity for this utterance yet: say so rather than leave a silence."""
-        await self.emit("audio.waiting", utt.index, utterance_index=utt.index, reason=ev.reason, ahead=ev.ahead)
-
-    def _ended_early(self, utt: Utterance, end: StreamEnd) -> StreamEnd:
-        """An engine stream that ends before input.done cannot speak text sent after it: the utterance is
-        closed here (later text starts the next one) and the end becomes an error."""
-        if end.reason != "done" or utt.finished:
-            return end
-        message = "the engine ended the utterance before input.done"
-        if self.current is utt:
-            self.current = None
-            utt.finished = True
-            if pending := utt.segmenter.pending:
-                message += f"; the text not yet committed ({quote(pending, 80)}) was dropped"
-        return StreamEnd("error", message)
-
-    async def _engine_failed(self, utt: Utterance, end: StreamEnd) -> None:
-        """The engine's error, naming the committed segments whose audio never began."""
-        if isinstance(end, Refusal):
-            return  # the client was told which segments when admission refused them
-        unspoken = [i for i in utt.engine_segments if i not in utt.marked]
-        message = end.message or "synthesis failed"
-        if unspoken:
-            message += f"; segments {', '.join(map(str, unspoken))} of utterance {utt.index} were not spoken"
-        await self.error("engine_error", message, utterance_index=utt.index, segment_indexes=unspoken)
-
     @property
-    def _codec_mode(self) -> bool:
+    def codec_mode(self) -> bool:
         return self.config is not None and self.config.output_mode == "codec_tokens"
-
-    async def _pump_codec(self, utt: Utterance) -> None:
-        """codec_tokens mode: `codec.start`, binary `<IHB` (seq, n_frames, flags) + int16 codes, `codec.done`.
-        A header-only message with SEGMENT_END closes each segment; the last one also carries EOS."""
-        assert utt.stream is not None
-        info: dict[str, object] = self.engine.codec_info()  # type: ignore[attr-defined]
-        frame_rate = float(info.get("frame_rate_hz", 12.5))  # type: ignore[arg-type]
-        started, segment, end = False, None, StreamEnd("done")
-        clock = ResponseClock(self.sample_rate, None)  # no trim: codes, not PCM
-
-        async def frames(codes: np.ndarray, flags: int) -> None:
-            header = CODEC_HEADER.pack(utt.codec_seq, codes.shape[0], flags | (RESET if utt.codec_seq == 0 else 0))
-            data = header + codes.astype("<i2", copy=False).tobytes()
-            utt.codec_seq += 1
-            utt.codec_frames += 0 if flags & PRIME else codes.shape[0]
-            if not flags & PRIME:
-                self.listener.add(codes.shape[0] / frame_rate)
-            utt.sent_bytes += len(data)
-            await self.outbox.put(Outgoing(data, utt.index))
-            if codes.shape[0] and not flags & PRIME:
-                clock.codec(codes.shape[0] / frame_rate)
-
-        no_frames = np.zeros((0, 16), np.int16)
-        async for ev in utt.stream.events():
-            if utt.cancelled:
-                return
-            if isinstance(ev, StreamEnd):
-                end = ev
-                break
-            if isinstance(ev, Waiting):
-                await self._waiting(utt, ev)
-                continue
-            assert isinstance(ev, CodecFrames)
-            if not started:
-                started = True
-                await self.emit("codec.start", utt.index, utterance_index=utt.index, header_format="<IHB", **info)
-            if ev.prime:  # the reference frames an ICL clone's decoder starts from: decoded, never played
-                await frames(ev.codes, PRIME)
-                continue
-            if utt.codec_frames == 0:
-                metrics.TTFA.observe(time.monotonic() - utt.opened_at)
-            seg = utt.engine_segments[ev.segment] if ev.segment < len(utt.engine_segments) else None
-            if segment is not None and seg != segment:
-                await frames(no_frames, SEGMENT_END)
-            if seg is not None and seg not in utt.marked:
-                self._heard(utt, seg)
-                await self.emit("audio.mark", utt.index, utterance_index=utt.index, segment_index=seg,
-                                frame_offset=ev.first_frame)  # fmt: skip
-            segment = seg
-            await frames(ev.codes, 0)
-        await self._release_slot(utt)
-        if utt.cancelled or end.reason == "cancelled":
-            return
-        end = self._ended_early(utt, end)
-        failed = end.reason == "error"
-        if failed:
-            await self._engine_failed(utt, end)
-        elif started:
-            await frames(no_frames, SEGMENT_END | EOS)
-        timing = self._timed(clock, utt, failed)
-        await self.session.record(utt.index, "".join(s.text for s in utt.segments), cancelled=failed)
-        await self.emit("codec.done", utt.index, utterance_index=utt.index, total_frames=utt.codec_frames,
-                        seq_last=utt.codec_seq - 1, error=failed, cancelled=False, timing=timing)  # fmt: skip
-        await self.emit("session.done", utt.index, utterance_index=utt.index, total_sentences=len(utt.segments),
-                        timing=timing)  # fmt: skip
-
-    def _timed(self, clock: ResponseClock, utt: Utterance, failed: bool) -> Timing:
-        """The utterance's timing record; a complete one also goes to the histograms. Its start and queue
-        wait are read now: admission sets them when it lets the text go in, which may follow the pump's start."""
-        clock.start, clock.queue_wait_s = utt.engine_at, utt.queue_wait_s
-        timing = clock.record()
-        if not failed:
-            observe(timing, self.model, self.session.tenant.name)
-        return timing
-
-    async def _pump_audio(self, utt: Utterance) -> None:
-        assert self.config is not None
-        cfg, rate = self.config, self.sample_rate
-        if utt.stream is None:  # nothing to say: close the utterance in order, without audio
-            timing = ResponseClock(rate, None, utt.queue_wait_s).record()
-            await self.emit("session.done", utt.index, utterance_index=utt.index, total_sentences=0, timing=timing)
-            return
-        if self._codec_mode:
-            await self._pump_codec(utt)
-            return
-        resample: Resampler | None = None
-        file_parts: list[np.ndarray] = []
-        end = StreamEnd("done")
-        playback = _Playback()
-        clock = ResponseClock(rate, None)
-        trim = trim_for(rate, self.limits)
-        marks: list[tuple[int, int]] = []  # (segment, sample offset before the trim), sent with their audio
-
-        async def send(pcm: np.ndarray) -> None:
-            pcm = trim.feed(pcm)
-            if trim.pending:  # the start is held until the trim is decided; its marks wait with it
-                return
-            for seg, offset in marks:  # offsets count the audio sent: the trimmed start is not
-                await self.emit("audio.mark", utt.index, utterance_index=utt.index, segment_index=seg,
-                                sample_offset=max(0, offset - trim.trimmed))  # fmt: skip
-            marks.clear()
-            if pcm.size == 0:  # e.g. the resampler's tail when no resampling was needed
-                return
-            if not cfg.stream_audio:
-                file_parts.append(pcm)
-                return
-            data = encode_frames(pcm, cfg.response_format)
-            utt.sent_bytes += len(data)
-            playback.add(pcm.size / rate)
-            self.listener.add(pcm.size / rate)
-            await self.outbox.put(Outgoing(data, utt.index))
-            clock.audio(pcm)
-
-        async for ev in utt.stream.events():
-            if utt.cancelled:
-                return
-            if isinstance(ev, StreamEnd):
-                end = ev
-                break
-            if isinstance(ev, Waiting):
-                await self._waiting(utt, ev)
-                continue
-            assert isinstance(ev, AudioChunk)
-            if resample is None:  # the first audio
-                metrics.TTFA.observe(time.monotonic() - utt.opened_at)
-                resample = Resampler(ev.sample_rate, rate)
-                await self._audio_start(utt, rate)
-            seg = utt.engine_segments[ev.segment] if ev.segment < len(utt.engine_segments) else None
-            if seg is not None and seg not in utt.marked:
-                self._heard(utt, seg)
-                marks.append((seg, ev.first_frame * rate // ev.sample_rate))
-            await send(resample(ev.pcm))
-        if resample is not None and not utt.cancelled:
-            await send(resample(np.zeros(0, np.int16), last=True))  # the resampler's filter tail
-            await send(trim.flush())  # an utterance of near-silence only: what the trim held
-        # The engine is done with this stream: free the tenant's slot before telling the client, so
-        # its next utterance can start at once.
-        await self._release_slot(utt)
-        if utt.cancelled or end.reason == "cancelled":
-            return
-        if resample is None:
-            await self._audio_start(utt, rate)  # paired with audio.done even when no audio came
-        if file_parts:
-            whole = np.concatenate(file_parts)
-            data = await asyncio.to_thread(encode_file, whole, rate, cfg.response_format)
-            utt.sent_bytes = len(data)
-            await self.outbox.put(Outgoing(data, utt.index))
-            clock.audio(whole)  # the file is the first and the last audio
-        end = self._ended_early(utt, end)
-        failed = end.reason == "error"
-        if failed:
-            await self._engine_failed(utt, end)
-        clock.trimmed = trim.trimmed
-        timing = self._timed(clock, utt, failed)
-        await self.emit(
-            "audio.done", utt.index, utterance_index=utt.index, sentence_index=0,
-            total_bytes=utt.sent_bytes, error=failed, timing=timing,
-        )  # fmt: skip
-        # Redis has the spoken log before the client hears the utterance is done (a resume elsewhere
-        # right after session.done sees it).
-        await self.session.record(utt.index, "".join(s.text for s in utt.segments), cancelled=failed)
-        await self.emit(
-            "session.done", utt.index, utterance_index=utt.index, total_sentences=len(utt.segments), timing=timing
-        )
-

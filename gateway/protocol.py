@@ -6,15 +6,20 @@ work unchanged. Every rejection is a `ProtocolError` with a stable code the clie
 
 from __future__ import annotations
 
+import enum
 import re
-from typing import Literal
+import struct
+from typing import Literal, NamedTuple
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from gateway.audio import FILE_FORMATS, STREAM_FORMATS
+from gateway.timing import Timing
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # room for an inline base64 reference clip
 MAX_MESSAGE_BYTES = 128 * 1024
+CODEC_HEADER_FORMAT = "<IHB"  # codec_tokens messages: seq, n_frames, flags (see `pack_codec_header`)
 
 Granularity = Literal["none", "sentence", "clause", "auto"]
 
@@ -37,16 +42,22 @@ CLOSE_INTERNAL = 1011  # the server failed
 CLOSE_TRY_LATER = 1013  # the engine is not ready
 CLOSE_TIMEOUT = 4408  # no session.config in time, or idle past the session's idle timeout
 CLOSE_TAKEN_OVER = 4409  # another connection took the session over
+CLOSE_RECONNECT = 1012  # the server drains (a restart): reconnect, to any replica, and resume with session_id
 
 
-class SessionConfig(msgspec.Struct, tag="session.config", tag_field="type", forbid_unknown_fields=False):
+class SessionConfig(msgspec.Struct, forbid_unknown_fields=False):
+    """A session's effective config: what the message sent, the defaults for the rest."""
+
     voice: str | None = None
     speaker: str | None = None  # vLLM-Omni's alias of voice
+    task_type: Literal["CustomVoice", "VoiceDesign", "Base"] | None = None  # vLLM-Omni's; the voice implies it
     language: str = "auto"
     model: str | None = None
     response_format: str = "pcm"
     sample_rate: int | None = None
-    stream_audio: bool = True
+    # None (not sent): streamed for a stream format (pcm, ulaw, alaw), one file per utterance for a file
+    # format (wav, …), so vLLM-Omni's clients, which send `response_format: "wav"` alone, get its default.
+    stream_audio: bool | None = None
     speed: float = 1.0
     instructions: str | None = None
     split_granularity: Granularity = "auto"
@@ -55,9 +66,9 @@ class SessionConfig(msgspec.Struct, tag="session.config", tag_field="type", forb
     seed: int | None = None
 
     def validate(self) -> None:
-        formats = STREAM_FORMATS if self.stream_audio else FILE_FORMATS
+        formats = STREAM_FORMATS if self.streamed else FILE_FORMATS
         if self.response_format not in formats:
-            how = "streamed (stream_audio=true)" if self.stream_audio else "sent as files (stream_audio=false)"
+            how = "streamed (stream_audio=true)" if self.streamed else "sent as files (stream_audio=false)"
             raise ProtocolError(
                 "unsupported_format", f"response_format {self.response_format!r}: audio {how} is one of {formats}"
             )
@@ -78,6 +89,34 @@ class SessionConfig(msgspec.Struct, tag="session.config", tag_field="type", forb
     def voice_name(self) -> str | None:
         return self.voice or self.speaker
 
+    @property
+    def streamed(self) -> bool:
+        """Audio streamed as frames (else one encoded file per utterance)."""
+        if self.stream_audio is None:
+            return self.response_format in STREAM_FORMATS or self.response_format not in FILE_FORMATS
+        return self.stream_audio
+
+
+def _sent_form(config: type[SessionConfig]) -> type[msgspec.Struct]:
+    """The wire form of `session.config`: each field UNSET unless the message sent it, so one decode tells
+    both the config and which fields were sent (a resume overrides only those)."""
+    fields = [(f.name, f.type | UnsetType, UNSET) for f in msgspec.structs.fields(config)]
+    return msgspec.defstruct("ConfigMessage", fields, tag="session.config", tag_field="type",
+                             forbid_unknown_fields=False, module=__name__)  # fmt: skip
+
+
+ConfigMessage = _sent_form(SessionConfig)
+
+
+def sent_fields(msg: msgspec.Struct) -> dict[str, object]:
+    """The fields a decoded `session.config` message set explicitly."""
+    return {k: v for k in msg.__struct_fields__ if (v := getattr(msg, k)) is not UNSET}
+
+
+def config_of(msg: msgspec.Struct) -> SessionConfig:
+    """The effective config of a decoded `session.config` message (defaults for what it did not send)."""
+    return SessionConfig(**sent_fields(msg))  # type: ignore[arg-type]
+
 
 class InputText(msgspec.Struct, tag="input.text", tag_field="type"):
     text: str = ""
@@ -95,7 +134,7 @@ class SessionClose(msgspec.Struct, tag="session.close", tag_field="type"):
     pass
 
 
-ClientMessage = SessionConfig | InputText | InputDone | InputCancel | SessionClose
+ClientMessage = ConfigMessage | InputText | InputDone | InputCancel | SessionClose
 _decoder = msgspec.json.Decoder(ClientMessage)
 KNOWN_TYPES = ("session.config", "input.text", "input.done", "input.cancel", "session.close")
 
@@ -133,18 +172,12 @@ def decode(raw: str) -> ClientMessage:
         raise ProtocolError("invalid_json", f"message is not valid JSON: {str(e)[:200]}") from None
     except RecursionError:  # msgspec skips unknown fields recursively
         raise ProtocolError("invalid_json", "message nests too deeply") from None
-    if not isinstance(msg, SessionConfig) and len(raw) > MAX_MESSAGE_BYTES:
+    if not isinstance(msg, ConfigMessage) and len(raw) > MAX_MESSAGE_BYTES:
         kind = type(msg).__struct_config__.tag
         raise ProtocolError(
             "message_too_large", f"{kind} of {len(raw)} characters; the limit is {MAX_MESSAGE_BYTES}"
         )
     return msg
-
-
-def explicit_fields(raw: str) -> dict[str, object]:
-    """The fields a (valid, already decoded) config message set explicitly: a resume overrides only these."""
-    fields = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
-    return {k: msgspec.json.decode(v) for k, v in fields.items() if k in SessionConfig.__struct_fields__}
 
 
 def _type_of(raw: str) -> object:
@@ -155,5 +188,150 @@ def _type_of(raw: str) -> object:
         return None
 
 
-def event(type_: str, **fields: object) -> bytes:
-    return msgspec.json.encode({"type": type_, **fields})
+# -- server events (DESIGN §5; docs/protocol.md "Server events" lists every field) -----------------------
+# One Struct per event, tagged on `type`. A field that is UNSET is left out of the JSON: it is sent only
+# where it applies (an error's `utterance_index`, a codec mark's `frame_offset`).
+
+
+class ServerEvent(msgspec.Struct, tag_field="type"):
+    pass
+
+
+class SessionReady(ServerEvent, tag="session.ready"):
+    session_id: str
+    sample_rate: int
+    channels: int
+    format: str
+    voice: str | None
+    language: str
+    split_granularity: Granularity
+    resumed: bool
+    next_utterance_index: int
+
+
+class SegmentCommitted(ServerEvent, tag="segment.committed"):
+    utterance_index: int
+    segment_index: int
+    text: str
+    start: int
+    end: int
+    reason: str
+
+
+class AudioStart(ServerEvent, tag="audio.start", kw_only=True):
+    utterance_index: int
+    sentence_index: int = 0  # one engine stream per utterance: vLLM-Omni's "sentence" is the utterance
+    sample_rate: int
+    channels: int = 1
+    format: str
+
+
+class AudioMark(ServerEvent, tag="audio.mark"):
+    """Where a segment's audio begins: `sample_offset` (PCM) or `frame_offset` (codec_tokens)."""
+
+    utterance_index: int
+    segment_index: int
+    sample_offset: int | UnsetType = UNSET
+    frame_offset: int | UnsetType = UNSET
+
+
+class AudioWaiting(ServerEvent, tag="audio.waiting"):
+    utterance_index: int
+    reason: str  # "capacity" (the engine's) or "queue" (admission's)
+    ahead: int | None
+
+
+class AudioDone(ServerEvent, tag="audio.done", kw_only=True):
+    utterance_index: int
+    sentence_index: int = 0
+    total_bytes: int
+    error: bool
+    timing: Timing
+
+
+class SessionDone(ServerEvent, tag="session.done"):
+    utterance_index: int
+    total_sentences: int
+    timing: Timing
+
+
+class AudioCancelled(ServerEvent, tag="audio.cancelled"):
+    """No audio of the utterance follows. `cancelled: false`: the cancel came after its audio was all sent
+    (nothing was cut; `played_bytes` is the whole)."""
+
+    utterance_index: int | None  # None: a cancel before the session's first utterance
+    played_bytes: int
+    spoken_text: str
+    cancelled: bool = True
+
+
+class CodecStart(ServerEvent, tag="codec.start"):
+    utterance_index: int
+    codebooks: int
+    codebook_size: int
+    frame_rate_hz: float
+    sample_rate: int
+    decoder_id: str
+    header_format: str = CODEC_HEADER_FORMAT
+
+
+class CodecDone(ServerEvent, tag="codec.done"):
+    """The utterance's last codec message is sent: `timing` when it ended, `spoken_text` when cancelled."""
+
+    utterance_index: int
+    total_frames: int
+    seq_last: int
+    error: bool
+    cancelled: bool
+    timing: Timing | UnsetType = UNSET
+    spoken_text: str | UnsetType = UNSET
+
+
+class Error(ServerEvent, tag="error"):
+    """`code` is stable; the other fields name what it concerns, where one applies."""
+
+    code: str
+    message: str
+    utterance_index: int | UnsetType = UNSET
+    segment_indexes: list[int] | UnsetType = UNSET
+    rejected_chars: int | UnsetType = UNSET
+    action: str | UnsetType = UNSET
+    bound: str | UnsetType = UNSET
+    retry_after_s: float | UnsetType = UNSET
+
+
+Event = (SessionReady | SegmentCommitted | AudioStart | AudioMark | AudioWaiting | AudioDone | SessionDone
+         | AudioCancelled | CodecStart | CodecDone | Error)  # fmt: skip
+_encoder = msgspec.json.Encoder()
+
+
+def encode(ev: ServerEvent) -> str:
+    """One server event as the JSON text frame the client gets."""
+    return _encoder.encode(ev).decode()
+
+
+# -- codec_tokens binary messages ---------------------------------------------------------------------
+# A little-endian header: seq (uint32), n_frames (uint16), flags (uint8); then int16[n_frames × codebooks].
+CODEC_HEADER = struct.Struct(CODEC_HEADER_FORMAT)
+
+
+class CodecFlag(enum.IntFlag):
+    EOS = 1  # the utterance's last message
+    SEGMENT_END = 2  # closes a segment (a header-only message)
+    RESET = 4  # the utterance's first message: reset the decoder
+    PRIME = 8  # an ICL clone's reference frames: decode into the decoder's state, play nothing
+
+
+class CodecHeader(NamedTuple):
+    seq: int
+    n_frames: int
+    flags: CodecFlag
+
+
+def pack_codec_header(seq: int, n_frames: int, flags: int) -> bytes:
+    return CODEC_HEADER.pack(seq, n_frames, flags)
+
+
+def unpack_codec_header(message: bytes) -> CodecHeader:
+    seq, n_frames, flags = CODEC_HEADER.unpack_from(message)
+    return CodecHeader(seq, n_frames, CodecFlag(flags))

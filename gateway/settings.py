@@ -25,8 +25,35 @@ from typing import Any
 
 import msgspec
 
-from gateway.connection import Limits
 from sessions import ApiKeys
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A WebSocket connection's bounds and timeouts (docs/protocol.md names what each one does)."""
+
+    config_timeout: float = 10.0
+    idle_timeout: float = 300.0
+    outbox_frames: int = 256
+    send_timeout: float = 10.0
+    max_open_utterances: int = 8
+    poll_interval: float = 0.1
+    # An open utterance (text, no input.done) quiet this long is finished: its text is spoken and the
+    # engine capacity it holds comes back.
+    utterance_idle_timeout: float = 30.0
+    # ... and quiet this long while other streams wait for admission, if it holds engine capacity.
+    utterance_idle_under_pressure: float = 2.0
+    max_utterance_chars: int = 256 * 1024  # input.text of one utterance
+    # The backlog ahead of the listener: committed text whose audio has not begun, and audio sent but
+    # not yet played (at real time). Past either, input.text is refused with `backlog_full`.
+    max_backlog_chars: int = 65536  # the `none` mode segmenter holds this much before a forced cut
+    max_audio_ahead_s: float = 600.0
+    # Leading-silence trim of each response's first audio (gateway/timing.py): at most trim_max_ms, and
+    # never closer than trim_preroll_ms to the first sample above trim_threshold_dbfs (peak).
+    trim_leading_silence: bool = True
+    trim_max_ms: int = 300
+    trim_threshold_dbfs: float = -45.0
+    trim_preroll_ms: int = 15
 
 
 @dataclass(frozen=True)
@@ -55,6 +82,8 @@ class Settings:
     # The next utterance of a session whose listener has less audio than this left goes first in its
     # tenant's line (engine/admission.py: continuations); about the engine's time to first audio.
     continuation_lead_s: float = 2.0
+    # On SIGTERM, open utterances get this long to finish before their sockets close (gateway/drain.py).
+    drain_grace_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.takeover not in ("takeover", "refuse"):

@@ -22,7 +22,7 @@ from engine import load_engine
 from engine.qwen3 import make_tiny_checkpoint
 from engine.qwen3.edge import load_stream_decoder
 from engine.qwen3_engine import Qwen3Engine
-from gateway.connection import CODEC_HEADER, PRIME, RESET
+from gateway.protocol import CODEC_HEADER, CodecFlag
 
 AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "streaming_agent.py"
 
@@ -144,7 +144,7 @@ async def test_codec_tokens_of_an_icl_clone_prime_the_listeners_decoder(base_gat
     events, messages = await utterance(ws, text)
     await ws.close()
     seq, n, flags = CODEC_HEADER.unpack_from(messages[0])
-    assert (seq, flags) == (0, RESET | PRIME) and n == 15  # 1.2 s of reference at 12.5 frames/s
+    assert (seq, flags) == (0, CodecFlag.RESET | CodecFlag.PRIME) and n == 15  # 1.2 s of reference at 12.5 frames/s
     done = next(e for e in events if e["type"] == "codec.done")
     decoder = load_stream_decoder(base_dir)
     decoder.step(np.frombuffer(messages[0], "<i2", offset=CODEC_HEADER.size).reshape(n, 16))  # prime

@@ -68,10 +68,13 @@ async def test_cancel_at_every_point(gateway: str, when: str) -> None:
             pass
     await send(ws, "input.cancel")
     if when == "twice":
-        await send(ws, "input.cancel")  # the second finds nothing active: a no-op
+        await send(ws, "input.cancel")  # the second finds nothing active: answered, cutting nothing
     events, _ = await drain_until(ws, "audio.cancelled")
-    assert events[-1]["utterance_index"] == 0
+    assert events[-1]["utterance_index"] == 0 and events[-1]["cancelled"] is True
     assert not any(e["type"] in ("session.done", "audio.done") for e in events)
+    if when == "twice":
+        again, audio = await drain_until(ws, "audio.cancelled")
+        assert again[-1]["cancelled"] is False and audio == 0 and len(again) == 1
     await assert_next_utterance_is_clean(ws, 1)
     await ws.close()
 
@@ -79,6 +82,9 @@ async def test_cancel_at_every_point(gateway: str, when: str) -> None:
 async def test_cancel_with_nothing_active_is_harmless(gateway: str) -> None:
     ws = await connect(gateway)
     await send(ws, "input.cancel")
+    answer, _ = await drain_until(ws, "audio.cancelled")  # answered all the same (docs/protocol.md)
+    assert answer == [{"type": "audio.cancelled", "utterance_index": None, "played_bytes": 0, "spoken_text": "",
+                       "cancelled": False}]  # fmt: skip
     await assert_next_utterance_is_clean(ws, 0)
     await ws.close()
 

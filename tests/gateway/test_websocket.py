@@ -139,7 +139,7 @@ async def test_bad_messages_get_errors_and_the_session_goes_on(gateway: str) -> 
         ({"type": "session.config", "voice": "nobody"}, "unknown_voice"),
         ({"type": "session.config", "language": "klingon"}, "unsupported_language"),
         ({"type": "session.config", "sample_rate": 1000}, "invalid_config"),
-        ({"type": "session.config", "response_format": "mp3"}, "unsupported_format"),
+        ({"type": "session.config", "response_format": "mp3", "stream_audio": True}, "unsupported_format"),
         ({"type": "session.config", "response_format": "ogg", "stream_audio": False}, "unsupported_format"),
     ],
 )

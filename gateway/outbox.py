@@ -1,0 +1,90 @@
+"""The connection's outbox: every frame the server sends waits here, bounded, for the one writer task.
+
+A client that stops reading fills it; a put that waits past `send_timeout` raises `SlowClient`, so the
+connection is dropped instead of holding memory or stalling anyone else. Audio of a cancelled utterance
+is purged, and audio that arrives for it afterwards never gets in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass
+
+from gateway import metrics
+
+
+class SlowClient(Exception):
+    """The client stopped reading and its outbox stayed full."""
+
+
+@dataclass(slots=True)
+class Outgoing:
+    data: bytes | str  # str: a JSON event; bytes: audio
+    utterance: int | None = None
+    last: bool = False  # the writer's stop signal
+
+
+class Outbox:
+    """A bounded queue of frames for the writer; audio of a cancelled utterance can be purged.
+
+    Plain events rather than a Condition: every check-and-modify runs without an await between,
+    which is atomic on the event loop.
+    """
+
+    def __init__(self, maxsize: int, put_timeout: float) -> None:
+        self._items: deque[Outgoing] = deque()
+        self._maxsize = maxsize
+        self._put_timeout = put_timeout
+        self._space = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._cancelled: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    async def put(self, item: Outgoing) -> None:
+        try:
+            async with asyncio.timeout(self._put_timeout):
+                while len(self._items) >= self._maxsize:
+                    self._space.clear()
+                    await self._space.wait()
+        except TimeoutError:
+            raise SlowClient from None
+        # Checked after any wait: audio of an utterance cancelled meanwhile never gets in.
+        if isinstance(item.data, bytes) and item.utterance in self._cancelled:
+            return
+        self._items.append(item)
+        metrics.OUTBOX.inc()
+        self._ready.set()
+
+    def discard(self) -> None:
+        """Drop whatever the writer did not send (the connection is gone)."""
+        metrics.OUTBOX.dec(sum(1 for i in self._items if not i.last))
+        self._items.clear()
+
+    def close(self) -> None:
+        """Tell the writer to stop once what is queued has been sent (bypasses the bound)."""
+        self._items.append(Outgoing(b"", None, last=True))
+        self._ready.set()
+
+    async def get(self) -> Outgoing:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        item = self._items.popleft()
+        if not item.last:
+            metrics.OUTBOX.dec()
+        self._space.set()
+        return item
+
+    def cancel_audio(self, utterance: int) -> None:
+        self._cancelled.add(utterance)  # until `settled`: bounded by the open utterances
+        kept = deque(i for i in self._items if not (isinstance(i.data, bytes) and i.utterance == utterance))
+        metrics.OUTBOX.dec(len(self._items) - len(kept))
+        self._items = kept
+        self._space.set()
+
+    def settled(self, utterance: int) -> None:
+        """The utterance's pump has ended: no more of its audio can come, so forget its cancel."""
+        self._cancelled.discard(utterance)

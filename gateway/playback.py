@@ -1,0 +1,37 @@
+"""The server's view of the client's player: how much audio it has been sent and not yet played.
+
+Nothing here touches the socket; it is bookkeeping the backlog bound (`max_audio_ahead_s`) and the
+underrun metric read.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gateway import metrics
+
+
+class Playback:
+    """A simulated client player that starts at the first audio: counts the times it would run dry
+    (the server's view of underruns; a real player with a jitter buffer does better)."""
+
+    def __init__(self, count_underruns: bool = True) -> None:
+        self.started: float | None = None
+        self.queued = 0.0  # seconds of audio sent
+        self._count = count_underruns
+
+    def add(self, seconds: float) -> None:
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+        elif now - self.started > self.queued + 0.02:  # played past what was sent: a gap
+            if self._count:
+                metrics.UNDERRUNS.inc()
+            self.started = now - self.queued  # playback resumes with this chunk
+        self.queued += seconds
+
+    def ahead(self) -> float:
+        """Seconds of audio sent that the listener has not played yet."""
+        if self.started is None:
+            return 0.0
+        return max(0.0, self.queued - (time.monotonic() - self.started))

@@ -1,0 +1,280 @@
+"""One utterance's audio, from its engine stream to the connection's outbox.
+
+One loop (`pump_audio`) does what every output mode shares — the first-audio time, `audio.waiting`,
+segment marks and the backlog they clear, giving the engine's capacity back, the engine's errors,
+the spoken log and the done events — and hands the audio itself to a sink: `PcmSink` (frames or one
+file, resampled and trimmed) or `CodecSink` (codec_tokens messages for on-device decoding).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+from msgspec import UNSET, UnsetType
+
+from engine import AudioChunk, CodecFrames, StreamEnd
+from gateway import metrics
+from gateway.admission import Refusal
+from gateway.audio import Resampler, encode_file, encode_frames
+from gateway.outbox import Outgoing
+from gateway.playback import Playback
+from gateway.protocol import (
+    AudioDone,
+    AudioMark,
+    AudioStart,
+    AudioWaiting,
+    CodecDone,
+    CodecFlag,
+    CodecStart,
+    ServerEvent,
+    SessionDone,
+    pack_codec_header,
+    quote,
+)
+from gateway.timing import ResponseClock, Timing, observe, trim_for
+from gateway.utterance import Utterance
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection
+
+Chunk = AudioChunk | CodecFrames
+
+
+class Sink(Protocol):
+    """Where one output mode puts an utterance's audio; `clock` times what it sent."""
+
+    clock: ResponseClock
+    started: bool  # its first audio came
+
+    async def start(self, ev: Chunk) -> None: ...  # the stream's first audio is here
+    async def audio(self, ev: Chunk, mark: int | None) -> None: ...  # `mark`: a segment whose audio begins here
+    async def tail(self) -> None: ...  # the stream has ended: send what is held
+    async def done(self, failed: bool, timing: Timing) -> ServerEvent: ...  # the utterance's done event
+
+
+async def pump_audio(conn: Connection, utt: Utterance) -> None:
+    """Send the utterance's audio, then its done events (none once it is cancelled)."""
+    if utt.stream is None:  # nothing to say: close the utterance in order, without audio
+        timing = ResponseClock(conn.sample_rate, None, utt.queue_wait_s).record()
+        await conn.emit(SessionDone(utterance_index=utt.index, total_sentences=0, timing=timing))
+        return
+    sink: Sink = CodecSink(conn, utt) if conn.codec_mode else PcmSink(conn, utt)
+    end = await _stream(conn, utt, sink)
+    if end is None:
+        return
+    # The engine is done with this stream: free the tenant's slot before telling the client, so its
+    # next utterance can start at once.
+    await conn._release_slot(utt)
+    if utt.cancelled or end.reason == "cancelled":
+        return
+    await sink.tail()
+    end = _ended_early(conn, utt, end)
+    failed = end.reason == "error"
+    if failed:
+        await _engine_failed(conn, utt, end)
+    timing = _timed(conn, sink.clock, utt, failed)
+    await conn.emit(await sink.done(failed, timing))
+    # Redis has the spoken log before the client hears the utterance is done (a resume elsewhere right
+    # after session.done sees it).
+    await conn.session.record(utt.index, utt.text, cancelled=failed)
+    await conn.emit(SessionDone(utterance_index=utt.index, total_sentences=len(utt.segments), timing=timing))
+
+
+async def _stream(conn: Connection, utt: Utterance, sink: Sink) -> StreamEnd | None:
+    """The engine stream's audio into `sink`; how the stream ended (None: the utterance was cancelled)."""
+    assert utt.stream is not None
+    heard = False
+    async for ev in utt.stream.events():
+        if utt.cancelled:
+            return None
+        if isinstance(ev, StreamEnd):
+            return ev
+        if not isinstance(ev, AudioChunk | CodecFrames):  # Waiting: say why audio is late, not leave a silence
+            await conn.emit(AudioWaiting(utterance_index=utt.index, reason=ev.reason, ahead=ev.ahead))
+            continue
+        if not sink.started:
+            await sink.start(ev)
+        prime = isinstance(ev, CodecFrames) and ev.prime
+        if not heard and not prime:
+            heard = True
+            metrics.TTFA.observe(time.monotonic() - utt.opened_at)
+        seg = None if prime else utt.segment_of(ev.segment)
+        mark = seg if seg is not None and seg not in utt.marked else None
+        if mark is not None:
+            conn.heard(utt, mark)
+        await sink.audio(ev, mark)
+    return None if utt.cancelled else StreamEnd("done")
+
+
+def _ended_early(conn: Connection, utt: Utterance, end: StreamEnd) -> StreamEnd:
+    """An engine stream that ends before input.done cannot speak text sent after it: the utterance is
+    closed here (later text starts the next one) and the end becomes an error."""
+    if end.reason != "done" or utt.finished:
+        return end
+    message = "the engine ended the utterance before input.done"
+    if conn.current is utt:
+        conn.current = None
+        utt.finished = True
+        if pending := utt.segmenter.pending:
+            message += f"; the text not yet committed ({quote(pending, 80)}) was dropped"
+    return StreamEnd("error", message)
+
+
+async def _engine_failed(conn: Connection, utt: Utterance, end: StreamEnd) -> None:
+    """The engine's error, naming the committed segments whose audio never began."""
+    if isinstance(end, Refusal):
+        return  # the client was told which segments when admission refused them
+    unspoken = [i for i in utt.engine_segments if i not in utt.marked]
+    message = end.message or "synthesis failed"
+    if unspoken:
+        message += f"; segments {', '.join(map(str, unspoken))} of utterance {utt.index} were not spoken"
+    await conn.error("engine_error", message, utterance_index=utt.index, segment_indexes=unspoken)
+
+
+def _timed(conn: Connection, clock: ResponseClock, utt: Utterance, failed: bool) -> Timing:
+    """The utterance's timing record; a complete one also goes to the histograms. Its start and queue
+    wait are read now: admission sets them when it lets the text go in, which may follow the pump's start."""
+    clock.start, clock.queue_wait_s = utt.engine_at, utt.queue_wait_s
+    timing = clock.record()
+    if not failed:
+        observe(timing, conn.model, conn.session.tenant.name)
+    return timing
+
+
+class PcmSink:
+    """PCM, μ-law or A-law frames as they are made (or one file per utterance), at the session's rate:
+    resampled, the leading silence trimmed, each mark sent just before its audio."""
+
+    def __init__(self, conn: Connection, utt: Utterance) -> None:
+        assert conn.config is not None
+        self._conn, self._utt, self._cfg = conn, utt, conn.config
+        self.rate = conn.sample_rate
+        self.clock = ResponseClock(self.rate, None)
+        self.started = False
+        self._resample: Resampler | None = None
+        self._trim = trim_for(self.rate, conn.limits)
+        self._marks: list[tuple[int, int]] = []  # (segment, sample offset before the trim), sent with their audio
+        self._file: list[np.ndarray] = []
+        self._playback = Playback()
+
+    async def start(self, ev: Chunk) -> None:
+        assert isinstance(ev, AudioChunk)
+        self.started = True
+        self._resample = Resampler(ev.sample_rate, self.rate)
+        await self._audio_start()
+
+    async def audio(self, ev: Chunk, mark: int | None) -> None:
+        assert isinstance(ev, AudioChunk) and self._resample is not None
+        if mark is not None:
+            self._marks.append((mark, ev.first_frame * self.rate // ev.sample_rate))
+        await self._send(self._resample(ev.pcm))
+
+    async def tail(self) -> None:
+        if self._resample is not None:
+            await self._send(self._resample(np.zeros(0, np.int16), last=True))  # the resampler's filter tail
+            await self._send(self._trim.flush())  # an utterance of near-silence only: what the trim held
+        else:
+            await self._audio_start()  # paired with audio.done even when no audio came
+        if self._file:
+            whole = np.concatenate(self._file)
+            data = await asyncio.to_thread(encode_file, whole, self.rate, self._cfg.response_format)
+            self._utt.sent_bytes = len(data)
+            await self._conn.outbox.put(Outgoing(data, self._utt.index))
+            self.clock.audio(whole)  # the file is the first and the last audio
+        self.clock.trimmed = self._trim.trimmed
+
+    async def done(self, failed: bool, timing: Timing) -> ServerEvent:
+        return AudioDone(utterance_index=self._utt.index, total_bytes=self._utt.sent_bytes, error=failed,
+                         timing=timing)  # fmt: skip
+
+    async def _audio_start(self) -> None:
+        fmt = self._cfg.response_format
+        await self._conn.emit(AudioStart(utterance_index=self._utt.index, sample_rate=self.rate, format=fmt))
+
+    async def _send(self, pcm: np.ndarray) -> None:
+        pcm = self._trim.feed(pcm)
+        if self._trim.pending:  # the start is held until the trim is decided; its marks wait with it
+            return
+        for seg, offset in self._marks:  # offsets count the audio sent: the trimmed start is not
+            offset = max(0, offset - self._trim.trimmed)
+            await self._conn.emit(AudioMark(utterance_index=self._utt.index, segment_index=seg, sample_offset=offset))
+        self._marks.clear()
+        if pcm.size == 0:  # e.g. the resampler's tail when no resampling was needed
+            return
+        if not self._cfg.streamed:
+            self._file.append(pcm)
+            return
+        data = encode_frames(pcm, self._cfg.response_format)
+        self._utt.sent_bytes += len(data)
+        self._playback.add(pcm.size / self.rate)
+        self._conn.listener.add(pcm.size / self.rate)
+        await self._conn.outbox.put(Outgoing(data, self._utt.index))
+        self.clock.audio(pcm)
+
+
+class CodecSink:
+    """codec_tokens mode: `codec.start`, binary messages (`pack_codec_header` + int16 codes), `codec.done`.
+    A header-only message with SEGMENT_END closes each segment; the last one also carries EOS."""
+
+    def __init__(self, conn: Connection, utt: Utterance) -> None:
+        self._conn, self._utt = conn, utt
+        self._info: dict[str, object] = conn.engine.codec_info() or {}
+        self._frame_rate = float(self._info.get("frame_rate_hz", 12.5))  # type: ignore[arg-type]
+        self.clock = ResponseClock(conn.sample_rate, None)  # no trim: codes, not PCM
+        self.started = False
+        self._segment: int | None = None
+        self._codebooks = int(self._info.get("codebooks", 16))  # type: ignore[call-overload]
+
+    async def start(self, ev: Chunk) -> None:
+        self.started = True
+        await self._conn.emit(CodecStart(utterance_index=self._utt.index, **self._info))  # type: ignore[arg-type]
+
+    async def audio(self, ev: Chunk, mark: int | None) -> None:
+        assert isinstance(ev, CodecFrames)
+        if ev.prime:  # the reference frames an ICL clone's decoder starts from: decoded, never played
+            await self._frames(ev.codes, CodecFlag.PRIME)
+            return
+        seg = self._utt.segment_of(ev.segment)
+        if self._segment is not None and seg != self._segment:
+            await self._frames(self._no_frames, CodecFlag.SEGMENT_END)
+        if mark is not None:
+            await self._conn.emit(AudioMark(utterance_index=self._utt.index, segment_index=mark,
+                                            frame_offset=ev.first_frame))  # fmt: skip
+        self._segment = seg
+        await self._frames(ev.codes, 0)
+
+    async def tail(self) -> None:
+        pass  # nothing is held back
+
+    async def done(self, failed: bool, timing: Timing) -> ServerEvent:
+        if self.started and not failed:
+            await self._frames(self._no_frames, CodecFlag.SEGMENT_END | CodecFlag.EOS)
+        return codec_done(self._utt, error=failed, cancelled=False, timing=timing)
+
+    @property
+    def _no_frames(self) -> np.ndarray:
+        return np.zeros((0, self._codebooks), np.int16)
+
+    async def _frames(self, codes: np.ndarray, flags: int) -> None:
+        utt, n = self._utt, codes.shape[0]
+        first = CodecFlag.RESET if utt.codec_seq == 0 else 0
+        data = pack_codec_header(utt.codec_seq, n, flags | first) + codes.astype("<i2", copy=False).tobytes()
+        utt.codec_seq += 1
+        played = not flags & CodecFlag.PRIME
+        if played:
+            utt.codec_frames += n
+            self._conn.listener.add(n / self._frame_rate)
+        utt.sent_bytes += len(data)
+        await self._conn.outbox.put(Outgoing(data, utt.index))
+        if n and played:
+            self.clock.codec(n / self._frame_rate)
+
+
+def codec_done(utt: Utterance, *, error: bool, cancelled: bool, timing: Timing | UnsetType = UNSET,
+               spoken_text: str | UnsetType = UNSET) -> CodecDone:  # fmt: skip
+    """`codec.done`, built one way whether the utterance ended or was cancelled."""
+    return CodecDone(utterance_index=utt.index, total_frames=utt.codec_frames, seq_last=utt.codec_seq - 1,
+                     error=error, cancelled=cancelled, timing=timing, spoken_text=spoken_text)  # fmt: skip

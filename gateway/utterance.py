@@ -1,0 +1,49 @@
+"""One utterance of a connection: the text between its first `input.text` and `input.done`, its engine
+stream, and what of it has been committed, sent and heard."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from engine import Stream
+from segmentation import Segment, StreamSegmenter
+from sessions import StreamSlot
+
+
+@dataclass
+class Utterance:
+    index: int
+    segmenter: StreamSegmenter
+    stream: Stream | None = None
+    segments: list[Segment] = field(default_factory=list)
+    engine_segments: list[int] = field(default_factory=list)  # engine append index → our segment
+    unheard: dict[int, int] = field(default_factory=dict)  # segment index → characters, until its audio begins
+    chars: int = 0  # characters of input.text received
+    queue_wait_s: float = 0.0  # how long admission held the utterance before its stream opened
+    last_input: float = field(default_factory=time.monotonic)
+    sent_bytes: int = 0
+    marked: set[int] = field(default_factory=set)
+    cancelled: bool = False
+    finished: bool = False
+    opened_at: float = field(default_factory=time.monotonic)
+    engine_at: float | None = None  # when its first text went to the engine (the timing record's start)
+    pump: asyncio.Task[None] | None = None
+    slot: StreamSlot | None = None  # the tenant's stream slot, when limited
+    codec_seq: int = 0  # codec_tokens mode: the next binary message's sequence number
+    codec_frames: int = 0
+
+    def segment_of(self, engine_index: int) -> int | None:
+        """Our segment index of the engine's append `engine_index` (None: not one of ours)."""
+        return self.engine_segments[engine_index] if engine_index < len(self.engine_segments) else None
+
+    @property
+    def text(self) -> str:
+        """Every committed segment's text."""
+        return "".join(s.text for s in self.segments)
+
+    @property
+    def spoken_text(self) -> str:
+        """The text of the segments whose audio has begun."""
+        return "".join(self.segments[i].text for i in sorted(self.marked))
