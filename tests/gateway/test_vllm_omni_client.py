@@ -99,7 +99,10 @@ async def test_stream_audio_pcm_streams_frames(tiny_gateway: str) -> None:
 
 @pytest.mark.parametrize(
     "config",
-    [{"speaker": "Ryan", "language": "English"}, {"voice": "vivian", "task_type": "CustomVoice", "language": "Chinese"}],
+    [
+        {"speaker": "Ryan", "language": "English"},
+        {"voice": "vivian", "task_type": "CustomVoice", "language": "Chinese"},
+    ],
 )
 async def test_speaker_task_type_and_capitalised_languages(tiny_gateway: str, config: dict[str, Any]) -> None:
     events, files, _ = await omni_client(tiny_gateway, DEFAULTS | config)
