@@ -20,10 +20,11 @@ from gateway.auth import authenticate
 from gateway.batch import batch_routes
 from gateway.connection import Connection
 from gateway.dependencies import DEPENDENCIES
+from gateway.drain import DRAIN_REASON, Drain
 from gateway.errors import EXCEPTION_HANDLERS, ApiError
 from gateway.openai_api import openai_routes
 from gateway.playground import playground_routes
-from gateway.protocol import CLOSE_POLICY, CLOSE_TRY_LATER
+from gateway.protocol import CLOSE_POLICY, CLOSE_RECONNECT, CLOSE_TRY_LATER
 from gateway.request_id import request_id_middleware
 from gateway.session_state import SessionBinding
 from gateway.settings import Settings
@@ -44,6 +45,8 @@ async def health(state: State) -> Response[dict[str, str]]:
         failed = bool(state.get("engine_error"))
         detail = "the engine failed to load" if failed else "the engine is loading"
         return Response({"status": "failed" if failed else "warming", "detail": detail}, status_code=503)
+    if state.drain.draining:  # a balancer's health check takes the replica out of rotation
+        return Response({"status": "draining", "detail": "the server is draining"}, status_code=503)
     store: SessionStore = state.store
     h = store.health()
     body = {"status": "ok" if h.status == "ok" else "degraded", "model": state.settings.model, "state": h.backend}
@@ -87,6 +90,11 @@ async def speech_stream(
         await socket.send_json({"type": "error", "code": "engine_not_ready", "message": "the engine is warming up"})
         await socket.close(code=CLOSE_TRY_LATER, reason="engine not ready")
         return
+    drain: Drain = state.drain
+    if drain.draining:
+        await socket.send_json({"type": "error", "code": "draining", "message": DRAIN_REASON})
+        await socket.close(code=CLOSE_RECONNECT, reason="draining")
+        return
 
     async def send(data: bytes | str) -> None:
         if isinstance(data, bytes):
@@ -97,9 +105,11 @@ async def speech_stream(
     binding = SessionBinding(store, tenant)
     conn = Connection(engine, settings.limits, binding, socket.receive, send, model=settings.model,
                       admission=admission)  # fmt: skip
+    drain.opened(conn)
     try:
         await conn.run()
     finally:
+        drain.closed(conn)
         with contextlib.suppress(Exception):
             await socket.close(code=conn.close_code, reason=conn.close_reason)
 
@@ -161,6 +171,8 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
     # store, settings and tenant (gateway/dependencies.py). Every response carries x-request-id.
     # Every body is small unless its route says otherwise (voices: a clip; speech: text): Litestar's
     # default would let any new route read 10 MB.
-    return Litestar(route_handlers=routes, lifespan=[lifespan], exception_handlers=EXCEPTION_HANDLERS,
-                    dependencies=DEPENDENCIES, middleware=[request_id_middleware],
-                    request_max_body_size=64 * 1024)  # fmt: skip
+    app = Litestar(route_handlers=routes, lifespan=[lifespan], exception_handlers=EXCEPTION_HANDLERS,
+                   dependencies=DEPENDENCIES, middleware=[request_id_middleware],
+                   request_max_body_size=64 * 1024)  # fmt: skip
+    app.state.drain = Drain(settings.drain_grace_s)  # SIGTERM runs it (gateway/server.py)
+    return app

@@ -32,7 +32,10 @@ async def _probe_store(url: str) -> str | None:
     """Fail fast and clearly on an unreachable Redis, before the server starts."""
     from sessions import SessionStore, StateUnavailable
 
-    store = SessionStore.from_url(url)
+    try:
+        store = SessionStore.from_url(url)
+    except ValueError as e:  # a URL it cannot use: an unknown scheme, a sentinel URL with no master name
+        return f"--redis-url: {e}"
     try:
         await store.start()
     except StateUnavailable as e:
@@ -43,10 +46,8 @@ async def _probe_store(url: str) -> str | None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from gateway.app import create_app
-    from gateway.server import server_config
+    from gateway.server import DrainingServer, server_config
     from gateway.settings import load_settings
     from sessions import bind_allowed
 
@@ -55,6 +56,7 @@ def _serve(args: argparse.Namespace) -> int:
         settings = load_settings(
             args.config, host=args.host, port=args.port, model=args.model, redis_url=args.redis_url,
             api_keys=args.api_keys, insecure=args.insecure or None, takeover=args.takeover,
+            drain_grace_s=args.drain_grace,
         )  # fmt: skip
         keys = settings.keys()
     except (OSError, ValueError) as e:
@@ -71,7 +73,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"voxgate: {problem}", file=sys.stderr)
         return 1
     app = create_app(settings)
-    server = uvicorn.Server(server_config(app, settings))
+    server = DrainingServer(server_config(app, settings), app.state.drain)  # SIGTERM drains first
     server.run()
     # A failed start-up (an unreachable Redis, say) leaves the server not started: say so in the exit code.
     return 0 if server.started else 1
@@ -94,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--api-keys", help="tenant=<sha256hex>,… or a JSON file of tenants (env VOXGATE_API_KEYS)")
     p.add_argument("--insecure", action="store_true", help="allow serving a non-loopback address with no API keys")
     p.add_argument("--takeover", choices=("takeover", "refuse"), help="a second connection to a live session")
+    p.add_argument("--drain-grace", type=float, metavar="SECONDS",
+                   help="on SIGTERM, open utterances get this long to finish (default 30; env VOXGATE_DRAIN_GRACE_S)")
     p.set_defaults(run=_serve)
     args = parser.parse_args(argv)
     return args.run(args)

@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import signal
+from types import FrameType
 from typing import Any
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from gateway.drain import Drain
 from gateway.protocol import MAX_CONFIG_BYTES
 from gateway.settings import Settings
 
@@ -96,3 +99,29 @@ def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Con
     config = uvicorn.Config(app, **(options | overrides))  # configures uvicorn's loggers
     redact_key_logs()
     return config
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, but the first SIGTERM drains before it exits (gateway/drain.py): no new sessions,
+    open utterances finish (within the grace period), every socket is told to resume elsewhere. A second
+    SIGTERM, or SIGINT, exits at once as uvicorn does (it closes what is still open with 1012)."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain) -> None:
+        super().__init__(config)
+        self.drain = drain
+        self.drained_in: float | None = None
+        self._drain_task: asyncio.Task[None] | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig != signal.SIGTERM or self._drain_task is not None or not self.started:
+            super().handle_exit(sig, frame)
+            return
+        # A signal handler: the loop runs in this thread, between two of its callbacks.
+        loop = asyncio.get_event_loop()
+        self._drain_task = loop.create_task(self._drain(), name="voxgate-drain")
+
+    async def _drain(self) -> None:
+        try:
+            self.drained_in = await self.drain.run()
+        finally:
+            self.should_exit = True

@@ -1,0 +1,179 @@
+"""Two real `voxgate serve` replicas behind HAProxy (deploy/haproxy.cfg as is), one Redis, clients only
+ever talking to the balancer, which has no session affinity:
+
+- kill -9 of a replica: its sessions resume through the balancer on the other, with the next index;
+- a rolling restart by SIGTERM: /health says draining at once, every utterance under way is heard to
+  its end, each socket then closes with CLOSE_RECONNECT, the process exits 0, and every client resumes
+  through the balancer on the other replica with the next index.
+
+Prints the resume latency through the balancer and the drain time (run with -s)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import websockets
+from support.replicas import HAProxy, Replica
+from support.wsclient import open_session, say
+
+from gateway.protocol import CLOSE_RECONNECT
+
+from ..conftest import RedisServer
+
+pytestmark = [pytest.mark.redis]
+TEXT = "This answer is under way when the replica goes away, and it goes on elsewhere afterwards."
+
+
+class Deployment:
+    def __init__(self, redis: RedisServer, logdir: Path) -> None:
+        self.replicas = [Replica(redis.url, logdir).spawn(), Replica(redis.url, logdir).spawn()]
+        for r in self.replicas:
+            r.wait_healthy()
+        self.lb = HAProxy(self.replicas[0].addr, self.replicas[1].addr, logdir)
+        self.lb.wait_up()
+
+    def stop(self) -> None:
+        self.lb.stop()
+        for r in self.replicas:
+            r.kill()
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    logdir = Path(tmp_path_factory.mktemp("deployment"))
+    redis = RedisServer(logdir)
+    redis.start()
+    d = Deployment(redis, logdir)
+    try:
+        yield d
+    finally:
+        d.stop()
+        redis.stop()
+
+
+def health(addr: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://{addr}/health", timeout=1) as r:
+            return r.status, json.load(r)["status"]
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)["status"]
+
+
+async def start_speaking(lb: str, n: int) -> list[tuple[Any, dict[str, Any]]]:
+    sessions = [await open_session(lb) for _ in range(n)]
+    for ws, ready in sessions:
+        assert ready["type"] == "session.ready", ready
+        await ws.send(json.dumps({"type": "input.text", "text": TEXT}))
+        await ws.send(json.dumps({"type": "input.done"}))
+    for ws, _ in sessions:  # every session is speaking
+        while not isinstance(await asyncio.wait_for(ws.recv(), 30), bytes):
+            pass
+    return sessions
+
+
+async def to_the_close(ws: Any) -> tuple[list[dict[str, Any]], int | None, float]:
+    """Read the utterance to its end, then up to 2 s more for a close: the events, the close code (None:
+    still open, or broken without one), when it ended."""
+    events: list[dict[str, Any]] = []
+    try:
+        while not events or events[-1]["type"] not in ("session.done", "error"):
+            m = await asyncio.wait_for(ws.recv(), 30)
+            if isinstance(m, str):
+                events.append(json.loads(m))
+        await asyncio.wait_for(ws.recv(), 2)
+    except websockets.ConnectionClosed as e:
+        return events, e.rcvd.code if e.rcvd else None, time.monotonic()
+    except TimeoutError:
+        pass
+    return events, None, time.monotonic()
+
+
+async def resume(lb: str, session_id: str, timeout: float = 10) -> tuple[Any, dict[str, Any]]:
+    """Resume through the balancer, as a client does on a close: again at once if it says draining."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ws, ready = await open_session(lb, session_id=session_id)
+        if ready["type"] == "session.ready" or time.monotonic() > deadline:
+            return ws, ready
+        await ws.close()
+        await asyncio.sleep(0.05)
+
+
+async def test_kill_9_of_a_replica_resumes_through_the_balancer(deployment: Deployment) -> None:
+    lb, (a, _) = deployment.lb.addr, deployment.replicas
+    sessions = await start_speaking(lb, 4)  # round robin: two on each replica
+    a.kill()
+    waits: list[float] = []
+    cut = 0
+    for ws, ready in sessions:
+        events, code, closed_at = await to_the_close_or_done(ws)
+        if code is None and not any(e["type"] == "session.done" for e in events):  # on the killed replica
+            cut += 1
+            ws2, resumed = await resume(lb, ready["session_id"])
+            waits.append(time.monotonic() - closed_at)
+            assert resumed["type"] == "session.ready" and resumed["resumed"], resumed
+            assert resumed["next_utterance_index"] == 1, resumed  # the cut utterance was logged as started
+            assert (await say(ws2, "Resumed through the balancer."))[-1]["utterance_index"] == 1
+            await ws2.close()
+        else:
+            await ws.close()
+    assert cut >= 1
+    print(f"\nkill -9: {cut} sessions resumed through HAProxy; close → session.ready "
+          f"{', '.join(f'{w * 1000:.0f}' for w in waits)} ms")
+    # The killed replica comes back for the next test (a restart, as an orchestrator does).
+    a.spawn().wait_healthy()
+    deployment.lb.wait_up()
+
+
+async def to_the_close_or_done(ws: Any) -> tuple[list[dict[str, Any]], int | None, float]:
+    """Read until the utterance's session.done (its replica lives) or the socket breaks."""
+    events: list[dict[str, Any]] = []
+    try:
+        while True:
+            m = await asyncio.wait_for(ws.recv(), 30)
+            if isinstance(m, str):
+                events.append(json.loads(m))
+                if events[-1]["type"] == "session.done":
+                    return events, None, time.monotonic()
+    except websockets.ConnectionClosed as e:
+        return events, e.rcvd.code if e.rcvd else None, time.monotonic()
+
+
+async def test_rolling_restart_by_sigterm_through_the_balancer(deployment: Deployment) -> None:
+    lb, b = deployment.lb.addr, deployment.replicas[1]
+    await asyncio.sleep(1.2)  # both replicas in rotation again (rise 2 × inter 500 ms)
+    sessions = await start_speaking(lb, 4)
+    t0 = time.monotonic()
+    assert b.proc is not None
+    b.proc.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.1)
+    assert await asyncio.to_thread(health, b.addr) == (503, "draining")
+    ends = await asyncio.gather(*(to_the_close(ws) for ws, _ in sessions))
+    await asyncio.to_thread(b.proc.wait, 30)
+    drained = time.monotonic() - t0
+    assert b.proc.returncode == 0
+    on_b = [(ready, events) for (_, ready), (events, code, _) in zip(sessions, ends, strict=True)
+            if code == CLOSE_RECONNECT]  # fmt: skip
+    assert len(on_b) >= 1
+    for (_, ready), (events, code, _) in zip(sessions, ends, strict=True):
+        kinds = [e["type"] for e in events]
+        assert "error" not in kinds and "session.done" in kinds, events  # no utterance cut, on either
+        if code != CLOSE_RECONNECT:
+            continue
+        ws2, resumed = await resume(lb, ready["session_id"])
+        assert resumed["type"] == "session.ready" and resumed["resumed"], resumed
+        assert resumed["next_utterance_index"] == 1, resumed
+        assert (await say(ws2, "Resumed after the drain."))[-1]["utterance_index"] == 1
+        await ws2.close()
+    for ws, _ in sessions:
+        await ws.close()
+    print(f"\ndrain: SIGTERM → exit 0 in {drained:.2f} s; {len(on_b)} sessions resumed on the other replica")

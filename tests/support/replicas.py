@@ -1,0 +1,90 @@
+"""`voxgate serve` processes for tests, started as deploy/ starts them, and HAProxy in front of them
+with deploy/haproxy.cfg itself."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from .servers import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Replica:
+    """One `voxgate serve --model piper` process on a free port. ``spawn`` does not wait: start several,
+    then ``wait_healthy`` each (a piper replica takes ~8 s to warm up; in parallel they overlap)."""
+
+    def __init__(self, redis_url: str, logdir: Path, *extra: str, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.cmd = [sys.executable, "-m", "gateway.cli", "serve", "--model", "piper", "--port", str(self.port),
+                    "--redis-url", redis_url, *extra]  # fmt: skip
+        self.log = logdir / f"replica-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def spawn(self) -> Replica:
+        out = open(self.log, "ab")  # noqa: SIM115 - the process holds it
+        self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                                     env=os.environ | {"PYTHONUNBUFFERED": "1"})  # fmt: skip
+        return self
+
+    def wait_healthy(self, timeout: float = 90) -> Replica:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{self.addr}/health", timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                pass
+            assert self.proc.poll() is None, self.log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "replica did not become healthy"
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class HAProxy:
+    """deploy/haproxy.cfg, as is, in front of two replicas."""
+
+    def __init__(self, a: str, b: str, logdir: Path) -> None:
+        binary = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
+        if binary is None:
+            pytest.fail("haproxy is not installed: apt-get install -y haproxy (.ci/run does)")
+        self.port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        env = os.environ | {"VOXGATE_LISTEN": self.addr, "VOXGATE_REPLICA_A": a, "VOXGATE_REPLICA_B": b}
+        out = open(logdir / "haproxy.log", "ab")  # noqa: SIM115 - the process holds it
+        self.proc = subprocess.Popen([binary, "-db", "-f", str(REPO / "deploy" / "haproxy.cfg")], env=env,
+                                     stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+
+    def wait_up(self, timeout: float = 10) -> None:
+        """Until both replicas are in rotation (health checks passed `rise` times)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "haproxy exited"
+            try:
+                with urllib.request.urlopen(f"http://{self.addr}/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        pytest.fail("haproxy did not answer /health")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
