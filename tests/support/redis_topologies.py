@@ -89,15 +89,16 @@ class Node:
 class Cluster:
     """Three primaries, each with a third of the slots (CLUSTER ADDSLOTSRANGE + MEET: no redis-cli)."""
 
-    def __init__(self, workdir: Path, primaries: int = 3) -> None:
+    def __init__(self, workdir: Path, primaries: int = 3, *, replica: bool = False) -> None:
+        self.replica: Node | None = None
         mark = len(_STARTED)
         try:
-            self._start(workdir, primaries)
+            self._start(workdir, primaries, replica)
         except BaseException:
             kill_since(mark)
             raise
 
-    def _start(self, workdir: Path, primaries: int) -> None:
+    def _start(self, workdir: Path, primaries: int, replica: bool) -> None:
         # The bus port is named: its default (port + 10000) fails for the high ports free_port() gives.
         self.bus = [free_port() for _ in range(primaries)]
         self.nodes = [Node(workdir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
@@ -111,10 +112,21 @@ class Cluster:
             command(n.port, "CLUSTER", "MEET", "127.0.0.1", str(self.nodes[0].port), str(self.bus[0]))
         for n in self.nodes:
             _wait("the cluster did not form", lambda n=n: b"cluster_state:ok" in command(n.port, "CLUSTER", "INFO"))
+        if replica:  # one replica, of the first primary: acknowledged writes to its slots WAIT for it
+            bus = free_port()
+            r = Node(workdir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                     "--cluster-node-timeout", "2000", "--cluster-port", str(bus), "--repl-diskless-sync-delay", "0")
+            command(r.port, "CLUSTER", "MEET", "127.0.0.1", str(self.nodes[0].port), str(self.bus[0]))
+            primary_id = command(self.nodes[0].port, "CLUSTER", "MYID").split(b"\r\n")[1].decode()
+            _wait("the replica did not join", lambda: command(r.port, "CLUSTER", "REPLICATE", primary_id)
+                  .startswith(b"+OK"))  # fmt: skip
+            _wait("the replica did not sync", lambda: b"master_link_status:up" in command(r.port, "INFO",
+                                                                                         "replication"))  # fmt: skip
+            self.replica = r
         self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
     def stop(self) -> None:
-        for n in self.nodes:
+        for n in [*self.nodes, *([self.replica] if self.replica else [])]:
             n.kill()
 
 
