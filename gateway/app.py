@@ -24,7 +24,7 @@ from gateway.drain import DRAIN_REASON, Drain
 from gateway.errors import EXCEPTION_HANDLERS, ApiError
 from gateway.openai_api import openai_routes
 from gateway.playground import playground_routes
-from gateway.protocol import CLOSE_POLICY, CLOSE_RECONNECT, CLOSE_TRY_LATER
+from gateway.protocol import CLOSE_POLICY, CLOSE_RECONNECT, CLOSE_TRY_LATER, encode, error_event
 from gateway.request_id import request_id_middleware
 from gateway.session_state import SessionBinding
 from gateway.settings import Settings
@@ -83,16 +83,16 @@ async def speech_stream(
     tenant = authenticate(socket, query=True)
     if tenant is None:
         message = "a valid API key is required (Authorization: Bearer, X-API-Key or ?api_key=)"
-        await socket.send_json({"type": "error", "code": "unauthorized", "message": message})
+        await socket.send_text(encode(error_event("unauthorized", message)))
         await socket.close(code=CLOSE_POLICY, reason="unauthorized")
         return
     if engine is None:
-        await socket.send_json({"type": "error", "code": "engine_not_ready", "message": "the engine is warming up"})
+        await socket.send_text(encode(error_event("engine_not_ready", "the engine is warming up")))
         await socket.close(code=CLOSE_TRY_LATER, reason="engine not ready")
         return
     drain: Drain = state.drain
     if drain.draining:
-        await socket.send_json({"type": "error", "code": "draining", "message": DRAIN_REASON})
+        await socket.send_text(encode(error_event("draining", DRAIN_REASON)))
         await socket.close(code=CLOSE_RECONNECT, reason="draining")
         return
 

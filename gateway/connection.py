@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -20,8 +19,8 @@ from typing import Any
 from engine import Engine, EngineError, Stream, StreamRequest
 from gateway import metrics
 from gateway.admission import Admission, QueuedStream, Ticket
+from gateway.backlog import Backlog
 from gateway.outbox import Outbox, Outgoing, SlowClient
-from gateway.playback import Playback
 from gateway.protocol import (
     CLOSE_INTERNAL,
     CLOSE_POLICY,
@@ -30,7 +29,6 @@ from gateway.protocol import (
     AudioCancelled,
     AudioWaiting,
     ConfigMessage,
-    Error,
     InputCancel,
     InputDone,
     InputText,
@@ -43,7 +41,7 @@ from gateway.protocol import (
     config_of,
     decode,
     encode,
-    quote,
+    error_event,
     sent_fields,
 )
 from gateway.pump import codec_done, pump_audio
@@ -66,7 +64,6 @@ Send = Callable[[bytes | str], Awaitable[None]]
 FEED_SLICE = 512
 # Segments longer than this (split_granularity "none") are normalised off the event loop (~1 ms/KiB).
 NORMALIZE_INLINE_CHARS = 1024
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 class Connection:
@@ -91,8 +88,8 @@ class Connection:
         self._watch: asyncio.Task[None] | None = None
         self._voice: tuple[str | None, dict[str, Any]] = (None, {})  # resolved at session.config
         self.close_code, self.close_reason = 1000, ""  # how the socket is closed, and why
-        self.listener = Playback(count_underruns=False)  # the client's player, across utterances
-        self.backlog_chars = 0  # committed characters whose audio has not begun, every utterance
+        self.backlog = Backlog(limits)
+        self.listener = self.backlog.listener  # the client's player, across utterances
         self.last_utterance: Utterance | None = None  # the last whose pump ended (what a late cancel names)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -165,56 +162,59 @@ class Connection:
         await self.outbox.put(Outgoing(encode(ev)))
 
     async def error(self, code: str, message: str, **fields: object) -> None:
-        """An `error` event. The message is cut and stripped of object addresses: errors carry causes
-        from deep inside (an engine, the store) and must never echo unbounded input or internals."""
         metrics.ERRORS.labels(code).inc()
-        message = _ADDRESS.sub("", message)
-        if len(message) > 300:
-            message = message[:299] + "…"
-        await self.emit(Error(code=code, message=message, **fields))  # type: ignore[arg-type]
+        await self.emit(error_event(code, message, **fields))
 
     # -- reading ----------------------------------------------------------------------------------
 
     async def _reader(self) -> None:
+        while (ev := await self._next_event()) is not None and ev["type"] != "websocket.disconnect":
+            try:
+                if not await self._dispatch(ev.get("text")):
+                    return
+            except (ProtocolError, EngineError) as e:
+                await self._refused(e)
+                if self.config is None:
+                    self._close_with(CLOSE_POLICY, e.code)
+                    return  # only a bad first message closes the session
+
+    async def _next_event(self) -> dict | None:
+        """The socket's next event; None once the session idled past its timeout (the client is told)."""
         while True:
             timeout = self.limits.config_timeout if self.config is None else self.limits.idle_timeout
             try:
                 async with asyncio.timeout(timeout):
-                    ev = await self._receive()
+                    return await self._receive()
             except TimeoutError:
                 if self.current is not None or self.playing:
                     continue  # idle means between turns; a long reply still playing is not idle
-                what = "session.config" if self.config is None else "input"
-                await self.error("timeout", f"no {what} within {timeout:g} s; closing")
-                self._close_with(CLOSE_TIMEOUT, f"no {what} within {timeout:g} s")
-                return
-            if ev["type"] == "websocket.disconnect":
-                return
-            raw = ev.get("text")
-            try:
-                if raw is None:
-                    raise ProtocolError("binary_not_supported", "client frames must be JSON text")
-                msg = decode(raw)
-                if self.config is None and not isinstance(msg, ConfigMessage):
-                    raise ProtocolError("config_required", "the first message must be session.config")
-                if isinstance(msg, SessionClose):
-                    await self._finish_current()
-                    await self._wait_playing()
-                    return
-                if isinstance(msg, ConfigMessage):
-                    await self._configure(config_of(msg), sent_fields(msg))
-                else:
-                    await self._handle(msg)
-            except ProtocolError as e:
-                await self.error(e.code, e.message, **e.fields)
-                if self.config is None:
-                    self._close_with(CLOSE_POLICY, e.code)
-                    return  # only a bad first message closes the session
-            except EngineError as e:
-                await self.error(e.code, str(e))
-                if self.config is None:
-                    self._close_with(CLOSE_POLICY, e.code)
-                    return
+            what = "session.config" if self.config is None else "input"
+            await self.error("timeout", f"no {what} within {timeout:g} s; closing")
+            self._close_with(CLOSE_TIMEOUT, f"no {what} within {timeout:g} s")
+            return None
+
+    async def _dispatch(self, raw: str | None) -> bool:
+        """Act on one client message; False: the session ends (session.close)."""
+        if raw is None:
+            raise ProtocolError("binary_not_supported", "client frames must be JSON text")
+        msg = decode(raw)
+        if self.config is None and not isinstance(msg, ConfigMessage):
+            raise ProtocolError("config_required", "the first message must be session.config")
+        if isinstance(msg, SessionClose):
+            await self._finish_current()
+            await self._wait_playing()
+            return False
+        if isinstance(msg, ConfigMessage):
+            await self._configure(config_of(msg), sent_fields(msg))
+        else:
+            await self._handle(msg)
+        return True
+
+    async def _refused(self, e: ProtocolError | EngineError) -> None:
+        if isinstance(e, ProtocolError):
+            await self.error(e.code, e.message, **e.fields)
+        else:
+            await self.error(e.code, str(e))
 
     async def _handle(self, msg: InputText | InputDone | InputCancel) -> None:
         if isinstance(msg, InputText):
@@ -306,46 +306,25 @@ class Connection:
             self.utterance_count += 1
             metrics.UTTERANCES.inc()
         utt.last_input = time.monotonic()  # refused text is input too: the client is not idle
-        self._admit(utt, text)
+        self.backlog.admit(utt, text)
         utt.chars += len(text)
         for i in range(0, len(text), FEED_SLICE):
             if i:
                 await asyncio.sleep(0)  # a long message shares the loop with every other session
                 if utt.cancelled:
                     return  # a cancel from another replica came in between the slices
+                # Still reading the client's message: not idle, so the poller must not finish the
+                # utterance under it (its later slices would go to a finished stream: invalid_state).
+                utt.last_input = time.monotonic()
             try:
                 segments = utt.segmenter.feed(text[i : i + FEED_SLICE])
             except ValueError as e:
                 raise ProtocolError("invalid_text", str(e), utterance_index=utt.index) from None
             await self._commit(utt, segments)
 
-    def _admit(self, utt: Utterance, text: str) -> None:
-        """Refuse text past the utterance's length bound or the backlog ahead of the listener: an
-        explicit refusal naming what was not taken, rather than memory without bound. (The reader is
-        not paused instead: a paused reader would hold back a barge-in.)"""
-        lim, n = self.limits, len(text)
-        refused = f"{n} characters of input.text ({quote(text, 40)}) were not accepted"
-        if utt.chars + n > lim.max_utterance_chars:
-            raise ProtocolError(
-                "utterance_too_long",
-                f"{refused}: an utterance holds at most {lim.max_utterance_chars} characters; send input.done",
-                utterance_index=utt.index, rejected_chars=n,
-            )  # fmt: skip
-        # What is already pending decides, so one big message is taken whole (it is bounded by the
-        # message limit) and the backlog never exceeds the bound by more than one message.
-        pending = self.backlog_chars + len(utt.segmenter.pending)
-        if pending > lim.max_backlog_chars or self.listener.ahead() > lim.max_audio_ahead_s:
-            raise ProtocolError(
-                "backlog_full",
-                f"{refused}: the listener is too far behind ({pending} characters not yet spoken, "
-                f"{self.listener.ahead():.0f} s of audio not yet played); send it again later",
-                utterance_index=utt.index, rejected_chars=n,
-            )  # fmt: skip
-
     async def _commit(self, utt: Utterance, segments: list[Segment]) -> None:
         """Announce and speak committed segments. A segment that cannot be spoken (no stream slot, the
         store down) is named in an `error`; the segments after it are still tried."""
-        assert self.config is not None
         unspoken: list[tuple[int, ProtocolError | EngineError]] = []
         for s in segments:
             index = len(utt.segments)
@@ -353,26 +332,10 @@ class Connection:
             metrics.SEGMENTS.labels(s.reason).inc()
             await self.emit(SegmentCommitted(utterance_index=utt.index, segment_index=index, text=s.text,
                                              start=s.start, end=s.end, reason=s.reason))  # fmt: skip
-            if len(s.text) > NORMALIZE_INLINE_CHARS:
-                spoken = await asyncio.to_thread(normalize_for_speech, s.text, self.config.language)
-            else:
-                spoken = normalize_for_speech(s.text, self.config.language)
-            if not spoken or utt.cancelled:
-                continue
             try:
-                await self._open(utt)
+                await self._speak(utt, index, s.text)
             except (ProtocolError, EngineError) as e:
                 unspoken.append((index, e))
-                continue
-            assert utt.stream is not None
-            utt.engine_segments.append(index)  # a refused append spends its engine index all the same
-            try:
-                utt.stream.append(spoken + " ")
-            except EngineError as e:  # the engine's own backstop (queue_full)
-                unspoken.append((index, e))
-                continue
-            utt.unheard[index] = len(spoken)
-            self.backlog_chars += len(spoken)
         if unspoken:
             index, e = unspoken[0]
             which = ", ".join(str(i) for i, _ in unspoken)
@@ -382,6 +345,21 @@ class Connection:
                 e.code, f"segment {which} of utterance {utt.index} will not be spoken: {message}",
                 utterance_index=utt.index, segment_indexes=[i for i, _ in unspoken], **extra,
             )  # fmt: skip
+
+    async def _speak(self, utt: Utterance, index: int, text: str) -> None:
+        """One committed segment to the utterance's engine stream (opened with its first speakable one)."""
+        assert self.config is not None
+        if len(text) > NORMALIZE_INLINE_CHARS:
+            spoken = await asyncio.to_thread(normalize_for_speech, text, self.config.language)
+        else:
+            spoken = normalize_for_speech(text, self.config.language)
+        if not spoken or utt.cancelled:
+            return
+        await self._open(utt)
+        assert utt.stream is not None
+        utt.engine_segments.append(index)  # a refused append spends its engine index all the same
+        utt.stream.append(spoken + " ")  # may raise the engine's own backstop (queue_full)
+        self.backlog.committed(utt, index, len(spoken))
 
     async def _open(self, utt: Utterance) -> None:
         """The utterance's engine stream, opened with its first speakable segment."""
@@ -430,16 +408,6 @@ class Connection:
         return QueuedStream(self.admission, tenant.name, tenant.weight, lambda: self._open_stream(cfg, voice),
                             on_lost=lost, on_admitted=admitted, frame_rate_hz=frame_rate,
                             listening_s=listening if listening > 0 else None)  # fmt: skip
-
-    def heard(self, utt: Utterance, segment: int) -> None:
-        """A segment's audio has begun: it leaves the backlog."""
-        utt.marked.add(segment)
-        self.backlog_chars -= utt.unheard.pop(segment, 0)
-
-    def _forget(self, utt: Utterance) -> None:
-        """The utterance is over: what of it was never heard leaves the backlog."""
-        self.backlog_chars -= sum(utt.unheard.values())
-        utt.unheard.clear()
 
     async def _finish_current(self) -> None:
         utt = self.current
@@ -519,7 +487,7 @@ class Connection:
             self.outbox.cancel_audio(utt.index)
             if utt.pump is None or utt.pump.done():
                 self.outbox.settled(utt.index)  # no pump: no later audio to keep out
-            self._forget(utt)
+            self.backlog.forget(utt)
         if notify:
             metrics.CANCELS.inc()
         for utt in victims:
@@ -575,7 +543,7 @@ class Connection:
             self.last_utterance = utt
             if utt in self.playing:
                 self.playing.remove(utt)
-            self._forget(utt)
+            self.backlog.forget(utt)
             self.outbox.settled(utt.index)
             await self._release_slot(utt)
 

@@ -300,6 +300,18 @@ class Error(ServerEvent, tag="error"):
     retry_after_s: float | UnsetType = UNSET
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def error_event(code: str, message: str, **fields: object) -> Error:
+    """An `error` event. The message is cut and stripped of object addresses: errors carry causes from
+    deep inside (an engine, the store) and must never echo unbounded input or internals."""
+    message = _ADDRESS.sub("", message)
+    if len(message) > 300:
+        message = message[:299] + "…"
+    return Error(code=code, message=message, **fields)  # type: ignore[arg-type]
+
+
 Event = (SessionReady | SegmentCommitted | AudioStart | AudioMark | AudioWaiting | AudioDone | SessionDone
          | AudioCancelled | CodecStart | CodecDone | Error)  # fmt: skip
 _encoder = msgspec.json.Encoder()

@@ -104,7 +104,7 @@ async def _stream(conn: Connection, utt: Utterance, sink: Sink) -> StreamEnd | N
         seg = None if prime else utt.segment_of(ev.segment)
         mark = seg if seg is not None and seg not in utt.marked else None
         if mark is not None:
-            conn.heard(utt, mark)
+            conn.backlog.heard(utt, mark)
         await sink.audio(ev, mark)
     return None if utt.cancelled else StreamEnd("done")
 

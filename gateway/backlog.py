@@ -1,0 +1,55 @@
+"""What the listener has not heard yet, across a connection's utterances: committed text whose audio has
+not begun, and audio sent but not yet played at real time. Past either bound, `input.text` is refused
+(`backlog_full`) rather than held in memory without bound; the reader is never paused instead, since a
+paused reader would hold back a barge-in."""
+
+from __future__ import annotations
+
+from gateway.playback import Playback
+from gateway.protocol import ProtocolError, quote
+from gateway.settings import Limits
+from gateway.utterance import Utterance
+
+
+class Backlog:
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.chars = 0  # committed characters whose audio has not begun, every utterance
+        self.listener = Playback(count_underruns=False)  # the client's player, across utterances
+
+    def admit(self, utt: Utterance, text: str) -> None:
+        """Refuse text past the utterance's length bound or the backlog ahead of the listener: an
+        explicit refusal naming what was not taken."""
+        lim, n = self.limits, len(text)
+        refused = f"{n} characters of input.text ({quote(text, 40)}) were not accepted"
+        if utt.chars + n > lim.max_utterance_chars:
+            raise ProtocolError(
+                "utterance_too_long",
+                f"{refused}: an utterance holds at most {lim.max_utterance_chars} characters; send input.done",
+                utterance_index=utt.index, rejected_chars=n,
+            )  # fmt: skip
+        # What is already pending decides, so one big message is taken whole (it is bounded by the
+        # message limit) and the backlog never exceeds the bound by more than one message.
+        pending = self.chars + len(utt.segmenter.pending)
+        if pending > lim.max_backlog_chars or self.listener.ahead() > lim.max_audio_ahead_s:
+            raise ProtocolError(
+                "backlog_full",
+                f"{refused}: the listener is too far behind ({pending} characters not yet spoken, "
+                f"{self.listener.ahead():.0f} s of audio not yet played); send it again later",
+                utterance_index=utt.index, rejected_chars=n,
+            )  # fmt: skip
+
+    def committed(self, utt: Utterance, segment: int, chars: int) -> None:
+        """A segment went to the engine: it is in the backlog until its audio begins."""
+        utt.unheard[segment] = chars
+        self.chars += chars
+
+    def heard(self, utt: Utterance, segment: int) -> None:
+        """A segment's audio has begun: it leaves the backlog."""
+        utt.marked.add(segment)
+        self.chars -= utt.unheard.pop(segment, 0)
+
+    def forget(self, utt: Utterance) -> None:
+        """The utterance is over: what of it was never heard leaves the backlog."""
+        self.chars -= sum(utt.unheard.values())
+        utt.unheard.clear()
