@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 from engine import AudioChunk, Capacity, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamEvent
 from engine.admission import Bound, FairQueue, Refused, Waiter
 from gateway.protocol import ProtocolError
-from sessions import Tenant
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -256,12 +255,6 @@ class TicketedEngine:
 def ticketed(engine: Engine, ticket: Ticket | None) -> Engine:
     """`engine`, or the engine whose stream holds `ticket` (None: no admission, the engine as is)."""
     return engine if ticket is None else TicketedEngine(engine, ticket)  # type: ignore[return-value]
-
-
-async def admit(state: object, tenant: Tenant) -> Ticket | None:
-    """The app's admission for one request (`app.state.admission`; None before any engine is loaded)."""
-    admission: Admission | None = getattr(state, "admission", None)
-    return None if admission is None else await admission.admit(tenant.name, tenant.weight)
 
 
 class RefusedAppend(EngineError):
