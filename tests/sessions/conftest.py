@@ -21,6 +21,25 @@ FAST = StoreSettings(
 
 MakeStore = Callable[..., Awaitable[SessionStore]]
 
+# Contract tests that mostly wait out TTLs (expiry, keep-alive): the same scripts on every topology, so
+# they run on one server and embedded only. A Cluster or Sentinel changes routing, atomicity across a
+# slot, pub/sub and failover, which the rest of the suite covers there (and CI's time budget is tight).
+TTL_WAITS = {
+    "test_keepalive_holds_the_lease_past_its_ttl", "test_renewal_keeps_the_session_record_alive",
+    "test_crashed_owner_lease_expires", "test_crashed_holders_slot_expires", "test_kept_alive_slot_keeps_counting",
+    "test_renewing_an_expired_slot_reports_loss", "test_resume_refreshes_ttl", "test_idle_session_expires",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    keep, drop = [], []
+    for item in items:
+        name, _, param = item.name.partition("[")
+        (drop if name in TTL_WAITS and param.rstrip("]") in ("cluster", "sentinel") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
 
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
