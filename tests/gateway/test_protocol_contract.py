@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -142,3 +144,9 @@ async def test_a_cancel_with_nothing_playing_is_answered(gateway: str) -> None:
         pass
     assert ev["utterance_index"] == 1 and ev["cancelled"] is True
     await ws.close()
+
+
+def test_loading_settings_does_not_import_the_websocket_machinery() -> None:
+    code = "import sys, gateway.settings; print(' '.join(m for m in sys.modules if m.startswith('gateway')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert set(loaded.stdout.split()) == {"gateway", "gateway.settings"}, loaded.stdout
