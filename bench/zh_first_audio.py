@@ -14,7 +14,14 @@ slows each about as much. Per target and mode: first audio from the first token 
 frame; p50/p95), audible first audio (the first sustained onset above `--onset-dbfs`), the first
 commit, the first segment's length, and the gaps a pausing player starting at the onset would
 hear. Prints a table; `--json` writes every response and the summary. Loopback targets only; every
-wait is bounded.
+wait is bounded. `--cancel-after S` barges in after S seconds of audio (first audio does not depend on
+the rest, and a loaded box takes long to speak every reply whole).
+
+`--offline` needs no server: in one process, the first commit on a virtual clock plus the least of
+`--repeat` first model runs, under the rules before issue 14 (`BEFORE_POLICY`, no first-clause cut)
+and now, run by turns so a shared box's other load falls on both alike:
+
+    python bench/zh_first_audio.py --offline --modes auto,sentence --json bench/out/zh_first_offline.json
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -59,7 +66,7 @@ class Row:
 class Session:
     ws: ClientConnection
     sample_rate: int
-    frames: list[tuple[float, int]] = field(default_factory=list)
+    utterance: int = 0  # the index of the next utterance: events of earlier ones are left out
 
 
 def ws_url(url: str) -> str:
@@ -82,14 +89,17 @@ async def open_session(url: str, mode: str, voice: str | None) -> Session:
             if isinstance(msg, str):
                 ev = json.loads(msg)
                 if ev["type"] == "session.ready":
-                    return Session(ws, int(ev.get("sample_rate") or 24000))
+                    return Session(ws, int(ev.get("sample_rate") or 24000), int(ev.get("next_utterance_index") or 0))
                 if ev["type"] == "error":
                     await ws.close()
                     raise SystemExit(f"{url}: session.config refused: {ev.get('code')}: {ev.get('message')}")
 
 
-async def respond(s: Session, text: Text, row: Row, units_per_s: float, onset_dbfs: float) -> Row:
-    """Stream `text` and read its events until `session.done`; fills `row`."""
+async def respond(s: Session, text: Text, row: Row, units_per_s: float, onset_dbfs: float,
+                  cancel_after_s: float = 0.0) -> Row:
+    """Stream `text` and read its events until `session.done`; fills `row`. With `cancel_after_s`,
+    the response is cancelled (`input.cancel`, as a barge-in) once that much audio has come: first
+    audio does not depend on the rest, and a loaded box takes minutes to speak every reply whole."""
     pieces = llm_pieces(text.text)
     onset = OnsetTracker(s.sample_rate, threshold_dbfs=onset_dbfs)
     frames: list[tuple[float, int]] = []
@@ -104,23 +114,37 @@ async def respond(s: Session, text: Text, row: Row, units_per_s: float, onset_db
         await s.ws.send(json.dumps({"type": "input.done"}))
 
     sender = asyncio.create_task(send())
+    heard, cancelled = 0, False
+    index, s.utterance = s.utterance, s.utterance + 1
     try:
         async with asyncio.timeout(RESPONSE_TIMEOUT_S):
             while True:
                 msg = await s.ws.recv()
                 now = time.perf_counter() - t0
                 if isinstance(msg, bytes):
+                    if cancelled:
+                        continue
                     frames.append((now, len(msg) // 2))
                     onset.feed(np.frombuffer(msg, dtype="<i2"))
+                    heard += len(msg) // 2
+                    if cancel_after_s and heard >= cancel_after_s * s.sample_rate:
+                        cancelled = True
+                        sender.cancel()
+                        with contextlib.suppress(BaseException):
+                            await sender
+                        await s.ws.send(json.dumps({"type": "input.cancel"}))
                     continue
                 ev = json.loads(msg)
+                if ev.get("utterance_index", index) != index:
+                    continue  # the tail of an earlier, cancelled response
                 if ev["type"] == "segment.committed" and row.first_segment is None:
                     row.first_segment, row.first_commit_s = ev["text"], now
                 elif ev["type"] == "error":
                     row.error = str(ev.get("code"))
-                elif ev["type"] == "session.done":
+                elif ev["type"] in ("session.done", "audio.cancelled"):
                     break
-        await sender
+        if not cancelled:
+            await sender
     except TimeoutError:
         row.error = "timeout"
     finally:
@@ -189,7 +213,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 for name, url in targets.items() for mode in args.modes}
     try:
         for (name, mode), s in sessions.items():  # warm: the first response of a session pays for imports
-            await respond(s, texts[0], Row(name, mode, texts[0].id, -1), args.units_per_s, args.onset_dbfs)
+            await respond(s, texts[0], Row(name, mode, texts[0].id, -1), args.units_per_s, args.onset_dbfs,
+                          args.cancel_after)
         rows: list[Row] = []
         names = list(targets)
         for rnd in range(args.rounds):
@@ -198,7 +223,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 for mode in args.modes:
                     for name in order:
                         row = await respond(sessions[name, mode], text, Row(name, mode, text.id, rnd),
-                                            args.units_per_s, args.onset_dbfs)
+                                            args.units_per_s, args.onset_dbfs, args.cancel_after)
                         rows.append(row)
                         if args.verbose:
                             print(f"{name:8} {mode:7} {text.id:24} first {ms(row.first_audio_s):>5} ms "
@@ -218,9 +243,104 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# The rules before issue 14, as policy and flags of today's code, for `--offline`'s side-by-side runs:
+# the first clause needed 4 Han characters in auto (and clause mode held it to its 6 / 4-word rule),
+# and a stream's first piece was not cut at its first clause.
+BEFORE_POLICY = {"auto": {"first_clause_han": 4}, "clause": {"first_clause_han": 6, "first_clause_words": 4},
+                 "sentence": {}}
+
+
+def first_piece(engine: Any, text: str, mode: str, units_per_s: float, before: bool) -> tuple[float, str, Any]:
+    """(when the first segment is committed on a virtual clock, that segment, the stream's first piece)."""
+    from segmentation import StreamSegmenter
+
+    seg = StreamSegmenter("zh", mode, **(BEFORE_POLICY[mode] if before else {}))
+    tokens = llm_pieces(text)
+    first, at = None, len(tokens) / units_per_s
+    for i, token in enumerate(tokens):
+        if got := seg.feed(token):
+            first, at = got[0].text, i / units_per_s
+            break
+    if first is None:
+        first = seg.flush()[0].text
+    if before:  # the same voice and bounds, without the first-clause cut
+        piece = next(iter(engine._pieces(None, "zh", 1, first)))
+        return at, first, piece
+    return at, first, next(iter(engine._pieces(None, "zh", 0, first)))
+
+
+def offline(args: argparse.Namespace) -> dict[str, Any]:
+    """No server: per text, when the first segment is committed (the segmenter fed the same tokens on a
+    virtual clock at `--units-per-s`) and what the first model run of the stream's first piece costs,
+    under the rules before issue 14 and now, in one process, run by turns (the least of `--repeat`
+    runs each: the least disturbed by a shared box's other load). Their sum is the first audio a
+    server gives, less the gateway's own few milliseconds."""
+    import threading
+
+    from engine import load_engine
+
+    engine = load_engine(args.model)
+    texts = load_texts(args.texts.split(","), ["zh"])[: args.max_texts or None]
+    rows = []
+
+    def run_s(piece: Any) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        audio, rate = next(iter(engine._synthesise(piece.voice, piece.lang, piece.text, 1.0, threading.Event(),
+                                                   None)))
+        return time.perf_counter() - t0, audio.size / rate
+
+    try:
+        for mode in args.modes:
+            for text in texts:
+                sides = {name: first_piece(engine, text.text, mode, args.units_per_s, name == "before")
+                         for name in ("before", "after")}
+                runs: dict[str, list[float]] = {"before": [], "after": []}
+                audio_s: dict[str, float] = {}
+                for k in range(args.repeat):
+                    for name in ("before", "after") if k % 2 == 0 else ("after", "before"):
+                        t, audio_s[name] = run_s(sides[name][2])
+                        runs[name].append(t)
+                for name, (at, first, piece) in sides.items():
+                    row = {"rule": name, "mode": mode, "text_id": text.id, "first_segment": first,
+                           "first_piece": piece.text, "first_commit_s": at, "first_run_s": min(runs[name]),
+                           "first_run_audio_s": audio_s[name], "first_audio_s": at + min(runs[name])}
+                    rows.append(row)
+                    if args.verbose:
+                        print(f"{name:6} {mode:8} {text.id:22} commit {ms(at):>4} + run {ms(row['first_run_s']):>5}"
+                              f" ms  {piece.text!r}", file=sys.stderr)
+    finally:
+        engine.close()
+    out: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if k != "json_path"}, "rows": rows,
+                           "summary": {}}
+    for mode in args.modes:
+        for name in ("before", "after"):
+            mine = [r for r in rows if r["mode"] == mode and r["rule"] == name]
+            out["summary"][f"{name}/{mode}"] = {
+                key: {"p50": percentile([r[key] for r in mine], 50), "p95": percentile([r[key] for r in mine], 95)}
+                for key in ("first_commit_s", "first_run_s", "first_run_audio_s", "first_audio_s")
+            }
+    return out
+
+
+def offline_table(result: dict[str, Any]) -> str:
+    lines = [f"{'rule/mode':16} {'commit p50':>10} {'p95':>6} {'run p50':>8} {'p95':>6} {'audio p50':>9} "
+             f"{'first p50':>9} {'p95':>6}"]
+    for key, s in result["summary"].items():
+        c, r, a, e = s["first_commit_s"], s["first_run_s"], s["first_run_audio_s"], s["first_audio_s"]
+        lines.append(f"{key:16} {ms(c['p50']):>10} {ms(c['p95']):>6} {ms(r['p50']):>8} {ms(r['p95']):>6} "
+                     f"{ms(a['p50']):>9} {ms(e['p50']):>9} {ms(e['p95']):>6}")
+    lines.append("ms from the first token: first commit (virtual clock) + the first model run (least of --repeat);"
+                 " audio: that run's audio")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", action="append", required=True, help="NAME=URL of a running gateway (repeat)")
+    p.add_argument("--target", action="append", default=[], help="NAME=URL of a running gateway (repeat)")
+    p.add_argument("--offline", action="store_true",
+                   help="no server: first commit + first model run, the rules before issue 14 and now by turns")
+    p.add_argument("--model", default="kokoro", help="--offline: the CPU voices to load")
+    p.add_argument("--repeat", type=int, default=5, help="--offline: runs of each first piece (the least counts)")
     p.add_argument("--modes", default="auto", help="split_granularity values, e.g. auto,sentence,clause")
     p.add_argument("--rounds", type=int, default=3, help="passes over the texts")
     p.add_argument("--texts", default="own,corpus", help="own (bench/data) and/or corpus")
@@ -228,14 +348,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--voice", default=None)
     p.add_argument("--units-per-s", type=float, default=20.0, help="LLM tokens per second")
     p.add_argument("--onset-dbfs", type=float, default=-40.0)
+    p.add_argument("--cancel-after", type=float, default=0.0,
+                   help="cancel each response after this many seconds of audio (0: hear it whole)")
     p.add_argument("--json", dest="json_path", default=None)
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
     args.modes = [m for m in args.modes.split(",") if m]
     if not 1 <= args.rounds <= 100 or args.units_per_s <= 0:
         p.error("rounds must be 1–100 and units-per-s positive")
-    result = asyncio.run(main_async(args))
-    print(table(result))
+    if args.offline:
+        result = offline(args)
+        print(offline_table(result))
+    elif not args.target:
+        p.error("name at least one --target, or --offline")
+    else:
+        result = asyncio.run(main_async(args))
+        print(table(result))
     if args.json_path:
         Path(args.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_path).write_text(json.dumps(result, indent=1, ensure_ascii=False))
