@@ -13,9 +13,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
 from types import TracebackType
 from typing import Any, Protocol
+
+from msgspec.structs import replace
 
 from . import keys
 from .control import ControlSubscription

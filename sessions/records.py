@@ -1,18 +1,20 @@
-"""Plain records the store reads and writes. JSON for structured fields, raw bytes for audio."""
+"""Plain records the store reads and writes (msgspec Structs: typed, cheap to build and compare). In
+Redis: JSON for structured fields (its exact text for the spoken log, which the scripts match by prefix),
+raw bytes for audio."""
 
 from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import msgspec
 
 ControlKind = Literal["cancel", "takeover"]
 VoiceKind = Literal["preset", "clone"]
 
 
-@dataclass(frozen=True)
-class SpokenEntry:
+class SpokenEntry(msgspec.Struct, frozen=True):
     """One utterance in the session's capped spoken-text log: started (``finished`` False, no text yet:
     its audio was going out when the entry was made) or finished/cancelled with what was spoken. A
     started entry left behind names an utterance its replica never finished (killed mid-utterance)."""
@@ -42,8 +44,7 @@ class SpokenEntry:
         return cls(int(d["u"]), d["t"], bool(d["c"]), int(d["at"]), bool(d.get("f", 1)))
 
 
-@dataclass
-class SessionRecord:
+class SessionRecord(msgspec.Struct):
     tenant: str
     session_id: str
     config: dict[str, Any]
@@ -54,7 +55,7 @@ class SessionRecord:
     completed: int = 0
     cancelled: int = 0
     owner_replica: str | None = None
-    spoken: list[SpokenEntry] = field(default_factory=list)
+    spoken: list[SpokenEntry] = msgspec.field(default_factory=list)
 
     def to_fields(self) -> dict[str, str]:
         return {
@@ -95,8 +96,7 @@ def unpack_embedding(raw: bytes) -> tuple[float, ...]:
     return struct.unpack(f"<{len(raw) // 4}f", raw)
 
 
-@dataclass(frozen=True)
-class VoiceInfo:
+class VoiceInfo(msgspec.Struct, frozen=True):
     """What a listing shows: everything but the (possibly large) reference audio and embedding."""
 
     voice_id: str
@@ -109,8 +109,7 @@ class VoiceInfo:
     embedding_dim: int
 
 
-@dataclass(frozen=True)
-class Voice:
+class Voice(msgspec.Struct, frozen=True):
     """A preset (an engine voice plus settings in ``metadata``) or a cloned voice, which carries reference
     audio (encoded file bytes; format in ``metadata``) and/or a float32 speaker embedding."""
 
@@ -120,7 +119,7 @@ class Voice:
     ref_audio: bytes | None = None
     speaker_embedding: tuple[float, ...] | None = None
     ref_text: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     created_ms: int = 0  # set by the store when 0
 
     def to_fields(self) -> dict[str, bytes | str]:
@@ -156,8 +155,7 @@ class Voice:
         )
 
 
-@dataclass(frozen=True)
-class ControlMessage:
+class ControlMessage(msgspec.Struct, frozen=True):
     """A message on a session's control channel. ``target`` is the lease token a takeover is aimed at."""
 
     kind: ControlKind

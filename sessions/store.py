@@ -19,12 +19,13 @@ import time
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import fakeredis
 import redis.asyncio as aioredis
+from msgspec.structs import replace
 
 from . import keys, metrics, scripts
 from .attached import AttachedSession
