@@ -26,8 +26,10 @@ from support.replicas import HAProxy, Replica
 from support.wsclient import open_session, say
 
 from gateway.protocol import CLOSE_RECONNECT
+from sessions import DEFAULT_TENANT, keys
 
 from ..conftest import RedisServer
+from ..support.redis_topologies import command
 
 pytestmark = [pytest.mark.redis]
 TEXT = "This answer is under way when the replica goes away, and it goes on elsewhere afterwards."
@@ -35,6 +37,7 @@ TEXT = "This answer is under way when the replica goes away, and it goes on else
 
 class Deployment:
     def __init__(self, redis: RedisServer, logdir: Path) -> None:
+        self.redis = redis
         self.replicas = [Replica(redis.url, logdir).spawn(), Replica(redis.url, logdir).spawn()]
         for r in self.replicas:
             r.wait_healthy()
@@ -164,6 +167,10 @@ async def test_rolling_restart_by_sigterm_through_the_balancer(deployment: Deplo
     on_b = [(ready, events) for (_, ready), (events, code, _) in zip(sessions, ends, strict=True)
             if code == CLOSE_RECONNECT]  # fmt: skip
     assert len(on_b) >= 1
+    # B let go of what it held: no lease of its sessions is left, and no stream slot of anyone's.
+    for ready, _ in on_b:
+        assert command(deployment.redis.port, "EXISTS", keys.lease(DEFAULT_TENANT, ready["session_id"])) == b":0\r\n"
+    assert command(deployment.redis.port, "ZCARD", keys.streams(DEFAULT_TENANT)) == b":0\r\n"
     for (_, ready), (events, code, _) in zip(sessions, ends, strict=True):
         kinds = [e["type"] for e in events]
         assert "error" not in kinds and "session.done" in kinds, events  # no utterance cut, on either

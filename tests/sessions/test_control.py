@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from sessions import SessionStore, keys
 
+from ..support.redis_topologies import Cluster, flushall
 from .conftest import MakeStore, subscribers
 
 
@@ -74,3 +77,27 @@ async def test_malformed_message_is_skipped_and_the_channel_keeps_working(store:
     msg = await sub.get(timeout=2)
     assert msg is not None and msg.kind == "cancel"
     assert store.control.reconnects == 0
+
+
+@pytest.mark.redis
+async def test_a_cancel_reaches_a_subscriber_on_any_cluster_node(redis_cluster: Cluster) -> None:
+    """On a Cluster the bus subscribes on one node, often not the one owning the session's slot (where
+    the publishing script runs): PUBLISH crosses the cluster bus, and the count sums every node's."""
+    flushall(*(n.port for n in redis_cluster.nodes))
+    other = SessionStore.from_url(redis_cluster.url, replica_id="b")
+    await other.start()
+    try:
+        for first_node in range(len(redis_cluster.nodes)):
+            holder = SessionStore.from_url(redis_cluster.url, replica_id=f"a{first_node}")
+            holder._backend._next = first_node  # type: ignore[union-attr]  # the bus's node: each in turn
+            await holder.start()
+            try:
+                rec = await holder.create_session("acme", {})
+                async with await holder.subscribe("acme", rec.session_id) as sub:
+                    assert await other.publish_cancel("acme", rec.session_id) == 1
+                    msg = await sub.get(timeout=2)
+                assert msg is not None and msg.session_id == rec.session_id
+            finally:
+                await holder.close()
+    finally:
+        await other.close()
