@@ -309,7 +309,7 @@ class EngineCore:
 
     def _warm_up(self) -> None:
         assert self.talker is not None and self.pool is not None
-        self.talker.warm_up(self._buckets)
+        self.meter.set_step_costs(self.talker.warm_up(self._buckets))
         state = self.model.codec.new_state(1)
         for n in sorted(set(self.config.ramp)):
             self.model.codec.step(torch.zeros(1, 16, n, dtype=torch.long, device=self.model.device), state)

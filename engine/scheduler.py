@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 #: First code2wav chunk small (time to first audio), then larger ones (a decode has a fixed cost).
@@ -229,8 +229,11 @@ class ThroughputMeter:
     their ratio is the frame rate each stream gets at that batch size. `streams` is the largest N
     whose bucket gives each stream at least `FRAMES_PER_S × HEADROOM`, capped by the slots. Buckets
     not measured yet are judged from measured ones conservatively: a larger batch as if its cycle
-    grew in proportion to its rows (no batching gain), a smaller one as fast as the next larger
-    measured (never faster). Before any measurement: one stream (it is then measured).
+    grew in proportion to its step cost timed at the warm-up (`set_step_costs`), or without those in
+    proportion to its rows (no batching gain), and never faster per stream than the largest measured;
+    a smaller one as fast as the next larger measured (never faster). Before any measurement: one
+    stream (it is then measured). Without the warm-up's costs a batching engine would never be let
+    past the batch its first streams measured, since admission never starts more than `streams`.
 
     The core thread records; `streams` is called from the event loop: a lock held for a few
     arithmetic operations, never across torch work. Pure: no torch, no clock of its own.
@@ -251,7 +254,16 @@ class ThroughputMeter:
         self.alpha_up = alpha if alpha_up is None else min(1.0, max(alpha, alpha_up))
         self._per_row: dict[int, float] = {}  # bucket → EWMA frames per row per cycle
         self._cycle: dict[int, float] = {}  # bucket → EWMA cycle seconds
+        self._costs: dict[int, float] = {}  # bucket → one step's seconds at the warm-up (relative cost)
         self._lock = threading.Lock()
+
+    def set_step_costs(self, costs: Mapping[int, float]) -> None:
+        """What one batched step cost per bucket when the engine warmed up (talker and code predictor,
+        no decoding): how a bucket larger than any measured is judged (by its cost relative to the
+        largest measured one). Costs that are not positive and finite are left out."""
+        good = {b: c for b, c in costs.items() if b in self.buckets and math.isfinite(c) and c > 0}
+        with self._lock:
+            self._costs = good
 
     def bucket(self, rows: int) -> int:
         i = bisect.bisect_left(self.buckets, max(rows, 1))
@@ -288,6 +300,9 @@ class ThroughputMeter:
         if above:
             return measured[min(above)]
         top = max(measured)
+        costs = self._costs
+        if top in costs and bucket in costs:  # as the warm-up's steps grew, never faster than measured
+            return measured[top] * min(1.0, costs[top] / costs[bucket])
         return measured[top] * top / bucket  # the cycle grows with the rows: no gain from batching
 
     def streams(self, max_streams: int) -> int:

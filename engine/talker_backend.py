@@ -16,6 +16,7 @@ those are captured as CUDA graphs and replayed; elsewhere the same static-buffer
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -183,10 +184,12 @@ class NativeTalker:
         """Nothing to undo: the slot's cache rows are masked by position for its next occupant."""
 
     @torch.no_grad()
-    def warm_up(self, buckets: Sequence[int]) -> None:
+    def warm_up(self, buckets: Sequence[int]) -> dict[int, float]:
         """Run every batch bucket once on the scratch slot (CPU kernels pay on a shape's first run). With
         cuda_graphs, run every static shape the engine will use — every (bucket, kv_len), and the code
-        predictor's greedy and default sampled paths — so graphs are captured before the first stream."""
+        predictor's greedy and default sampled paths — so graphs are captured before the first stream.
+        Returns what one warm step (a second run of the talker step and the predictor) cost per bucket:
+        the throughput meter's prior for batches not measured yet."""
         p = self.pool
         dev = p.hidden.device
         h = self.model.talker.cfg.hidden_size
@@ -196,6 +199,7 @@ class NativeTalker:
         else:
             kv_lens = sorted({self._kv_len(0), last})
         sampled = SamplingParams.from_defaults(self.model.gen, seed=0)
+        costs: dict[int, float] = {}
         for b in buckets:
             x = torch.zeros(b, h, dtype=p.hidden.dtype, device=dev)
             frames = torch.zeros(b, p.last_frame.shape[1], dtype=torch.long, device=dev)
@@ -209,3 +213,16 @@ class NativeTalker:
                 self._run_predict(x, pos, [sampled] * b)
                 if b > 1:  # one stream padded with greedy rows: another path
                     self._run_predict(x, pos, [sampled] + [_PAD_PARAMS] * (b - 1))
+            costs[b] = self._timed_step(kv_lens[0], frames, x, pos, slots, b)
+        return costs
+
+    def _timed_step(self, kv_len: int, frames: torch.Tensor, x: torch.Tensor, pos: torch.Tensor,
+                    slots: torch.Tensor, rows: int) -> float:
+        """Seconds of one warm talker step and predictor run at `rows` (the shapes already ran once)."""
+        sync = torch.cuda.synchronize if x.device.type == "cuda" else (lambda: None)
+        sync()
+        t0 = time.perf_counter()
+        self._run_step(kv_len, frames, x, pos, slots)
+        self._run_predict(x, pos, [_PAD_PARAMS] * rows)
+        sync()
+        return time.perf_counter() - t0

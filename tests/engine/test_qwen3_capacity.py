@@ -49,6 +49,19 @@ def test_unmeasured_buckets_are_judged_conservatively() -> None:
     assert meter.streams(32) == 32
 
 
+def test_the_warm_ups_step_costs_judge_larger_batches() -> None:
+    meter = ThroughputMeter(BUCKETS, alpha=1.0)
+    meter.set_step_costs({4: 0.010, 8: 0.012, 16: 0.016, 32: 0.040, 64: 1.0, 1: float("nan")})  # 64: no bucket
+    meter.record(4, 4, 0.01)  # 4 rows, 100 frames/s each
+    # a step at 16 rows cost 1.6× one at 4 at the warm-up: 62.5 frames/s judged (25 without the costs)
+    assert meter.stream_rate(16) == pytest.approx(62.5) and meter.stream_rate(32) == pytest.approx(25.0)
+    assert meter.streams(32) == 32
+    meter.set_step_costs({4: 0.02, 8: 0.01})  # a cheaper larger step is never believed faster per stream
+    assert meter.stream_rate(8) == pytest.approx(100.0)
+    meter.record(16, 16, 0.05)  # measured slower than judged: the measurement wins
+    assert meter.stream_rate(16) == pytest.approx(20.0)
+
+
 def test_decode_time_and_idle_rows_lower_the_rate() -> None:
     meter = ThroughputMeter(BUCKETS, alpha=0.5, alpha_up=0.5)
     meter.record(4, 4, 0.05)  # 80 frames/s per stream
@@ -119,3 +132,4 @@ async def test_capacity_after_real_synthesis(tiny: Any) -> None:
     snap = tiny.core.meter.snapshot()
     assert snap and all(per_row > 0 and cycle_s > 0 for per_row, cycle_s in snap.values())
     assert cap.streams == tiny.core.meter.streams(8)
+    assert set(tiny.core.meter._costs) == set(tiny.core._buckets)  # the warm-up timed every bucket

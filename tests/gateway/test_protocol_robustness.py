@@ -146,28 +146,33 @@ def test_random_message_sequences_never_break_the_session(gateway: str, messages
 @pytest.fixture(scope="module")
 def tiny_gateway() -> Iterator[str]:
     engine = load_engine("tiny")
-    # 64 sessions at once on a shared 2-core box: most wait their turn to start (admission, issue 14);
-    # the bound on that wait is raised so that none is refused here.
-    yield from serve(engine, max_queue_wait_s=120.0)
+    # 64 sessions at once: most wait their turn to start (admission, issue 14); a wait past 8 s is
+    # refused, so on a slow box the test sees refusals, never a stall or a session left hanging.
+    yield from serve(engine, max_queue_wait_s=8.0)
     engine.close()
 
 
 @pytest.mark.slow
 async def test_64_concurrent_sessions_on_the_tiny_model(tiny_gateway: str) -> None:
-    async def one(i: int) -> int:
+    """64 sessions at once: each is either spoken whole or refused explicitly (queue_full, bound
+    "wait"), and every one ends with session.done; the engine serves streams all the while."""
+    async def one(i: int) -> tuple[int, list[str]]:
         async with websockets.connect(URL.format(tiny_gateway), max_size=None) as ws:
             await send(ws, "session.config", language="en")
             ready = json.loads(await asyncio.wait_for(ws.recv(), 30))
             assert ready["type"] == "session.ready", ready
             await send(ws, "input.text", text=f"Hello number {i}, this is a short reply.")
             await send(ws, "input.done")
-            # The last to start waits for ~60 before it (about 100 s on a loaded box).
-            events, audio = await drain_until(ws, "session.done", timeout=240)
-            assert not [e for e in events if e["type"] == "error"], events
-            return audio
+            events, audio = await drain_until(ws, "session.done", timeout=60)
+            errors = [f"{e['code']}:{e.get('bound')}" for e in events if e["type"] == "error"]
+            return audio, errors
 
-    audio = await asyncio.gather(*(one(i) for i in range(64)))
-    assert all(a > 0 for a in audio)
+    results = await asyncio.gather(*(one(i) for i in range(64)))
+    spoken = [audio for audio, errors in results if not errors]
+    assert all(audio > 0 for audio in spoken)
+    assert {e for _, errors in results for e in errors} <= {"queue_full:wait"}, results
+    assert all(audio == 0 for audio, errors in results if errors)  # a refused one never started
+    assert spoken, results  # how many depends on the box (one stream took 5 s at load 7 on 2 cores)
 
 
 async def test_a_long_reply_outlives_the_idle_timeout(impatient_gateway: str) -> None:
