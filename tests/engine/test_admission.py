@@ -30,9 +30,11 @@ def saturate(
     capacity: int,
     seconds: float,
     dt: float = 0.05,
+    continue_in_s: float | None = None,
 ) -> dict[str, float]:
     """Every key keeps more streams waiting than the capacity (saturation); each admitted stream is
     served audio in real time for its length (`lengths[key]`, or the next of its list), then ends.
+    `continue_in_s`: every stream asks as a continuation whose listener runs dry that long after.
     Returns the audio seconds served per key."""
     served = dict.fromkeys(weights, 0.0)
     cycles = {k: itertools.cycle(v if isinstance(v, list) else [v]) for k, v in lengths.items()}
@@ -41,7 +43,8 @@ def saturate(
     for _ in range(int(seconds / dt)):
         for key, weight in weights.items():
             while _waiting(q, key) < capacity + 1:
-                started.append(q.push(key, weight, capacity))  # admitted at once when there is room
+                continue_by = None if continue_in_s is None else clock.now + continue_in_s
+                started.append(q.push(key, weight, capacity, continue_by=continue_by))  # at once when there is room
         running += [(w, next(cycles[w.key])) for w in q.grant(capacity) + started if w.state == "admitted"]
         started.clear()
         clock.now += dt
@@ -352,26 +355,6 @@ def test_back_to_back_continuations_keep_the_weights(capacity: int) -> None:
     """Sessions that send their next response while the last still plays (every one a continuation,
     due by the time it could start) are still served 2:1 by weight under saturation."""
     clock = Clock()
-    q = queue(clock)
-    served = dict.fromkeys("ab", 0.0)
-    running: list[tuple[Waiter, float]] = []
-    dt = 0.05
-    for _ in range(int(600 / dt)):
-        for key, weight in (("a", 2.0), ("b", 1.0)):
-            while _waiting(q, key) < capacity + 1:
-                w = q.push(key, weight, capacity, continue_by=clock.now + 1.0)
-                if w.state == "admitted":
-                    running.append((w, 3.0))
-        running += [(w, 3.0) for w in q.grant(capacity)]
-        clock.now += dt
-        still = []
-        for w, left in running:
-            step = min(dt, left)
-            q.served(w, step)
-            served[w.key] += step
-            if left - step <= 1e-9:
-                q.finish(w)
-            else:
-                still.append((w, left - step))
-        running = still
+    served = saturate(queue(clock), clock, {"a": 2.0, "b": 1.0}, {"a": 3.0, "b": 3.0}, capacity, seconds=600,
+                      continue_in_s=1.0)
     assert served["a"] / served["b"] == pytest.approx(2.0, rel=0.05), served
