@@ -79,12 +79,8 @@ class _AdmissionCollector:
         admission = self._admission() if self._admission is not None else None
         if admission is None:
             return
-        waiting = GaugeMetricFamily("voxgate_admission_waiting", "streams waiting for the engine")
-        waiting.add_metric([], admission.waiting)
-        admitted = GaugeMetricFamily("voxgate_admission_admitted", "streams admitted and not ended")
-        admitted.add_metric([], admission.admitted)
-        yield waiting
-        yield admitted
+        yield _gauge("voxgate_admission_waiting", "streams waiting for the engine", admission.waiting)
+        yield _gauge("voxgate_admission_admitted", "streams admitted and not ended", admission.admitted)
         try:
             capacity = admission.engine_capacity()
         except Exception:  # a scrape must not fail with the engine's estimate; said once
@@ -94,20 +90,20 @@ class _AdmissionCollector:
             return
         if capacity is None:
             return
-        streams = GaugeMetricFamily("voxgate_engine_capacity_streams",
-                                    "streams the engine says it can keep ahead of their listeners now")
-        streams.add_metric([], capacity.streams)
-        active = GaugeMetricFamily("voxgate_engine_active_streams", "streams the engine serves now")
-        active.add_metric([], capacity.active)
-        workers = GaugeMetricFamily("voxgate_engine_workers", "the engine's synthesis workers")
-        workers.add_metric([], capacity.workers)
-        yield streams
-        yield active
-        yield workers
+        yield _gauge("voxgate_engine_capacity_streams", "streams the engine says it can keep ahead of their "
+                     "listeners now", capacity.streams)
+        yield _gauge("voxgate_engine_active_streams", "streams the engine serves now", capacity.active)
+        yield _gauge("voxgate_engine_workers", "the engine's synthesis workers", capacity.workers)
         if capacity.busy_s is not None:
             busy = CounterMetricFamily("voxgate_engine_busy_seconds", "seconds the engine's workers spent synthesising")
             busy.add_metric([], capacity.busy_s)
             yield busy
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation)
+    family.add_metric([], value)
+    return family
 
 
 ADMISSION = _AdmissionCollector()
