@@ -137,8 +137,11 @@ async def test_a_listener_already_hearing_speech_goes_before_a_newcomer(gateway:
     newcomer that waited longer, so the listener hears no gap; the newcomer waits a little longer."""
     speaker, ready = await open_session(gateway, KEYS["beta"])
     assert ready["type"] == "session.ready", ready
-    await send(speaker, "input.text", text="This first sentence is long enough to keep a listener busy for a "
-                                           "few seconds while another client is waiting for its turn. ")
+    # Long enough that its engine stream is still synthesising when the next utterance asks (a stream
+    # that had already ended would have handed its slot to the newcomer, who alone was waiting then).
+    first = ("This first sentence is long enough to keep a listener busy for a few seconds while another "
+             "client is waiting for its turn. ") * 6
+    await send(speaker, "input.text", text=first)
     await until(speaker, "audio.start")  # its audio plays: the listener is hearing speech
     newcomer = await ask(gateway, "gamma")
     await until(newcomer, "audio.waiting")
