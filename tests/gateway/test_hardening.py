@@ -287,7 +287,7 @@ async def test_a_stream_waiting_for_a_slot_hears_audio_waiting_then_its_audio(tm
         for addr in serve(engine, max_queue_wait_s=60.0):  # a loaded box: the first answer may take > 10 s
             busy, _ = await open_session(addr, voice="ryan")
             late, _ = await open_session(addr, voice="ryan")
-            await busy.send(json.dumps({"type": "input.text", "text": "A long first answer, " * 12}))
+            await busy.send(json.dumps({"type": "input.text", "text": "A long first answer, " * 4}))
             await busy.send(json.dumps({"type": "input.done"}))
             while not isinstance(await asyncio.wait_for(busy.recv(), 30), bytes):
                 pass  # the one slot is speaking
