@@ -64,7 +64,10 @@ class RtfMeter:
             for name in self._rtf:
                 share = self._share.get(name, 0.0)
                 self._share[name] = share + self.alpha * ((audio_s if name == backend else 0.0) - share)
-            self._job_s = run_s if self._job_s == 0.0 else self._job_s + self.alpha * (run_s - self._job_s)
+            # A long job is believed at once, a short one slowly: what an urgent job waits for is a worker
+            # busy with a long one (the guard is judged from this), not the mean job.
+            up = self.alpha_up if run_s > self._job_s else self.alpha
+            self._job_s = run_s if self._job_s == 0.0 else self._job_s + up * (run_s - self._job_s)
 
     def rtf(self) -> float:
         """The real-time factor of the current mix of backends (the prior before any job)."""
@@ -82,7 +85,7 @@ class RtfMeter:
 
     @property
     def job_s(self) -> float:
-        """About how long one job runs (0 before any)."""
+        """About how long a long job runs: an EWMA that follows rises at once (0 before any)."""
         return self._job_s
 
     def streams(self, workers: int) -> int:

@@ -155,3 +155,13 @@ async def test_capacity_admits_nobody_new_while_the_pool_is_behind(piper: Any) -
         b.result(timeout=5)
     cap = piper.capacity()
     assert cap.streams == piper.meter.streams(piper.workers) and cap.busy_s is not None and cap.busy_s > 0
+
+
+def test_the_job_time_follows_long_jobs_at_once_and_short_ones_slowly() -> None:
+    meter = RtfMeter()
+    meter.record("piper", 0.2, 2.0)
+    meter.record("piper", 1.0, 7.0)  # a long piece: what an urgent job may have to wait for
+    assert meter.job_s == pytest.approx(0.6)
+    for _ in range(3):
+        meter.record("piper", 0.1, 1.0)  # short pieces move it a tenth of the way each
+    assert 0.4 < meter.job_s < 0.6
