@@ -1,6 +1,8 @@
-"""Two real `voxgate serve` replicas behind HAProxy (deploy/haproxy.cfg as is), one Redis, clients only
-ever talking to the balancer, which has no session affinity:
+"""Two real `voxgate serve` replicas behind HAProxy (deploy/haproxy.cfg as is) and nginx
+(deploy/nginx.conf, addresses substituted), one Redis, clients only ever talking to a balancer, which
+has no session affinity:
 
+- sessions through nginx, resumed through HAProxy;
 - kill -9 of a replica: its sessions resume through the balancer on the other, with the next index;
 - a rolling restart by SIGTERM: /health says draining at once, every utterance under way is heard to
   its end, each socket then closes with CLOSE_RECONNECT, the process exits 0, and every client resumes
@@ -22,8 +24,8 @@ from typing import Any
 
 import pytest
 import websockets
-from support.replicas import HAProxy, Replica
-from support.wsclient import open_session, say
+from support.replicas import HAProxy, Nginx, Replica
+from support.wsclient import open_session, say, utterance
 
 from gateway.protocol import CLOSE_RECONNECT
 from sessions import DEFAULT_TENANT, keys
@@ -44,10 +46,13 @@ class Deployment:
         for r in self.replicas:
             r.wait_healthy()
         self.lb = HAProxy(self.replicas[0].addr, self.replicas[1].addr, logdir)
+        self.nginx = Nginx(self.replicas[0].addr, self.replicas[1].addr, logdir)  # deploy/nginx.conf
         self.lb.wait_up()
+        self.nginx.wait_up()
 
     def stop(self) -> None:
         self.lb.stop()
+        self.nginx.stop()
         for r in self.replicas:
             r.kill()
 
@@ -117,6 +122,21 @@ async def resume(lb: str, session_id: str, timeout: float = 10) -> tuple[Any, di
             return ws, ready
         await ws.close()
         await asyncio.sleep(0.05)
+
+
+async def test_sessions_speak_through_nginx_and_resume_through_either_balancer(deployment: Deployment) -> None:
+    """deploy/nginx.conf carries the WebSocket upgrade and streams audio; with no affinity anywhere, a
+    session begun through nginx resumes through HAProxy with its next utterance index."""
+    sessions = [await open_session(deployment.nginx.addr) for _ in range(2)]
+    for ws, ready in sessions:
+        assert ready["type"] == "session.ready", ready
+        events, audio = await utterance(ws, "Spoken through nginx.")
+        assert events[-1]["type"] == "session.done" and sum(map(len, audio)) > 0, events
+        await ws.close()
+    ws, resumed = await resume(deployment.lb.addr, sessions[0][1]["session_id"])
+    assert resumed["type"] == "session.ready" and resumed["resumed"], resumed
+    assert resumed["next_utterance_index"] == 1, resumed
+    await ws.close()
 
 
 async def test_kill_9_of_a_replica_resumes_through_the_balancer(deployment: Deployment) -> None:

@@ -88,3 +88,51 @@ class HAProxy:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(5)
+
+
+class Nginx:
+    """deploy/nginx.conf in front of two replicas: the same file with its upstream addresses and port
+    substituted, included in a minimal main configuration of its own (one process, files under logdir)."""
+
+    def __init__(self, a: str, b: str, logdir: Path) -> None:
+        binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+        if binary is None:
+            pytest.fail("nginx is not installed: apt-get install -y nginx (scripts/test does)")
+        self.port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        site = (REPO / "deploy" / "nginx.conf").read_text()
+        for old, new in (("voxgate-1:8000", a), ("voxgate-2:8000", b), ("listen 8000;", f"listen {self.addr};")):
+            assert old in site, f"deploy/nginx.conf no longer has {old!r}"
+            site = site.replace(old, new)
+        prefix = logdir / f"nginx-{self.port}"
+        prefix.mkdir()
+        (prefix / "site.conf").write_text(site)
+        temp = " ".join(f"{kind}_temp_path {prefix}/{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi",
+                                                                          "scgi"))  # fmt: skip
+        (prefix / "nginx.conf").write_text(
+            f"daemon off; master_process off; worker_processes 1; pid {prefix}/nginx.pid;\n"
+            f"error_log {prefix}/error.log;\nevents {{ worker_connections 256; }}\n"
+            f"http {{ access_log off; {temp} include {prefix}/site.conf; }}\n"
+        )
+        out = open(logdir / "nginx.log", "ab")  # noqa: SIM115 - the process holds it
+        self.proc = subprocess.Popen([binary, "-p", str(prefix), "-c", str(prefix / "nginx.conf")], stdout=out,
+                                     stderr=subprocess.STDOUT)  # fmt: skip
+        self._prefix = prefix
+
+    def wait_up(self, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, (self._prefix / "error.log").read_text()[-2000:]
+            try:
+                with urllib.request.urlopen(f"http://{self.addr}/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        pytest.fail("nginx did not answer /health")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
