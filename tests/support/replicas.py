@@ -56,25 +56,29 @@ class Replica:
             self.proc.wait(10)
 
 
-class HAProxy:
-    """deploy/haproxy.cfg, as is, in front of two replicas."""
+def _installed(name: str) -> str:
+    binary = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
+    if binary is None:
+        pytest.fail(f"{name} is not installed: apt-get install -y {name} (scripts/test does)")
+    return binary
 
-    def __init__(self, a: str, b: str, logdir: Path) -> None:
-        binary = shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
-        if binary is None:
-            pytest.fail("haproxy is not installed: apt-get install -y haproxy (.ci/run does)")
-        self.port = free_port()
-        self.addr = f"127.0.0.1:{self.port}"
-        env = os.environ | {"VOXGATE_LISTEN": self.addr, "VOXGATE_REPLICA_A": a, "VOXGATE_REPLICA_B": b}
-        out = open(logdir / "haproxy.log", "ab")  # noqa: SIM115 - the process holds it
-        self.proc = subprocess.Popen([binary, "-db", "-f", str(REPO / "deploy" / "haproxy.cfg")], env=env,
-                                     stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+
+class _Balancer:
+    """A load balancer process in front of two replicas, on `addr`."""
+
+    name: str
+    addr: str
+    proc: subprocess.Popen[bytes]
+
+    def exited(self) -> str:
+        """What to show when the process has exited."""
+        return f"{self.name} exited"
 
     def wait_up(self, timeout: float = 10) -> None:
-        """Until both replicas are in rotation (health checks passed `rise` times)."""
+        """Until both replicas are in rotation (its /health answers 200 through it)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "haproxy exited"
+            assert self.proc.poll() is None, self.exited()
             try:
                 with urllib.request.urlopen(f"http://{self.addr}/health", timeout=1) as r:
                     if r.status == 200:
@@ -82,7 +86,7 @@ class HAProxy:
             except OSError:
                 pass
             time.sleep(0.05)
-        pytest.fail("haproxy did not answer /health")
+        pytest.fail(f"{self.name} did not answer /health")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -90,14 +94,29 @@ class HAProxy:
             self.proc.wait(5)
 
 
-class Nginx:
+class HAProxy(_Balancer):
+    """deploy/haproxy.cfg, as is, in front of two replicas."""
+
+    name = "haproxy"
+
+    def __init__(self, a: str, b: str, logdir: Path) -> None:
+        binary = _installed("haproxy")
+        self.port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        env = os.environ | {"VOXGATE_LISTEN": self.addr, "VOXGATE_REPLICA_A": a, "VOXGATE_REPLICA_B": b}
+        out = open(logdir / "haproxy.log", "ab")  # noqa: SIM115 - the process holds it
+        self.proc = subprocess.Popen([binary, "-db", "-f", str(REPO / "deploy" / "haproxy.cfg")], env=env,
+                                     stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+
+
+class Nginx(_Balancer):
     """deploy/nginx.conf in front of two replicas: the same file with its upstream addresses and port
     substituted, included in a minimal main configuration of its own (one process, files under logdir)."""
 
+    name = "nginx"
+
     def __init__(self, a: str, b: str, logdir: Path) -> None:
-        binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-        if binary is None:
-            pytest.fail("nginx is not installed: apt-get install -y nginx (scripts/test does)")
+        binary = _installed("nginx")
         self.port = free_port()
         self.addr = f"127.0.0.1:{self.port}"
         site = (REPO / "deploy" / "nginx.conf").read_text()
@@ -119,20 +138,5 @@ class Nginx:
                                      stderr=subprocess.STDOUT)  # fmt: skip
         self._prefix = prefix
 
-    def wait_up(self, timeout: float = 10) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, (self._prefix / "error.log").read_text()[-2000:]
-            try:
-                with urllib.request.urlopen(f"http://{self.addr}/health", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        pytest.fail("nginx did not answer /health")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
+    def exited(self) -> str:
+        return (self._prefix / "error.log").read_text()[-2000:]
