@@ -3,21 +3,10 @@ time as an LLM streams Mandarin; later segments stay sentence-sized."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
+from support.segcases import mandarin_deltas
 
 from segmentation import Segment, StreamSegmenter
-
-
-def chops(text: str, seed: int) -> list[str]:
-    """`text` in deltas of 1 or 2 characters (a Mandarin LLM token), chosen by `seed`."""
-    rng, out, i = random.Random(seed), [], 0
-    while i < len(text):
-        k = rng.randint(1, 2)
-        out.append(text[i : i + k])
-        i += k
-    return out
 
 
 def commits(text: str, deltas: list[str], granularity: str = "auto") -> list[tuple[Segment, int]]:
@@ -38,7 +27,7 @@ REPLY = "好的，我来帮您安排。您周五晚上七点半的四人桌已�
 
 @pytest.mark.parametrize("seed", range(6))
 def test_auto_commits_an_opening_of_two_han_characters_alone_at_the_next_character(seed: int) -> None:
-    got = commits(REPLY, chops(REPLY, seed))
+    got = commits(REPLY, mandarin_deltas(REPLY, seed))
     first, received = got[0]
     assert (first.text, first.reason) == ("好的，", "clause")
     assert received <= len("好的，") + 2  # the delta carrying the character after "，" (one or two)
@@ -59,14 +48,14 @@ def test_auto_commits_an_opening_of_two_han_characters_alone_at_the_next_charact
 )
 def test_first_clause_goes_alone(granularity: str, text: str, first: str) -> None:
     for seed in range(3):
-        assert commits(text, chops(text, seed), granularity)[0][0].text == first
+        assert commits(text, mandarin_deltas(text, seed), granularity)[0][0].text == first
 
 
 @pytest.mark.parametrize("granularity", ["auto", "clause"])
 @pytest.mark.parametrize("text", ["好，我来帮您安排。", "OK，我们开始吧。", "Sure, I can help with that. Then"])
 def test_a_one_syllable_or_one_word_opening_waits_for_more(granularity: str, text: str) -> None:
     for seed in range(3):
-        first = commits(text, chops(text, seed), granularity)[0][0]
+        first = commits(text, mandarin_deltas(text, seed), granularity)[0][0]
         assert len(first.text) > text.index(next(c for c in text if c in ",，")) + 2
 
 
@@ -80,10 +69,10 @@ def test_clause_mode_keeps_its_length_rule_after_the_first_clause() -> None:
 def test_each_utterance_has_its_own_first_clause() -> None:
     seg = StreamSegmenter(granularity="auto")
     out = []
-    for d in chops("好的，我明白了。", 0):
+    for d in mandarin_deltas("好的，我明白了。", 0):
         out += seg.feed(d)
     out += seg.flush()
-    for d in chops("是的，就是这样。", 1):
+    for d in mandarin_deltas("是的，就是这样。", 1):
         out += seg.feed(d)
     out += seg.flush()
     assert [s.text for s in out] == ["好的，", "我明白了。", "是的，", "就是这样。"]

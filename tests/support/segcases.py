@@ -70,3 +70,13 @@ def clause_ends(text: str) -> set[int]:
                 j += 1
             out.add(j)
     return out
+
+
+def mandarin_deltas(text: str, seed: int) -> list[str]:
+    """`text` in deltas of 1 or 2 characters (a Mandarin LLM token), chosen by `seed`."""
+    rng, out, i = random.Random(seed), [], 0
+    while i < len(text):
+        k = rng.randint(1, 2)
+        out.append(text[i : i + k])
+        i += k
+    return out

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-from support.segcases import load_cases
+from support.segcases import load_cases, mandarin_deltas
 from support.servers import serve
 from support.wsclient import open_session
 
@@ -107,15 +106,6 @@ def zh_gateway(cpu_engine: Any) -> Iterator[str]:
     yield from serve(cpu_engine)
 
 
-def llm_deltas(text: str, seed: int) -> list[str]:
-    rng, out, i = random.Random(seed), [], 0
-    while i < len(text):
-        k = rng.randint(1, 2)
-        out.append(text[i : i + k])
-        i += k
-    return out
-
-
 @pytest.mark.parametrize("granularity", ["auto", "clause"])
 async def test_a_real_gateway_commits_and_speaks_the_first_clause_first(zh_gateway: str, granularity: str) -> None:
     text = "好的，我来帮您安排。"
@@ -124,7 +114,7 @@ async def test_a_real_gateway_commits_and_speaks_the_first_clause_first(zh_gatew
     try:
         committed: list[dict[str, Any]] = []
         first_audio_after: int | None = None  # segments committed when the first audio came
-        for d in llm_deltas(text, 0):
+        for d in mandarin_deltas(text, 0):
             await ws.send(json.dumps({"type": "input.text", "text": d}))
             await asyncio.sleep(0.02)
         await ws.send(json.dumps({"type": "input.done"}))
