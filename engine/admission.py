@@ -172,8 +172,7 @@ class FairQueue:
     def _start(self, capacity: int, now: float) -> list[Waiter]:
         started: list[Waiter] = []
         while self._in_flight < capacity and self._waiting:
-            k = self._next(capacity, now)
-            waiter = _due(k, now + self.continuation_lead_s)
+            k, waiter = self._next(capacity, now)
             if waiter is None:
                 waiter = k.waiting.popleft()
             else:  # its listener is about to run dry: before the rest of its key's line
@@ -187,15 +186,19 @@ class FairQueue:
             started.append(waiter)
         return started
 
-    def _next(self, capacity: int, now: float) -> _Key:
+    def _next(self, capacity: int, now: float) -> tuple[_Key, Waiter | None]:
+        """The key that starts a stream next, and its due continuation (None: its line's head goes)."""
         total = sum(k.weight for k in self._keys.values())
+        due = {name: _due(k, now + self.continuation_lead_s) for name, k in self._keys.items() if k.waiting}
 
-        def order(k: _Key) -> tuple[bool, bool, float, int]:
+        def order(name: str) -> tuple[bool, bool, float, int]:
+            k = self._keys[name]
             # Rounded up: a share of 3.3 slots lets a key hold 4, or the heavier key would lose the fraction.
             at_share = k.in_flight >= math.ceil(capacity * k.weight / total - 1e-9)
-            return (at_share, _due(k, now + self.continuation_lead_s) is None, k.service, k.waiting[0].seq)
+            return (at_share, due[name] is None, k.service, k.waiting[0].seq)
 
-        return min((k for k in self._keys.values() if k.waiting), key=order)
+        name = min(due, key=order)
+        return self._keys[name], due[name]
 
     def expire(self) -> list[Waiter]:
         """Remove and return the waiters past the maximum wait: they are refused with bound "wait"."""
