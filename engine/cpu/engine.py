@@ -459,7 +459,7 @@ class CpuStream:
         with self._cond:
             if self._first_put_at is None and not self._jobs:
                 return piece
-            slack = self._runs_out() + sum(j.piece.seconds for j in self._jobs) - time.monotonic()
+            slack = self._next_runs_out() - time.monotonic()
         budget_s = max(0.0, slack) * RAMP_SHARE / self._engine._rtf(piece.voice.backend)  # audio seconds
         size = cost(piece.text)
         if piece.seconds <= budget_s or size <= RAMP_MIN_COST:
@@ -485,7 +485,7 @@ class CpuStream:
                 return
             # The latest it may start: its listener's run-out time less its own expected run time (jobs
             # differ in length; ordering by the run-out time alone starts a long one too late).
-            deadline = self._runs_out() + sum(j.piece.seconds for j in self._jobs)
+            deadline = self._next_runs_out()
             deadline -= piece.seconds * self._engine._rtf(piece.voice.backend)
             first_audio = self._first_put_at is None and not self._jobs  # what its listener waits for
             self._jobs.append(job)
@@ -499,6 +499,11 @@ class CpuStream:
                 self._cond.notify_all()
             return
         job.future.add_done_callback(partial(self._job_over, job))
+
+    def _next_runs_out(self) -> float:
+        """Under `_cond`: when the listener runs out of audio if the next piece is not there by then —
+        the end of the audio delivered, plus the estimated length of the pieces still undelivered."""
+        return self._runs_out() + sum(j.piece.seconds for j in self._jobs)
 
     def _runs_out(self) -> float:
         if self._first_put_at is None:
