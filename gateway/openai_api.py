@@ -124,9 +124,27 @@ async def speech_pcm(
         stream.cancel()  # a no-op once the stream has ended
 
 
-async def admitted(admission: Admission | None, tenant: Tenant) -> Ticket | None:
-    """Waits until the engine has room and it is this tenant's turn (QueueFull: a 429)."""
-    return None if admission is None else await admission.admit(tenant.name, tenant.weight)
+async def admitted(admission: Admission | None, tenant: Tenant, request: Request | None = None) -> Ticket | None:
+    """Waits until the engine has room and it is this tenant's turn (QueueFull: a 429). With `request`,
+    a client that leaves while it waits gives its place up at once (client_disconnected) instead of
+    holding a place in the line and then starting a stream for nobody."""
+    if admission is None:
+        return None
+    if request is None:
+        return await admission.admit(tenant.name, tenant.weight)
+    turn = asyncio.ensure_future(admission.admit(tenant.name, tenant.weight))
+    gone = asyncio.ensure_future(client_gone(request))
+    try:
+        await asyncio.wait({turn, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (turn, gone):
+            task.cancel()  # a no-op on the one that finished: a cancelled wait is withdrawn
+        await asyncio.wait({turn, gone})
+    if gone.done() and not gone.cancelled():
+        if not turn.cancelled() and turn.exception() is None:
+            turn.result().release()  # admitted in the same instant: the slot goes to the next in line
+        raise ApiError("the client disconnected while waiting its turn", code="client_disconnected", status=499)
+    return turn.result()
 
 
 async def client_gone(request: Request) -> None:
@@ -165,7 +183,7 @@ async def create_speech(
     req = data
     stream_req = await speech_request(req, engine, store, tenant, settings.voice_aliases)
     rate, fmt = stream_req.sample_rate or engine.sample_rate, req.response_format
-    ticket = await admitted(admission, tenant)
+    ticket = await admitted(admission, tenant, request)
     clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
     trim = trim_for(rate, settings.limits)
     chunks = speech_pcm(ticketed(engine, ticket), stream_req, req.input, trim, clock)

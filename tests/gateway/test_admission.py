@@ -314,6 +314,28 @@ async def test_http_past_a_bound_is_a_429_with_retry_after_and_openais_body(gate
     await waiter.close()
 
 
+async def test_an_http_client_that_leaves_while_waiting_gives_its_place_up(gateway: str) -> None:
+    """Beta has one place in the line. A speech request that waits and whose client then hangs up must
+    give it up at once: else the next beta utterance is refused while nobody waits, and the engine
+    later speaks the request to nobody."""
+    holder = await hold(gateway, "acme")
+    body = json.dumps({"model": "piper", "input": "Hello from the queue.", "voice": "joe", "response_format": "mp3"})
+    _, writer = await asyncio.open_connection(*gateway.rsplit(":", 1))
+    writer.write((f"POST /v1/audio/speech HTTP/1.1\r\nHost: {gateway}\r\nContent-Type: application/json\r\n"
+                  f"Authorization: Bearer {KEYS['beta']}\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+    await writer.drain()
+    await asyncio.sleep(0.5)  # queued behind the holder
+    writer.close()  # the client hangs up while it waits
+    await writer.wait_closed()
+    await asyncio.sleep(0.5)
+    ws = await ask(gateway, "beta")  # beta's one place is free again: waiting, not refused
+    assert (await until(ws, "audio.waiting"))[-1]["ahead"] == 0
+    await let_go(holder)
+    _, audio = await rest(ws)
+    assert audio > 8000
+    await ws.close()
+
+
 async def talk(addr: str, tenant: str, seconds: float) -> float:
     """One session of `tenant` speaking utterances back to back for `seconds`: audio seconds heard."""
     ws, ready = await open_session(addr, KEYS[tenant])
