@@ -75,15 +75,15 @@ class EventBridge:
         self._wake()
         return True
 
-    def end(self, reason: str = "done", message: str = "") -> bool:
+    def end(self, reason: str = "done", message: str = "", code: str = "") -> bool:
         """Decide the stream's end (never blocks; the end does not count against the bound).
 
-        Only the first call counts; returns whether this one did.
+        Only the first call counts; returns whether this one did. `code`: see `StreamEnd`.
         """
         with self._lock:
             if self._end is not None:
                 return False
-            self._end = StreamEnd(reason, message)  # type: ignore[arg-type]
+            self._end = StreamEnd(reason, message, code)  # type: ignore[arg-type]
             self._not_full.notify_all()
         self._wake()
         return True

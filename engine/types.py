@@ -44,10 +44,12 @@ class CodecFrames:
 
 @dataclass(frozen=True, slots=True)
 class StreamEnd:
-    """The last event of every stream."""
+    """The last event of every stream. `code`: with reason "error", a stable protocol code the gateway
+    forwards (e.g. `engine_restarting`: the engine process died); "" means `engine_error`."""
 
     reason: Literal["done", "cancelled", "error"]
     message: str = ""
+    code: str = ""
 
 
 @dataclass(frozen=True, slots=True)

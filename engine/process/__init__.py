@@ -1,0 +1,10 @@
+"""Engines in child processes behind the same `Engine`/`Stream` contract (DESIGN §7 "Engines as processes").
+
+`start_engine(spec, **options)` starts `load_engine(spec, **options)` in a supervised child (spawn start
+method) and returns a `ProcessEngine` at once; `await engine.ready()` waits for it to be warm. A child
+that dies ends its open streams with an `error` (`engine_restarting`) and is restarted with back-off.
+"""
+
+from engine.process.client import RESTARTING, UNAVAILABLE, ProcessEngine, ProcessStream, start_engine
+
+__all__ = ["RESTARTING", "UNAVAILABLE", "ProcessEngine", "ProcessStream", "start_engine"]

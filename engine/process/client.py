@@ -1,0 +1,551 @@
+"""`ProcessEngine`: the `Engine`/`Stream` contract (engine/types.py) over an engine in a child process.
+
+One I/O thread per engine owns the zmq socket to the child, the child itself and its restarts: it sends
+the commands the gateway queues (a bounded FIFO, so a stream's open, appends and finish arrive in order),
+hands each stream's audio to that stream's `EventBridge` (so any event loop may consume it, as from an
+in-process engine), and watches the child's sentinel and heartbeat. A stream's consumer gives credit back
+as it reads (engine/process/wire.py), so a client that stops reading stops its child stream too.
+
+When the child dies (OOM, segfault, kill -9) or stops answering, every open stream ends at once with an
+`error` (code `engine_restarting`), `state` says `restarting`, new streams are refused with
+`engine_unavailable`, and the child is started again after a back-off (engine/process/supervisor.py).
+Every wait on the child has a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import zmq
+
+from engine.options import stream_request
+from engine.process import wire
+from engine.process.supervisor import Backoff, Child
+from engine.stream import EventBridge
+from engine.types import (
+    AudioChunk,
+    Capacity,
+    CodecFrames,
+    EngineError,
+    StreamEnd,
+    StreamEvent,
+    StreamRequest,
+    VoiceInfo,
+    Waiting,
+)
+
+log = logging.getLogger("voxgate.engine.process")
+
+State = Literal["warming", "ready", "restarting", "failed", "closed"]
+RESTARTING = "engine_restarting"  # an open stream's end when its engine process died
+UNAVAILABLE = "engine_unavailable"  # a new stream while the engine is not warm
+CHECK_TIMEOUT_S = 2.0  # a check is a dictionary look-up in the child: this long means it is stuck
+MAX_OUTBOX = 50_000  # commands queued for the child and not yet on its socket
+CHECK_CACHE = 512  # check results kept (a session.config repeats its request at every open)
+RECV_BATCH = 256  # messages read per wake-up before the thread looks at its timers again
+
+
+@dataclass
+class _Pending:
+    done: threading.Event = field(default_factory=threading.Event)
+    result: tuple[str, str] = (UNAVAILABLE, "the engine process went away")
+
+
+class ProcessStream:
+    """One stream of a `ProcessEngine` (the `Stream` protocol)."""
+
+    def __init__(self, engine: ProcessEngine, sid: int, max_pending: int | None) -> None:
+        self._engine, self.sid = engine, sid
+        self._bridge = EventBridge(wire.WINDOW + 2, on_cancel=self._cancelled)
+        self._max_pending = max_pending
+        self._lengths: list[int] = []  # characters of each append, by engine index
+        self._pending = 0  # characters appended whose audio has not yet been read past
+        self._heard = 0  # appends before this one are heard
+        self._finished = False
+
+    def append(self, text: str) -> None:
+        """Queue one segment. The engine's own bound on text not yet spoken is judged here (counting
+        text as pending until audio of a later segment has been read: never less than the child's
+        count), so `queue_full` is raised at once, as in-process."""
+        if self._finished:
+            raise EngineError("invalid_state", "append after finish")
+        if not isinstance(text, str):
+            raise EngineError("invalid_text", "append takes a string")
+        index = len(self._lengths)
+        if self._bridge.ended:
+            self._lengths.append(0)
+            return
+        if self._max_pending is not None and self._pending + len(text) > self._max_pending:
+            self._lengths.append(0)
+            self._engine._send(wire.Append(self.sid, ""))  # the child counts segments by appends
+            raise EngineError("queue_full", f"segment {index} refused: the stream already holds {self._pending} "
+                                            f"characters not yet spoken (at most {self._max_pending})")
+        self._lengths.append(len(text))
+        self._pending += len(text)
+        self._engine._send(wire.Append(self.sid, text))
+
+    def finish(self) -> None:
+        if not self._finished:
+            self._finished = True
+            if not self._bridge.ended:
+                self._engine._send(wire.Finish(self.sid))
+
+    def cancel(self) -> None:
+        self._bridge.cancel()  # drops audio queued here, ends "cancelled", then tells the child (_cancelled)
+
+    def _cancelled(self) -> None:
+        self._engine._forget(self.sid)
+        with contextlib.suppress(EngineError):  # a child gone or swamped has no stream to cancel
+            self._engine._send(wire.Cancel(self.sid))
+
+    def _read_past(self, segment: int) -> None:
+        while self._heard < segment and self._heard < len(self._lengths):
+            self._pending -= self._lengths[self._heard]
+            self._heard += 1
+
+    async def events(self) -> AsyncIterator[StreamEvent]:
+        consumed = 0
+        async with contextlib.aclosing(self._bridge.events()) as events:  # leaving early cancels the stream
+            async for ev in events:
+                yield ev
+                if isinstance(ev, StreamEnd):
+                    return
+                # Back here: the consumer has taken `ev` and asks for more, so the child may send more.
+                if isinstance(ev, AudioChunk | CodecFrames):
+                    self._read_past(ev.segment)
+                consumed += 1
+                if consumed >= wire.CREDIT_BATCH and not self._bridge.ended:
+                    with contextlib.suppress(EngineError):
+                        self._engine._send(wire.Credit(self.sid, consumed))
+                    consumed = 0
+
+
+class ProcessEngine:
+    """An engine (`load_engine(spec, **options)`) in a supervised child process.
+
+    `state`: warming (first start) → ready ⇄ restarting (child died, back-off, warming again); failed
+    (it cannot be loaded, or died `max_start_failures` times in a row before it was warm); closed.
+    `last_error` says why it last went down. Static declarations (voices, languages, sample rate,
+    capabilities) are the child's, read once it is warm; `capacity()` and `memory()` are its last
+    heartbeat's."""
+
+    def __init__(self, spec: str, options: dict[str, Any] | None = None, *, ready_timeout_s: float = 600.0,
+                 hang_timeout_s: float = 15.0, backoff: Backoff | None = None, max_start_failures: int = 5) -> None:
+        self.spec = spec
+        self._options = dict(options or {})
+        self._ready_timeout_s, self._hang_timeout_s = ready_timeout_s, hang_timeout_s
+        self._backoff = backoff or Backoff()
+        self._max_start_failures = max_start_failures
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._state: State = "warming"
+        self._last_error: str | None = None
+        self._info: wire.Info | None = None
+        self._capacity: Capacity | None = None
+        self._memory: dict[str, int] = {}
+        self._restarts = 0
+        self._start_failures = 0
+        self._streams: dict[int, ProcessStream] = {}
+        self._sids = itertools.count(1)
+        self._rids = itertools.count(1)
+        self._checks: dict[int, _Pending] = {}
+        self._check_cache: OrderedDict[bytes, tuple[str, str]] = OrderedDict()
+        self._outbox: deque[list[bytes | memoryview]] = deque()
+        self._woken = False
+        self._closing = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._ctx = zmq.Context()
+        self._child: Child | None = None
+        self._sock: zmq.Socket | None = None
+        self._thread = threading.Thread(target=self._run, name=f"engine-client-{spec}", daemon=True)
+        self._thread.start()
+
+    # ---- what the gateway reads ----
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def last_error(self) -> str | None:
+        return self._last_error
+
+    @property
+    def pid(self) -> int | None:
+        child = self._child
+        return None if child is None else child.pid
+
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
+    @property
+    def warmup_s(self) -> float | None:
+        return None if self._info is None else self._info.warmup_s
+
+    def memory(self) -> dict[str, int]:
+        """The child's last report: `rss_bytes`, and `cuda_allocated_bytes` / `cuda_reserved_bytes` on a GPU."""
+        return dict(self._memory)
+
+    def _declared(self) -> wire.Info:
+        info = self._info
+        if info is None:
+            raise EngineError(UNAVAILABLE, f"the engine {self.spec!r} is {self._state}")
+        return info
+
+    @property
+    def sample_rate(self) -> int:
+        return self._declared().sample_rate
+
+    @property
+    def supports_cloning(self) -> bool:
+        return self._declared().supports_cloning
+
+    def voices(self) -> list[VoiceInfo]:
+        return [VoiceInfo(v.name, v.languages, v.kind, v.description, dict(v.extra))  # type: ignore[arg-type]
+                for v in self._declared().voices]
+
+    def languages(self) -> list[str]:
+        return list(self._declared().languages)
+
+    def codec_info(self) -> dict[str, object] | None:
+        info = self._declared().codec_info
+        return None if info is None else dict(info)
+
+    def capacity(self) -> Capacity | None:
+        return self._capacity if self._state == "ready" else None
+
+    # ---- the contract ----
+
+    def _unavailable(self) -> EngineError:
+        why = f": {self._last_error}" if self._last_error else ""
+        return EngineError(UNAVAILABLE, f"the engine {self.spec!r} is {self._state}{why}")
+
+    def check(self, request: StreamRequest) -> None:
+        """The child's `check`, answered from a cache when the same request was checked before (the
+        declarations it judges by are static for one child); waits for the child at most CHECK_TIMEOUT_S."""
+        if self._state != "ready":
+            raise self._unavailable()
+        key = hashlib.blake2b(wire.command_encoder.encode(request), digest_size=16).digest()
+        with self._lock:
+            result = self._check_cache.get(key)
+            if result is not None:
+                self._check_cache.move_to_end(key)
+        if result is None:
+            result = self._ask(request)
+            if result[0] != UNAVAILABLE:
+                with self._lock:
+                    self._check_cache[key] = result
+                    while len(self._check_cache) > CHECK_CACHE:
+                        self._check_cache.popitem(last=False)
+        if result[0]:
+            raise EngineError(*result)
+
+    def _ask(self, request: StreamRequest) -> tuple[str, str]:
+        pending, rid = _Pending(), next(self._rids)
+        with self._lock:
+            self._checks[rid] = pending
+        self._send(wire.Check(rid, request))
+        if not pending.done.wait(CHECK_TIMEOUT_S):
+            with self._lock:
+                self._checks.pop(rid, None)
+            return UNAVAILABLE, f"the engine {self.spec!r} did not answer within {CHECK_TIMEOUT_S:g} s"
+        return pending.result
+
+    def open_stream(self, voice: str | None, language: str, **options: object) -> ProcessStream:
+        request = stream_request(voice, language, options)
+        self.check(request)  # the child's verdict, raised here as in-process (cached: session.config asked it)
+        stream = ProcessStream(self, next(self._sids), self._declared().max_pending_chars)
+        with self._lock:
+            if self._state != "ready":
+                raise self._unavailable()
+            self._streams[stream.sid] = stream
+        self._send(wire.Open(stream.sid, request))
+        return stream
+
+    def close(self) -> None:
+        """Stop the child (gracefully, then by force after 5 s) and end every open stream."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+        self._set_state("closed", "the engine is closed")
+        self._wake()
+        self._thread.join(15.0)
+        self._end_all("the engine is closed", "engine_closed")
+        wake_r, wake_w, self._wake_w = self._wake_r, self._wake_w, -1  # a late _wake writes nowhere
+        for fd in (wake_r, wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # ---- readiness ----
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Block until the engine is warm; raises its EngineError if it failed, `engine_unavailable` if
+        `timeout_s` (default: the ready timeout) passes first."""
+        timeout_s = self._ready_timeout_s if timeout_s is None else timeout_s
+        with self._changed:
+            self._changed.wait_for(lambda: self._state in ("ready", "failed", "closed"), timeout_s)
+            if self._state != "ready":
+                raise self._unavailable()
+
+    async def ready(self, timeout_s: float | None = None) -> ProcessEngine:
+        await asyncio.to_thread(self.wait_ready, timeout_s)
+        return self
+
+    # ---- the I/O thread's side ----
+
+    def _send(self, msg: wire.Command) -> None:
+        frames: list[bytes | memoryview] = [wire.command_encoder.encode(msg)]
+        with self._lock:
+            if len(self._outbox) >= MAX_OUTBOX:
+                raise EngineError("queue_full", "the engine process is not taking commands")
+            self._outbox.append(frames)
+            wake = not self._woken
+            self._woken = True
+        if wake:
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._wake_w >= 0:
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.write(self._wake_w, b"x")
+
+    def _forget(self, sid: int) -> None:
+        with self._lock:
+            self._streams.pop(sid, None)
+
+    def _set_state(self, state: State, error: str | None = None) -> None:
+        with self._changed:
+            if self._state == "closed" or (self._state == "failed" and state != "closed"):
+                return
+            self._state = state
+            if error is not None:
+                self._last_error = error
+            self._changed.notify_all()
+
+    def _end_all(self, message: str, code: str) -> None:
+        with self._lock:
+            streams, self._streams = list(self._streams.values()), {}
+            checks, self._checks = list(self._checks.values()), {}
+            self._outbox.clear()
+        for stream in streams:
+            stream._bridge.end("error", message, code)
+        for pending in checks:
+            pending.done.set()  # its default result: unavailable
+
+    def _spawn(self) -> None:
+        child = Child(self.spec, self._options)
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, wire.HWM)
+        sock.setsockopt(zmq.RCVHWM, wire.HWM)
+        sock.bind(child.address)
+        self._sock, self._child = sock, child
+        child.start()
+        self._heard_at = time.monotonic()
+        log.info("engine %r: started its process (pid %s)", self.spec, child.pid)
+
+    def _run(self) -> None:
+        restart_at: float | None = time.monotonic()
+        try:
+            while not self._closing:
+                now = time.monotonic()
+                if self._child is None and restart_at is not None and now >= restart_at:
+                    restart_at = None
+                    try:
+                        self._spawn()
+                    except Exception as e:  # cannot even start a process: say so, try again later
+                        log.exception("engine %r: its process could not be started", self.spec)
+                        restart_at = self._went_down(f"the engine process could not be started ({e})", warm=None)
+                wait_s = 0.5 if restart_at is None else max(0.0, min(0.5, restart_at - now))
+                self._cycle(wait_s)
+                if self._child is not None and (reason := self._gone_or_stuck()) is not None:
+                    restart_at = self._died(reason)
+        except Exception:  # never leave streams waiting on a thread that is gone
+            log.exception("engine %r: its I/O thread failed", self.spec)
+            self._set_state("failed", "the engine's I/O thread failed")
+        finally:
+            self._shutdown()
+
+    def _cycle(self, wait_s: float) -> None:
+        poller = zmq.Poller()
+        poller.register(self._wake_r, zmq.POLLIN)
+        sock, child = self._sock, self._child
+        if sock is not None:
+            poller.register(sock, zmq.POLLIN | (zmq.POLLOUT if self._outbox else 0))
+        if child is not None:
+            poller.register(child.sentinel, zmq.POLLIN)
+        ready = dict(poller.poll(wait_s * 1000))
+        if self._wake_r in ready:
+            with self._lock:
+                self._woken = False
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._wake_r, 4096)
+        if sock is not None:
+            if ready.get(sock, 0) & zmq.POLLIN:
+                self._receive(sock)
+            self._flush(sock)
+
+    def _flush(self, sock: zmq.Socket) -> None:
+        while True:
+            with self._lock:
+                if not self._outbox:
+                    return
+                frames = self._outbox[0]
+            try:
+                sock.send_multipart(frames, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return  # the child's queue is full: POLLOUT says when it has room
+            with self._lock:
+                if self._outbox and self._outbox[0] is frames:
+                    self._outbox.popleft()
+
+    def _receive(self, sock: zmq.Socket) -> None:
+        for _ in range(RECV_BATCH):
+            try:
+                frames = sock.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._heard_at = time.monotonic()
+            try:
+                self._dispatch(wire.event_decoder.decode(frames[0]), frames)
+            except Exception:
+                log.exception("engine %r: a message from its process could not be handled", self.spec)
+
+    def _dispatch(self, msg: wire.Event, frames: list[bytes]) -> None:
+        if isinstance(msg, wire.Beat):
+            self._memory = msg.memory
+            self._capacity = None if msg.capacity is None else Capacity(*msg.capacity)
+        elif isinstance(msg, wire.Audio | wire.Codec | wire.Wait):
+            stream = self._streams.get(msg.sid)
+            if stream is None:
+                return  # cancelled here: its last events are still on their way
+            if isinstance(msg, wire.Audio):
+                ev: AudioChunk | CodecFrames | Waiting = AudioChunk(
+                    np.frombuffer(frames[1], dtype=np.int16), msg.sample_rate, msg.first_frame, msg.segment)
+            elif isinstance(msg, wire.Codec):
+                codes = np.frombuffer(frames[1], dtype=np.int16).reshape(-1, msg.codebooks)
+                ev = CodecFrames(codes, msg.first_frame, msg.segment, msg.prime)
+            else:
+                ev = Waiting(msg.reason, msg.ahead)
+            try:
+                stream._bridge.put(ev, timeout=0)  # never blocks: the credit window bounds what comes
+            except TimeoutError:
+                self._forget(msg.sid)
+                stream._bridge.end("error", "the engine process sent past its stream's window", "engine_error")
+                self._send(wire.Cancel(msg.sid))
+        elif isinstance(msg, wire.End):
+            with self._lock:
+                stream = self._streams.pop(msg.sid, None)
+            if stream is not None:
+                stream._bridge.end(msg.reason, msg.message, msg.code)
+        elif isinstance(msg, wire.Refused):
+            # The child refused text the parent let through: the stream cannot speak all it was given,
+            # so it ends with an error naming the unspoken segments (never a silent gap).
+            with self._lock:
+                stream = self._streams.pop(msg.sid, None)
+            if stream is not None:
+                stream._bridge.end("error", msg.message, msg.code)
+                self._send(wire.Cancel(msg.sid))
+        elif isinstance(msg, wire.Checked):
+            with self._lock:
+                pending = self._checks.pop(msg.rid, None)
+            if pending is not None:
+                pending.result = (msg.code, msg.message)
+                pending.done.set()
+        elif isinstance(msg, wire.Ready):
+            self._ready(msg.info)
+        elif isinstance(msg, wire.Failed):
+            with self._changed:
+                self._state, self._last_error = "failed", msg.message
+                self._changed.notify_all()
+            log.error("engine %r failed to load: %s", self.spec, msg.message)
+
+    def _ready(self, info: wire.Info) -> None:
+        assert self._child is not None
+        self._child.ready_at = time.monotonic()
+        self._start_failures = 0
+        with self._lock:
+            self._info = info
+            self._check_cache.clear()
+        self._set_state("ready")
+        log.info("engine %r ready in its process (pid %d, warm-up %.1f s)", self.spec, info.pid, info.warmup_s)
+
+    def _gone_or_stuck(self) -> str | None:
+        """Why the child must be given up (None: it is fine)."""
+        child = self._child
+        assert child is not None
+        if not child.process.is_alive():
+            return child.exit_reason()
+        now = time.monotonic()
+        if child.ready_at is not None and now - self._heard_at > self._hang_timeout_s:
+            child.kill()
+            return f"the engine process (pid {child.pid}) sent nothing for {self._hang_timeout_s:g} s"
+        if child.ready_at is None and self._state != "failed" and now - child.started_at > self._ready_timeout_s:
+            child.kill()
+            return f"the engine process (pid {child.pid}) was not warm after {self._ready_timeout_s:g} s"
+        return None
+
+    def _died(self, reason: str) -> float | None:
+        child, sock = self._child, self._sock
+        assert child is not None and sock is not None
+        warm = None if child.ready_at is None else time.monotonic() - child.ready_at
+        self._child, self._sock, self._capacity = None, None, None
+        sock.close(linger=0)
+        child.reap(1.0)
+        if self._state == "failed":  # it said why it could not load: restarting would not help
+            self._end_all(self._last_error or "the engine failed", UNAVAILABLE)
+            return None
+        log.error("engine %r: %s", self.spec, reason)
+        self._end_all(f"{reason}; the engine is restarting", RESTARTING)
+        return self._went_down(reason, warm)
+
+    def _went_down(self, reason: str, warm: float | None) -> float | None:
+        """The restart's time (None: no more restarts)."""
+        if warm is None:
+            self._start_failures += 1
+            if self._start_failures >= self._max_start_failures:
+                self._set_state("failed", f"{reason} ({self._start_failures} starts in a row failed)")
+                return None
+        self._restarts += 1
+        self._set_state("restarting", reason)
+        delay = self._backoff.died(warm)
+        log.warning("engine %r: restart %d in %.1f s", self.spec, self._restarts, delay)
+        return time.monotonic() + delay
+
+    def _shutdown(self) -> None:
+        child, sock = self._child, self._sock
+        if sock is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                sock.send_multipart([wire.command_encoder.encode(wire.Close())], flags=zmq.NOBLOCK)
+        if child is not None:
+            child.reap(5.0)
+        if sock is not None:
+            sock.close(linger=0)
+        self._child, self._sock = None, None
+        self._ctx.term()
+
+    def __repr__(self) -> str:
+        return f"ProcessEngine({self.spec!r}, state={self._state}, pid={self.pid})"
+
+
+def start_engine(spec: str, *, ready_timeout_s: float = 600.0, hang_timeout_s: float = 15.0,
+                 **options: Any) -> ProcessEngine:
+    """Start `load_engine(spec, **options)` in a supervised child process; returns at once (state
+    `warming`): `await engine.ready()` or `engine.wait_ready()` for it to be warm."""
+    return ProcessEngine(spec, options, ready_timeout_s=ready_timeout_s, hang_timeout_s=hang_timeout_s)

@@ -1,0 +1,232 @@
+"""The engine process: `load_engine(spec)` in a child of the gateway, served over one zmq socket.
+
+It runs an asyncio loop that only relays: commands from the gateway become calls on the engine and its
+streams, each stream's events go back as they come — no faster than the gateway's consumer takes them
+(the credit window, engine/process/wire.py): a stream whose window is spent is not read, so its engine
+bridge fills and the engine stops making its audio, as in-process. The torch / onnxruntime work runs in
+the engine's own threads, on this process's GIL, never the gateway's.
+
+It lives no longer than its parent: once the parent is gone (re-parented), it exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import zmq
+import zmq.asyncio
+
+from engine.process import wire
+from engine.types import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamRequest, Waiting
+
+log = logging.getLogger("voxgate.engine.process")
+
+
+class _Window:
+    """A stream's credit: how many more events it may send before the parent has consumed some."""
+
+    def __init__(self) -> None:
+        self.left = wire.WINDOW
+        self.open = asyncio.Event()
+        self.open.set()
+
+    def give(self, n: int) -> None:
+        self.left += n
+        if self.left > 0:
+            self.open.set()
+
+    async def take(self) -> None:
+        while self.left <= 0:
+            self.open.clear()
+            await self.open.wait()
+        self.left -= 1
+
+
+class EngineServer:
+    def __init__(self, sock: zmq.asyncio.Socket, engine: Engine) -> None:
+        self.sock, self.engine = sock, engine
+        self.streams: dict[int, tuple[Stream, _Window]] = {}
+        self.relays: set[asyncio.Task[None]] = set()
+
+    async def send(self, msg: wire.Event, payload: Any = None) -> None:
+        header = wire.event_encoder.encode(msg)
+        await self.sock.send_multipart([header] if payload is None else [header, payload])
+
+    async def serve(self) -> None:
+        """Commands until `Close` (or the socket fails)."""
+        while True:
+            frames = await self.sock.recv_multipart()
+            try:
+                cmd = wire.command_decoder.decode(frames[0])
+            except Exception:  # a bug, not a client: said, and the rest goes on
+                log.exception("undecodable command")
+                continue
+            if isinstance(cmd, wire.Close):
+                return
+            try:
+                await self.handle(cmd)
+            except Exception:
+                log.exception("command %s failed", type(cmd).__name__)
+
+    async def handle(self, cmd: wire.Command) -> None:
+        if isinstance(cmd, wire.Check):
+            code, message = _check(self.engine, cmd.request)
+            await self.send(wire.Checked(cmd.rid, code, message))
+        elif isinstance(cmd, wire.Open):
+            try:
+                stream = self.engine.open_stream(cmd.request.voice, cmd.request.language, **cmd.request.options())
+            except EngineError as e:
+                await self.send(wire.End(cmd.sid, "error", str(e), e.code))
+                return
+            window = _Window()
+            self.streams[cmd.sid] = (stream, window)
+            task = asyncio.create_task(self.relay(cmd.sid, stream, window))
+            self.relays.add(task)
+            task.add_done_callback(self.relays.discard)
+        elif (entry := self.streams.get(getattr(cmd, "sid", -1))) is not None:
+            stream, window = entry
+            if isinstance(cmd, wire.Append):
+                try:
+                    stream.append(cmd.text)
+                except EngineError as e:
+                    await self.send(wire.Refused(cmd.sid, e.code, str(e)))
+            elif isinstance(cmd, wire.Finish):
+                stream.finish()
+            elif isinstance(cmd, wire.Credit):
+                window.give(cmd.n)
+            elif isinstance(cmd, wire.Cancel):
+                stream.cancel()  # the engine frees its slot before its next cycle
+                window.give(wire.WINDOW)  # a relay waiting for credit reads on to the end
+
+    async def relay(self, sid: int, stream: Stream, window: _Window) -> None:
+        events = stream.events()
+        end = StreamEnd("error", "the engine stream ended without an end")
+        try:
+            while True:
+                await window.take()
+                ev = await anext(events, None)
+                if ev is None:
+                    break
+                if isinstance(ev, StreamEnd):
+                    end = ev
+                    break
+                if isinstance(ev, AudioChunk):
+                    pcm = np.ascontiguousarray(ev.pcm, dtype=np.int16)
+                    await self.send(wire.Audio(sid, ev.sample_rate, ev.first_frame, ev.segment), pcm.data)
+                elif isinstance(ev, CodecFrames):
+                    codes = np.ascontiguousarray(ev.codes, dtype=np.int16)
+                    await self.send(wire.Codec(sid, ev.first_frame, ev.segment, ev.prime, codes.shape[1]), codes.data)
+                elif isinstance(ev, Waiting):
+                    await self.send(wire.Wait(sid, ev.reason, ev.ahead))
+        except Exception as e:  # the stream's own failure ends it, never the process
+            log.exception("stream %d failed", sid)
+            end = StreamEnd("error", f"the engine stream failed ({type(e).__name__})")
+            stream.cancel()
+        finally:
+            self.streams.pop(sid, None)
+            with contextlib.suppress(Exception):
+                await events.aclose()  # type: ignore[attr-defined]
+        await self.send(wire.End(sid, end.reason, end.message, getattr(end, "code", "")))
+
+    async def beat(self) -> None:
+        probe = getattr(self.engine, "capacity", None)
+        while True:
+            capacity = None
+            if probe is not None:
+                with contextlib.suppress(Exception):  # advice only: a failing probe says "cannot tell"
+                    if (c := probe()) is not None:
+                        capacity = (c.streams, c.active, c.busy_s, c.workers)
+            await self.send(wire.Beat(capacity, memory()))
+            await asyncio.sleep(wire.BEAT_S)
+
+
+def _check(engine: Engine, request: StreamRequest) -> tuple[str, str]:
+    try:
+        engine.check(request)
+    except EngineError as e:
+        return e.code, str(e)
+    except Exception as e:
+        log.exception("check failed")
+        return "invalid_option", f"the engine could not check the request ({type(e).__name__})"
+    return "", ""
+
+
+def memory() -> dict[str, int]:
+    """This process's resident memory, and torch's CUDA memory when it holds a GPU."""
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/statm") as f:
+        out["rss_bytes"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda_allocated_bytes"] = int(torch.cuda.memory_allocated())
+        out["cuda_reserved_bytes"] = int(torch.cuda.memory_reserved())
+    return out
+
+
+def info(engine: Engine, warmup_s: float) -> wire.Info:
+    voices = [wire.Voice(v.name, tuple(v.languages), v.kind, v.description, dict(v.extra)) for v in engine.voices()]
+    pending = getattr(engine, "max_pending_chars", None)
+    if pending is None:
+        pending = getattr(getattr(engine, "config", None), "max_pending_chars", None)
+    return wire.Info(os.getpid(), int(engine.sample_rate), bool(engine.supports_cloning), voices,
+                     list(engine.languages()), engine.codec_info(), pending, hasattr(engine, "capacity"),
+                     warmup_s)  # fmt: skip
+
+
+async def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        await asyncio.sleep(0.5)
+    log.warning("the gateway (pid %d) is gone; the engine process exits", parent)
+    os._exit(0)
+
+
+async def _main(spec: str, options: dict[str, Any], address: str, parent: int) -> None:
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, wire.HWM)
+    sock.setsockopt(zmq.RCVHWM, wire.HWM)
+    sock.connect(address)
+    watcher = asyncio.create_task(_watch_parent(parent))
+    await sock.send_multipart([wire.event_encoder.encode(wire.Hello(os.getpid()))])
+    from engine.loader import load_engine
+
+    started = time.monotonic()
+    try:
+        engine = await asyncio.to_thread(load_engine, spec, **options)
+    except Exception as e:
+        code = e.code if isinstance(e, EngineError) else "model_unavailable"
+        log.exception("engine %r failed to load", spec)
+        await sock.send_multipart([wire.event_encoder.encode(wire.Failed(code, f"{type(e).__name__}: {e}"))])
+        await asyncio.sleep(0.2)  # LINGER 0: give the message its moment on the wire
+        return
+    server = EngineServer(sock, engine)
+    await server.send(wire.Ready(info(engine, time.monotonic() - started)))
+    beat = asyncio.create_task(server.beat())
+    try:
+        await server.serve()
+    finally:
+        beat.cancel()
+        watcher.cancel()
+        for task in list(server.relays):
+            task.cancel()
+        await asyncio.to_thread(engine.close)
+        sock.close()
+        ctx.term()
+
+
+def main(spec: str, options: dict[str, Any], address: str, parent: int) -> None:
+    """The child's entry point (multiprocessing, spawn start method)."""
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s engine[{os.getpid()}] %(levelname)s %(message)s")
+    asyncio.run(_main(spec, options, address, parent))
+
+
+if __name__ == "__main__":  # started by multiprocessing's spawn: nothing runs on import
+    sys.exit("engine/process/server.py is started by engine.process.start_engine, not run directly")

@@ -1,0 +1,159 @@
+"""What the gateway and an engine process say to each other over their zmq socket pair.
+
+Every message is one zmq multipart message: a msgpack header (one of the tagged Structs below) and, for
+audio and codec frames, one raw payload frame (int16 samples / codes, native order: both ends are one
+machine), so PCM is never packed into msgpack nor pickled. Both directions are bounded: a stream's
+audio by its credit window (the child sends at most `WINDOW` audio events the parent has not yet handed
+to its consumer), commands by the gateway's own bounds on text and streams, and the sockets by their
+high-water marks.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from engine.types import StreamRequest
+
+WINDOW = 16  # audio events in flight per stream (child → parent, not yet consumed): ≤ 4 s of CPU audio
+CREDIT_BATCH = WINDOW // 2  # the parent gives credit back in batches: one message per 8 events
+HWM = 100_000  # zmq high-water mark, messages, both sockets: far above streams × WINDOW + commands
+BEAT_S = 0.1  # the child's heartbeat (capacity, memory) period
+
+
+class _Msg(msgspec.Struct, tag_field="t", array_like=True, frozen=True):
+    pass
+
+
+# ---- parent → child ----
+
+
+class Open(_Msg, tag="open"):
+    sid: int
+    request: StreamRequest
+
+
+class Append(_Msg, tag="append"):
+    sid: int
+    text: str
+
+
+class Finish(_Msg, tag="finish"):
+    sid: int
+
+
+class Cancel(_Msg, tag="cancel"):
+    sid: int
+
+
+class Credit(_Msg, tag="credit"):
+    sid: int
+    n: int
+
+
+class Check(_Msg, tag="check"):
+    rid: int
+    request: StreamRequest
+
+
+class Close(_Msg, tag="close"):
+    pass
+
+
+Command = Open | Append | Finish | Cancel | Credit | Check | Close
+
+
+# ---- child → parent ----
+
+
+class Voice(msgspec.Struct, array_like=True, frozen=True):
+    name: str
+    languages: tuple[str, ...]
+    kind: str
+    description: str
+    extra: dict[str, str]
+
+
+class Info(msgspec.Struct, frozen=True):
+    """What the engine declares once warm (static for the life of the process)."""
+
+    pid: int
+    sample_rate: int
+    supports_cloning: bool
+    voices: list[Voice]
+    languages: list[str]
+    codec_info: dict[str, str | int | float | bool] | None
+    max_pending_chars: int | None
+    has_capacity: bool
+    warmup_s: float
+
+
+class Hello(_Msg, tag="hello"):
+    pid: int
+
+
+class Ready(_Msg, tag="ready"):
+    info: Info
+
+
+class Failed(_Msg, tag="failed"):
+    """The engine could not be loaded: restarting would not help (a missing model, a bad option)."""
+
+    code: str
+    message: str
+
+
+class Beat(_Msg, tag="beat"):
+    """Alive, with the engine's capacity (None: it cannot tell) and memory, every `BEAT_S`."""
+
+    capacity: tuple[int, int, float | None, int] | None  # streams, active, busy_s, workers
+    memory: dict[str, int]
+
+
+class Audio(_Msg, tag="audio"):
+    sid: int
+    sample_rate: int
+    first_frame: int
+    segment: int  # payload: int16 PCM
+
+
+class Codec(_Msg, tag="codec"):
+    sid: int
+    first_frame: int
+    segment: int
+    prime: bool
+    codebooks: int  # payload: int16 codes, [n, codebooks]
+
+
+class Wait(_Msg, tag="wait"):
+    sid: int
+    reason: str
+    ahead: int | None
+
+
+class End(_Msg, tag="end"):
+    sid: int
+    reason: str
+    message: str
+    code: str
+
+
+class Refused(_Msg, tag="refused"):
+    """The child's engine refused an append (or the open) the parent had let through."""
+
+    sid: int
+    code: str
+    message: str
+
+
+class Checked(_Msg, tag="checked"):
+    rid: int
+    code: str  # "": the request is fine
+    message: str
+
+
+Event = Hello | Ready | Failed | Beat | Audio | Codec | Wait | End | Refused | Checked
+
+command_encoder = msgspec.msgpack.Encoder()
+command_decoder = msgspec.msgpack.Decoder(Command)
+event_encoder = command_encoder
+event_decoder = msgspec.msgpack.Decoder(Event)
