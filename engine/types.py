@@ -63,7 +63,32 @@ class Waiting:
     ahead: int | None = None
 
 
-StreamEvent = AudioChunk | CodecFrames | Waiting | StreamEnd
+@dataclass(frozen=True, slots=True)
+class WordTiming:
+    """One word (engine/words.py: a Latin word or a Han character) of the text the engine was given,
+    and where its speech lies: [start, end) stream-relative frames at the stream's sample rate, on the
+    same count as `AudioChunk.first_frame`."""
+
+    word: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Words:
+    """Word timings of a stream opened with `word_timings=True`, put before the `AudioChunk`s whose
+    audio holds them (a client may show or cut text as it plays). `segment` as in `AudioChunk`; words in
+    the order spoken, each segment's words in one or more `Words`. `estimated`: the model gives no
+    alignment and the times come from what the engine knows (segment marks, text positions): good for
+    cutting text at a barge-in, not for lip sync."""
+
+    segment: int
+    sample_rate: int
+    words: tuple[WordTiming, ...]
+    estimated: bool = False
+
+
+StreamEvent = AudioChunk | CodecFrames | Words | Waiting | StreamEnd
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +141,7 @@ class StreamRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     instructions: Annotated[str, msgspec.Meta(max_length=MAX_INSTRUCTIONS_CHARS)] | None = None
     output: Literal["pcm", "codec_tokens"] = "pcm"
     reference: ReferenceClip | None = None
+    word_timings: bool = False  # emit `Words` beside the audio (engines that cannot time words ignore it)
 
     def options(self) -> dict[str, object]:
         """The `open_stream` keywords that say the same (those not at their default)."""
@@ -127,6 +153,8 @@ class StreamRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             out["speed"] = self.speed
         if self.output != "pcm":
             out["output"] = self.output
+        if self.word_timings:
+            out["word_timings"] = True
         if self.reference is not None:
             out["ref_audio"] = self.reference.audio
             if self.reference.text is not None:
@@ -177,6 +205,11 @@ class Engine(Protocol):
     def codec_info(self) -> dict[str, object] | None: ...
 
     def check(self, request: StreamRequest) -> None: ...
+
+    def capacity(self) -> Capacity | None:
+        """How many streams it can keep ahead of their listeners now (None: it cannot tell; admission
+        then trusts the `max_active_streams` setting alone). Cheap: read on every admission decision."""
+        ...
 
     def open_stream(self, voice: str | None, language: str, **options: object) -> Stream: ...
 

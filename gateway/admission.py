@@ -109,8 +109,7 @@ class Admission:
 
     def engine_capacity(self) -> Capacity | None:
         """The engine's own word on its capacity (None: it cannot tell); may raise."""
-        probe = getattr(self._engine, "capacity", None)
-        return None if probe is None else probe()
+        return self._engine.capacity()
 
     def capacity(self) -> int:
         """How many streams may be admitted now: the engine's judgement, capped by the setting."""
@@ -308,6 +307,7 @@ class QueuedStream:
         self.ticket: Ticket | None = None
         self.refused: QueueFull | None = None
         self.failed: str | None = None  # the engine stream could not be opened
+        self.failed_code = ""  # its EngineError's code (e.g. engine_unavailable)
         self._task: asyncio.Task[None] | None = None
         self._listening_s = listening_s  # a continuation: its listener's audio left when it asked
         ticket = admission.try_admit(tenant, weight, listening_s=listening_s)
@@ -358,7 +358,7 @@ class QueuedStream:
         try:
             stream = self._open_stream()
         except EngineError as e:
-            self.failed = str(e)
+            self.failed, self.failed_code = str(e), e.code
         except Exception as e:  # never lose an utterance silently: it ends with an error
             log.exception("opening an admitted engine stream failed")
             self.failed = f"the engine stream could not be opened ({type(e).__name__})"
@@ -424,7 +424,7 @@ class QueuedStream:
             elif self.refused is not None:
                 yield Refusal("error", self.refused.message)
             elif self.failed is not None:
-                yield StreamEnd("error", self.failed)
+                yield StreamEnd("error", self.failed, self.failed_code)
             else:
                 yield StreamEnd("cancelled")
             return
