@@ -305,8 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     eng = load_engine(args.model, max_streams=max_n, threads=args.threads, max_frames=args.frames,
                       max_context=max(256, 64 * math.ceil((args.frames + 160) / 64)), **extra)
     assert isinstance(eng, Qwen3Engine)
-    assert eng.core.pool is not None
-    per_slot = eng.core.pool.bytes_per_slot()
+    per_slot = eng.core.bytes_per_slot()
     print(f"model {args.model}: loaded and warmed in {time.perf_counter() - t:.1f} s; "
           f"{sum(per_slot.values())} bytes per slot {per_slot}; "
           f"{args.threads} thread(s), {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")

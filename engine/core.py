@@ -49,7 +49,7 @@ from engine.resample import Resampler
 from engine.scheduler import DEFAULT_RAMP, RequestRecord, Scheduler, SchedulerConfig, ThroughputMeter, bucket_sizes
 from engine.slots import SlotPool
 from engine.stream import EventBridge
-from engine.talker_backend import NativeTalker
+from engine.talker_backend import TalkerBackend, TalkerFactory, TalkerSpec, talker_factory
 from engine.types import AudioChunk, CodecFrames, Waiting
 
 log = logging.getLogger("voxgate.engine.core")
@@ -197,8 +197,13 @@ class EngineCore:
     """The engine thread. Thread-safe entry points: `submit`, `append`, `finish`, `cancel`, `stop`."""
 
     def __init__(self, model: Qwen3TTSModel, config: CoreConfig = CoreConfig(),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, talker: str | TalkerFactory = "native",
+                 talker_options: dict[str, Any] | None = None) -> None:
+        """`talker`: a registered name (engine/talker_backend.py `TALKERS`) or a factory, built on this
+        core's thread; `talker_options` go to it as `TalkerSpec.options`."""
         self.model, self.config, self.clock = model, config, clock
+        self._talker_factory = talker_factory(talker)
+        self._talker_options = dict(talker_options or {})
         self.frame_seconds = model.samples_per_frame / model.sample_rate
         buckets = bucket_sizes(config.max_batch, min_bucket=config.min_bucket)
         self.scheduler = Scheduler(SchedulerConfig(
@@ -212,7 +217,7 @@ class EngineCore:
         self._stopping = False
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
-        self.stats: dict[str, Any] = {"cycles": 0, "talker_rows": 0, "frames": 0, "decode_calls": 0}
+        self.stats: dict[str, Any] = {"cycles": 0, "prefills": 0, "talker_rows": 0, "frames": 0, "decode_calls": 0}
         #: recent durations of cycles that did work, and of cancel() → slot freed (bench and tests)
         self.cycle_s: deque[float] = deque(maxlen=4096)
         self.cancel_latency_s: deque[float] = deque(maxlen=4096)
@@ -226,8 +231,8 @@ class EngineCore:
         self.finished_frames: dict[int, int] = {}
         #: (requests, segments with consumed tokens, consumed content tokens) of each finished stream
         self.finished_text: dict[int, tuple[int, int, int]] = {}
-        self.pool: SlotPool | None = None
-        self.talker: NativeTalker | None = None
+        self.pool: SlotPool | None = None  # slot ids and codec state: the core's side of the slots
+        self.talker: TalkerBackend | None = None  # the talker, with its own side of the slots
         self.voices: VoiceMaker[ClonedVoice] = VoiceMaker(self._clone, on_done=self._wake.set)
         self._buckets = buckets
         self._thread = threading.Thread(target=self._main, name="qwen3-engine-core", daemon=True)
@@ -257,6 +262,12 @@ class EngineCore:
         self._post("stop")
         self._thread.join(timeout=30)
 
+    def bytes_per_slot(self) -> dict[str, int]:
+        """Bytes each slot holds, by part: the talker's (KV, carry) and the core's codec state."""
+        if self.pool is None or self.talker is None:
+            return {}
+        return {**self.talker.slot_bytes(), **self.pool.bytes_per_slot()}
+
     @property
     def free_slots(self) -> int:
         return self.pool.available if self.pool is not None else 0
@@ -275,11 +286,17 @@ class EngineCore:
             # Intra-op threads of this thread's torch work: set here, deliberately, not inherited.
             torch.set_num_threads(self.config.threads)
             t0 = time.perf_counter()
-            self.pool = SlotPool.allocate(self.model, self.config.max_streams, self.config.max_context)
-            self.talker = NativeTalker(self.model, self.pool, self.config.kv_block, cuda_graphs=self.config.cuda_graphs)
-            if self.config.warm_up:
+            cfg = self.config
+            self.pool = SlotPool.allocate(self.model, cfg.max_streams)
+            self.talker = self._talker_factory(self.model, TalkerSpec(
+                cfg.max_streams, cfg.max_context, self._buckets, kv_block=cfg.kv_block, cuda_graphs=cfg.cuda_graphs,
+                options=self._talker_options))
+            if (self.talker.max_slots, self.talker.max_context) != (cfg.max_streams, cfg.max_context):
+                raise ValueError(f"the talker holds {self.talker.max_slots} slots × {self.talker.max_context} "
+                                 f"positions; the core needs {cfg.max_streams} × {cfg.max_context}")
+            if cfg.warm_up:
                 self._warm_up()
-            per_slot = self.pool.bytes_per_slot()
+            per_slot = self.bytes_per_slot()
             log.info("Qwen3 engine core: %d slots × %d positions, %d bytes per slot (%s), buckets %s, "
                      "%d threads, ready in %.2f s", self.config.max_streams, self.config.max_context,
                      sum(per_slot.values()), per_slot, self._buckets, self.config.threads, time.perf_counter() - t0)
@@ -306,6 +323,9 @@ class EngineCore:
         for req in list(self._requests.values()):
             self._end(req, "error", "the engine was closed")
         self.voices.close()
+        if self.talker is not None:
+            with contextlib.suppress(Exception):
+                self.talker.close()
 
     def _warm_up(self) -> None:
         assert self.talker is not None and self.pool is not None
@@ -684,6 +704,7 @@ class EngineCore:
                     assert ref_codes is not None
                     req.outbox.append(CodecFrames(ref_codes.to(torch.int16).numpy(), -ref_codes.shape[0], 0,
                                                   prime=True))
+            self.stats["prefills"] += 1
             cb0 = self.talker.prefill(req.slot, prompt.rows, req.opts.params)
         except Exception as exc:
             self._fail(req, exc)

@@ -27,6 +27,7 @@ from engine.options import shown, stream_request
 from engine.qwen3.edge import decoder_id
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
 from engine.stream import EventBridge
+from engine.talker_backend import TalkerFactory, talker_factory
 from engine.types import Capacity, EngineError, StreamEvent, StreamRequest, VoiceInfo
 
 log = logging.getLogger("voxgate.engine.qwen3")
@@ -111,9 +112,12 @@ class Qwen3Stream:
 
 class Qwen3Engine:
     """Options (see `CoreConfig`): max_streams, max_context, max_batch, ramp, max_codec_rows, queue_size,
-    threads, frames_per_token, min_frames, kv_block, warm_up, cuda_graphs; `greedy` makes every stream argmax."""
+    threads, frames_per_token, min_frames, kv_block, warm_up, cuda_graphs; `greedy` makes every stream argmax;
+    `talker` the talker backend (a name in engine/talker_backend.py `TALKERS`, default "native", or a
+    `TalkerFactory`) and `talker_options` its own options."""
 
     def __init__(self, model: Qwen3TTSModel, *, greedy: bool = False, model_path: Path | None = None,
+                 talker: str | TalkerFactory = "native", talker_options: dict[str, Any] | None = None,
                  **options: Any) -> None:
         if "max_batch" not in options and "max_streams" in options:
             options["max_batch"] = min(int(options["max_streams"]), CoreConfig().max_batch)
@@ -127,7 +131,11 @@ class Qwen3Engine:
         self.decoder_id = decoder_id(model_path) if model_path is not None else "unknown"
         self.greedy = greedy
         self.sample_rate = model.sample_rate
-        self.core = EngineCore(model, self.config)
+        try:
+            factory = talker_factory(talker)
+        except ValueError as exc:
+            raise EngineError("invalid_option", str(exc)) from None
+        self.core = EngineCore(model, self.config, talker=factory, talker_options=talker_options)
         self._streams: weakref.WeakSet[Qwen3Stream] = weakref.WeakSet()
         self._closed = False
 

@@ -1,24 +1,26 @@
 """The TalkerBackend seam (DESIGN §3; research/vllm_talker_backend.md §4.1): the talker's side of
 generation — prefill a request into a slot, step a batch of slots one frame, complete frames with the
-code predictor, abort a slot — and nothing else. Prompts, text tracks, codec, scheduling and the
-protocol stay in the core, so a vLLM-based talker can replace `NativeTalker` on GPUs later.
+code predictor, abort a slot — and nothing else. Prompts, text tracks, the codec and its state,
+scheduling and the protocol stay in the core (engine/core.py), which holds a `TalkerBackend` and never
+touches talker tensors; `NativeTalker` (below) is the in-process one, a vLLM talker is another.
 
-All shapes are padded to a batch bucket (padding rows use the pool's scratch slot and greedy sampling,
-so they draw no randomness) and attention reads a key length rounded up to `kv_block`, so the number
-of distinct shapes is small and every one of them is run once by `warm_up`.
-
-With `cuda_graphs`, each call splits into a host part (slot gathers, `int(...)`, uniforms drawn from
-the rows' generators, the sampler's path facts) and a tensor part run through `engine.graphs.StaticCall`:
-the talker step keyed by (bucket, kv_len), the code-predictor pass by (bucket, sampler path). On CUDA
-those are captured as CUDA graphs and replayed; elsewhere the same static-buffer path runs uncaptured.
+`NativeTalker`: all shapes are padded to a batch bucket (padding rows use its scratch slot and greedy
+sampling, so they draw no randomness) and attention reads a key length rounded up to `kv_block`, so the
+number of distinct shapes is small and every one of them is run once by `warm_up`. With `cuda_graphs`,
+each call splits into a host part (slot gathers, `int(...)`, uniforms drawn from the rows' generators,
+the sampler's path facts) and a tensor part run through `engine.graphs.StaticCall`: the talker step
+keyed by (bucket, kv_len), the code-predictor pass by (bucket, sampler path). On CUDA those are
+captured as CUDA graphs and replayed; elsewhere the same static-buffer path runs uncaptured.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -26,7 +28,7 @@ from engine.graphs import StaticCall
 from engine.qwen3.layers import KVCache
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
 from engine.qwen3.sampling import RowSampler
-from engine.slots import SlotPool
+from engine.slots import TalkerSlots
 
 log = logging.getLogger("voxgate.engine.talker")
 
@@ -43,27 +45,134 @@ def _capturable(sampler: RowSampler) -> bool:
     return sampler.all_greedy or sampler.k > 0
 
 
-class TalkerBackend(Protocol):
-    eos_id: int
+@dataclass(frozen=True)
+class TalkerSpec:
+    """What the core asks of a talker it builds (`TalkerFactory`)."""
 
-    def prefill(self, slot: int, rows: torch.Tensor, params: SamplingParams) -> int: ...
+    max_slots: int  # slot ids 0..max_slots-1: streams the core admits at once
+    max_context: int  # positions per slot: prompt rows + frames (the core never steps past it)
+    buckets: tuple[int, ...]  # padded batch sizes of step/complete calls, increasing; warm_up gets them too
+    kv_block: int = 64  # native: attention key lengths are rounded up to this
+    cuda_graphs: bool = False  # native: capture the step and the predictor pass (engine/graphs.py)
+    options: Mapping[str, Any] = field(default_factory=dict)  # backend-specific (e.g. vLLM's memory share)
+
+
+@runtime_checkable
+class TalkerBackend(Protocol):
+    """The talker behind the core. Every method is called from the core's one thread, one call at a
+    time; `warm_up` once before the first `prefill`; `close` once, last.
+
+    Slot state belongs to the backend: the core hands out slot ids in [0, max_slots) (it owns the id
+    free list and each slot's codec state, engine/slots.py `SlotPool`), and the backend allocates what
+    a request needs in `prefill` (KV, hidden state, cb0, position, repetition-penalty set, a vLLM
+    request) and frees it in `abort`. The core never reads or writes talker tensors.
+
+    What the core guarantees, so a backend may rely on it (and should assert what it relies on):
+
+    1. Per slot, calls come in this order: `prefill` → (`complete` → `step`)* → `abort`. `complete`
+       follows every `prefill`/`step` that returned an id other than `eos_id`, before that slot's next
+       `step`; after `eos_id` only `abort` follows. `abort` may come at any point between calls (done,
+       cancel, failure, eviction) and ends the request — also for a slot whose `prefill` raised or never
+       ran (a failure just before it) — and the next call naming the slot is a `prefill`.
+       `prefill` is never called on a slot that is not free (never used, or aborted since).
+    2. A cycle makes at most one `prefill`, then at most one `step`, then at most one `complete` over
+       every slot that just produced codebook 0 — the prefilled slot and the stepped ones together.
+    3. A batch (`step`, `complete`) lists distinct live slots, 1 ≤ len(slots) ≤ bucket, bucket one of
+       `TalkerSpec.buckets`; row i of every argument and result belongs to slots[i]. The order is the
+       scheduler's urgency order and changes from cycle to cycle; slots are not contiguous.
+    4. A live slot left out of a `step` must not advance: it is parked (its text ran dry) or paused
+       (its listener is not reading) and may sit out any number of cycles, then resume with its state
+       intact — no padding fed, no re-prefill. Streamed text arrives as these per-step `text_rows`; one
+       request runs for the whole text its KV context holds (one prefill per request).
+    5. `text_rows` [len(slots), H] (model device, talker dtype) is each slot's next text-track row —
+       content, end-of-text or the pad row; step input = Σ embeddings of the slot's last completed
+       frame + that row. A step's position is prompt_len + ids accepted − 1; the core keeps it below
+       `max_context` (a request's frame cap), and prompt rows below `max_context` too.
+    6. `params[i]` is the same `SamplingParams` object for a slot for the whole request (per stream
+       for a stream's later requests); its `generator` draws in call order: cb0 uniforms in
+       `prefill`/`step`, then the code predictor's in `complete`. Padding rows draw nothing.
+
+    What the core expects back:
+    - ids as Python ints in slot order; frames as a [len(slots), 16] int64 tensor the caller owns (not a
+      view of a buffer a later call overwrites). `eos_id` ends the request.
+    - A row's results depend only on its own slot's state and params — not on the other rows, their
+      order or the bucket — so a seeded stream reproduces alone vs batched (the conformance suite,
+      tests/support/talker_conformance.py, checks this).
+    - A call that raises leaves every slot as before the call, so the core can re-run the rows one at
+      a time to find the culprit (its failure isolation) and end only that stream.
+    - `warm_up(buckets)` runs every shape the backend will see and returns bucket → seconds of one warm
+      `step` + `complete` at that bucket: the throughput meter's prior for buckets not measured yet
+      ({} if unknown: the meter then assumes no gain from batching).
+    """
+
+    eos_id: int
+    max_slots: int
+    max_context: int
+
+    def prefill(self, slot: int, rows: torch.Tensor, params: SamplingParams) -> int:
+        """Start a request in free `slot` from its prompt rows [T, H] → codebook 0 of frame 0 (EOS possible)."""
+        ...
 
     def step(self, slots: Sequence[int], text_rows: torch.Tensor, params: Sequence[SamplingParams],
-             bucket: int) -> list[int]: ...
+             bucket: int) -> list[int]:
+        """One talker step for each slot (its last frame completed) → the next codebook-0 id per slot."""
+        ...
 
-    def complete(self, slots: Sequence[int], params: Sequence[SamplingParams], bucket: int) -> torch.Tensor: ...
+    def complete(self, slots: Sequence[int], params: Sequence[SamplingParams], bucket: int) -> torch.Tensor:
+        """The code predictor for each slot's pending codebook 0 → frames [len(slots), 16]."""
+        ...
 
-    def abort(self, slot: int) -> None: ...
+    def abort(self, slot: int) -> None:
+        """End the request in `slot` (any reason) and free its state now; the slot is free again."""
+        ...
+
+    def warm_up(self, buckets: Sequence[int]) -> dict[int, float]:
+        """Run every shape once; → bucket → seconds of one warm step + complete (see the class docstring)."""
+        ...
+
+    def slot_bytes(self) -> dict[str, int]:
+        """Bytes the backend holds per slot, by part (start-up log, memory reports)."""
+        ...
+
+    def close(self) -> None:
+        """Free everything (the core is stopping); no call follows."""
+        ...
+
+
+#: Builds a backend on the core's thread (its torch work belongs there), before the first cycle.
+TalkerFactory = Callable[[Qwen3TTSModel, TalkerSpec], TalkerBackend]
+
+#: Talkers by name (`load_engine(..., talker=NAME)`): "module:attribute" of a `TalkerFactory`, imported
+#: only when named, so the default install never imports another engine's packages.
+TALKERS: dict[str, str] = {
+    "native": "engine.talker_backend:NativeTalker.create",
+}
+
+
+def talker_factory(talker: str | TalkerFactory) -> TalkerFactory:
+    """A factory, or the registered one named `talker` (ValueError naming the known ones)."""
+    if callable(talker):
+        return talker
+    target = TALKERS.get(str(talker).strip().lower())
+    if target is None:
+        raise ValueError(f"no talker {talker!r}; known: {sorted(TALKERS)}")
+    module, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj  # type: ignore[no-any-return]
 
 
 class NativeTalker:
-    """The in-process talker over `Qwen3TTSModel`'s primitives and a `SlotPool`."""
+    """The in-process talker over `Qwen3TTSModel`'s primitives and its own `TalkerSlots`."""
 
-    def __init__(self, model: Qwen3TTSModel, pool: SlotPool, kv_block: int = 64, cuda_graphs: bool = False
-                 ) -> None:
-        self.model, self.pool, self.kv_block = model, pool, kv_block
+    def __init__(self, model: Qwen3TTSModel, max_slots: int, max_context: int, kv_block: int = 64,
+                 cuda_graphs: bool = False) -> None:
+        self.model, self.kv_block = model, kv_block
+        self.pool = TalkerSlots.allocate(model, max_slots, max_context)
         self.eos_id = model.eos_id
-        dev = pool.hidden.device
+        self.max_slots, self.max_context = max_slots, max_context
+        dev = self.pool.hidden.device
         capture = cuda_graphs and dev.type == "cuda" and torch.cuda.is_available()
         if cuda_graphs and not capture:
             log.warning("cuda_graphs: the model is on %s, not a CUDA device; the talker step and code "
@@ -72,6 +181,11 @@ class NativeTalker:
         self._step_call = StaticCall(self._step_tensors, dev, capture) if cuda_graphs else None
         self._predict_call = StaticCall(self._predict_tensors, dev, capture) if cuda_graphs else None
         self._predictor_caches: dict[int, KVCache] = {}
+
+    @classmethod
+    def create(cls, model: Qwen3TTSModel, spec: TalkerSpec) -> NativeTalker:
+        """The `TalkerFactory` the core uses by default."""
+        return cls(model, spec.max_slots, spec.max_context, spec.kv_block, spec.cuda_graphs)
 
     def _kv_len(self, max_position: int) -> int:
         blocks = -(-(max_position + 1) // self.kv_block)
@@ -92,10 +206,11 @@ class NativeTalker:
         t = rows.shape[0]
         if t >= p.max_context:
             raise ValueError(f"prompt of {t} rows does not fit max_context {p.max_context}")
+        p.start(slot, t)
         slot_t = torch.tensor([slot], device=p.hidden.device)
         logits, hidden = self.model.talker.prefill(rows[None], torch.tensor([t], device=rows.device), slot_t, p.kv)
         cb0 = self.model.choose_cb0(logits, p.seen[slot_t], p.n_generated[slot_t], [params])
-        p.hidden[slot], p.cb0[slot], p.prompt_len[slot] = hidden[0], cb0[0], t
+        p.hidden[slot], p.cb0[slot] = hidden[0], cb0[0]
         return self._accept(slot, int(cb0[0]))
 
     def _accept(self, slot: int, cb0: int) -> int:
@@ -181,7 +296,16 @@ class NativeTalker:
         return frames
 
     def abort(self, slot: int) -> None:
-        """Nothing to undo: the slot's cache rows are masked by position for its next occupant."""
+        """Nothing to free: the slot's cache rows are masked by position for its next occupant, and its
+        carry is reset by the next `prefill`."""
+        if not 0 <= slot < self.max_slots:
+            raise ValueError(f"slot {slot} is out of range [0, {self.max_slots})")
+
+    def slot_bytes(self) -> dict[str, int]:
+        return self.pool.bytes_per_slot()
+
+    def close(self) -> None:
+        """Nothing held beyond memory the garbage collector frees with the talker."""
 
     @torch.no_grad()
     def warm_up(self, buckets: Sequence[int]) -> dict[int, float]:

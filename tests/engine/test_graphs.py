@@ -20,7 +20,6 @@ from engine.graphs import StaticCall
 from engine.qwen3 import Qwen3TTSModel, load_model
 from engine.qwen3.model import SamplingParams
 from engine.qwen3_engine import Qwen3Engine, tiny_checkpoint
-from engine.slots import SlotPool
 from engine.talker_backend import NativeTalker
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -97,14 +96,12 @@ SCHEDULE: Schedule = [([0, 1, 2, 3, 4, 5], 8), ([0, 1, 2, 3, 4, 5], 8), ([0], 4)
 def run_schedule(model: Qwen3TTSModel, params: Callable[[int], SamplingParams], cuda_graphs: bool,
                  schedule: Schedule = SCHEDULE, device: str = "cpu") -> tuple[list[list[int]], list[torch.Tensor]]:
     """Prefill six slots, then per cycle complete each slot's frame and step it; → cb0 ids and frames."""
-    pool = SlotPool.allocate(model, max_streams=8, max_context=256)
-    talker = NativeTalker(model, pool, kv_block=32, cuda_graphs=cuda_graphs)
+    talker = NativeTalker(model, max_slots=8, max_context=256, kv_block=32, cuda_graphs=cuda_graphs)
     talker.warm_up([4, 8])
     per_slot = {s: params(s) for s in range(6)}
     pad_row = None
     for s in range(6):
         prompt = model.build_prompt(TEXTS[s % len(TEXTS)], voice=model.speakers[0], language="english")
-        pool.acquire()
         talker.prefill(s, prompt.rows.to(device), per_slot[s])
         pad_row = prompt.pad.to(device)
     assert pad_row is not None
@@ -145,11 +142,10 @@ def test_the_static_path_gives_the_flag_off_codes_as_buckets_change(model: Qwen3
 
 
 def test_frames_handed_out_survive_the_next_pass(model: Qwen3TTSModel) -> None:
-    pool = SlotPool.allocate(model, max_streams=4, max_context=128)
-    talker = NativeTalker(model, pool, kv_block=32, cuda_graphs=True)
+    talker = NativeTalker(model, max_slots=4, max_context=128, kv_block=32, cuda_graphs=True)
     prompt = model.build_prompt(TEXTS[0], voice=model.speakers[0], language="english")
     params = SamplingParams.from_defaults(model.gen, seed=1)
-    slot = pool.acquire()
+    slot = 0
     talker.prefill(slot, prompt.rows, params)
     first = talker.complete([slot], [params], 4)
     kept = first.clone()

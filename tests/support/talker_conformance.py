@@ -1,0 +1,222 @@
+"""Checks every `TalkerBackend` (engine/talker_backend.py) must pass, whatever engine runs the talker.
+
+Each check takes `make(spec) -> TalkerBackend` and the loaded model, and drives the backend the way
+the core does (one prefill a cycle, then one step, then one complete over every slot that produced
+codebook 0; slots not contiguous, batch order changing, some slots sitting out cycles) — no core, no
+codec, so a failure names the backend. Greedy codes are compared with `Qwen3TTSModel.generate_batch`,
+the model's reference loop. Used by tests/engine/test_talker_conformance.py for the native talker;
+another backend's tier calls the same checks with its own `make` (`ALL_CHECKS`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from engine.qwen3.model import GenerationRequest, Qwen3TTSModel, SamplingParams
+from engine.qwen3.prompt import Prompt
+from engine.talker_backend import TalkerBackend, TalkerSpec
+
+Make = Callable[[TalkerSpec], TalkerBackend]
+SPEC = TalkerSpec(max_slots=6, max_context=128, buckets=(4, 8), kv_block=32)
+TEXTS = ("Hello there, this is a test.", "Streaming text in, audio out.", "A third voice joins the batch.",
+         "And one more for good measure.")
+FRAMES = 10  # frames per request: long enough to interleave, short enough for CI
+
+
+@dataclass
+class Run:
+    """One request the driver speaks: its prompt, params and what came back."""
+
+    slot: int
+    prompt: Prompt
+    params: SamplingParams
+    max_frames: int = FRAMES
+    frames: list[np.ndarray] = field(default_factory=list)
+    pending: bool = False  # codebook 0 produced, frame not completed yet
+    done: bool = False
+
+    def text_row(self) -> torch.Tensor:
+        g = len(self.frames) - 1  # the step making frame g+1 consumes trailing row g
+        trailing = self.prompt.trailing
+        return trailing[g] if g < trailing.shape[0] else self.prompt.pad
+
+    def codes(self) -> np.ndarray:
+        return np.stack(self.frames) if self.frames else np.zeros((0, 16), np.int64)
+
+
+def _bucket(spec: TalkerSpec, rows: int) -> int:
+    return next(b for b in spec.buckets if b >= rows)
+
+
+def drive(backend: TalkerBackend, spec: TalkerSpec, runs: Sequence[Run], start: Sequence[int] | None = None,
+          sit_out: Callable[[int, Run], bool] = lambda cycle, run: False, order: int = 1) -> None:
+    """Speak `runs` to their end (EOS or `max_frames`) as the core would: run i is prefilled at cycle
+    `start[i]` (default i: one prefill a cycle); `sit_out(cycle, run)` leaves a live run out of that
+    cycle's step (parked or paused); `order` -1 steps the batch in reverse order every other cycle."""
+    start = list(range(len(runs))) if start is None else list(start)
+    eos = backend.eos_id
+    cycle = 0
+    while not all(r.done for r in runs):
+        assert cycle < 10_000, "the driver did not finish"
+        produced: list[Run] = []
+        waiting = [r for i, r in enumerate(runs) if start[i] <= cycle and not r.done and not r.frames
+                   and not r.pending]
+        if waiting:
+            r = waiting[0]
+            cb0 = backend.prefill(r.slot, r.prompt.rows, r.params)
+            assert isinstance(cb0, int)
+            if cb0 == eos or r.max_frames == 0:
+                r.done = True
+                backend.abort(r.slot)
+            else:
+                r.pending = True
+                produced.append(r)
+        stepping = [r for r in runs if r.frames and not r.pending and not r.done and not sit_out(cycle, r)]
+        if order < 0 and cycle % 2:
+            stepping.reverse()
+        if stepping:
+            rows = torch.stack([r.text_row() for r in stepping])
+            ids = backend.step([r.slot for r in stepping], rows, [r.params for r in stepping],
+                               _bucket(spec, len(stepping)))
+            assert len(ids) == len(stepping) and all(isinstance(i, int) for i in ids)
+            for r, cb0 in zip(stepping, ids, strict=True):
+                if cb0 == eos:
+                    r.done = True
+                    backend.abort(r.slot)
+                else:
+                    r.pending = True
+                    produced.append(r)
+        if produced:
+            frames = backend.complete([r.slot for r in produced], [r.params for r in produced],
+                                      _bucket(spec, len(produced)))
+            assert tuple(frames.shape) == (len(produced), 16) and frames.dtype == torch.long
+            for r, frame in zip(produced, frames, strict=True):
+                assert int(frame[0]) != eos
+                r.frames.append(frame.cpu().numpy().copy())
+                r.pending = False
+                if len(r.frames) >= r.max_frames:
+                    r.done = True
+                    backend.abort(r.slot)
+        cycle += 1
+
+
+def _prompt(model: Qwen3TTSModel, i: int) -> Prompt:
+    return model.build_prompt(TEXTS[i % len(TEXTS)], voice=model.speakers[0], language="english")
+
+
+def _greedy() -> SamplingParams:
+    return SamplingParams(greedy=True, repetition_penalty=1.05)
+
+
+def _reference(model: Qwen3TTSModel, prompt: Prompt, max_frames: int = FRAMES) -> np.ndarray:
+    # The same greedy params as the backend's run: the reference loop applies penalty and suppression too.
+    return model.generate_batch([GenerationRequest(prompt, _greedy(), max_frames)])[0]
+
+
+def _new(make: Make, spec: TalkerSpec = SPEC) -> TalkerBackend:
+    backend = make(spec)
+    backend.warm_up(spec.buckets)
+    return backend
+
+
+# ---- the checks ------------------------------------------------------------------------------------------
+def check_protocol_shape(make: Make, model: Qwen3TTSModel) -> None:
+    """The Protocol's attributes, and a warm-up that returns bucket → finite positive seconds."""
+    backend = make(SPEC)
+    try:
+        assert isinstance(backend, TalkerBackend)
+        assert (backend.max_slots, backend.max_context) == (SPEC.max_slots, SPEC.max_context)
+        assert backend.eos_id == model.eos_id
+        costs = backend.warm_up(SPEC.buckets)
+        assert set(costs) <= set(SPEC.buckets)
+        assert all(math.isfinite(c) and c > 0 for c in costs.values())
+        parts = backend.slot_bytes()
+        assert parts and all(isinstance(v, int) and v >= 0 for v in parts.values())
+        backend.abort(3)  # a slot never prefilled: nothing to free, no error
+    finally:
+        backend.close()
+
+
+def check_greedy_staggered_batch_equals_reference(make: Make, model: Qwen3TTSModel) -> None:
+    """Four requests prefilled one a cycle into scattered slots, stepped together in changing order:
+    each one's greedy codes equal the reference loop's for it alone."""
+    backend = _new(make)
+    try:
+        runs = [Run(slot, _prompt(model, i), _greedy()) for i, slot in enumerate((5, 1, 3, 0))]
+        drive(backend, SPEC, runs, order=-1)
+        for r in runs:
+            assert np.array_equal(r.codes(), _reference(model, r.prompt)), f"slot {r.slot}"
+    finally:
+        backend.close()
+
+
+def check_a_slot_left_out_keeps_its_state(make: Make, model: Qwen3TTSModel) -> None:
+    """A slot that sits out cycles (parked, paused) resumes exactly where it stopped: no padding fed."""
+    backend = _new(make)
+    try:
+        runs = [Run(slot, _prompt(model, i), _greedy()) for i, slot in enumerate((2, 4, 0))]
+        drive(backend, SPEC, runs, sit_out=lambda cycle, r: r.slot == 4 and 3 <= cycle < 9)
+        for r in runs:
+            assert np.array_equal(r.codes(), _reference(model, r.prompt)), f"slot {r.slot}"
+    finally:
+        backend.close()
+
+
+def check_abort_frees_the_slot_for_a_fresh_request(make: Make, model: Qwen3TTSModel) -> None:
+    """A request aborted mid-way leaves nothing behind: the next request in its slot speaks as if the
+    slot were new (KV, repetition-penalty set, position all reset)."""
+    backend = _new(make)
+    try:
+        cut = [Run(1, _prompt(model, 0), _greedy(), max_frames=4), Run(2, _prompt(model, 1), _greedy())]
+        drive(backend, SPEC, cut)  # the driver aborts slot 1 after 4 frames, while slot 2 goes on
+        again = [Run(1, _prompt(model, 2), _greedy()), Run(2, _prompt(model, 3), _greedy())]
+        drive(backend, SPEC, again)
+        for r in again:
+            assert np.array_equal(r.codes(), _reference(model, r.prompt)), f"slot {r.slot}"
+    finally:
+        backend.close()
+
+
+def check_seeded_sampling_reproduces_alone_and_batched(make: Make, model: Qwen3TTSModel) -> None:
+    """A seeded request makes the same codes alone and beside other (greedy and sampled) rows."""
+    def seeded(seed: int) -> SamplingParams:
+        return SamplingParams.from_defaults(model.gen, seed=seed)
+
+    backend = _new(make)
+    try:
+        alone = [Run(0, _prompt(model, 0), seeded(7))]
+        drive(backend, SPEC, alone)
+        batched = [Run(3, _prompt(model, 1), seeded(8)), Run(5, _prompt(model, 0), seeded(7)),
+                   Run(0, _prompt(model, 2), _greedy())]
+        drive(backend, SPEC, batched, order=-1)
+        assert np.array_equal(alone[0].codes(), batched[1].codes())
+    finally:
+        backend.close()
+
+
+def check_frames_handed_out_are_the_callers(make: Make, model: Qwen3TTSModel) -> None:
+    """The frames `complete` returns are not overwritten by the next pass."""
+    backend = _new(make)
+    try:
+        prompt, params = _prompt(model, 0), _greedy()
+        assert backend.prefill(0, prompt.rows, params) != backend.eos_id
+        first = backend.complete([0], [params], SPEC.buckets[0])
+        kept = first.clone()
+        if backend.step([0], prompt.trailing[:1], [params], SPEC.buckets[0])[0] != backend.eos_id:
+            backend.complete([0], [params], SPEC.buckets[0])
+        assert torch.equal(first, kept)
+        backend.abort(0)
+    finally:
+        backend.close()
+
+
+ALL_CHECKS: tuple[Callable[[Make, Qwen3TTSModel], None], ...] = (
+    check_protocol_shape, check_greedy_staggered_batch_equals_reference, check_a_slot_left_out_keeps_its_state,
+    check_abort_frees_the_slot_for_a_fresh_request, check_seeded_sampling_reproduces_alone_and_batched,
+    check_frames_handed_out_are_the_callers,
+)
