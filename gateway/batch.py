@@ -24,6 +24,7 @@ import msgspec
 import numpy as np
 from litestar import Request, Response, post
 from litestar.di import NamedDependency
+from litestar.params import JSONBody
 
 from engine import Engine, EngineError
 from gateway.admission import Admission, QueueFull, ticketed
@@ -152,7 +153,7 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
 
 @post("/v1/audio/speech/batch", status_code=200, request_max_body_size=MAX_BATCH_BODY_BYTES)
 async def create_speech_batch(
-    data: dict[str, Any], request: Request, tenant: NamedDependency[Tenant], engine: NamedDependency[Engine],
+    data: JSONBody[dict[str, Any]], request: Request, tenant: NamedDependency[Tenant], engine: NamedDependency[Engine],
     store: NamedDependency[SessionStore], settings: NamedDependency[Settings],
     admission: NamedDependency[Admission | None],
 ) -> Response[Any]:
