@@ -303,7 +303,9 @@ async def test_a_flood_of_batches_is_queued_or_refused_per_item_and_the_canary_k
     print(r)
     # The first batch takes the capacity and the tenant's 8 waiting places; one that finds none is a 429.
     assert r.seen.get("http:200", 0) >= 1 and r.seen.get("http:200", 0) + r.seen.get("http:429", 0) == 3, r.seen
-    assert r.seen.get("success", 0) >= 9, r.seen
+    # The 8 waiting places are all served; more when the measured capacity leaves room beside the canary
+    # (on a loaded box it may be one stream, the canary's).
+    assert r.seen.get("success", 0) >= 8, r.seen
     assert r.seen.get("error:queue_full:tenant", 0) >= 1, r.seen  # 48 items, 8 places to wait
     assert {k for k in r.seen if k.startswith("error:")} <= {"error:queue_full:tenant", "error:queue_full:model"}
     c = r.canary
