@@ -13,9 +13,11 @@ from engine.types import (
     StreamRequest,
     VoiceInfo,
     Waiting,
+    Words,
+    WordTiming,
 )
 
 __all__ = [
     "AudioChunk", "Capacity", "CodecFrames", "Engine", "EngineError", "Stream", "StreamEnd", "StreamEvent",
-    "StreamRequest", "VoiceInfo", "Waiting", "load_engine",
+    "StreamRequest", "VoiceInfo", "Waiting", "WordTiming", "Words", "load_engine",
 ]

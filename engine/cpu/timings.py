@@ -1,0 +1,110 @@
+"""Word timings of a CPU voice's model run, from the durations its duration predictor chose.
+
+A sentence's phonemes are one string in which espeak (and misaki for Mandarin) separate the text's
+words by spaces: the i-th phoneme token speaks the i-th word group (one Latin word, or one jieba word
+of Han characters). `plan` carries that correspondence through the cut into model-run pieces and the
+phoneme → id mapping, as positions in each run's id sequence; after the run `place` turns them into
+sample offsets with the run's samples per id. Where the counts differ (a word espeak reads as two
+tokens, or two as one), groups are spread over the tokens in proportion, so every word still gets a
+span inside its sentence's speech, only less exact. A group of several Han characters is split evenly
+among them (each is a syllable).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+_TOKEN = re.compile(r"\S+")
+_MARKS = ".,;:!?…¡¿—–-\"'()[]«»“”"
+
+
+@dataclass(slots=True)
+class TimedUnit:
+    """One model run's ids and its words as (word, start, end) positions in id-index space (fractional:
+    3.5 is halfway through id 3)."""
+
+    ids: list[int]
+    words: list[tuple[str, float, float]] = field(default_factory=list)
+
+
+# ids_of(piece) → (ids, spans): spans[j] is the [start, end) ids of the piece's character j, None if dropped
+IdsOf = Callable[[str], tuple[list[int], list[tuple[int, int] | None]]]
+
+
+def plan(phonemes: str, groups: list[list[str]], pieces: list[str], ids_of: IdsOf) -> list[TimedUnit]:
+    """The runs of one sentence: `pieces` (substrings of `phonemes`, in order) as ids, each with the
+    words whose speech starts in it."""
+    tokens = [_core(m) for m in _TOKEN.finditer(phonemes)]
+    tokens = [t for t in tokens if t is not None]
+    units: list[TimedUnit] = []
+    where: dict[int, tuple[int, int, int]] = {}  # token → (unit, first id, end id)
+    at = 0
+    for piece in pieces:
+        offset = phonemes.find(piece, at)
+        if offset < 0:  # not a substring (never, from split_long): timings for it are lost, not wrong
+            units.append(TimedUnit(ids_of(piece)[0]))
+            continue
+        at = offset + len(piece)
+        ids, spans = ids_of(piece)
+        units.append(TimedUnit(ids))
+        for k, (c0, c1) in enumerate(tokens):
+            if k in where or not offset <= c0 < at:
+                continue
+            inside = [s for s in spans[c0 - offset : min(c1, at) - offset] if s is not None]
+            if inside:
+                where[k] = (len(units) - 1, inside[0][0], inside[-1][1])
+    _assign(units, where, len(tokens), groups)
+    return units
+
+
+def _core(m: re.Match[str]) -> tuple[int, int] | None:
+    """A token's span without the punctuation around it (a comma's pause is nobody's word)."""
+    start, end = m.span()
+    text = m.group()
+    while start < end and text[start - m.start()] in _MARKS:
+        start += 1
+    while end > start and text[end - 1 - m.start()] in _MARKS:
+        end -= 1
+    return (start, end) if end > start else None
+
+
+def _assign(units: list[TimedUnit], where: dict[int, tuple[int, int, int]], m: int, groups: list[list[str]]) -> None:
+    n = len(groups)
+    if not m or not n:
+        return
+    for g, group in enumerate(groups):
+        p0, p1 = (g, g + 1) if n == m else (g * m / n, (g + 1) * m / n)
+        k0 = min(int(p0), m - 1)
+        if k0 not in where:
+            continue
+        u, a0, b0 = where[k0]
+        x0 = a0 + (p0 - k0) * (b0 - a0)
+        k1 = max(k0, math.ceil(p1) - 1)
+        if k1 in where and where[k1][0] == u:
+            _, a1, b1 = where[k1]
+            x1 = a1 + (p1 - k1) * (b1 - a1)
+        else:  # the group's end lies in the next run: it ends with this run's last token
+            x1 = max(b for k, (uu, _, b) in where.items() if uu == u)
+        step = (x1 - x0) / len(group)
+        for i, word in enumerate(group):
+            units[u].words.append((word, x0 + i * step, x0 + (i + 1) * step))
+
+
+def place(unit: TimedUnit, samples_per_id: np.ndarray, lead: float = 0.0) -> list[tuple[str, int, int]]:
+    """The unit's words as (word, start, end) sample offsets into its run's audio; `lead`: samples
+    before its first id (Kokoro's padding token)."""
+    d = np.asarray(samples_per_id, dtype=np.float64)
+    if d.size == 0:
+        return []
+    cum = lead + np.concatenate(([0.0], np.cumsum(d)))
+
+    def at(x: float) -> int:
+        k = min(max(int(x), 0), d.size - 1)
+        return round(cum[k] + (x - k) * d[k])
+
+    return [(word, at(x0), at(x1)) for word, x0, x1 in unit.words]
