@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import re
 import struct
-from typing import Literal, NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -64,6 +64,8 @@ class SessionConfig(msgspec.Struct, forbid_unknown_fields=False):
     output_mode: Literal["pcm", "codec_tokens"] = "pcm"  # codec_tokens: frames for on-device decoding
     session_id: str | None = None
     seed: int | None = None
+    word_timestamps: bool = False  # vLLM-Omni's name: audio.words events beside the audio
+    timestamps_format: Literal["voxgate", "vllm_omni"] | None = None  # None: vllm_omni if task_type was sent
 
     def validate(self) -> None:
         formats = STREAM_FORMATS if self.streamed else FILE_FORMATS
@@ -80,6 +82,8 @@ class SessionConfig(msgspec.Struct, forbid_unknown_fields=False):
             raise ProtocolError("invalid_config", "instructions are limited to 500 characters")
         if self.seed is not None and not 0 <= self.seed < 2**63:
             raise ProtocolError("invalid_config", "seed must be between 0 and 2**63 - 1")
+        if self.word_timestamps and self.output_mode == "codec_tokens":
+            raise ProtocolError("invalid_config", "word_timestamps time audio; codec_tokens output has none")
         for name in ("voice", "speaker", "model", "session_id", "language"):
             value = getattr(self, name)
             if value is not None and len(value) > 256:
@@ -88,6 +92,15 @@ class SessionConfig(msgspec.Struct, forbid_unknown_fields=False):
     @property
     def voice_name(self) -> str | None:
         return self.voice or self.speaker
+
+    @property
+    def omni_timestamps(self) -> bool:
+        """Word timings in vLLM-Omni's shape (`audio.chunk`), not as `audio.words` (docs/protocol.md)."""
+        if not self.word_timestamps:
+            return False
+        if self.timestamps_format is None:
+            return self.task_type is not None  # only vLLM-Omni's clients send its task_type
+        return self.timestamps_format == "vllm_omni"
 
     @property
     def streamed(self) -> bool:
@@ -127,7 +140,8 @@ class InputDone(msgspec.Struct, tag="input.done", tag_field="type"):
 
 
 class InputCancel(msgspec.Struct, tag="input.cancel", tag_field="type"):
-    pass
+    # ms of the playing utterance the client's player has played: audio.cancelled then says what was heard
+    played_ms: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
 
 
 class SessionClose(msgspec.Struct, tag="session.close", tag_field="type"):
@@ -224,6 +238,44 @@ class AudioStart(ServerEvent, tag="audio.start", kw_only=True):
     sample_rate: int
     channels: int = 1
     format: str
+    word_timestamps: bool | UnsetType = UNSET  # vLLM-Omni's mark that audio.chunk messages carry the audio
+
+
+class WordTime(msgspec.Struct):
+    """One committed word and where its speech lies on the utterance's audio clock (docs/protocol.md)."""
+
+    word: str
+    start_ms: int
+    end_ms: int
+    segment_index: int
+
+
+class AudioWords(ServerEvent, tag="audio.words"):
+    """Word timings, sent before (or with) the audio that speaks them. `estimated`: not the model's own."""
+
+    utterance_index: int
+    words: list[WordTime]
+    estimated: bool
+
+
+class OmniWord(msgspec.Struct):
+    word: str
+    start_ms: int
+    end_ms: int
+
+
+class AudioChunkMessage(ServerEvent, tag="audio.chunk", kw_only=True):
+    """vLLM-Omni's word-timestamp mode: audio as base64 in JSON, the timings in a last, empty chunk."""
+
+    utterance_index: int
+    sentence_index: int = 0
+    chunk_id: int
+    chunk_start_ms: int
+    chunk_end_ms: int
+    sample_rate: int
+    channels: int = 1
+    audio_b64: str
+    timestamps: list[OmniWord] | None
 
 
 class AudioMark(ServerEvent, tag="audio.mark"):
@@ -263,6 +315,8 @@ class AudioCancelled(ServerEvent, tag="audio.cancelled"):
     played_bytes: int
     spoken_text: str
     cancelled: bool = True
+    heard_text: str | UnsetType = UNSET  # with the cancel's played_ms: the text heard, cut at a word
+    heard_estimated: bool | UnsetType = UNSET  # the cut used estimated word places, not the model's
 
 
 class CodecStart(ServerEvent, tag="codec.start"):
@@ -312,8 +366,8 @@ def error_event(code: str, message: str, **fields: object) -> Error:
     return Error(code=code, message=message, **fields)  # type: ignore[arg-type]
 
 
-Event = (SessionReady | SegmentCommitted | AudioStart | AudioMark | AudioWaiting | AudioDone | SessionDone
-         | AudioCancelled | CodecStart | CodecDone | Error)  # fmt: skip
+Event = (SessionReady | SegmentCommitted | AudioStart | AudioMark | AudioWords | AudioChunkMessage | AudioWaiting
+         | AudioDone | SessionDone | AudioCancelled | CodecStart | CodecDone | Error)  # fmt: skip
 _encoder = msgspec.json.Encoder()
 
 
