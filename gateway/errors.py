@@ -64,9 +64,13 @@ def _validation(exc: ValidationException) -> ApiError:
     return ApiError(f"{param}: {message}" if param else message, param=param, code=code)
 
 
+# The engine is down (its process restarting, engine/process/) or closed: try again later, not a bad request.
+_ENGINE_DOWN = frozenset({"engine_unavailable", "engine_restarting", "engine_closed"})
+
+
 def _engine(e: EngineError) -> ApiError:
     param = "ref_audio" if e.code == "invalid_reference_audio" else "voice" if "voice" in e.code else None
-    return ApiError(str(e), param=param, code=e.code)
+    return ApiError(str(e), param=param, code=e.code, status=503 if e.code in _ENGINE_DOWN else 400)
 
 
 _STORE_STATUS: dict[type[SessionStoreError], int] = {VoiceExists: 409, VoiceLimitExceeded: 413,

@@ -131,7 +131,7 @@ async def _engine_failed(conn: Connection, utt: Utterance, end: StreamEnd) -> No
     message = end.message or "synthesis failed"
     if unspoken:
         message += f"; segments {', '.join(map(str, unspoken))} of utterance {utt.index} were not spoken"
-    await conn.error("engine_error", message, utterance_index=utt.index, segment_indexes=unspoken)
+    await conn.error(end.code or "engine_error", message, utterance_index=utt.index, segment_indexes=unspoken)
 
 
 def _timed(conn: Connection, clock: ResponseClock, utt: Utterance, failed: bool) -> Timing:

@@ -512,8 +512,9 @@ class ProcessEngine:
             self._end_all(self._last_error or "the engine failed", UNAVAILABLE)
             return None
         log.error("engine %r: %s", self.spec, reason)
+        restart_at = self._went_down(reason, warm)  # the state first: a stream's end may be read at once
         self._end_all(f"{reason}; the engine is restarting", RESTARTING)
-        return self._went_down(reason, warm)
+        return restart_at
 
     def _went_down(self, reason: str, warm: float | None) -> float | None:
         """The restart's time (None: no more restarts)."""

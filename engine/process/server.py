@@ -226,6 +226,10 @@ def main(spec: str, options: dict[str, Any], address: str, parent: int) -> None:
     """The child's entry point (multiprocessing, spawn start method)."""
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s engine[{os.getpid()}] %(levelname)s %(message)s")
     asyncio.run(_main(spec, options, address, parent))
+    # The engine is closed and the socket too: nothing is left to save, and an interpreter shutdown can
+    # wait seconds on threads that libraries leave behind (it did with the Qwen3 core's).
+    logging.shutdown()
+    os._exit(0)
 
 
 if __name__ == "__main__":  # started by multiprocessing's spawn: nothing runs on import

@@ -1,0 +1,206 @@
+"""The engine contract (DESIGN §3) against an engine in a child process, beside the same engine
+in-process: the tiny Qwen3 model and Piper, real model code on both sides of the socket."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from support.streams import collect
+
+from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd
+from engine.options import stream_request
+from engine.process import ProcessEngine, wire
+
+from .conftest import PIPER
+
+SIDES = ["inproc", "process"]
+
+
+@pytest.fixture(params=SIDES)
+def tiny(request: pytest.FixtureRequest, tiny_pair: dict[str, Any]) -> Any:
+    return tiny_pair[request.param]
+
+
+@pytest.fixture(params=SIDES)
+def piper(request: pytest.FixtureRequest, piper_pair: dict[str, Any]) -> Any:
+    return piper_pair[request.param]
+
+
+async def eventually(cond: Callable[[], bool], timeout: float = 10.0) -> float:
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout, "condition not reached"
+        await asyncio.sleep(0.01)
+    return time.monotonic() - t0
+
+
+def assert_continuous(chunks: list[AudioChunk], rate: int) -> None:
+    frame, seg = 0, 0
+    for c in chunks:
+        assert c.first_frame == frame and c.segment >= seg
+        assert c.sample_rate == rate and c.pcm.dtype == np.int16 and c.pcm.ndim == 1 and c.pcm.size > 0
+        frame, seg = frame + c.pcm.size, c.segment
+
+
+def pcm(chunks: list[AudioChunk]) -> np.ndarray:
+    return np.concatenate([c.pcm for c in chunks]) if chunks else np.zeros(0, np.int16)
+
+
+async def speak(engine: Any, texts: list[str], voice: str | None, **options: Any) -> tuple[list[Any], StreamEnd]:
+    stream = engine.open_stream(voice, "en", **options)
+    for text in texts:
+        stream.append(text)
+    stream.finish()
+    return await collect(stream)
+
+
+def active(engine: Any) -> int:
+    capacity = engine.capacity()
+    return -1 if capacity is None else capacity.active
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---- tiny Qwen3 ----
+
+
+async def test_a_stream_speaks_its_segments_in_order(tiny: Any) -> None:
+    chunks, end = await speak(tiny, ["Hello there. ", "How are you today? "], "ryan", seed=4)
+    assert end == StreamEnd("done")
+    assert_continuous(chunks, 24000)
+    assert {c.segment for c in chunks} == {0, 1}
+
+
+async def test_a_seeded_stream_sounds_the_same_in_a_child_process(tiny_pair: dict[str, Any]) -> None:
+    results = [await speak(tiny_pair[side], ["The quick brown fox jumps over the lazy dog. "], "ryan", seed=11)
+               for side in SIDES]
+    (a, end_a), (b, end_b) = results
+    assert end_a == end_b == StreamEnd("done")
+    assert pcm(a).size == pcm(b).size > 0
+    assert np.abs(pcm(a).astype(np.int32) - pcm(b)).max() <= 2  # float summation order at most
+
+
+async def test_codec_tokens_come_as_codec_frames(tiny: Any) -> None:
+    events, end = await speak(tiny, ["Numbers like 42 are read aloud. "], "ryan", seed=2, output="codec_tokens")
+    assert end == StreamEnd("done") and events
+    frame = 0
+    for ev in events:
+        assert isinstance(ev, CodecFrames) and ev.codes.dtype == np.int16 and ev.codes.shape[1] == 16
+        assert ev.first_frame == frame
+        frame += ev.codes.shape[0]
+
+
+def test_the_child_declares_what_the_engine_declares(tiny_pair: dict[str, Any], piper_pair: dict[str, Any]) -> None:
+    for pair in (tiny_pair, piper_pair):
+        inproc, child = pair["inproc"], pair["process"]
+        assert child.voices() == inproc.voices()
+        assert child.languages() == inproc.languages()
+        assert child.sample_rate == inproc.sample_rate
+        assert child.supports_cloning == inproc.supports_cloning
+        assert child.codec_info() == inproc.codec_info()
+        assert isinstance(child, Engine) and child.state == "ready" and child.pid != os.getpid()
+        assert child.memory()["rss_bytes"] > 10 * 2**20
+
+
+@pytest.mark.parametrize(("voice", "language", "options", "code"), [
+    ("nobody", "en", {}, "unknown_voice"),
+    ("ryan", "klingon", {}, "unsupported_language"),
+    ("ryan", "en", {"speed": 2.0}, "invalid_option"),
+    ("ryan", "en", {"seed": 7.0}, "invalid_option"),
+    ("ryan", "en", {"ref_audio": b"RIFF"}, "voice_cloning_unsupported"),
+])
+def test_open_stream_and_check_refuse_with_the_engines_code(tiny: Any, voice: str, language: str,
+                                                            options: dict[str, Any], code: str) -> None:
+    with pytest.raises(EngineError) as err:
+        tiny.open_stream(voice, language, **options)
+    assert err.value.code == code
+    try:
+        request = stream_request(voice, language, options)
+    except EngineError:
+        return
+    with pytest.raises(EngineError) as checked:
+        tiny.check(request)
+    assert checked.value.code == code
+
+
+def test_append_refuses_what_is_not_text_and_text_after_finish(tiny: Any) -> None:
+    stream = tiny.open_stream("ryan", "en")
+    assert isinstance(stream, Stream)
+    with pytest.raises(EngineError) as err:
+        stream.append(b"bytes")  # type: ignore[arg-type]
+    assert err.value.code == "invalid_text"
+    stream.finish()
+    with pytest.raises(EngineError) as err:
+        stream.append("more")
+    assert err.value.code == "invalid_state"
+    stream.cancel()
+
+
+async def test_cancel_mid_stream_ends_cancelled_and_frees_the_slot(tiny: Any) -> None:
+    stream = tiny.open_stream("ryan", "en", seed=9)
+    stream.append("The quick brown fox jumps over the lazy dog. " * 4)
+    events = stream.events()
+    got = [await asyncio.wait_for(anext(events), 30) for _ in range(2)]
+    assert all(isinstance(ev, AudioChunk) for ev in got)
+    stream.cancel()
+    assert [ev async for ev in events] == [StreamEnd("cancelled")]  # no audio after a cancel
+    await eventually(lambda: active(tiny) == 0, 5)  # the child's slot is free (its next heartbeat says so)
+
+
+async def test_concurrent_streams_all_finish(tiny: Any) -> None:
+    results = await asyncio.gather(*[speak(tiny, [f"Stream {i} says hello. "], "ryan", seed=30 + i) for i in range(3)])
+    for chunks, end in results:
+        assert end == StreamEnd("done")
+        assert_continuous(chunks, 24000)
+
+
+async def test_leaving_the_events_early_cancels_the_child_stream(tiny_pair: dict[str, Any]) -> None:
+    child: ProcessEngine = tiny_pair["process"]
+    stream = child.open_stream("ryan", "en", seed=5)
+    stream.append("The quick brown fox jumps over the lazy dog. " * 4)
+    async for _ in stream.events():
+        break
+    await eventually(lambda: active(child) == 0, 5)
+
+
+# ---- Piper ----
+
+
+async def test_piper_speaks_at_the_rate_asked(piper: Any) -> None:
+    chunks, end = await speak(piper, ["Sure, I can help with that. ", "Your order ships tomorrow."], "joe",
+                              sample_rate=16000)
+    assert end == StreamEnd("done")
+    assert_continuous(chunks, 16000)
+    assert 1.0 < pcm(chunks).size / 16000 < 8.0
+
+
+async def test_a_reader_that_stops_stops_the_child_and_holds_a_window(piper_pair: dict[str, Any]) -> None:
+    """Nobody reads: the child sends one window and no more, its engine fills its own bounded queue and
+    stops synthesising (the child's CPU falls idle); reading on, every event still comes, in order."""
+    child: ProcessEngine = piper_pair["process"]
+    assert child.pid is not None
+    stream = child.open_stream("joe", "en")
+    stream.append("This is a long answer that nobody is listening to right now, sentence after sentence. " * 3)
+    stream.finish()
+    await eventually(lambda: len(stream._bridge._items) >= wire.WINDOW, 30)
+    await asyncio.sleep(0.4)  # the look-ahead in flight lands
+    before, rss = cpu_seconds(child.pid), child.memory()["rss_bytes"]
+    await asyncio.sleep(0.6)
+    idle = cpu_seconds(child.pid) - before
+    assert len(stream._bridge._items) <= wire.WINDOW  # what the parent holds is bounded by the window
+    assert idle < 0.25, f"the child spent {idle:.2f} s of CPU in 0.6 s with nobody reading"
+    assert child.memory()["rss_bytes"] - rss < 20 * 2**20
+    chunks, end = await collect(stream)
+    assert end == StreamEnd("done")
+    assert_continuous(chunks, 24000)
+    assert len(chunks) > wire.WINDOW + PIPER["queue_size"] + 4  # more than the window and queue hold came

@@ -1,0 +1,95 @@
+"""Crash isolation: the engine's child is killed (-9) under a real gateway on loopback, mid-stream.
+
+Its open stream ends with an `error` (engine_restarting), the gateway keeps answering, the engine
+says it is down and refuses new sessions clearly (engine_unavailable) until its restarted child is
+warm, and the next session speaks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support.servers import serve
+from support.wsclient import open_session, utterance
+
+from engine.process import ProcessEngine
+from engine.process.supervisor import Backoff
+
+from .conftest import PIPER
+
+LONG = "This answer goes on for a while, so that it is still speaking when its engine dies. " * 6
+
+
+@pytest.fixture(scope="module")
+def child() -> Iterator[ProcessEngine]:
+    engine = ProcessEngine("piper", PIPER, backoff=Backoff(first=0.3))
+    try:
+        engine.wait_ready(240)
+        yield engine
+    finally:
+        engine.close()
+
+
+@pytest.fixture(scope="module")
+def gateway(child: ProcessEngine) -> Iterator[str]:
+    yield from serve(child)  # type: ignore[arg-type]
+
+
+def health(addr: str) -> tuple[int, dict[str, Any], float]:
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(f"http://{addr}/health", timeout=5) as r:
+            return r.status, json.load(r), time.monotonic() - t0
+    except urllib.error.HTTPError as e:  # 503: no model serving (the one there is restarting)
+        return e.code, json.load(e), time.monotonic() - t0
+
+
+async def test_kill_9_mid_stream_ends_it_with_an_error_and_the_next_session_speaks(
+        gateway: str, child: ProcessEngine) -> None:
+    ws, ready = await open_session(gateway)
+    assert ready["type"] == "session.ready", ready
+    await ws.send(json.dumps({"type": "input.text", "text": LONG}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    while not isinstance(await asyncio.wait_for(ws.recv(), 30), bytes):  # speaking
+        pass
+    pid = child.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    error: dict[str, Any] | None = None
+    deadline = time.monotonic() + 10
+    while error is None:  # audio already on its way may come first; then the error, well within seconds
+        m = await asyncio.wait_for(ws.recv(), max(0.1, deadline - time.monotonic()))
+        if isinstance(m, str) and json.loads(m)["type"] == "error":
+            error = json.loads(m)
+    assert error["code"] == "engine_restarting", error
+    assert "SIGKILL" in error["message"]
+    assert child.state in ("restarting", "ready") and "SIGKILL" in (child.last_error or "")
+
+    status, body, took = await asyncio.to_thread(health, gateway)  # the gateway is alive and answers at once
+    assert took < 2.0 and status in (200, 503), body
+    if status == 503:
+        assert body["status"] == "warming" and set(body.get("models", {}).values()) <= {"restarting", "ready"}, body
+    if child.state == "restarting":  # a newcomer is told why, it is not left waiting
+        late, refused = await open_session(gateway)
+        # The engine's own code, or the gateway's for a model not warm (it reads the engine's state first).
+        codes = ("engine_unavailable", "engine_not_ready", "engine_restarting")
+        assert refused["type"] == "error" and refused["code"] in codes, refused
+        await late.close()
+    await ws.close()
+
+    await asyncio.to_thread(child.wait_ready, 120)
+    assert child.restarts == 1 and child.pid not in (None, pid)
+    ws, ready = await open_session(gateway)
+    assert ready["type"] == "session.ready", ready
+    events, audio = await utterance(ws, "The engine is back.")
+    assert events[-1]["type"] == "session.done", events[-1]
+    assert sum(len(b) for b in audio) > 24000  # over half a second of 24 kHz int16
+    await ws.close()
