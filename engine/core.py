@@ -1,7 +1,11 @@
 """EngineCore: the one thread that owns every tensor of the Qwen3 engine (DESIGN §3).
 
-Other threads only post commands (open, append, finish, cancel) to a queue; the core drains it at the
-top of every cycle, so a cancel takes effect before the next step. A cycle:
+Other threads only post commands (typed: `Open`, `Append`, `Finish`, `Cancel`, `Stop`) to a queue; the
+core drains it at the top of every cycle, so a cancel takes effect before the next step. Each stream's
+current request has one `Status` (engine/scheduler.py: waiting, running, parked, evicting, draining, …),
+moved only along the transitions listed there. The talker is a `TalkerBackend` (engine/talker_backend.py):
+the core hands it slot ids, prompt rows and text rows and gets codebook-0 ids and frames back, never
+touching a talker tensor; the core keeps the slot ids and each slot's codec state. A cycle:
 
     drain commands → hand queued audio to consumers → plan (engine/scheduler.py) →
     ≤1 prefill + one batched talker step → one batched code-predictor pass for every row that produced
@@ -46,7 +50,15 @@ from engine.qwen3.model import Qwen3TTSModel, SamplingParams
 from engine.qwen3.prompt import VoiceClone
 from engine.reference import VoiceMaker
 from engine.resample import Resampler
-from engine.scheduler import DEFAULT_RAMP, RequestRecord, Scheduler, SchedulerConfig, ThroughputMeter, bucket_sizes
+from engine.scheduler import (
+    DEFAULT_RAMP,
+    RequestRecord,
+    Scheduler,
+    SchedulerConfig,
+    Status,
+    ThroughputMeter,
+    bucket_sizes,
+)
 from engine.slots import SlotPool
 from engine.stream import EventBridge
 from engine.talker_backend import TalkerBackend, TalkerFactory, TalkerSpec, talker_factory
@@ -105,6 +117,40 @@ class CoreConfig:
                              f"{self.min_frames}")
         if not (math.isfinite(self.park_evict_s) and self.park_evict_s >= 0):
             raise ValueError(f"park_evict_s must be a number >= 0, got {self.park_evict_s}")
+
+
+# ---- commands into the core (any thread → the core's queue) -------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Open:
+    rid: int
+    opts: StreamOptions
+    bridge: EventBridge
+    ledger: TextLedger
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    rid: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    rid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    rid: int
+    at: float  # perf_counter() when cancel() was called: the core records how long freeing took
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    pass
+
+
+Command = Open | Append | Finish | Cancel | Stop
 
 
 @dataclass
@@ -182,8 +228,11 @@ class CoreRequest:
     waiting_told: bool = False  # a Waiting notice went out for the current wait
     resampler: Resampler | None = None
     outbox: deque[AudioChunk | CodecFrames | Waiting] = field(default_factory=deque)
-    ended: bool = False
     ledger: TextLedger = field(default_factory=TextLedger)
+
+    @property
+    def ended(self) -> bool:
+        return self.record.ended
 
     @property
     def n_tokens(self) -> int:
@@ -210,7 +259,7 @@ class EngineCore:
             max_batch=config.max_batch, buckets=buckets, ramp=config.ramp, max_codec_rows=config.max_codec_rows,
             low_water_s=config.low_water_s, defer_s=config.defer_s,
         ))
-        self._commands: deque[tuple[Any, ...]] = deque()
+        self._commands: deque[Command] = deque()
         self._wake = threading.Event()
         self._ids = itertools.count(1)
         self._requests: dict[int, CoreRequest] = {}
@@ -246,20 +295,20 @@ class EngineCore:
                ledger: TextLedger | None = None) -> tuple[int, EventBridge]:
         rid = next(self._ids)
         bridge = bridge_factory(rid)
-        self._post("open", rid, opts, bridge, ledger or TextLedger())
+        self._post(Open(rid, opts, bridge, ledger or TextLedger()))
         return rid, bridge
 
     def append(self, rid: int, text: str) -> None:
-        self._post("append", rid, text)
+        self._post(Append(rid, text))
 
     def finish(self, rid: int) -> None:
-        self._post("finish", rid)
+        self._post(Finish(rid))
 
     def cancel(self, rid: int) -> None:
-        self._post("cancel", rid, time.perf_counter())
+        self._post(Cancel(rid, time.perf_counter()))
 
     def stop(self) -> None:
-        self._post("stop")
+        self._post(Stop())
         self._thread.join(timeout=30)
 
     def bytes_per_slot(self) -> dict[str, int]:
@@ -276,7 +325,7 @@ class EngineCore:
     def active(self) -> int:
         return len(self._requests)
 
-    def _post(self, *cmd: Any) -> None:
+    def _post(self, cmd: Command) -> None:
         self._commands.append(cmd)  # deque.append is atomic: no lock on the caller's side
         self._wake.set()
 
@@ -388,32 +437,32 @@ class EngineCore:
     def _drain_commands(self) -> None:
         while self._commands:
             cmd = self._commands.popleft()
-            kind = cmd[0]
-            if kind == "stop":
+            if isinstance(cmd, Stop):
                 self._stopping = True
                 continue
-            if kind == "open":
-                _, rid, opts, bridge, ledger = cmd
-                req = self._requests[rid] = CoreRequest(rid, opts, bridge, RequestRecord(rid, self.clock()),
-                                                        ledger=ledger)
+            if isinstance(cmd, Open):
+                opts = cmd.opts
+                req = self._requests[cmd.rid] = CoreRequest(cmd.rid, opts, cmd.bridge,
+                                                            RequestRecord(cmd.rid, self.clock()), ledger=cmd.ledger)
                 if opts.sample_rate != self.model.sample_rate:
                     req.resampler = Resampler(self.model.sample_rate, opts.sample_rate)
                 if opts.reference is not None:
                     req.voice = self.voices.get(*opts.reference)
                 continue
-            req = self._requests.get(cmd[1])
+            req = self._requests.get(cmd.rid)
             if req is None or req.ended:
                 continue  # a late command for a stream that has ended: nothing to do
             try:
-                if kind == "append":
-                    self._on_append(req, cmd[2])
-                elif kind == "finish":
-                    self._on_finish(req)
-                elif kind == "cancel":
-                    self._release(req)
-                    req.ended = True
-                    self._requests.pop(req.rid, None)
-                    self.cancel_latency_s.append(time.perf_counter() - cmd[2])
+                match cmd:
+                    case Append(text=text):
+                        self._on_append(req, text)
+                    case Finish():
+                        self._on_finish(req)
+                    case Cancel(at=at):
+                        self._release(req)
+                        req.record.to(Status.ENDED)
+                        self._requests.pop(req.rid, None)
+                        self.cancel_latency_s.append(time.perf_counter() - at)
             except Exception as exc:
                 self._fail(req, exc)
 
@@ -471,8 +520,7 @@ class EngineCore:
         log.info("stream %d: parked %.1f s while a stream waits for a slot: it ends its request and resumes "
                  "in a new one", req.rid, self.clock() - (req.record.parked_since or self.clock()))
         self._feed_eos(req)
-        req.record.evicting = True
-        req.record.parked, req.record.parked_since = False, None
+        req.record.to(Status.EVICTING)
         self.stats["evictions"] = self.stats.get("evictions", 0) + 1
 
     def _tell_waiting(self, req: CoreRequest, ahead: int) -> None:
@@ -621,13 +669,10 @@ class EngineCore:
         """Parked: admitted, still generating, and no text row for its next step yet."""
         rec = req.record
         rec.paused = bool(req.outbox)
-        if req.slot is not None and rec.generating:
+        if rec.status in (Status.RUNNING, Status.PARKED):
             parked = self._next_text_row(req) is None
-            if parked and not rec.parked:
-                rec.parked_since = now
-            rec.parked = parked
-            if not parked:
-                rec.parked_since = None
+            if parked != rec.parked:
+                rec.to(Status.PARKED if parked else Status.RUNNING, now)
 
     def _next_text_row(self, req: CoreRequest) -> torch.Tensor | None:
         assert req.track is not None
@@ -693,7 +738,8 @@ class EngineCore:
             first = req.requests == 0
             req.requests += 1
             req.slot = self.pool.acquire()
-            req.record.admitted, req.record.resume, req.waiting_told = True, False, False
+            req.record.to(Status.RUNNING)
+            req.waiting_told = False
             if req.codec_carry is not None:  # the audio of the stream's last request goes on
                 self.pool.codec.put([req.slot], req.codec_carry)
                 req.codec_carry = None
@@ -710,7 +756,8 @@ class EngineCore:
             self._fail(req, exc)
             return False
         if cb0 == self.talker.eos_id:
-            req.record.generating, req.ended_by_eos = False, True
+            req.ended_by_eos = True
+            self._talker_done(req)
             return False
         return True
 
@@ -733,7 +780,8 @@ class EngineCore:
         for r, cb0 in results:
             self.stats["talker_rows"] += 1
             if cb0 == self.talker.eos_id:
-                r.record.generating, r.ended_by_eos = False, True
+                r.ended_by_eos = True
+                self._talker_done(r)
             else:
                 out.append(r)
         return out
@@ -762,7 +810,7 @@ class EngineCore:
             r.frames += 1
             self.stats["frames"] += 1
             if r.frames >= self.frame_cap(r) or r.at_max_frames(self.config.max_frames):
-                r.record.generating = False
+                self._talker_done(r)
 
     def _isolated(self, reqs: list[CoreRequest], bucket: int,
                   run: Callable[[list[CoreRequest], int], Sequence[Any]]) -> list[tuple[CoreRequest, Any]]:
@@ -907,9 +955,8 @@ class EngineCore:
         req.track = req.pad_row = None
         req.ids, req.token_segments = [], []
         req.eos_fed = req.ended_by_eos = False
-        rec.generating, rec.parked, rec.parked_since, rec.evicting = True, False, None, False
         rec.pending_frames = 0
-        rec.resume = not evicted and self._has_pending(req)
+        rec.to(Status.RESUMING if not evicted and self._has_pending(req) else Status.WAITING)
         if not rec.resume:
             rec.arrival = self.clock()  # behind the streams already waiting
             rec.chunks_sent = 0  # its listener has run dry meanwhile: small chunks first again
@@ -924,19 +971,27 @@ class EngineCore:
         for done in (self.finished_frames, self.finished_text):
             if len(done) > 4096:  # a long-running server keeps only recent ones
                 del done[next(iter(done))]
-        req.ended = True  # the outbox drains in _flush_outboxes, then the stream ends "done"
+        req.record.to(Status.ENDED)  # the outbox drains in _flush_outboxes, then the stream ends "done"
 
     def _release(self, req: CoreRequest) -> None:
+        """Free the request's slot: the talker's state (abort) and the core's. The caller moves the
+        status on (to the stream's next request, or its end)."""
         if req.slot is not None:
             assert self.pool is not None and self.talker is not None
-            self.talker.abort(req.slot)
-            self.pool.release(req.slot)
-            req.slot = None
-        req.record.admitted = False
+            slot, req.slot = req.slot, None
+            try:
+                self.talker.abort(slot)
+            finally:
+                self.pool.release(slot)
+
+    def _talker_done(self, req: CoreRequest) -> None:
+        """The talker owes the request no more frames (EOS, frame cap): its last frames decode."""
+        req.record.to(Status.EVICTED if req.record.status is Status.EVICTING else Status.DRAINING)
 
     def _end(self, req: CoreRequest, reason: str, message: str = "") -> None:
         self._release(req)
-        req.ended = True
+        if not req.ended:
+            req.record.to(Status.ENDED)
         req.outbox.clear()
         self._requests.pop(req.rid, None)
         req.bridge.end(reason, message)

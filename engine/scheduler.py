@@ -20,32 +20,95 @@ import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 #: First code2wav chunk small (time to first audio), then larger ones (a decode has a fixed cost).
 DEFAULT_RAMP = (2, 4, 8, 16, 25)
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32)
 
 
+class Status(Enum):
+    """Where a stream's current request is. One value, changed only through `RequestRecord.to`, which
+    asserts the move is one of `TRANSITIONS`."""
+
+    WAITING = "waiting"  # no slot: waits for text, its cloned voice, or a free slot (in line with text)
+    RESUMING = "resuming"  # no slot: its last request reached its frame cap with text left: first in line
+    RUNNING = "running"  # holds a slot; the talker owes frames and its text track has the next row
+    PARKED = "parked"  # holds a slot; its text track ran dry before finish(): skipped, not fed padding
+    EVICTING = "evicting"  # holds a slot; parked too long, its end of text fed early so it frees the
+    # slot for a stream waiting in line; the talker still owes frames
+    DRAINING = "draining"  # holds a slot; the talker is done (EOS or frame cap), its last frames decode
+    EVICTED = "evicted"  # holds a slot; the talker is done after EVICTING, its last frames decode
+    ENDED = "ended"  # the stream ended (done, cancelled, failed); its last audio may still drain
+
+
+#: The moves a request may make. Every status may end (cancel, failure, engine stop).
+TRANSITIONS: dict[Status, frozenset[Status]] = {
+    Status.WAITING: frozenset({Status.RUNNING, Status.ENDED}),
+    Status.RESUMING: frozenset({Status.RUNNING, Status.ENDED}),
+    Status.RUNNING: frozenset({Status.PARKED, Status.DRAINING, Status.ENDED}),
+    Status.PARKED: frozenset({Status.RUNNING, Status.EVICTING, Status.ENDED}),
+    Status.EVICTING: frozenset({Status.EVICTED, Status.ENDED}),
+    Status.DRAINING: frozenset({Status.WAITING, Status.RESUMING, Status.ENDED}),
+    Status.EVICTED: frozenset({Status.WAITING, Status.ENDED}),
+    Status.ENDED: frozenset(),
+}
+_ADMITTED = frozenset({Status.RUNNING, Status.PARKED, Status.EVICTING, Status.DRAINING, Status.EVICTED})
+_GENERATING = frozenset({Status.RUNNING, Status.PARKED, Status.EVICTING})
+
+
 @dataclass(slots=True)
 class RequestRecord:
-    """What the policy knows of one request; the core keeps it current."""
+    """What the policy knows of one request; the core keeps it current. Its lifecycle is `status`
+    (moved with `to`); `has_text` and `paused` are facts the core refreshes."""
 
     rid: int
     # clock time the stream was opened (ties among streams without audio); the core moves it to the
     # time an evicted stream queues again, so it waits in line behind those that were already waiting
     arrival: float
     has_text: bool = False  # some committed text (a prompt can be built)
-    admitted: bool = False  # owns a slot and was prefilled
-    parked: bool = False  # text track empty before finish(): waiting for text, not fed padding
-    parked_since: float | None = None  # clock time it parked (None: not parked)
-    evicting: bool = False  # its request is closing to give its slot to a waiting stream
-    resume: bool = False  # it gave its slot up at the frame cap and continues now: first in line
+    status: Status = Status.WAITING
+    parked_since: float | None = None  # clock time it parked (None: not PARKED); set by `to`
     paused: bool = False  # its consumer is not reading (outgoing queue full): do not advance it
-    generating: bool = True  # the talker still owes frames (no EOS, under the frame cap)
     pending_frames: int = 0  # frames generated but not yet decoded to audio
     chunks_sent: int = 0  # code2wav chunks decoded so far (position on the ramp)
     audio_s: float = 0.0  # seconds of audio handed to the consumer
     first_audio_at: float | None = None  # clock time of the first audio
+
+    def to(self, status: Status, now: float | None = None) -> None:
+        """Move to `status` (AssertionError for a move `TRANSITIONS` does not allow); parking records
+        `now` as `parked_since`."""
+        assert status in TRANSITIONS[self.status], f"request {self.rid}: {self.status.name} → {status.name}"
+        self.status = status
+        self.parked_since = now if status is Status.PARKED else None
+
+    @property
+    def admitted(self) -> bool:
+        """Owns a slot and was prefilled."""
+        return self.status in _ADMITTED
+
+    @property
+    def generating(self) -> bool:
+        """The talker still owes frames (no EOS, under the frame cap)."""
+        return self.status in _GENERATING
+
+    @property
+    def parked(self) -> bool:
+        return self.status is Status.PARKED
+
+    @property
+    def evicting(self) -> bool:
+        """Its request is closing to give its slot to a waiting stream (until the slot is free)."""
+        return self.status in (Status.EVICTING, Status.EVICTED)
+
+    @property
+    def resume(self) -> bool:
+        """It gave its slot up at the frame cap and continues now: first in line."""
+        return self.status is Status.RESUMING
+
+    @property
+    def ended(self) -> bool:
+        return self.status is Status.ENDED
 
     def buffer_s(self, now: float) -> float:
         """The simulated client playback buffer (inf before the first audio: nothing is playing)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.scheduler import RequestRecord, Scheduler, SchedulerConfig, bucket_sizes, urgency
+from engine.scheduler import TRANSITIONS, RequestRecord, Scheduler, SchedulerConfig, Status, bucket_sizes, urgency
 
 
 class FakeClock:
@@ -18,7 +18,7 @@ class FakeClock:
 
 def running(rid: int, *, arrival: float = 0.0, audio_s: float = 0.0, first_audio_at: float | None = None,
             pending: int = 0, chunks_sent: int = 0) -> RequestRecord:
-    return RequestRecord(rid, arrival, has_text=True, admitted=True, audio_s=audio_s,
+    return RequestRecord(rid, arrival, has_text=True, status=Status.RUNNING, audio_s=audio_s,
                          first_audio_at=first_audio_at, pending_frames=pending, chunks_sent=chunks_sent)
 
 
@@ -77,12 +77,12 @@ def test_prefill_takes_one_row_of_the_batch() -> None:
 def test_parked_paused_and_finished_requests_are_skipped() -> None:
     s = Scheduler()
     parked, paused, done, ok = running(1), running(2), running(3), running(4)
-    parked.parked = True
+    parked.to(Status.PARKED)
     paused.paused = True
-    done.generating = False
+    done.to(Status.DRAINING)
     plan = s.plan_talker([parked, paused, done, ok], now=1.0, free_slots=0)
     assert plan.step == (4,)
-    parked.parked = False  # text arrived: it resumes
+    parked.to(Status.RUNNING)  # text arrived: it resumes
     assert s.plan_talker([parked, paused, done, ok], now=1.0, free_slots=0).step == (1, 4)
 
 
@@ -113,7 +113,7 @@ def test_codec_flushes_the_remainder_when_the_talker_is_done() -> None:
     s = Scheduler(SchedulerConfig(ramp=(2, 4, 8)))
     r = running(1, pending=3, chunks_sent=2, audio_s=1.0, first_audio_at=0.0)
     assert s.plan_codec([r], now=0.0, talker_pressing=False).chunks == ()
-    r.generating = False
+    r.to(Status.DRAINING)
     assert s.plan_codec([r], now=0.0, talker_pressing=False).chunks == ((1, 3),)
 
 
@@ -193,13 +193,13 @@ def test_a_parked_stream_speaks_what_it_has() -> None:
     s = Scheduler(SchedulerConfig(ramp=(4,)))
     r = running(1, pending=1)  # no audio yet, one frame, text ran dry
     assert s.plan_codec([r], now=0.0, talker_pressing=False).chunks == ()
-    r.parked = True
+    r.to(Status.PARKED)
     assert s.plan_codec([r], now=0.0, talker_pressing=False).chunks == ((1, 1),)
 
 
 def parked(rid: int, since: float, **kw: object) -> RequestRecord:
     r = running(rid, **kw)  # type: ignore[arg-type]
-    r.parked, r.parked_since = True, since
+    r.to(Status.PARKED, since)
     return r
 
 
@@ -216,7 +216,7 @@ def test_streams_with_text_and_no_free_slot_are_reported_blocked_in_line_order()
 def test_a_stream_continuing_at_its_frame_cap_is_first_in_line() -> None:
     s = Scheduler()
     new = RequestRecord(1, arrival=0.0, has_text=True)
-    going_on = RequestRecord(2, arrival=9.0, has_text=True, resume=True)
+    going_on = RequestRecord(2, arrival=9.0, has_text=True, status=Status.RESUMING)
     assert s.plan_talker([new, going_on], now=10.0, free_slots=1).prefill == 2
 
 
@@ -229,7 +229,7 @@ def test_a_long_parked_request_gives_its_slot_to_a_waiting_stream() -> None:
     assert s.plan_evictions([*idle], now=clock.advance(5.0), free_slots=0) == ()  # nobody waits: keep it
     assert s.plan_evictions([*idle, waiting], now=clock.t, free_slots=0) == (1,)  # longest parked, one needed
     assert s.plan_evictions([*idle, waiting], now=clock.t, free_slots=1) == ()  # a slot is free anyway
-    idle[0].evicting = True  # already giving its slot up: that covers the one waiting
+    idle[0].to(Status.EVICTING)  # already giving its slot up: that covers the one waiting
     assert s.plan_evictions([*idle, waiting], now=clock.t, free_slots=0) == ()
     second = RequestRecord(4, arrival=clock.t, has_text=True)
     assert s.plan_evictions([*idle, waiting, second], now=clock.t, free_slots=0) == (2,)
@@ -242,3 +242,35 @@ def test_a_paused_or_busy_request_is_not_evicted() -> None:
     busy = running(2)  # generating, has text: not parked
     waiting = RequestRecord(3, arrival=0.0, has_text=True)
     assert s.plan_evictions([paused, busy, waiting], now=10.0, free_slots=0) == ()
+
+
+def test_a_request_moves_only_along_the_allowed_transitions() -> None:
+    r = RequestRecord(1, 0.0)
+    assert r.status is Status.WAITING and not r.admitted and r.generating is False
+    # One stream's life: admitted, parks, resumes, is evicted, drains, queues again, runs, ends.
+    for step in (Status.RUNNING, Status.PARKED, Status.RUNNING, Status.PARKED, Status.EVICTING, Status.EVICTED,
+                 Status.WAITING, Status.RUNNING, Status.DRAINING, Status.RESUMING, Status.RUNNING, Status.ENDED):
+        assert step in TRANSITIONS[r.status]
+        r.to(step, now=3.0)
+        assert r.status is step
+        assert (r.parked_since == 3.0) == (step is Status.PARKED)
+    assert r.ended and not TRANSITIONS[Status.ENDED]
+    with pytest.raises(AssertionError, match="ENDED → RUNNING"):
+        r.to(Status.RUNNING)
+    evicted = RequestRecord(2, 0.0, status=Status.EVICTED)
+    with pytest.raises(AssertionError):
+        evicted.to(Status.RESUMING)  # a request that gave its slot up queues behind the others
+    assert all(Status.ENDED in TRANSITIONS[s] for s in Status if s is not Status.ENDED)  # any may end
+
+
+def test_the_flags_the_policy_reads_follow_the_status() -> None:
+    facts = {s: (r.admitted, r.generating, r.parked, r.evicting, r.resume)
+             for s in Status for r in [RequestRecord(1, 0.0, status=s)]}
+    assert facts[Status.WAITING] == (False, False, False, False, False)
+    assert facts[Status.RESUMING] == (False, False, False, False, True)
+    assert facts[Status.RUNNING] == (True, True, False, False, False)
+    assert facts[Status.PARKED] == (True, True, True, False, False)
+    assert facts[Status.EVICTING] == (True, True, False, True, False)
+    assert facts[Status.DRAINING] == (True, False, False, False, False)
+    assert facts[Status.EVICTED] == (True, False, False, True, False)
+    assert facts[Status.ENDED] == (False, False, False, False, False)
