@@ -502,6 +502,36 @@ async def batch_flood(ctx: Context) -> dict[str, Any]:
     return dict(sorted(seen.items()))
 
 
+# Issue 16: an admin loads and unloads a model again and again (POST /v1/admin/models/{name}/load, then
+# /unload with a short grace) while the canary speaks on another model: each load runs off the loop, each
+# unload drains, and nothing of a model unloaded stays behind (the server's memory stays flat).
+@attack("model_churn")
+async def model_churn(ctx: Context) -> dict[str, Any]:
+    import urllib.request
+
+    from canary import http_url
+
+    name, seconds = str(ctx.options.get("model", "spare")), float(ctx.options.get("seconds", 3.0))
+    admin = Context(ctx.url, ctx.options.get("admin_key"))
+
+    def state() -> str:
+        with urllib.request.urlopen(f"{http_url(ctx.url)}/v1/admin/models/{name}", timeout=10) as r:
+            return str(json.load(r)["state"])
+
+    seen: dict[str, int] = {}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for action, wanted in (("load", "ready"), ("unload", "unloaded")):
+            status, _ = await asyncio.to_thread(_post_json, admin, f"/v1/admin/models/{name}/{action}", {"grace_s": 0.2}
+                                                if action == "unload" else {})  # fmt: skip
+            seen[f"{action}:{status}"] = seen.get(f"{action}:{status}", 0) + 1
+            deadline = time.monotonic() + 30
+            while (now := await asyncio.to_thread(state)) != wanted and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            seen[f"{action}:{now}"] = seen.get(f"{action}:{now}", 0) + 1
+    return dict(sorted(seen.items()))
+
+
 # -- more attacks above this line --------------------------------------------------------------------------
 
 

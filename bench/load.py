@@ -478,8 +478,9 @@ def engine_busy(ws_url: str) -> tuple[float, float] | None:
             text = r.read().decode()
     except (OSError, urllib.error.URLError):
         return None
-    busy = re.search(r"^voxgate_engine_busy_seconds_total ([0-9.e+-]+)$", text, re.M)
-    workers = re.search(r"^voxgate_engine_workers ([0-9.e+-]+)$", text, re.M)
+    # Labelled by model (the first is the default model's).
+    busy = re.search(r"^voxgate_engine_busy_seconds_total(?:\{[^}]*\})? ([0-9.e+-]+)$", text, re.M)
+    workers = re.search(r"^voxgate_engine_workers(?:\{[^}]*\})? ([0-9.e+-]+)$", text, re.M)
     return None if busy is None or workers is None else (float(busy.group(1)), float(workers.group(1)))
 
 

@@ -1,11 +1,11 @@
-"""The Litestar app factory: routes, and the lifespan of the engine and the session store."""
+"""The Litestar app factory: routes, and the lifespan of the models and the session store."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from litestar import Litestar, Response, get, post, websocket
 from litestar.connection import WebSocket
@@ -13,15 +13,17 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
-from engine import Engine, load_engine
+from engine import Engine
 from gateway import metrics
-from gateway.admission import Admission
+from gateway.admin import admin_routes
 from gateway.auth import authenticate
 from gateway.batch import batch_routes
 from gateway.connection import Connection
 from gateway.dependencies import DEPENDENCIES
 from gateway.drain import DRAIN_REASON, Drain
 from gateway.errors import EXCEPTION_HANDLERS, ApiError
+from gateway.model_routes import model_routes
+from gateway.models import EngineFactory, ModelRegistry, in_child, in_process
 from gateway.openai_api import openai_routes
 from gateway.playground import playground_routes
 from gateway.protocol import CLOSE_POLICY, CLOSE_RECONNECT, CLOSE_TRY_LATER, encode, error_event
@@ -36,23 +38,26 @@ log = logging.getLogger("voxgate")
 
 
 @get("/health")
-async def health(state: State) -> Response[dict[str, str]]:
-    """200 once the engine is warm (the contract); "degraded" while the state store's circuit is open.
-    Answered from state alone, never waiting on Redis (the store's heartbeat keeps its view current), and
-    unauthenticated: `detail` is a short stable phrase, never an address or an exception's text (the
-    server's log has those)."""
-    if state.get("engine") is None:
-        failed = bool(state.get("engine_error"))
+async def health(state: State) -> Response[dict[str, object]]:
+    """200 once a model is warm (the contract), each model's state in `models`; "degraded" while a model
+    cannot serve or the state store's circuit is open. Answered from state alone, never waiting on an
+    engine or Redis (the store's heartbeat keeps its view current), and unauthenticated: `detail` is a
+    short stable phrase, never an address or an exception's text (the server's log has those)."""
+    models: ModelRegistry = state.models
+    states = {h.name: h.state for h in models}
+    if models.any_serving() is None:
+        failed = all(s == "failed" for s in states.values())
         detail = "the engine failed to load" if failed else "the engine is loading"
-        return Response({"status": "failed" if failed else "warming", "detail": detail}, status_code=503)
+        body: dict[str, object] = {"status": "failed" if failed else "warming", "detail": detail, "models": states}
+        return Response(body, status_code=503)
     if state.drain.draining:  # a balancer's health check takes the replica out of rotation
-        return Response({"status": "draining", "detail": "the server is draining"}, status_code=503)
-    store: SessionStore = state.store
-    h = store.health()
-    body = {"status": "ok" if h.status == "ok" else "degraded", "model": state.settings.model, "state": h.backend}
+        return Response({"status": "draining", "detail": "the server is draining", "models": states}, status_code=503)
+    h = state.store.health()
+    status = "ok" if h.status == "ok" and all(s == "ready" for s in states.values()) else "degraded"
+    body = {"status": status, "model": models.default, "state": h.backend}
     if h.error:
         body["detail"] = h.error
-    return Response(body)
+    return Response(body | {"models": states})
 
 
 @post("/v1/sessions/{session_id:str}/cancel", status_code=202)
@@ -69,32 +74,39 @@ async def cancel_session(
 
 @get("/metrics", sync_to_thread=False)
 def metrics_endpoint(state: State) -> Response[bytes]:
-    return Response(metrics.render(state.get("admission")), media_type=metrics.CONTENT_TYPE_LATEST)
+    return Response(metrics.render(state.get("models")), media_type=metrics.CONTENT_TYPE_LATEST)
+
+
+async def _refuse(socket: WebSocket, code: str, message: str, close_code: int, reason: str) -> None:
+    await socket.send_text(encode(error_event(code, message)))
+    await socket.close(code=close_code, reason=reason)
+
+
+def _ws_refusal(socket: WebSocket, state: State) -> tuple[str, str, int, str] | None:
+    """Why a new WebSocket session cannot start (error code, message, close code, reason); None: it can."""
+    if authenticate(socket, query=True) is None:
+        message = "a valid API key is required (Authorization: Bearer, X-API-Key or ?api_key=)"
+        return "unauthorized", message, CLOSE_POLICY, "unauthorized"
+    if state.models.any_serving() is None:
+        return "engine_not_ready", "the engine is warming up", CLOSE_TRY_LATER, "engine not ready"
+    if state.drain.draining:
+        return "draining", DRAIN_REASON, CLOSE_RECONNECT, "draining"
+    return None
 
 
 @websocket("/v1/audio/speech/stream")
 async def speech_stream(
-    socket: WebSocket, state: State, store: NamedDependency[SessionStore], settings: NamedDependency[Settings],
-    admission: NamedDependency[Admission | None],
+    socket: WebSocket, state: State, store: NamedDependency[SessionStore], settings: NamedDependency[Settings]
 ) -> None:
-    await socket.accept()
     # Not the `engine` dependency (a 503 before the upgrade): a WebSocket client is told why, in an event.
-    engine: Engine | None = state.get("engine")
+    await socket.accept()
+    if (refusal := _ws_refusal(socket, state)) is not None:
+        await _refuse(socket, *refusal)
+        return
+    models: ModelRegistry = state.models
+    first = models.any_serving()
     tenant = authenticate(socket, query=True)
-    if tenant is None:
-        message = "a valid API key is required (Authorization: Bearer, X-API-Key or ?api_key=)"
-        await socket.send_text(encode(error_event("unauthorized", message)))
-        await socket.close(code=CLOSE_POLICY, reason="unauthorized")
-        return
-    if engine is None:
-        await socket.send_text(encode(error_event("engine_not_ready", "the engine is warming up")))
-        await socket.close(code=CLOSE_TRY_LATER, reason="engine not ready")
-        return
-    drain: Drain = state.drain
-    if drain.draining:
-        await socket.send_text(encode(error_event("draining", DRAIN_REASON)))
-        await socket.close(code=CLOSE_RECONNECT, reason="draining")
-        return
+    assert first is not None and first.served is not None and tenant is not None
 
     async def send(data: bytes | str) -> None:
         if isinstance(data, bytes):
@@ -102,9 +114,10 @@ async def speech_stream(
         else:
             await socket.send_text(data)
 
-    binding = SessionBinding(store, tenant)
-    conn = Connection(engine, settings.limits, binding, socket.receive, send, model=settings.model,
-                      admission=admission)  # fmt: skip
+    # The engine, its admission and the model's name follow `model` in each session.config (models.select).
+    conn = Connection(first.served, settings.limits, SessionBinding(store, tenant), socket.receive, send,  # type: ignore[arg-type]
+                      model=first.name, admission=first.admission, select=models.select)  # fmt: skip
+    drain: Drain = state.drain
     drain.opened(conn)
     try:
         await conn.run()
@@ -114,16 +127,15 @@ async def speech_stream(
             await socket.close(code=conn.close_code, reason=conn.close_reason)
 
 
-def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
-    """Build the app. With `engine` given, it is used as is (tests); otherwise `settings.model` is
-    loaded in a thread at start-up and /health says 503 until it is warm."""
+def _lifespan(
+    settings: Settings, engines: Mapping[str, Engine], factory: EngineFactory
+) -> Callable[[Litestar], contextlib.AbstractAsyncContextManager[None]]:
+    """The app's start-up and shut-down: the models (those given served as they are, the rest loaded in
+    the background while /health says 503), the API keys, the session store, the loop-lag watch."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         app.state.settings = settings
-        app.state.engine = engine
-        # Every stream (WebSocket, speech, batch) starts through one admission per engine.
-        app.state.admission = None if engine is None else Admission(engine, settings)
         app.state.api_keys = settings.keys()
         if app.state.api_keys.is_open:
             log.warning("no API keys configured: the gateway is open to every caller on %s", settings.host)
@@ -135,44 +147,44 @@ def create_app(settings: Settings, engine: Engine | None = None) -> Litestar:
         )
         app.state.store = SessionStore.from_url(settings.redis_url, settings=store_settings)
         await app.state.store.start()
-        task = None
-        if engine is None:
-
-            async def load() -> None:
-                try:
-                    await asyncio.to_thread(warm_up)
-                    loaded = await asyncio.to_thread(load_engine, settings.model, **settings.engine_options)
-                    app.state.admission = Admission(loaded, settings)  # before the engine: no stream skips it
-                    app.state.engine = loaded
-                    log.info("engine %r ready", settings.model)
-                except Exception as e:  # reported on /health; the process stays up to say so
-                    log.exception("engine %r failed to load", settings.model)
-                    app.state.engine_error = f"{type(e).__name__}: {e}"
-
-            task = asyncio.create_task(load())
+        models: ModelRegistry = app.state.models
+        models.start(engines, prepare=warm_up)  # the segmenter's first use before the models' loads
         lag = asyncio.create_task(metrics.watch_loop_lag())
         try:
             yield
         finally:
             lag.cancel()
-            if task is not None:
-                task.cancel()
-            if app.state.get("admission") is not None:
-                await app.state.admission.close()
-            loaded = app.state.get("engine")
-            if loaded is not None and engine is None:
-                await asyncio.to_thread(loaded.close)
+            await models.close()
             await app.state.store.close()
 
-    routes = [health, metrics_endpoint, speech_stream, cancel_session]
+    return lifespan
+
+
+def create_app(
+    settings: Settings, engine: Engine | None = None, *, engines: Mapping[str, Engine] | None = None,
+    factory: EngineFactory | None = None,
+) -> Litestar:
+    """Build the app. Engines given (`engine`: the default model's; `engines`: by model name) are served as
+    they are and never closed by the app (tests, embedding); the other models are made by `factory`
+    (gateway/models.py; by default in child processes, or in this one with `engine_processes` false) at
+    start-up, and /health says 503 until one is warm."""
+    if factory is None:
+        factory = in_child if settings.engine_processes else in_process
+    given = dict(engines or {})
+    specs = settings.model_specs()
+    if engine is not None:
+        given.setdefault(specs[0].name, engine)
+    routes = [health, metrics_endpoint, speech_stream, cancel_session, *model_routes, *admin_routes]
     routes += [*openai_routes, *batch_routes, *voice_routes, *playground_routes]
     # Handlers raise (ApiError, EngineError, QueueFull, store errors, bad bodies); one table
     # (gateway/errors.py) turns each into its status and OpenAI's body. Handlers are given the engine,
     # store, settings and tenant (gateway/dependencies.py). Every response carries x-request-id.
     # Every body is small unless its route says otherwise (voices: a clip; speech: text): Litestar's
     # default would let any new route read 10 MB.
-    app = Litestar(route_handlers=routes, lifespan=[lifespan], exception_handlers=EXCEPTION_HANDLERS,
-                   dependencies=DEPENDENCIES, middleware=[request_id_middleware],
-                   request_max_body_size=64 * 1024)  # fmt: skip
+    app = Litestar(route_handlers=routes, lifespan=[_lifespan(settings, given, factory)],
+                   exception_handlers=EXCEPTION_HANDLERS, dependencies=DEPENDENCIES,
+                   middleware=[request_id_middleware], request_max_body_size=64 * 1024)  # fmt: skip
     app.state.drain = Drain(settings.drain_grace_s)  # SIGTERM runs it (gateway/server.py)
+    # Each model its own admission (every stream, WebSocket, speech or batch, starts through it).
+    app.state.models = ModelRegistry(specs, settings, factory, aliases=settings.model_aliases)
     return app

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from litestar.connection import ASGIConnection
 
-from engine import Engine
 from gateway.errors import ApiError
+from gateway.models import ModelHandle, api_serving
 from sessions import ApiKeys, Tenant, key_from_headers
 
 
@@ -29,9 +29,7 @@ def caller(connection: ASGIConnection) -> Tenant:
     return tenant
 
 
-def serving_engine(connection: ASGIConnection) -> Engine:
-    """The warm engine; before it is loaded, a 503."""
-    engine: Engine | None = connection.app.state.get("engine")
-    if engine is None:
-        raise ApiError("the engine is warming up", code="engine_not_ready", status=503)
-    return engine
+def serving_model(connection: ASGIConnection) -> ModelHandle:
+    """The model `?model=` names (the default without one) if it serves now: 404 unknown_model, or a 503
+    (engine_not_ready before it is warm, model_unloading, …)."""
+    return api_serving(connection.app.state.models, connection.query_params.get("model"))

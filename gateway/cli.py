@@ -56,7 +56,7 @@ def _serve(args: argparse.Namespace) -> int:
         settings = load_settings(
             args.config, host=args.host, port=args.port, model=args.model, redis_url=args.redis_url,
             api_keys=args.api_keys, insecure=args.insecure or None, takeover=args.takeover,
-            drain_grace_s=args.drain_grace,
+            drain_grace_s=args.drain_grace, engine_processes=False if args.in_process else None,
         )  # fmt: skip
         keys = settings.keys()
     except (OSError, ValueError) as e:
@@ -90,7 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("serve", help="run the gateway")
     p.add_argument("--host", help="bind address (default 127.0.0.1; env VOXGATE_HOST)")
     p.add_argument("--port", type=int, help="port (default 8000; env VOXGATE_PORT)")
-    p.add_argument("--model", help="cpu (default), piper, kokoro, tiny, tiny-base or a Qwen3-TTS checkpoint directory")
+    p.add_argument("--model", help="the models to serve, comma-separated, the first the default: cpu (default), "
+                   "piper, kokoro, tiny, tiny-base, a Qwen3-TTS checkpoint directory, or a [[models]] name of --config")
+    p.add_argument("--in-process", action="store_true",
+                   help="run the engines in the gateway's process (default: each in a child process of its own)")
     p.add_argument("--config", help="a TOML settings file (see gateway/settings.py)")
     p.add_argument("--redis-url", help="shared session state (env VOXGATE_REDIS_URL); default: embedded, one process")
     p.add_argument("--api-keys", help="tenant=<sha256hex>,… or a JSON file of tenants (env VOXGATE_API_KEYS)")

@@ -57,6 +57,7 @@ __all__ = ["Connection", "Limits"]  # Limits lives in gateway.settings; importin
 log = logging.getLogger("voxgate.ws")
 
 Send = Callable[[bytes | str], Awaitable[None]]
+Select = Callable[[str | None], tuple[Engine, Admission | None, str]]
 
 # A big input.text is fed to the segmenter this many characters at a time, yielding to the event loop
 # between slices: the costliest text (dense clause marks, ~4 ms/KiB; bench/segmentation_bench.py
@@ -69,10 +70,13 @@ NORMALIZE_INLINE_CHARS = 1024
 class Connection:
     def __init__(self, engine: Engine, limits: Limits, session: SessionBinding,
                  receive: Callable[[], Awaitable[dict]], send: Send, model: str = "default",
-                 admission: Admission | None = None) -> None:  # fmt: skip
+                 admission: Admission | None = None, select: Select | None = None) -> None:  # fmt: skip
         self.engine = engine
         self.model = model  # the timing histograms' label
         self.admission = admission  # None: streams open at once (no capacity bound, no fairness)
+        # session.config's `model` → its (engine, admission, name) (gateway/models.py); None: one model only.
+        self.select = select
+        self._chosen = (engine, admission, model)
         self.limits = limits
         self.session = session
         self._receive = receive
@@ -245,6 +249,7 @@ class Connection:
             voice = await self._check(cfg)
             await self.session.update(cfg)
         self.config, self._voice = cfg, voice
+        self.engine, self.admission, self.model = self._chosen
         self.session_id = self.session.session_id
         await self.emit(SessionReady(
             session_id=self.session_id,
@@ -261,10 +266,13 @@ class Connection:
     async def _check(self, cfg: SessionConfig) -> tuple[str | None, dict[str, Any]]:
         """Validate a config; returns the engine voice and options its voice name resolves to."""
         cfg.validate()
-        voice = await self.session.resolve_voice(self.engine, cfg.voice_name)
+        # unknown_model, model_unloading, …: a ProtocolError; the model is switched once the config is taken.
+        chosen = (self.engine, self.admission, self.model) if self.select is None else self.select(cfg.model)
+        voice = await self.session.resolve_voice(chosen[0], cfg.voice_name)
         # The engine is the judge of voices, languages, options and capabilities (codec_tokens_unsupported,
         # voice_cloning_unsupported): it checks the request without opening a stream.
-        self.engine.check(self._request(cfg, voice))
+        chosen[0].check(self._request(cfg, voice))
+        self._chosen = chosen
         return voice
 
     async def _control(self) -> None:

@@ -10,6 +10,8 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gateway import engine_report
+
 SESSIONS = Gauge("voxgate_sessions", "open WebSocket sessions")
 UTTERANCES = Counter("voxgate_utterances_total", "utterances started")
 SEGMENTS = Counter("voxgate_segments_total", "segments committed", ["reason"])
@@ -19,7 +21,7 @@ TTFA = Histogram(
     "time from an utterance's first text to its first audio",
     buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10),
 )
-# Every response's timing record (gateway/timing.py), by model and tenant: one model per process and
+# Every response's timing record (gateway/timing.py), by model and tenant: the configured models and
 # tenants from the key configuration keep the label sets bounded.
 _LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30)
 QUEUE_WAIT = Histogram(
@@ -63,55 +65,107 @@ async def watch_loop_lag(interval: float = 0.02) -> None:
         LOOP_LAG.observe(max(0.0, time.perf_counter() - t0 - interval))
 
 
-class _AdmissionCollector:
-    """Admission and engine load, read at scrape time from the app's `Admission` (gateway/admission.py):
-    how many streams wait and are admitted, what the engine says it can take (`engine.capacity()`), and
-    how busy its workers have been (rate() of the busy seconds ÷ workers is their utilisation)."""
+class _ModelCollector:
+    """Each model's admission, load and engine telemetry, read at scrape time from the app's models
+    (gateway/models.py), labelled `model`: its state, how many streams wait and are admitted, what the
+    engine says it can take (`engine.capacity()`), how busy its workers have been (rate() of the busy
+    seconds ÷ workers is their utilisation), and the engine's own measures where it gives them
+    (`engine.telemetry()`, gateway/engine_report.py: cycle time, batch size, queue depth, slots, restarts)."""
 
     def __init__(self) -> None:
-        self._admission: weakref.ref[Any] | None = None
-        self._failed = False
+        self._models: weakref.ref[Any] | None = None
+        self._failed: set[str] = set()
 
-    def track(self, admission: Any) -> None:
-        self._admission = None if admission is None else weakref.ref(admission)
+    def track(self, models: Any) -> None:
+        self._models = None if models is None else weakref.ref(models)
 
     def collect(self) -> Iterator[Metric]:
-        admission = self._admission() if self._admission is not None else None
-        if admission is None:
+        models = self._models() if self._models is not None else None
+        if models is None:
             return
-        yield _gauge("voxgate_admission_waiting", "streams waiting for the engine", admission.waiting)
-        yield _gauge("voxgate_admission_admitted", "streams admitted and not ended", admission.admitted)
+        families = _Families()
+        for handle in models:
+            families.model(handle, self._capacity(handle))
+        yield from families.all()
+
+    def _capacity(self, handle: Any) -> Any:
+        if handle.admission is None:
+            return None
         try:
-            capacity = admission.engine_capacity()
-        except Exception:  # a scrape must not fail with the engine's estimate; said once
-            if not self._failed:
-                logging.getLogger("voxgate.metrics").exception("engine.capacity() failed")
-                self._failed = True
+            return handle.admission.engine_capacity()
+        except Exception:  # a scrape must not fail with the engine's estimate; said once per model
+            if handle.name not in self._failed:
+                logging.getLogger("voxgate.metrics").exception("engine.capacity() of %r failed", handle.name)
+                self._failed.add(handle.name)
+            return None
+
+
+_STATES = ("unloaded", "warming", "ready", "restarting", "unloading", "failed")
+_TELEMETRY = {  # engine.telemetry() key → (metric, help); restarts is a counter
+    "cycle_seconds": ("voxgate_engine_cycle_seconds", "the engine's last cycle (one batched step) took this long"),
+    "batch_size": ("voxgate_engine_batch_size", "streams in the engine's last batched step"),
+    "queue_depth": ("voxgate_engine_queue_depth", "requests waiting inside the engine for a slot"),
+    "slots_in_use": ("voxgate_engine_slots_in_use", "the engine's stream slots in use"),
+    "slots_total": ("voxgate_engine_slots", "the engine's stream slots"),
+}
+
+
+class _Families:
+    """One family per metric, a sample per model."""
+
+    def __init__(self) -> None:
+        g = self._gauge
+        self.state = g("voxgate_model_state", "1 for the model's current state", ["model", "state"])
+        self.waiting = g("voxgate_admission_waiting", "streams waiting for the model's engine")
+        self.admitted = g("voxgate_admission_admitted", "streams admitted and not ended")
+        self.capacity = g("voxgate_engine_capacity_streams",
+                          "streams the engine says it can keep ahead of their listeners now")  # fmt: skip
+        self.active = g("voxgate_engine_active_streams", "streams the engine serves now")
+        self.workers = g("voxgate_engine_workers", "the engine's synthesis workers")
+        self.busy = CounterMetricFamily("voxgate_engine_busy_seconds", "seconds the engine's workers spent "
+                                        "synthesising", labels=["model"])  # fmt: skip
+        self.restarts = CounterMetricFamily("voxgate_engine_restarts", "times the model's engine process was "
+                                            "restarted", labels=["model"])  # fmt: skip
+        self.telemetry = {k: g(name, doc) for k, (name, doc) in _TELEMETRY.items()}
+
+    @staticmethod
+    def _gauge(name: str, documentation: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, documentation, labels=labels or ["model"])
+
+    def model(self, handle: Any, capacity: Any) -> None:
+        name = handle.name
+        for state in _STATES:
+            self.state.add_metric([name, state], 1.0 if handle.state == state else 0.0)
+        if handle.admission is None:
             return
-        if capacity is None:
-            return
-        yield _gauge("voxgate_engine_capacity_streams", "streams the engine says it can keep ahead of their "
-                     "listeners now", capacity.streams)
-        yield _gauge("voxgate_engine_active_streams", "streams the engine serves now", capacity.active)
-        yield _gauge("voxgate_engine_workers", "the engine's synthesis workers", capacity.workers)
-        if capacity.busy_s is not None:
-            busy = CounterMetricFamily("voxgate_engine_busy_seconds", "seconds the engine's workers spent synthesising")
-            busy.add_metric([], capacity.busy_s)
-            yield busy
+        self.waiting.add_metric([name], handle.admission.waiting)
+        self.admitted.add_metric([name], handle.admission.admitted)
+        if capacity is not None:
+            self.capacity.add_metric([name], capacity.streams)
+            self.active.add_metric([name], capacity.active)
+            self.workers.add_metric([name], capacity.workers)
+            if capacity.busy_s is not None:
+                self.busy.add_metric([name], capacity.busy_s)
+        engine = handle.engine
+        found = {} if engine is None else engine_report.telemetry(engine)
+        for key, family in self.telemetry.items():
+            if key in found:
+                family.add_metric([name], found[key])
+        if "restarts" in found:
+            self.restarts.add_metric([name], found["restarts"])
+
+    def all(self) -> Iterator[Metric]:
+        yield self.state
+        yield from (self.waiting, self.admitted, self.capacity, self.active, self.workers, self.busy, self.restarts)
+        yield from self.telemetry.values()
 
 
-def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, documentation)
-    family.add_metric([], value)
-    return family
+MODELS = _ModelCollector()
+REGISTRY.register(MODELS)  # type: ignore[arg-type]
 
 
-ADMISSION = _AdmissionCollector()
-REGISTRY.register(ADMISSION)  # type: ignore[arg-type]
-
-
-def render(admission: Any) -> bytes:
-    """The exposition text, with the admission (None: no engine yet) of the app being scraped: one app
-    per process in a deployment, several in a test process."""
-    ADMISSION.track(admission)
+def render(models: Any) -> bytes:
+    """The exposition text, with the models (gateway/models.py `ModelRegistry`; None: none yet) of the app
+    being scraped: one app per process in a deployment, several in a test process."""
+    MODELS.track(models)
     return generate_latest()

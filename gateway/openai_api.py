@@ -12,7 +12,7 @@ import base64
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 import msgspec
 import numpy as np
@@ -24,6 +24,7 @@ from engine import AudioChunk, Engine, StreamEnd, StreamRequest, Waiting
 from gateway.admission import Admission, Ticket, ticketed
 from gateway.audio import MEDIA_TYPES, OPUS_RATES, Resampler, encode_file, encode_frames, wav_stream_header
 from gateway.errors import ApiError
+from gateway.models import ModelRegistry, api_serving
 from gateway.settings import Settings
 from gateway.timing import LeadingTrim, ResponseClock, Timing, observe, trim_for
 from gateway.voices import aliased, open_request, resolve_voice, stream_request
@@ -177,10 +178,12 @@ async def _whole(request: Request, first: np.ndarray | None, chunks: AsyncIterat
 
 @post("/v1/audio/speech", status_code=200, request_max_body_size=MAX_BODY_BYTES)  # OpenAI answers 200, not 201
 async def create_speech(
-    data: SpeechRequest, request: Request, engine: NamedDependency[Engine], store: NamedDependency[SessionStore],
-    tenant: NamedDependency[Tenant], settings: NamedDependency[Settings], admission: NamedDependency[Admission | None],
+    data: SpeechRequest, request: Request, models: NamedDependency[ModelRegistry], store: NamedDependency[SessionStore],
+    tenant: NamedDependency[Tenant], settings: NamedDependency[Settings],
 ) -> Response:
     req = data
+    model = api_serving(models, req.model)  # `model` picks one (404 unknown_model; 503 while it cannot serve)
+    engine, admission = cast(Engine, model.served), model.admission
     stream_req = await speech_request(req, engine, store, tenant, settings.voice_aliases)
     rate, fmt = stream_req.sample_rate or engine.sample_rate, req.response_format
     ticket = await admitted(admission, tenant, request)
@@ -197,7 +200,7 @@ async def create_speech(
         """The whole record, once the last audio is handed over; a complete one goes to the histograms."""
         clock.trimmed = trim.trimmed
         timing = clock.record()
-        observe(timing, settings.model, tenant.name)
+        observe(timing, model.name, tenant.name)
         return timing
 
     if streamed:

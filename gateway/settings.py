@@ -8,6 +8,15 @@
     [voxgate.voice_aliases]
     alloy = "joe"
 
+    [[models]]                    # several models: `model` lists names (default: every [[models]])
+    name = "qwen"
+    path = "/models/Qwen3-TTS-12Hz-0.6B-CustomVoice"
+    options = { max_streams = 16 }
+    [[models]]
+    name = "fast"
+    kind = "piper"
+    preload = false               # registered; loaded by POST /v1/admin/models/fast/load
+
 Environment: `VOXGATE_HOST`, `VOXGATE_PORT`, `VOXGATE_MODEL`, `VOXGATE_REDIS_URL`, `VOXGATE_API_KEYS`,
 `VOXGATE_INSECURE`, `VOXGATE_TAKEOVER`, `VOXGATE_IDLE_TIMEOUT`, … (a field's name, upper-cased;
 booleans true/false/1/0). Flags win over both.
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,12 +66,47 @@ class Limits:
     trim_preroll_ms: int = 15
 
 
+class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One `[[models]]` entry: `name`, what to load (`kind`: a backend such as piper or tiny, or `path`:
+    a checkpoint directory), the engine's `options`, and whether it loads at start-up (`preload`)."""
+
+    name: str
+    kind: str = ""
+    path: str = ""
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+    preload: bool = True
+
+    @property
+    def source(self) -> str:
+        """What `load_engine` takes."""
+        return self.path or self.kind
+
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def _model_entry(entry: str, options: dict[str, Any]) -> ModelSpec:
+    """A `--model` entry that names no `[[models]]` table: a backend (its name) or a checkpoint path (the
+    directory's name), with the `engine_options` table."""
+    if "/" in entry or os.sep in entry:
+        return ModelSpec(name=Path(entry.rstrip("/" + os.sep)).name or entry, path=entry, options=dict(options))
+    return ModelSpec(name=entry, kind=entry, options=dict(options))
+
+
 @dataclass(frozen=True)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
+    # The models served, comma-separated, the first the default: backends (cpu, piper, tiny, …), checkpoint
+    # paths, or names of `[[models]]` tables (gateway/models.py).
     model: str = "cpu"
-    engine_options: dict[str, Any] = field(default_factory=dict)
+    engine_options: dict[str, Any] = field(default_factory=dict)  # for `model` entries without a table
+    models: tuple[ModelSpec, ...] = ()  # the TOML file's `[[models]]`
+    model_aliases: dict[str, str] = field(default_factory=dict)  # a client's model name → a served one
+    # The admin plane's key (its sha256 hex, as tenants' keys are given); empty: loopback callers only.
+    admin_key: str = ""
+    # Each model's engine in a supervised child process of its own (engine/process); false: in this one.
+    engine_processes: bool = True
     limits: Limits = field(default_factory=Limits)
     voice_aliases: dict[str, str] = field(default_factory=dict)  # e.g. OpenAI names → engine voices
     redis_url: str | None = None  # None: the embedded single-process store
@@ -100,6 +145,31 @@ class Settings:
             raise ValueError("settings trim_max_ms must be 0…1000 and trim_preroll_ms 0…100")
         if not -120.0 <= lim.trim_threshold_dbfs <= 0.0:
             raise ValueError("setting trim_threshold_dbfs must be -120…0 (dB full scale)")
+        digest = self.admin_key.strip().lower().removeprefix("sha256:")
+        if digest and not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise ValueError("setting admin_key must be the key's sha256 hex digest (64 characters)")
+        self.model_specs()  # names, sources and duplicates are checked here, at start-up
+
+    def model_specs(self) -> list[ModelSpec]:
+        """The models to serve, in order (the first is the default)."""
+        tables = {m.name: m for m in self.models}
+        entries = [e.strip() for e in self.model.split(",") if e.strip()]
+        specs = [tables.get(e) or _model_entry(e, self.engine_options) for e in entries]
+        if not specs:
+            raise ValueError("setting model names no model")
+        names = [s.name for s in specs]
+        for spec in specs:
+            if not _MODEL_NAME.fullmatch(spec.name):
+                raise ValueError(f"model name {spec.name[:80]!r}: letters, digits, '.', '_' and '-', at most 64")
+            if bool(spec.kind) == bool(spec.path):
+                raise ValueError(f"model {spec.name!r}: give one of kind (a backend) or path (a checkpoint)")
+            if names.count(spec.name) > 1:
+                raise ValueError(f"model {spec.name!r} is named twice")
+        return specs
+
+    @property
+    def admin_digest(self) -> str:
+        return self.admin_key.strip().lower().removeprefix("sha256:")
 
     def keys(self) -> ApiKeys:
         spec = self.api_keys.strip()
@@ -108,8 +178,9 @@ class Settings:
         return ApiKeys.from_spec(spec)
 
 
-_TABLES = ("engine_options", "voice_aliases")  # TOML tables only, never from the environment
-_SCALARS = tuple(f.name for f in dataclasses.fields(Settings) if f.name not in (*_TABLES, "limits"))
+_TABLES = ("engine_options", "voice_aliases", "model_aliases")  # TOML tables only, never from the environment
+_LISTS = ("models",)  # TOML arrays of tables ([[models]]), likewise
+_SCALARS = tuple(f.name for f in dataclasses.fields(Settings) if f.name not in (*_TABLES, *_LISTS, "limits"))
 _LIMITS = tuple(f.name for f in dataclasses.fields(Limits))
 
 
@@ -125,6 +196,8 @@ def load_settings(
         with open(path, "rb") as f:
             doc = tomllib.load(f)
         merged.update(doc.get("voxgate", doc))
+        if "voxgate" in doc and "models" in doc:  # [[models]] beside a [voxgate] table
+            merged.setdefault("models", doc["models"])
     for name in [*_SCALARS, *_LIMITS]:
         key = "VOXGATE_" + name.upper()
         if key in env:
@@ -132,10 +205,14 @@ def load_settings(
     merged.update({k: v for k, v in flags.items() if v is not None})
 
     for name, value in merged.items():
-        if name not in (*_SCALARS, *_LIMITS, *_TABLES):
+        if name not in (*_SCALARS, *_LIMITS, *_TABLES, *_LISTS):
             raise ValueError(f"unknown setting {name!r}")
         if name in _TABLES and not isinstance(value, dict):
             raise ValueError(f"setting {name} must be a table")
+        if name in _LISTS and not (isinstance(value, list) and all(isinstance(v, dict) for v in value)):
+            raise ValueError(f"setting {name} must be an array of tables ([[{name}]])")
+    if merged.get("models") and "model" not in merged:  # the file's [[models]], all of them, unless told
+        merged["model"] = ",".join(str(m.get("name", "")) for m in merged["models"])
     limits = {k: merged.pop(k) for k in _LIMITS if k in merged}
     try:
         return msgspec.convert({**merged, "limits": limits}, Settings, strict=False)

@@ -133,7 +133,7 @@ async def test_a_stalled_redis_stalls_no_audio_no_cancel_and_no_health_check(
     assert cancelled_after < 1.0  # was 18 s
     assert slowest_health < 0.5 and probe.worst_s < 0.5  # was 6–18 s
     assert degraded_after < 1.5
-    assert down_health == {"status": "degraded", "model": "piper", "state": "redis",
+    assert down_health == {"status": "degraded", "model": "piper", "state": "redis", "models": {"piper": "ready"},
                            "detail": "the session state store is unavailable"}  # fmt: skip
     assert str(redis_server.port) not in json.dumps(down_health)
     assert local_slots >= 3  # the canary's stream slots came from this replica's own count

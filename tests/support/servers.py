@@ -5,13 +5,14 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import uvicorn
 
 from engine import Engine
 from gateway.app import create_app
 from gateway.connection import Limits
+from gateway.models import EngineFactory
 from gateway.server import server_config
 from gateway.settings import Settings
 
@@ -23,12 +24,16 @@ def free_port() -> int:
 
 
 def serve(
-    engine: Engine, limits: Limits | None = None, log_level: str = "warning", **settings: object
+    engine: Engine | None, limits: Limits | None = None, log_level: str = "warning", *,
+    engines: Mapping[str, Engine] | None = None, factory: EngineFactory | None = None, **settings: object,
 ) -> Iterator[str]:
-    """Yield "127.0.0.1:PORT" of a running gateway; stop it afterwards."""
+    """Yield "127.0.0.1:PORT" of a running gateway; stop it afterwards. `engine` serves the default model
+    ("piper" unless `model=` says otherwise); `engines` more models by name (`model="a,b"` names them all,
+    or `models=` gives their specs); `factory` makes those not given (gateway/models.py)."""
     port = free_port()
-    config = Settings(model="piper", limits=limits or Limits(), port=port, **settings)  # type: ignore[arg-type]
-    app = create_app(config, engine=engine)
+    settings.setdefault("model", "piper")
+    config = Settings(limits=limits or Limits(), port=port, **settings)  # type: ignore[arg-type]
+    app = create_app(config, engine=engine, engines=engines, **({} if factory is None else {"factory": factory}))
     server = uvicorn.Server(server_config(app, config, log_level=log_level))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -36,6 +41,10 @@ def serve(
     while not server.started:
         assert time.monotonic() < deadline, "server did not start"
         time.sleep(0.02)
+    deadline = time.monotonic() + 120
+    while any(h.state == "warming" for h in app.state.models):  # the models not given load in the background
+        assert time.monotonic() < deadline, "a model did not warm up"
+        time.sleep(0.05)
     yield f"127.0.0.1:{port}"
     server.should_exit = True
     thread.join(10)

@@ -1,0 +1,269 @@
+"""Several models in one gateway (gateway/models.py): `model` in session.config and in POST /v1/audio/speech
+picks one, `GET /v1/models` lists them, voices per model; and the admin plane (gateway/admin.py): memory
+report, load and unload with a stream open, its key, a canary beside repeated load/unload.
+
+The second model is the session's Piper engine served under another name (`Shared`: an unload closes
+nothing the other tests use), except where a test loads a fresh engine of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from support.servers import serve
+from support.wsclient import call, open_session, until, utterance
+
+from engine import Engine
+from gateway.models import in_process
+from gateway.settings import ModelSpec
+from sessions import hash_api_key
+
+LONG = " ".join(f"Sentence {i} of a long answer keeps the stream speaking for a while." for i in range(60))
+
+
+class Shared:
+    """An engine served under a second model name; closing it (an unload) leaves the engine open."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def two(piper_engine: Engine) -> Iterator[str]:
+    """piper (the default) and spare, and fresh: a model loaded at run time with its own engine."""
+    def factory(spec: ModelSpec) -> Engine:
+        return in_process(spec) if spec.name == "fresh" else Shared(piper_engine)  # type: ignore[return-value]
+
+    models = (ModelSpec(name="spare", kind="piper"), ModelSpec(name="churn", kind="piper", preload=False),
+              ModelSpec(name="fresh", kind="piper", preload=False))  # fmt: skip
+    yield from serve(piper_engine, model="piper,spare,churn,fresh", models=models, factory=factory,
+                     engine_processes=False)  # fmt: skip
+
+
+def get(addr: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    req = urllib.request.Request(f"http://{addr}{path}", headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def wait_state(addr: str, name: str, wanted: str, timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        status, record = get(addr, f"/v1/admin/models/{name}")
+        assert status == 200, record
+        if record["state"] == wanted:
+            return record
+        assert time.monotonic() < deadline, record
+        time.sleep(0.05)
+
+
+def ttfa_count(addr: str, model: str) -> float:
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+        body = r.read().decode()
+    prefix = f'voxgate_response_ttfa_seconds_count{{model="{model}",tenant="default"}} '
+    return next((float(line.removeprefix(prefix)) for line in body.splitlines() if line.startswith(prefix)), 0.0)
+
+
+async def test_one_socket_switches_model_between_utterances(two: str) -> None:
+    before = {m: ttfa_count(two, m) for m in ("piper", "spare")}
+    ws, ready = await open_session(two, model="piper")
+    assert ready["type"] == "session.ready", ready
+    events, audio = await utterance(ws, "The first model speaks.")
+    assert events[-1]["type"] == "session.done" and audio, events
+    await ws.send(json.dumps({"type": "session.config", "model": "spare"}))
+    assert (await until(ws, "session.ready"))[-1]["type"] == "session.ready"
+    events, audio = await utterance(ws, "The second model speaks.")
+    assert events[-1]["type"] == "session.done" and audio, events
+    await ws.send(json.dumps({"type": "session.config", "model": "nope"}))
+    error = (await until(ws, "error"))[-1]
+    assert error["code"] == "unknown_model" and "piper" in error["message"], error
+    events, audio = await utterance(ws, "Still the second model.")  # a refused config changes nothing
+    assert events[-1]["type"] == "session.done" and audio, events
+    await ws.close()
+    assert ttfa_count(two, "piper") == before["piper"] + 1
+    assert ttfa_count(two, "spare") == before["spare"] + 2
+
+
+async def test_an_unknown_model_in_the_first_config_is_refused_by_code(two: str) -> None:
+    ws, first = await open_session(two, model="x" * 300)
+    assert first["type"] == "error" and first["code"] == "invalid_config", first  # the 256-character bound
+    ws, first = await open_session(two, model="qwen-large")
+    assert first["type"] == "error" and first["code"] == "unknown_model", first
+    await ws.close()
+
+
+def test_http_speech_and_models_through_the_openai_client(two: str) -> None:
+    with openai.OpenAI(base_url=f"http://{two}/v1", api_key="unused", max_retries=0) as oai:
+        assert [m.id for m in oai.models.list()] == ["piper", "spare", "churn", "fresh"]
+        assert oai.models.retrieve("spare").owned_by == "voxgate"
+        for model in ("spare", "piper", "tts-1"):  # OpenAI's own names are the default model's
+            audio = oai.audio.speech.create(model=model, voice="alloy", input="Hi.", response_format="pcm")
+            assert len(audio.content) > 1000, model
+        with pytest.raises(openai.NotFoundError) as err:
+            oai.audio.speech.create(model="nope", voice="alloy", input="Hi.", response_format="pcm")
+        assert err.value.body["code"] == "unknown_model" and err.value.body["param"] == "model", err.value.body
+        with pytest.raises(openai.APIStatusError) as err:  # registered, not loaded
+            oai.audio.speech.create(model="churn", voice="alloy", input="Hi.", response_format="pcm")
+        assert err.value.status_code == 503 and err.value.body["code"] == "model_not_loaded", err.value.body
+    status, voices = get(two, "/v1/audio/voices?model=spare")
+    assert status == 200 and "joe" in json.dumps(voices), voices
+    status, body = get(two, "/v1/audio/voices?model=nope")
+    assert status == 404 and body["error"]["code"] == "unknown_model", body
+
+
+def test_health_and_the_admin_report_say_each_model(two: str) -> None:
+    t0 = time.perf_counter()
+    status, health = get(two, "/health")
+    assert time.perf_counter() - t0 < 1.0
+    assert status == 200 and health["model"] == "piper", health
+    assert health["models"]["piper"] == "ready" and health["models"]["churn"] == "unloaded", health
+    assert health["status"] == "degraded"  # a model configured is not serving
+    status, listing = get(two, "/v1/admin/models")
+    assert status == 200 and listing["object"] == "list", listing
+    record = {r["id"]: r for r in listing["data"]}
+    piper = record["piper"]
+    assert piper["default"] and piper["state"] == "ready" and piper["pid"] == os.getpid(), piper
+    assert piper["streams"] == {"active": 0, "waiting": 0}, piper
+    assert piper["capabilities"]["sample_rate"] > 0 and piper["capabilities"]["voices"] >= 1, piper
+    memory = piper["memory"]
+    assert 50 * 2**20 < memory["rss_bytes"] < 64 * 2**30 and memory["shared_process"], memory
+    assert {"torch_allocated_bytes", "cuda_allocated_bytes", "kv_bytes", "slot_bytes"} <= set(memory), memory
+    assert "slots_in_use" in piper["telemetry"], piper
+    assert record["churn"]["state"] == "unloaded" and record["churn"]["memory"] is None, record["churn"]
+    with urllib.request.urlopen(f"http://{two}/metrics", timeout=10) as r:
+        metrics = r.read().decode()
+    assert 'voxgate_model_state{model="churn",state="unloaded"} 1.0' in metrics
+    assert 'voxgate_admission_waiting{model="spare"} 0.0' in metrics
+    assert 'voxgate_engine_slots_in_use{model="piper"}' in metrics
+
+
+async def test_unload_drains_cuts_after_grace_and_refuses_new_sessions(two: str) -> None:
+    ws, ready = await open_session(two, model="spare")
+    assert ready["type"] == "session.ready"
+    await ws.send(json.dumps({"type": "input.text", "text": LONG}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    await until(ws, "audio.start")
+    status, record = call(two, "POST", "/v1/admin/models/spare/unload", None, {"grace_s": 0.5})
+    assert status == 202 and record["state"] == "unloading" and record["streams"]["active"] >= 1, record
+    other, refused = await open_session(two, model="spare")
+    assert refused["type"] == "error" and refused["code"] == "model_unloading", refused
+    events = await until(ws, "session.done", timeout=10)  # cut after the grace, told why
+    errors = [e for e in events if e["type"] == "error"]
+    # model_unloaded once the pump forwards StreamEnd.code (engine_error with the reason before that)
+    assert errors and errors[0]["code"] in ("model_unloaded", "engine_error"), events
+    assert "unloaded" in errors[0]["message"], errors
+    wait_state(two, "spare", "unloaded", timeout=5)
+    await ws.send(json.dumps({"type": "session.config", "model": "spare"}))
+    assert (await until(ws, "error"))[-1]["code"] == "model_not_loaded"
+    await ws.send(json.dumps({"type": "session.config", "model": "piper"}))  # the socket goes on elsewhere
+    await until(ws, "session.ready")
+    events, audio = await utterance(ws, "The default still speaks.")
+    assert events[-1]["type"] == "session.done" and audio
+    status, again = call(two, "POST", "/v1/admin/models/spare/unload", None, {})
+    assert status == 409 and again["error"]["code"] == "model_not_loaded", again
+    assert call(two, "POST", "/v1/admin/models/spare/load", None)[0] == 202
+    wait_state(two, "spare", "ready")
+    await ws.close()
+    await other.close()
+
+
+async def test_an_open_stream_finishes_within_the_grace(two: str) -> None:
+    ws, _ = await open_session(two, model="spare")
+    await ws.send(json.dumps({"type": "input.text", "text": "A short answer finishes."}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    await until(ws, "audio.start")
+    assert call(two, "POST", "/v1/admin/models/spare/unload", None, {"grace_s": 20})[0] == 202
+    events = await until(ws, "session.done", timeout=20)
+    assert not [e for e in events if e["type"] == "error"], events
+    wait_state(two, "spare", "unloaded", timeout=10)
+    call(two, "POST", "/v1/admin/models/spare/load", None)
+    wait_state(two, "spare", "ready")
+    await ws.close()
+
+
+async def test_a_model_loaded_at_run_time_speaks_and_unloads(two: str) -> None:
+    assert call(two, "POST", "/v1/admin/models/nope/load", None)[0] == 404
+    status, record = call(two, "POST", "/v1/admin/models/fresh/load", None)
+    assert status == 202 and record["state"] == "warming", record
+    ready = await asyncio.to_thread(wait_state, two, "fresh", "ready", 60)
+    assert ready["warm_up_s"] > 0 and ready["loaded_at"] > 0, ready
+    ws, _ = await open_session(two, model="fresh")
+    events, audio = await utterance(ws, "A model loaded just now.")
+    assert events[-1]["type"] == "session.done" and audio, events
+    await ws.close()
+    assert call(two, "POST", "/v1/admin/models/fresh/unload", None, {"grace_s": 1})[0] == 202
+    await asyncio.to_thread(wait_state, two, "fresh", "unloaded", 10)
+
+
+async def test_a_canary_beside_repeated_load_and_unload(two: str) -> None:
+    from attack import run
+
+    result = await run(f"http://{two}", "model_churn", model="churn", seconds=2.0)
+    print(result)
+    assert result.seen.get("load:ready", 0) >= 2 and result.seen.get("unload:unloaded", 0) >= 2, result.seen
+    assert set(result.seen) <= {"load:202", "load:ready", "unload:202", "unload:unloaded"}, result.seen
+    assert result.canary.failure is None and not result.canary.errors, result.canary
+    assert result.canary.worst_wait_s < 3.0 and result.health_worst_s < 1.5, result
+    assert result.rss_growth_mb < 50, result
+
+
+# -- the admin key -----------------------------------------------------------------------------------
+
+
+ADMIN, TENANT = "admin-secret", "tenant-secret"
+
+
+@pytest.fixture(scope="module")
+def keyed(piper_engine: Engine) -> Iterator[str]:
+    yield from serve(piper_engine, admin_key=hashlib.sha256(ADMIN.encode()).hexdigest(),
+                     api_keys=f"acme={hash_api_key(TENANT)}")  # fmt: skip
+
+
+def test_the_admin_key_is_required_and_a_tenant_key_is_not_it(keyed: str) -> None:
+    assert get(keyed, "/v1/admin/models")[0] == 401
+    status, body = get(keyed, "/v1/admin/models", {"Authorization": f"Bearer {TENANT}"})
+    assert status == 401 and body["error"]["code"] == "unauthorized", body
+    assert get(keyed, "/v1/admin/models", {"X-API-Key": ADMIN})[0] == 200
+    assert get(keyed, "/v1/models", {"Authorization": f"Bearer {ADMIN}"})[0] == 401  # nor the admin key a tenant's
+    assert get(keyed, "/v1/models", {"Authorization": f"Bearer {TENANT}"})[0] == 200
+
+
+def _outside_address() -> str | None:
+    """This host's address on a non-loopback interface, if it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # no packet is sent: it only picks the outgoing interface
+            host = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if host.startswith("127.") else host
+
+
+def test_without_an_admin_key_only_loopback_callers_are_answered(piper_engine: Engine) -> None:
+    outside = _outside_address()
+    for addr in serve(piper_engine, host="0.0.0.0", insecure=True):
+        port = addr.rsplit(":", 1)[1]
+        assert get(f"127.0.0.1:{port}", "/v1/admin/models")[0] == 200
+        status, body = get(f"127.0.0.1:{port}", "/v1/admin/models", {"X-Forwarded-For": "203.0.113.9"})
+        assert status == 403 and body["error"]["code"] == "admin_loopback_only", body
+        if outside is not None:
+            status, body = get(f"{outside}:{port}", "/v1/admin/models")
+            assert status == 403 and body["error"]["code"] == "admin_loopback_only", body
