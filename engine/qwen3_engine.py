@@ -137,6 +137,7 @@ class Qwen3Engine:
             raise EngineError("invalid_option", str(exc)) from None
         self.core = EngineCore(model, self.config, talker=factory, talker_options=talker_options)
         self._streams: weakref.WeakSet[Qwen3Stream] = weakref.WeakSet()
+        self._weights_bytes: int | None = None  # counted once, at the first memory()
         self._closed = False
 
     @property
@@ -244,6 +245,32 @@ class Qwen3Engine:
         Cheap, any thread: it reads the meter under its lock, never waits for the core."""
         active = sum(1 for s in list(self._streams) if not s._bridge.ended)
         return Capacity(self.core.meter.streams(self.config.max_streams), active)
+
+    def memory(self) -> dict[str, int | None]:
+        """What the engine holds, for the gateway's admin plane (gateway/engine_report.py): its weights and
+        its slots' state (every slot is allocated at start-up). Cheap: sizes read, nothing waits for the core."""
+        per_slot = self.core.bytes_per_slot()
+        slots = self.config.max_streams
+        if self._weights_bytes is None:
+            import torch  # already loaded: the model is torch's
+
+            modules = [m for m in vars(self.model).values() if isinstance(m, torch.nn.Module)]
+            self._weights_bytes = sum(t.numel() * t.element_size() for m in modules
+                                      for t in [*m.parameters(), *m.buffers()])  # fmt: skip
+        return {"weights_bytes": self._weights_bytes, "kv_bytes": per_slot.get("kv", 0) * slots if per_slot else None,
+                "slot_bytes": sum(per_slot.values()) * slots if per_slot else None}  # fmt: skip
+
+    def telemetry(self) -> dict[str, float]:
+        """The core's own measures for /metrics (gateway/engine_report.py): its last cycle's time and batch,
+        slots in use of all, and streams waiting for a slot. Read without the core's lock (a snapshot)."""
+        core, slots = self.core, self.config.max_streams
+        cycles = core.cycle_s
+        in_use = slots - core.free_slots
+        out = {"batch_size": float(core._cycle_work[0]), "slots_in_use": float(in_use), "slots_total": float(slots),
+               "queue_depth": float(max(0, core.active - in_use))}  # fmt: skip
+        if cycles:
+            out["cycle_seconds"] = cycles[-1]
+        return out
 
     def codec_info(self) -> dict[str, object]:
         """What a client decoding codec frames on the device needs to know (`codec.start`)."""

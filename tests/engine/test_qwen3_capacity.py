@@ -133,3 +133,15 @@ async def test_capacity_after_real_synthesis(tiny: Any) -> None:
     assert snap and all(per_row > 0 and cycle_s > 0 for per_row, cycle_s in snap.values())
     assert cap.streams == tiny.core.meter.streams(8)
     assert set(tiny.core.meter._costs) == set(tiny.core._buckets)  # the warm-up timed every bucket
+
+
+def test_memory_and_telemetry_after_real_synthesis(tiny: Any) -> None:
+    """What the gateway's admin plane and /metrics read of the engine (gateway/engine_report.py)."""
+    memory = tiny.memory()
+    assert memory["weights_bytes"] > 1_000_000, memory  # the tiny model's weights are some megabytes
+    assert 0 < memory["kv_bytes"] <= memory["slot_bytes"], memory
+    per_slot = tiny.core.bytes_per_slot()
+    assert memory["slot_bytes"] == sum(per_slot.values()) * 8, (memory, per_slot)
+    telemetry = tiny.telemetry()  # after test_capacity_after_real_synthesis's streams (or none: 0 cycles)
+    assert telemetry["slots_total"] == 8 and telemetry["slots_in_use"] == 0 and telemetry["queue_depth"] == 0
+    assert telemetry.get("cycle_seconds", 0.1) > 0 and telemetry["batch_size"] >= 0, telemetry
