@@ -6,7 +6,7 @@ Model level (DESIGN §3):
     codes = model.generate("Hello.", voice="ryan", language="english", greedy=True, max_frames=50)
     wav = model.decode(codes)                      # or model.stream_decoder().step(chunk) chunk by chunk
 
-Engine level (what a continuous-batching core drives; model.py's generate_batch is the reference loop):
+Engine level (what a continuous-batching core drives; generate.py's generate_batch is the reference loop):
 
     prompt = model.build_prompt(text, voice=..., language=..., streaming_text=True, final=False)
     more = model.prompts.text_rows(model.tokenizer.content_ids(segment)); end = model.prompts.eos_row()

@@ -1,6 +1,9 @@
-"""Qwen3TTSModel: a loaded checkpoint and the batched generation primitives the engine core drives.
+"""Qwen3TTSModel: a loaded checkpoint — config, modules, tokenizer, prompts, codec — and `load_model`.
+How the modules are driven to generate lives in generate.py (gpt-fast's model.py / generate.py split);
+the model keeps methods of the same names as one-line calls into it (DESIGN §3's model-level contract).
 
-The primitives (issue 4 builds its scheduler on them; `generate_batch` is their reference composition):
+The primitives (the engine core's talker backends build on them; `generate_batch` is their reference
+composition):
 - `prompts.build(...) -> Prompt` — prefill rows + trailing text queue for one request;
 - `talker.prefill(embeds[B,T,H], lengths[B], slots[B], cache)` / `talker.step(x[B,H], positions[B], slots[B],
   cache)` — codebook-0 logits and hidden states, against a slot-indexed static KV cache;
@@ -12,67 +15,24 @@ The primitives (issue 4 builds its scheduler on them; `generate_batch` is their 
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from engine.qwen3 import sampling
+from engine.qwen3 import generate, sampling
 from engine.qwen3.code_predictor import CodePredictor
 from engine.qwen3.codec import CodecDecoder, CodecState, CodecTransformer
 from engine.qwen3.config import GenerationDefaults, Qwen3TTSConfig, SpeechTokenizerConfig, load_configs
+from engine.qwen3.generate import GenerationRequest, SamplingParams
 from engine.qwen3.layers import DecoderStack, KVCache, rope_inv_freq
 from engine.qwen3.mimi import MimiEncoder, load_encoder, resample_to_24k
-from engine.qwen3.prompt import Prompt, PromptBuilder, VoiceClone, frame_embedding
+from engine.qwen3.prompt import Prompt, PromptBuilder, VoiceClone
 from engine.qwen3.speaker_encoder import SpeakerEncoder
 from engine.qwen3.talker import Talker
 from engine.qwen3.text import TextTokenizer
 from engine.qwen3.weights import check_routed, load_module, read_tensors
-
-
-@dataclass
-class SamplingParams:
-    """Per-request sampling. `greedy` = argmax in talker and code predictor (penalty and suppression still
-    apply, as the reference's do_sample=False, subtalker_dosample=False)."""
-
-    greedy: bool = False
-    temperature: float = 0.9
-    top_k: int = 50
-    top_p: float = 1.0
-    repetition_penalty: float = 1.05
-    sub_temperature: float = 0.9
-    sub_top_k: int = 50
-    sub_top_p: float = 1.0
-    min_new_tokens: int = 2
-    seed: int | None = None
-    generator: torch.Generator | None = field(default=None, repr=False)
-
-    @classmethod
-    def from_defaults(cls, gen: GenerationDefaults, *, greedy: bool = False, seed: int | None = None
-                      ) -> SamplingParams:
-        p = cls(greedy=greedy or not gen.do_sample, temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p,
-                repetition_penalty=gen.repetition_penalty, sub_temperature=gen.subtalker_temperature,
-                sub_top_k=gen.subtalker_top_k, sub_top_p=gen.subtalker_top_p, seed=seed)
-        return p.seeded()
-
-    def seeded(self) -> SamplingParams:
-        """A copy with its own generator (seeded from `seed`, or from fresh entropy)."""
-        seed = self.seed if self.seed is not None else random.SystemRandom().randrange(2**63)
-        return replace(self, seed=seed, generator=torch.Generator().manual_seed(seed))
-
-
-@dataclass
-class GenerationRequest:
-    prompt: Prompt
-    params: SamplingParams
-    max_frames: int
-
-
-def _col(values: Sequence[float | int | bool], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    return torch.tensor(list(values), dtype=dtype, device=device)
 
 
 class Qwen3TTSModel:
@@ -173,18 +133,11 @@ class Qwen3TTSModel:
     def new_kv_cache(self, slots: int, max_len: int) -> KVCache:
         return self.talker.new_cache(slots, max_len)
 
+    # (their bodies live in generate.py: model here, generation there)
     def choose_cb0(self, logits: torch.Tensor, seen: torch.Tensor, n_generated: torch.Tensor,
                    params: Sequence[SamplingParams]) -> torch.Tensor:
         """Codebook 0 for rows [B]: seen [B, V] bool (their generated cb0 ids), n_generated [B]."""
-        dev = logits.device
-        x = sampling.repetition_penalty(logits, seen, _col([p.repetition_penalty for p in params], logits.dtype, dev))
-        x = sampling.suppress(x, self.suppress_mask)
-        x = sampling.forbid_eos(x, self.eos_id, n_generated < _col([p.min_new_tokens for p in params], torch.long, dev))
-        u = sampling.draw_uniforms([None if p.greedy else p.generator for p in params], dev)
-        sampler = sampling.RowSampler.build(
-            [p.greedy for p in params], [p.temperature for p in params], [p.top_k for p in params],
-            [p.top_p for p in params], x.shape[-1], dev, x.dtype)
-        return sampler(x, u)
+        return generate.choose_cb0(self, logits, seen, n_generated, params)
 
     def complete_frames(self, hidden: torch.Tensor, cb0: torch.Tensor, params: Sequence[SamplingParams]
                         ) -> torch.Tensor:
@@ -192,87 +145,32 @@ class Qwen3TTSModel:
         b = hidden.shape[0]
         if self._predictor_cache is None or self._predictor_cache.slots < b:
             self._predictor_cache = self.predictor.new_cache(max(b, 8))
-        sampler, u = self.predictor_sampler(params, hidden.device)
-        return self.predict_frames(hidden, cb0, sampler, u, self._predictor_cache)
+        return generate.complete_frames(self, hidden, cb0, params, self._predictor_cache)
 
     def predictor_sampler(self, params: Sequence[SamplingParams], device: torch.device
                           ) -> tuple[sampling.RowSampler, torch.Tensor]:
-        """The host half of `complete_frames`: the rows' code-predictor sampler and their uniforms [B, 15]
-        (one draw per row for all 15 codebooks: each row's generator is called once per frame)."""
-        sampler = sampling.RowSampler.build(
-            [p.greedy for p in params], [p.sub_temperature for p in params], [p.sub_top_k for p in params],
-            [p.sub_top_p for p in params], self.predictor.cfg.vocab_size, device)
-        u = sampling.draw_uniforms([None if p.greedy else p.generator for p in params], device,
-                                   n=self.predictor.steps)
-        return sampler, u
+        """The host half of `complete_frames`: the code-predictor sampler and uniforms [B, 15]."""
+        return generate.predictor_sampler(self, params, device)
 
     def predict_frames(self, hidden: torch.Tensor, cb0: torch.Tensor, sampler: sampling.RowSampler,
                        u: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """The tensor half of `complete_frames` (CUDA-graph capturable when the sampler's path is, see
-        engine/graphs.py): hidden [B, H], cb0 [B], uniforms [B, 15] → frames [B, 16]."""
-
-        def pick(codebook: int, logits: torch.Tensor) -> torch.Tensor:
-            return sampler(logits, u[:, codebook - 1])
-
-        rest = self.predictor(hidden, self.talker.codec_rows(cb0), pick, cache)
-        return torch.cat([cb0[:, None], rest], dim=1)
+        """The tensor half of `complete_frames` (CUDA-graph capturable): → frames [B, 16]."""
+        return generate.predict_frames(self, hidden, cb0, sampler, u, cache)
 
     def next_inputs(self, frames: torch.Tensor, text_rows: torch.Tensor) -> torch.Tensor:
         """Talker input rows [B, H] after frames [B, 16]: Σ16 code embeddings + the text-track row."""
-        return frame_embedding(self.talker, self.predictor, frames) + text_rows
+        return generate.next_inputs(self, frames, text_rows)
 
-    @torch.no_grad()
     def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[np.ndarray]:
         """Generate several requests together (prompts of different lengths) → [frames, 16] int64 each."""
-        dev, b = self.device, len(requests)
-        lengths = torch.tensor([r.prompt.rows.shape[0] for r in requests], device=dev)
-        t_max = int(lengths.max())
-        hidden_size = self.talker.cfg.hidden_size
-        embeds = torch.zeros(b, t_max, hidden_size, dtype=requests[0].prompt.rows.dtype, device=dev)
-        for i, r in enumerate(requests):
-            embeds[i, : r.prompt.rows.shape[0]] = r.prompt.rows
-        cache = self.new_kv_cache(b, t_max + max(r.max_frames for r in requests) + 1)
-        slots = torch.arange(b, device=dev)
-        params = [r.params for r in requests]
-        logits, hidden = self.talker.prefill(embeds, lengths, slots, cache)
-        seen = torch.zeros(b, self.talker.cfg.vocab_size, dtype=torch.bool, device=dev)
-        n_gen = torch.zeros(b, dtype=torch.long, device=dev)
-        cb0 = self.choose_cb0(logits, seen, n_gen, params)
-        frames: list[list[torch.Tensor]] = [[] for _ in range(b)]
-        rows = [i for i in range(b) if int(cb0[i]) != self.eos_id and requests[i].max_frames > 0]
-        while rows:
-            idx = torch.tensor(rows, device=dev)
-            sub = [params[i] for i in rows]
-            seen[idx, cb0[idx]] = True
-            n_gen[idx] += 1
-            done = self.complete_frames(hidden[idx], cb0[idx], sub)
-            text = []
-            for j, i in enumerate(rows):
-                frames[i].append(done[j])
-                g, trailing = len(frames[i]) - 1, requests[i].prompt.trailing
-                text.append(trailing[g] if g < trailing.shape[0] else requests[i].prompt.pad)
-            keep = [j for j, i in enumerate(rows) if len(frames[i]) < requests[i].max_frames]
-            if not keep:
-                break
-            rows = [rows[j] for j in keep]
-            idx, keep_t = torch.tensor(rows, device=dev), torch.tensor(keep, device=dev)
-            x = self.next_inputs(done[keep_t], torch.stack([text[j] for j in keep]))
-            positions = lengths[idx] + n_gen[idx] - 1
-            step_logits, step_hidden = self.talker.step(x, positions, idx, cache)
-            hidden[idx] = step_hidden
-            cb0[idx] = self.choose_cb0(step_logits, seen[idx], n_gen[idx], [params[i] for i in rows])
-            rows = [i for i in rows if int(cb0[i]) != self.eos_id]
-        return [torch.stack(f).cpu().numpy().astype(np.int64) if f else np.zeros((0, 16), np.int64) for f in frames]
+        return generate.generate_batch(self, requests)
 
     def generate(self, text: str, *, voice: str | VoiceClone | None = None, language: str = "auto",
                  instructions: str | None = None, greedy: bool = False, seed: int | None = None,
                  max_frames: int | None = None, streaming_text: bool = True) -> np.ndarray:
         """Codes [frames, 16] (int64) for one utterance; EOS may stop before `max_frames`."""
-        prompt = self.build_prompt(text, voice=voice, language=language, instructions=instructions,
-                                   streaming_text=streaming_text)
-        params = SamplingParams.from_defaults(self.gen, greedy=greedy, seed=seed)
-        limit = max_frames if max_frames is not None else self.gen.max_new_tokens
-        return self.generate_batch([GenerationRequest(prompt, params, limit)])[0]
+        return generate.generate(self, text, voice=voice, language=language, instructions=instructions,
+                                 greedy=greedy, seed=seed, max_frames=max_frames, streaming_text=streaming_text)
 
     # ---- codec -------------------------------------------------------------------------------------
     @torch.no_grad()
