@@ -146,6 +146,7 @@ TalkerFactory = Callable[[Qwen3TTSModel, TalkerSpec], TalkerBackend]
 #: only when named, so the default install never imports another engine's packages.
 TALKERS: dict[str, str] = {
     "native": "engine.talker_backend:NativeTalker.create",
+    "vllm": "engine.vllm_talker.talker:VllmTalker.create",  # needs vLLM installed (docs/vllm.md)
 }
 
 

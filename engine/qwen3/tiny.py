@@ -61,13 +61,17 @@ TINY_SPEAKER_ENCODER = {"mel_dim": 128, "enc_dim": 64, "enc_channels": [32, 32, 
                         "sample_rate": 24000}
 
 
-def tiny_configs(model_type: str = "custom_voice") -> tuple[Qwen3TTSConfig, SpeechTokenizerConfig, GenerationDefaults]:
+def tiny_configs(model_type: str = "custom_voice", talker_head_dim: int = 16
+                 ) -> tuple[Qwen3TTSConfig, SpeechTokenizerConfig, GenerationDefaults]:
+    """`talker_head_dim` 32 gives a talker that vLLM's CPU attention can run (it supports head sizes 32,
+    64, 80, …, not 16), for the vLLM talker's tests; 16 keeps the default checkpoint's bytes."""
     n_text = BPE_SIZE + len(SPECIAL_TOKENS)
     special = {tok: BPE_SIZE + i for i, tok in enumerate(SPECIAL_TOKENS)}
     talker = TalkerConfig(
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=16, text_vocab_size=n_text, text_hidden_size=32, max_position_embeddings=4096,
-        rope_scaling={"mrope_section": [4, 2, 2], "interleaved": True, "rope_type": "default"},
+        head_dim=talker_head_dim, text_vocab_size=n_text, text_hidden_size=32, max_position_embeddings=4096,
+        rope_scaling={"mrope_section": [talker_head_dim // 4, talker_head_dim // 8, talker_head_dim // 8],
+                      "interleaved": True, "rope_type": "default"},
         codec_language_id={"chinese": 2055, "english": 2050, "japanese": 2058, "beijing_dialect": 2074,
                            "sichuan_dialect": 2062},
         spk_id={"vivian": 3065, "ryan": 3061, "dylan": 2878, "eric": 2875},
@@ -260,12 +264,14 @@ def _state(module: nn.Module, prefix: str) -> dict[str, torch.Tensor]:
     return {prefix + k: v.detach().contiguous().clone() for k, v in module.state_dict().items()}
 
 
-def make_tiny_checkpoint(path: str | Path, seed: int = 0, model_type: str = "custom_voice") -> Path:
+def make_tiny_checkpoint(path: str | Path, seed: int = 0, model_type: str = "custom_voice",
+                         talker_head_dim: int = 16) -> Path:
     """Write a tiny checkpoint directory at `path` (created if needed) and return it. `model_type`:
-    custom_voice (speakers vivian, ryan, dylan, eric), voice_design, or base (with a speaker encoder)."""
+    custom_voice (speakers vivian, ryan, dylan, eric), voice_design, or base (with a speaker encoder);
+    `talker_head_dim` 32 for a checkpoint vLLM's CPU attention runs too (see `tiny_configs`)."""
     root = Path(path)
     (root / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
-    cfg, codec_cfg, gen = tiny_configs(model_type)
+    cfg, codec_cfg, gen = tiny_configs(model_type, talker_head_dim)
     g = torch.Generator().manual_seed(seed)
     tc = cfg.talker_config
     with torch.no_grad():

