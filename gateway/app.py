@@ -11,7 +11,7 @@ from litestar import Litestar, Response, get, post, websocket
 from litestar.connection import WebSocket
 from litestar.datastructures import State
 from litestar.di import NamedDependency
-from litestar.params import FromPath
+from litestar.params import FromPath, JSONBody
 
 from engine import Engine
 from gateway import metrics
@@ -26,7 +26,7 @@ from gateway.model_routes import model_routes
 from gateway.models import EngineFactory, ModelRegistry, in_child, in_process
 from gateway.openai_api import openai_routes
 from gateway.playground import playground_routes
-from gateway.protocol import CLOSE_POLICY, CLOSE_RECONNECT, CLOSE_TRY_LATER, encode, error_event
+from gateway.protocol import CLOSE_POLICY, CLOSE_RECONNECT, CLOSE_TRY_LATER, CancelBody, encode, error_event
 from gateway.request_id import request_id_middleware
 from gateway.session_state import SessionBinding
 from gateway.settings import Settings
@@ -62,11 +62,14 @@ async def health(state: State) -> Response[dict[str, object]]:
 
 @post("/v1/sessions/{session_id:str}/cancel", status_code=202)
 async def cancel_session(
-    tenant: NamedDependency[Tenant], store: NamedDependency[SessionStore], session_id: FromPath[str]
+    tenant: NamedDependency[Tenant], store: NamedDependency[SessionStore], session_id: FromPath[str],
+    data: JSONBody[CancelBody | None] = None,
 ) -> Response[dict[str, object]]:
-    """Barge-in from anywhere: the replica holding the session's socket cancels within a cycle."""
+    """Barge-in from anywhere: the replica holding the session's socket cancels within a cycle. The
+    optional body's `played_ms` goes with it (audio.cancelled's heard_text)."""
+    played_ms = data.played_ms if data is not None else None
     try:
-        reached = await store.publish_cancel(tenant.name, session_id)
+        reached = await store.publish_cancel(tenant.name, session_id, played_ms=played_ms)
     except (SessionNotFound, InvalidId):  # a malformed id names no session either
         raise ApiError(f"no session {session_id[:128]!r}", code="session_not_found", status=404) from None
     return Response({"session_id": session_id, "cancelled": True, "replicas": reached}, status_code=202)

@@ -225,8 +225,10 @@ class Connection:
             await self._text(msg.text)
         elif isinstance(msg, InputDone):
             await self._finish_current()
-        elif not await self._cancel_all(notify=True):
-            await self._nothing_to_cancel()
+        else:
+            self._heard_at(msg.played_ms)
+            if not await self._cancel_all(notify=True):
+                await self._nothing_to_cancel()
 
     async def _configure(self, cfg: SessionConfig, explicit: dict[str, object]) -> None:
         if self.current is not None:
@@ -279,6 +281,7 @@ class Connection:
         """Cancels and takeovers sent by other replicas through the store."""
         async for msg in self.session.events():
             if msg.kind == "cancel":
+                self._heard_at(msg.played_ms)
                 await self._cancel_all(notify=True)
             elif msg.kind == "takeover":
                 await self.error(SESSION_TAKEN_OVER, "another connection took over this session")
@@ -292,7 +295,8 @@ class Connection:
 
     def _request(self, cfg: SessionConfig, voice: tuple[str | None, dict[str, Any]]) -> StreamRequest:
         return stream_request(voice, cfg.language, sample_rate=cfg.sample_rate, speed=cfg.speed, seed=cfg.seed,
-                              instructions=cfg.instructions, output=cfg.output_mode)  # fmt: skip
+                              instructions=cfg.instructions, output=cfg.output_mode,
+                              word_timings=cfg.word_timestamps)  # fmt: skip
 
     def _open_stream(self, cfg: SessionConfig, voice: tuple[str | None, dict[str, Any]]) -> Stream:
         return open_request(self.engine, self._request(cfg, voice))
@@ -482,6 +486,16 @@ class Connection:
             return min(self.limits.utterance_idle_under_pressure, self.limits.utterance_idle_timeout)
         return self.limits.utterance_idle_timeout
 
+    def _heard_at(self, played_ms: float | None) -> None:
+        """A cancel's playback position belongs to the utterance playing (the first to go; with nothing
+        left to send, the last one sent, which its listener may still be hearing); those queued behind it
+        were not heard at all. Their audio.cancelled then says what was heard (gateway/words.py)."""
+        victims = [*self.playing, *([self.current] if self.current is not None else [])]
+        if not victims and self.last_utterance is not None:
+            victims = [self.last_utterance]
+        for i, utt in enumerate(victims):
+            utt.played_ms = played_ms if i == 0 or played_ms is None else 0.0
+
     async def _cancel_all(self, notify: bool) -> int:
         victims = list(self.playing)
         if self.current is not None:
@@ -505,7 +519,7 @@ class Connection:
                 await self.emit(codec_done(utt, error=False, cancelled=True, spoken_text=spoken))
             elif notify:
                 await self.emit(AudioCancelled(utterance_index=utt.index, played_bytes=utt.sent_bytes,
-                                               spoken_text=spoken))  # fmt: skip
+                                               spoken_text=spoken, **utt.heard_fields()))  # fmt: skip
         return len(victims)
 
     async def _nothing_to_cancel(self) -> None:
@@ -516,6 +530,7 @@ class Connection:
         await self.emit(AudioCancelled(
             utterance_index=None if last is None else last.index, played_bytes=0 if last is None else last.sent_bytes,
             spoken_text="" if last is None else last.spoken_text, cancelled=False,
+            **({} if last is None else last.heard_fields()),
         ))  # fmt: skip
 
     # -- audio ----------------------------------------------------------------------------------

@@ -23,6 +23,11 @@ class Outgoing:
     data: bytes | str  # str: a JSON event; bytes: audio
     utterance: int | None = None
     last: bool = False  # the writer's stop signal
+    audio: bool = False  # a JSON event that carries audio (vLLM-Omni's audio.chunk): purged on cancel too
+
+    @property
+    def is_audio(self) -> bool:
+        return self.audio or isinstance(self.data, bytes)
 
 
 class Outbox:
@@ -52,7 +57,7 @@ class Outbox:
         except TimeoutError:
             raise SlowClient from None
         # Checked after any wait: audio of an utterance cancelled meanwhile never gets in.
-        if isinstance(item.data, bytes) and item.utterance in self._cancelled:
+        if item.is_audio and item.utterance in self._cancelled:
             return
         self._items.append(item)
         metrics.OUTBOX.inc()
@@ -80,7 +85,7 @@ class Outbox:
 
     def cancel_audio(self, utterance: int) -> None:
         self._cancelled.add(utterance)  # until `settled`: bounded by the open utterances
-        kept = deque(i for i in self._items if not (isinstance(i.data, bytes) and i.utterance == utterance))
+        kept = deque(i for i in self._items if not (i.is_audio and i.utterance == utterance))
         metrics.OUTBOX.dec(len(self._items) - len(kept))
         self._items = kept
         self._space.set()

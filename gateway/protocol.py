@@ -144,6 +144,12 @@ class InputCancel(msgspec.Struct, tag="input.cancel", tag_field="type"):
     played_ms: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
 
 
+class CancelBody(msgspec.Struct, forbid_unknown_fields=False):
+    """The optional JSON body of `POST /v1/sessions/{id}/cancel`: what `input.cancel` may say."""
+
+    played_ms: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
+
+
 class SessionClose(msgspec.Struct, tag="session.close", tag_field="type"):
     pass
 

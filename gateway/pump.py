@@ -3,34 +3,41 @@
 One loop (`pump_audio`) does what every output mode shares — the first-audio time, `audio.waiting`,
 segment marks and the backlog they clear, giving the engine's capacity back, the engine's errors,
 the spoken log and the done events — and hands the audio itself to a sink: `PcmSink` (frames or one
-file, resampled and trimmed) or `CodecSink` (codec_tokens messages for on-device decoding).
+file, resampled and trimmed, with the words' timings: `audio.words`, or vLLM-Omni's `audio.chunk`) or
+`CodecSink` (codec_tokens messages for on-device decoding).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from msgspec import UNSET, UnsetType
 
-from engine import AudioChunk, CodecFrames, StreamEnd
+from engine import AudioChunk, CodecFrames, StreamEnd, Words
 from gateway import metrics
 from gateway.admission import Refusal
 from gateway.audio import Resampler, encode_file, encode_frames
 from gateway.outbox import Outgoing
 from gateway.playback import Playback
 from gateway.protocol import (
+    AudioChunkMessage,
     AudioDone,
     AudioMark,
     AudioStart,
     AudioWaiting,
+    AudioWords,
     CodecDone,
     CodecFlag,
     CodecStart,
+    OmniWord,
     ServerEvent,
     SessionDone,
+    WordTime,
+    encode,
     pack_codec_header,
     quote,
 )
@@ -50,6 +57,7 @@ class Sink(Protocol):
     started: bool  # its first audio came
 
     async def start(self, ev: Chunk) -> None: ...  # the stream's first audio is here
+    def words(self, ev: Words) -> None: ...  # the engine's word timings, before the audio that speaks them
     async def audio(self, ev: Chunk, mark: int | None) -> None: ...  # `mark`: a segment whose audio begins here
     async def tail(self) -> None: ...  # the stream has ended: send what is held
     async def done(self, failed: bool, timing: Timing) -> ServerEvent: ...  # the utterance's done event
@@ -92,6 +100,9 @@ async def _stream(conn: Connection, utt: Utterance, sink: Sink) -> StreamEnd | N
             return None
         if isinstance(ev, StreamEnd):
             return ev
+        if isinstance(ev, Words):
+            sink.words(ev)
+            continue
         if not isinstance(ev, AudioChunk | CodecFrames):  # Waiting: say why audio is late, not leave a silence
             await conn.emit(AudioWaiting(utterance_index=utt.index, reason=ev.reason, ahead=ev.ahead))
             continue
@@ -146,7 +157,9 @@ def _timed(conn: Connection, clock: ResponseClock, utt: Utterance, failed: bool)
 
 class PcmSink:
     """PCM, μ-law or A-law frames as they are made (or one file per utterance), at the session's rate:
-    resampled, the leading silence trimmed, each mark sent just before its audio."""
+    resampled, the leading silence trimmed, each mark sent just before its audio. Word timings (the
+    engine's, else estimated at each mark: gateway/words.py) are placed on the same clock — samples sent,
+    after the trim — and sent, when the session asked, with the marks before the audio that holds them."""
 
     def __init__(self, conn: Connection, utt: Utterance) -> None:
         assert conn.config is not None
@@ -157,6 +170,11 @@ class PcmSink:
         self._resample: Resampler | None = None
         self._trim = trim_for(self.rate, conn.limits)
         self._marks: list[tuple[int, int]] = []  # (segment, sample offset before the trim), sent with their audio
+        # the engine's words per segment, (word, start, end) samples before the trim, placed with the marks
+        self._words: list[tuple[int, list[tuple[str, int, int]]]] = []
+        self._omni = self._cfg.omni_timestamps and self._cfg.streamed  # vLLM-Omni's audio.chunk messages
+        self._omni_words: list[OmniWord] = []
+        self._chunk_id = 0
         self._file: list[np.ndarray] = []
         self._playback = Playback()
 
@@ -165,6 +183,13 @@ class PcmSink:
         self.started = True
         self._resample = Resampler(ev.sample_rate, self.rate)
         await self._audio_start()
+
+    def words(self, ev: Words) -> None:
+        seg = self._utt.segment_of(ev.segment)
+        if seg is None or ev.estimated:  # not ours; or no better than the estimate made at its mark
+            return
+        scale = self.rate / ev.sample_rate
+        self._words.append((seg, [(w.word, round(w.start * scale), round(w.end * scale)) for w in ev.words]))
 
     async def audio(self, ev: Chunk, mark: int | None) -> None:
         assert isinstance(ev, AudioChunk) and self._resample is not None
@@ -178,6 +203,12 @@ class PcmSink:
             await self._send(self._trim.flush())  # an utterance of near-silence only: what the trim held
         else:
             await self._audio_start()  # paired with audio.done even when no audio came
+        await self._timed_words(self._utt.words.close_before(None), estimated=False)
+        if self._omni:  # vLLM-Omni's last chunk: no audio, the utterance's end, every word's span
+            end = round(self._utt.words.sent_ms)
+            await self._conn.emit(AudioChunkMessage(
+                utterance_index=self._utt.index, chunk_id=self._chunk_id, chunk_start_ms=0, chunk_end_ms=end,
+                sample_rate=self.rate, audio_b64="", timestamps=self._omni_words))  # fmt: skip
         if self._file:
             whole = np.concatenate(self._file)
             data = await asyncio.to_thread(encode_file, whole, self.rate, self._cfg.response_format)
@@ -192,18 +223,27 @@ class PcmSink:
 
     async def _audio_start(self) -> None:
         fmt = self._cfg.response_format
-        await self._conn.emit(AudioStart(utterance_index=self._utt.index, sample_rate=self.rate, format=fmt))
+        await self._conn.emit(AudioStart(utterance_index=self._utt.index, sample_rate=self.rate, format=fmt,
+                                         word_timestamps=True if self._omni else UNSET))  # fmt: skip
 
     async def _send(self, pcm: np.ndarray) -> None:
         pcm = self._trim.feed(pcm)
         if self._trim.pending:  # the start is held until the trim is decided; its marks wait with it
             return
+        words = self._utt.words
+        for seg, spoken in self._words:  # first: a segment the engine timed needs no estimate at its mark
+            placed = [(w, self._ms(s - self._trim.trimmed), self._ms(e - self._trim.trimmed)) for w, s, e in spoken]
+            await self._timed_words(words.timed(seg, self._utt.segments[seg].text, placed), estimated=False)
+        self._words.clear()
         for seg, offset in self._marks:  # offsets count the audio sent: the trimmed start is not
             offset = max(0, offset - self._trim.trimmed)
             await self._conn.emit(AudioMark(utterance_index=self._utt.index, segment_index=seg, sample_offset=offset))
+            await self._timed_words(words.marked(seg, self._utt.segments[seg].text, self._ms(offset)), estimated=True)
         self._marks.clear()
         if pcm.size == 0:  # e.g. the resampler's tail when no resampling was needed
             return
+        start_ms = words.sent_ms
+        words.sent_ms += self._ms(pcm.size)
         if not self._cfg.streamed:
             self._file.append(pcm)
             return
@@ -211,8 +251,27 @@ class PcmSink:
         self._utt.sent_bytes += len(data)
         self._playback.add(pcm.size / self.rate)
         self._conn.listener.add(pcm.size / self.rate)
-        await self._conn.outbox.put(Outgoing(data, self._utt.index))
+        if self._omni:  # the audio as JSON; marked as audio, so a cancel purges it like a binary frame
+            msg = AudioChunkMessage(utterance_index=self._utt.index, chunk_id=self._chunk_id,
+                                    chunk_start_ms=round(start_ms), chunk_end_ms=round(words.sent_ms),
+                                    sample_rate=self.rate, audio_b64=base64.b64encode(data).decode(), timestamps=None)
+            self._chunk_id += 1
+            await self._conn.outbox.put(Outgoing(encode(msg), self._utt.index, audio=True))
+        else:
+            await self._conn.outbox.put(Outgoing(data, self._utt.index))
         self.clock.audio(pcm)
+
+    def _ms(self, samples: int) -> float:
+        return max(0, samples) * 1000 / self.rate
+
+    async def _timed_words(self, words: list[WordTime], *, estimated: bool) -> None:
+        """Words just placed, to the client when it asked for them (the marks before the audio)."""
+        if not words or not self._cfg.word_timestamps:
+            return
+        if self._omni:
+            self._omni_words += [OmniWord(w.word, w.start_ms, w.end_ms) for w in words]
+            return
+        await self._conn.emit(AudioWords(utterance_index=self._utt.index, words=words, estimated=estimated))
 
 
 class CodecSink:

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from engine import Stream
+from gateway.words import UtteranceWords
 from segmentation import Segment, StreamSegmenter
 from sessions import StreamSlot
 
@@ -33,6 +34,8 @@ class Utterance:
     slot: StreamSlot | None = None  # the tenant's stream slot, when limited
     codec_seq: int = 0  # codec_tokens mode: the next binary message's sequence number
     codec_frames: int = 0
+    words: UtteranceWords = field(default_factory=UtteranceWords)  # its words on its audio clock
+    played_ms: float | None = None  # a cancel's playback position in it (0: queued behind the one playing)
 
     def segment_of(self, engine_index: int) -> int | None:
         """Our segment index of the engine's append `engine_index` (None: not one of ours)."""
@@ -42,6 +45,15 @@ class Utterance:
     def text(self) -> str:
         """Every committed segment's text."""
         return "".join(s.text for s in self.segments)
+
+    def heard_fields(self) -> dict[str, object]:
+        """audio.cancelled's `heard_text` and `heard_estimated`, when the cancel said how much was played."""
+        if self.played_ms is None:
+            return {}
+        if self.played_ms <= 0:
+            return {"heard_text": "", "heard_estimated": False}
+        text, estimated = self.words.heard(self.played_ms, [s.text for s in self.segments])
+        return {"heard_text": text, "heard_estimated": estimated}
 
     @property
     def spoken_text(self) -> str:

@@ -126,7 +126,7 @@ def aliased(engine: Engine, name: str | None, aliases: Mapping[str, str]) -> str
 
 def stream_request(
     voice: tuple[str | None, dict[str, Any]], language: str, *, sample_rate: int | None, speed: float,
-    seed: int | None, instructions: str | None, output: str = "pcm",
+    seed: int | None, instructions: str | None, output: str = "pcm", word_timings: bool = False,
 ) -> StreamRequest:
     """The engine request for a stream: the resolved voice (`resolve_voice`) with a registered voice's
     defaults, overridden by the request's settings; checked against StreamRequest's bounds (EngineError)."""
@@ -141,6 +141,8 @@ def stream_request(
         options["instructions"] = instructions
     if output != "pcm":
         options["output"] = output
+    if word_timings:
+        options["word_timings"] = True
     return checked_request(voice[0], language, options)
 
 

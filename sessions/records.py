@@ -164,14 +164,17 @@ class ControlMessage(msgspec.Struct, frozen=True):
     sent_ms: int
     target: str | None = None
     utterance_index: int | None = None  # cancel: only this utterance (None: whatever is playing)
+    played_ms: float | None = None  # cancel: how much of the playing utterance the client played
 
     def to_json(self) -> str:
         return json.dumps(
             {"k": self.kind, "s": self.session_id, "from": self.sender, "at": self.sent_ms,
-             "target": self.target, "u": self.utterance_index}
+             "target": self.target, "u": self.utterance_index, "p": self.played_ms}
         )
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> ControlMessage:
         d = json.loads(raw)
-        return cls(d["k"], d["s"], d["from"], int(d["at"]), d.get("target"), d.get("u"))
+        played = d.get("p")
+        return cls(d["k"], d["s"], d["from"], int(d["at"]), d.get("target"), d.get("u"),
+                   float(played) if isinstance(played, int | float) and played >= 0 else None)

@@ -454,10 +454,13 @@ class SessionStore:
             keys.control(tenant, session_id), session_id, lease.token if lease else None
         )
 
-    async def publish_cancel(self, tenant: str, session_id: str, *, utterance_index: int | None = None) -> int:
-        """Cancel the session's current utterance wherever its socket lives. Returns how many
-        replicas received it (Redis subscribers; 0: no socket holds it now); SessionNotFound when absent."""
-        msg = ControlMessage("cancel", session_id, self.replica_id, now_ms(), utterance_index=utterance_index)
+    async def publish_cancel(self, tenant: str, session_id: str, *, utterance_index: int | None = None,
+                             played_ms: float | None = None) -> int:
+        """Cancel the session's current utterance wherever its socket lives (`played_ms`: the client's
+        playback position in it, for audio.cancelled's heard_text). Returns how many replicas received it
+        (Redis subscribers; 0: no socket holds it now); SessionNotFound when absent."""
+        msg = ControlMessage("cancel", session_id, self.replica_id, now_ms(), utterance_index=utterance_index,
+                             played_ms=played_ms)
         n = await self._call(self._publish(
             keys=[keys.session(tenant, session_id), keys.control(tenant, session_id)], args=[msg.to_json()]
         ))
