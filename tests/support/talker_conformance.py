@@ -11,6 +11,7 @@ another backend's tier calls the same checks with its own `make` (`ALL_CHECKS`).
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -25,7 +26,7 @@ Make = Callable[[TalkerSpec], TalkerBackend]
 SPEC = TalkerSpec(max_slots=6, max_context=128, buckets=(4, 8), kv_block=32)
 TEXTS = ("Hello there, this is a test.", "Streaming text in, audio out.", "A third voice joins the batch.",
          "And one more for good measure.")
-FRAMES = 10  # frames per request: long enough to interleave, short enough for CI
+FRAMES = 8  # frames per request: long enough to interleave, short enough for CI
 
 
 @dataclass
@@ -122,6 +123,106 @@ def _new(make: Make, spec: TalkerSpec = SPEC) -> TalkerBackend:
     backend = make(spec)
     backend.warm_up(spec.buckets)
     return backend
+
+
+# ---- the core's side of the contract ----------------------------------------------------------------------
+class CheckedTalker:
+    """Wraps a backend and checks, on every call, the guarantees `TalkerBackend` says the core keeps
+    (per-slot call order, one thread, distinct slots in a warmed bucket, text rows per slot, one params
+    object per request, prompts and positions inside `max_context`). A broken guarantee is recorded in
+    `violations` and raised. Run the engine with `talker=CheckedTalker.around(factory)`."""
+
+    def __init__(self, inner: TalkerBackend, spec: TalkerSpec) -> None:
+        self.inner, self.spec = inner, spec
+        self.eos_id, self.max_slots, self.max_context = inner.eos_id, inner.max_slots, inner.max_context
+        self.state: dict[int, str] = {}  # live slot → "pending" (owes a complete) | "ready" | "eos"
+        self.params: dict[int, SamplingParams] = {}
+        self.steps: dict[int, int] = {}  # live slot → prompt rows + ids accepted (its next step's position + 1)
+        self.thread: int | None = None
+        self.calls = {"prefill": 0, "step": 0, "complete": 0, "abort": 0}
+        self.violations: list[str] = []
+
+    @classmethod
+    def around(cls, factory: Callable[..., TalkerBackend]) -> Callable[..., CheckedTalker]:
+        return lambda model, spec: cls(factory(model, spec), spec)
+
+    def _expect(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.violations.append(what)
+            raise AssertionError(f"the core broke the TalkerBackend contract: {what}")
+
+    def _call(self, name: str) -> None:
+        me = threading.get_ident()
+        self.thread = self.thread or me
+        self._expect(self.thread == me, f"{name} from a second thread")
+        self.calls[name] += 1
+
+    def _batch(self, name: str, slots: Sequence[int], params: Sequence[SamplingParams], bucket: int,
+               want: str) -> None:
+        self._expect(bucket in self.spec.buckets and 1 <= len(slots) <= bucket,
+                     f"{name}: {len(slots)} rows, bucket {bucket}")
+        self._expect(len(set(slots)) == len(slots) == len(params), f"{name}: slots {list(slots)}")
+        for s, p in zip(slots, params, strict=True):
+            self._expect(self.state.get(s) == want, f"{name} on slot {s} in state {self.state.get(s)}")
+            self._expect(self.params[s] is p, f"{name}: slot {s} got another params object")
+
+    def prefill(self, slot: int, rows: torch.Tensor, params: SamplingParams) -> int:
+        self._call("prefill")
+        self._expect(0 <= slot < self.max_slots and slot not in self.state, f"prefill on slot {slot} not free")
+        self._expect("pending" not in self.state.values(), "prefill while a frame is owed (no complete last cycle)")
+        self._expect(0 < rows.shape[0] < self.max_context, f"prompt of {rows.shape[0]} rows")
+        self.state[slot], self.params[slot], self.steps[slot] = "eos", params, rows.shape[0]
+        cb0 = self.inner.prefill(slot, rows, params)
+        self._accept(slot, cb0)
+        return cb0
+
+    def _accept(self, slot: int, cb0: int) -> None:
+        if cb0 != self.eos_id:
+            self.state[slot] = "pending"
+            self.steps[slot] += 1
+
+    def step(self, slots: Sequence[int], text_rows: torch.Tensor, params: Sequence[SamplingParams],
+             bucket: int) -> list[int]:
+        self._call("step")
+        self._batch("step", slots, params, bucket, "ready")
+        self._expect(text_rows.shape[0] == len(slots), f"step: {tuple(text_rows.shape)} text rows")
+        for s in slots:
+            self._expect(self.steps[s] <= self.max_context, f"slot {s} stepped at position {self.steps[s] - 1}")
+        ids = self.inner.step(slots, text_rows, params, bucket)
+        for s in slots:
+            self.state[s] = "eos"
+        for s, cb0 in zip(slots, ids, strict=True):
+            self._accept(s, cb0)
+        return ids
+
+    def complete(self, slots: Sequence[int], params: Sequence[SamplingParams], bucket: int) -> torch.Tensor:
+        self._call("complete")
+        self._batch("complete", slots, params, bucket, "pending")
+        owed = {s for s, st in self.state.items() if st == "pending"}
+        # One pass over every slot that produced codebook 0 — unless a batched call failed and the
+        # core is re-running its rows one at a time (then one slot per call).
+        self._expect(set(slots) == owed or len(slots) == 1, f"complete {sorted(slots)} while {sorted(owed)} are owed")
+        frames = self.inner.complete(slots, params, bucket)
+        for s in slots:
+            self.state[s] = "ready"
+        return frames
+
+    def abort(self, slot: int) -> None:
+        self._call("abort")
+        self.state.pop(slot, None)
+        self.params.pop(slot, None)
+        self.steps.pop(slot, None)
+        self.inner.abort(slot)
+
+    def warm_up(self, buckets: Sequence[int]) -> dict[int, float]:
+        self._expect(tuple(buckets) == self.spec.buckets and not any(self.calls.values()), "warm_up")
+        return self.inner.warm_up(buckets)
+
+    def slot_bytes(self) -> dict[str, int]:
+        return self.inner.slot_bytes()
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 # ---- the checks ------------------------------------------------------------------------------------------
