@@ -2,11 +2,12 @@
 
 The body carries shared defaults (every field of POST /v1/audio/speech but `input`) and `items`, 1 to
 32 objects that each need only `input` and may override any default. Items are synthesised
-concurrently, each through the same admission (capacity and tenant fairness) as every other stream,
-and each is checked like a POST /v1/audio/speech body. The answer is one JSON object:
-`{id, results: [{index, status, audio_data (base64), media_type, usage} | {index, status, error, code,
-param?, retry_after_s?}], total, succeeded, failed}` in item order; an item that fails (a bad voice, a
-full queue) fails alone. Only when every item was refused for a full queue is the whole request a 429.
+concurrently, each through its model's admission (capacity and tenant fairness) as every other stream,
+and each is checked like a POST /v1/audio/speech body (its `model` picks one: gateway/models.py). The
+answer is one JSON object: `{id, results: [{index, status, audio_data (base64), media_type, usage} |
+{index, status, error, code, param?, retry_after_s?}], total, succeeded, failed}` in item order; an
+item that fails (a bad voice, a full queue) fails alone. Only when every item was refused for a full
+queue is the whole request a 429.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 import math
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -27,9 +28,10 @@ from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
 from engine import Engine, EngineError
-from gateway.admission import Admission, QueueFull, ticketed
+from gateway.admission import QueueFull, ticketed
 from gateway.audio import MEDIA_TYPES, encode_file
 from gateway.errors import ApiError, invalid
+from gateway.models import ModelRegistry, api_serving
 from gateway.openai_api import MAX_INPUT_CHARS, SpeechRequest, admitted, client_gone, speech_pcm, speech_request
 from gateway.settings import Settings
 from gateway.timing import ResponseClock, observe, trim_for
@@ -55,10 +57,9 @@ _STREAMING_FIELDS = ("stream", "stream_format")  # a batch answers whole files
 class _Caller:
     request: Request
     tenant: Tenant
-    engine: Engine
+    models: ModelRegistry
     store: SessionStore
     settings: Settings
-    admission: Admission | None
 
 
 def _item_request(fields: dict[str, Any]) -> SpeechRequest:
@@ -115,11 +116,13 @@ def _encode(pcm: np.ndarray, rate: int, fmt: str) -> str:
 async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict[str, Any]:
     if isinstance(req, ApiError):
         return _error(index, req)
-    engine, ticket = who.engine, None
+    ticket = None
     try:
+        model = api_serving(who.models, req.model)  # each item's `model` picks one (unknown_model, …)
+        engine = cast(Engine, model.served)
         stream_req = await speech_request(req, engine, who.store, who.tenant, who.settings.voice_aliases)
         rate = stream_req.sample_rate or engine.sample_rate
-        ticket = await admitted(who.admission, who.tenant)  # as POST /v1/audio/speech: capacity, then the turn
+        ticket = await admitted(model.admission, who.tenant)  # as POST /v1/audio/speech: capacity, then the turn
         clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
         trim = trim_for(rate, who.settings.limits)
         async with asyncio.timeout(ITEM_TIMEOUT_BASE_S + ITEM_TIMEOUT_S_PER_CHAR * len(req.input)):
@@ -145,7 +148,7 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
     clock.audio(pcm)
     clock.trimmed = trim.trimmed
     timing = clock.record()
-    observe(timing, who.settings.model, who.tenant.name)
+    observe(timing, model.name, who.tenant.name)
     usage = {"input_tokens": len(req.input), "output_tokens": len(pcm), "total_tokens": len(req.input)}
     return {"index": index, "status": "success", "audio_data": audio, "media_type": MEDIA_TYPES[fmt], "usage": usage,
             "timing": msgspec.to_builtins(timing)}  # fmt: skip
@@ -153,11 +156,10 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
 
 @post("/v1/audio/speech/batch", status_code=200, request_max_body_size=MAX_BATCH_BODY_BYTES)
 async def create_speech_batch(
-    data: JSONBody[dict[str, Any]], request: Request, tenant: NamedDependency[Tenant], engine: NamedDependency[Engine],
-    store: NamedDependency[SessionStore], settings: NamedDependency[Settings],
-    admission: NamedDependency[Admission | None],
+    data: JSONBody[dict[str, Any]], request: Request, tenant: NamedDependency[Tenant],
+    models: NamedDependency[ModelRegistry], store: NamedDependency[SessionStore], settings: NamedDependency[Settings],
 ) -> Response[Any]:
-    who = _Caller(request, tenant, engine, store, settings, admission)
+    who = _Caller(request, tenant, models, store, settings)
     reqs = _parse_batch(data)
     work = asyncio.ensure_future(asyncio.gather(*(_item(i, r, who) for i, r in enumerate(reqs))))
     gone = asyncio.ensure_future(client_gone(request))

@@ -210,13 +210,16 @@ class ModelRegistry:
 
     async def _load(self, handle: ModelHandle) -> None:
         t0 = time.monotonic()
+        engine: Engine | None = None
         try:
             engine = await asyncio.to_thread(self.factory, handle.spec)
+            self._serve(handle, engine, time.monotonic() - t0)
         except Exception as e:  # reported on /health and the admin plane; the gateway stays up to say so
             log.exception("model %r failed to load", handle.name)
             handle._state, handle.error = "failed", f"{type(e).__name__}: {e}"[:500]
+            if engine is not None:  # made, but it could not be served: nothing else would close it
+                await asyncio.to_thread(engine.close)
             return
-        self._serve(handle, engine, time.monotonic() - t0)
         handle.owned = True
         log.info("model %r loaded in %.1f s", handle.name, handle._load_s)
 

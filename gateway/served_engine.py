@@ -58,9 +58,7 @@ class ServedEngine:
     def __init__(self, name: str, engine: Engine) -> None:
         self.name = name
         self._engine: Engine | None = engine
-        # Read once: a connection that still holds this after the unload may ask (its last utterance's rate).
-        self.sample_rate: int = engine.sample_rate
-        self.supports_cloning: bool = bool(getattr(engine, "supports_cloning", False))
+        self._sample_rate: int | None = None  # kept: a connection may ask after the unload (its last rate)
         self.unloading = False
         # Weak: a stream its caller dropped without ending it does not hold the count up for ever.
         self._open: weakref.WeakSet[CutStream] = weakref.WeakSet()
@@ -69,6 +67,19 @@ class ServedEngine:
     def engine(self) -> Engine | None:
         """The engine itself (None once unloaded)."""
         return self._engine
+
+    @property
+    def sample_rate(self) -> int:
+        """The engine's (an engine process declares it once warm, so it is read when asked, not before)."""
+        if self._engine is not None:
+            self._sample_rate = self._engine.sample_rate
+        if self._sample_rate is None:
+            raise EngineError("model_unloaded", f"model {self.name!r} was unloaded")
+        return self._sample_rate
+
+    @property
+    def supports_cloning(self) -> bool:
+        return bool(getattr(self._serving(), "supports_cloning", False))
 
     @property
     def open(self) -> int:

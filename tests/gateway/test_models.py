@@ -267,3 +267,44 @@ def test_without_an_admin_key_only_loopback_callers_are_answered(piper_engine: E
         if outside is not None:
             status, body = get(f"{outside}:{port}", "/v1/admin/models")
             assert status == 403 and body["error"]["code"] == "admin_loopback_only", body
+
+
+# -- a model in its own process (the server's default) ------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_a_model_in_a_child_process_reports_it_speaks_and_its_unload_ends_the_process(
+    piper_engine: Engine,
+) -> None:
+    for addr in serve(piper_engine, model="piper,kid", models=(ModelSpec(name="kid", kind="piper"),)):
+        record = await asyncio.to_thread(wait_state, addr, "kid", "ready", 120)
+        pid = record["pid"]
+        assert pid != os.getpid() and _alive(pid) and not record["memory"]["shared_process"], record
+        assert record["memory"]["rss_bytes"] > 20 * 2**20 and record["warm_up_s"] is not None, record
+        assert record["capabilities"]["sample_rate"] > 0, record
+        ws, ready = await open_session(addr, model="kid")
+        assert ready["type"] == "session.ready", ready
+        events, audio = await utterance(ws, "Spoken by another process.")
+        assert events[-1]["type"] == "session.done" and audio, events
+        await ws.close()
+        assert call(addr, "POST", "/v1/admin/models/kid/unload", None, {"grace_s": 1})[0] == 202
+        await asyncio.to_thread(wait_state, addr, "kid", "unloaded", 20)
+        deadline = time.monotonic() + 10
+        while _alive(pid):
+            assert time.monotonic() < deadline, "the engine process outlived its unload"
+            await asyncio.sleep(0.05)
+
+
+def test_each_batch_item_picks_its_model(two: str) -> None:
+    body = {"voice": "joe", "response_format": "pcm",
+            "items": [{"input": "One."}, {"input": "Two.", "model": "spare"}, {"input": "Three.", "model": "nope"}]}
+    status, out = call(two, "POST", "/v1/audio/speech/batch", None, body)
+    assert status == 200 and [r["status"] for r in out["results"]] == ["success", "success", "error"], out
+    assert out["results"][2]["code"] == "unknown_model", out
