@@ -1,6 +1,6 @@
 """Admission at the gateway: a stream starts only when the engine has room for it, tenants in turn.
 
-`Admission` (one per app, `app.state.admission`) puts engine/admission.py's FairQueue on the event
+`Admission` (one per model, gateway/models.py) puts engine/admission.py's FairQueue on the event
 loop: `ticket = await admission.admit(tenant, weight)` returns once the engine's capacity
 (`engine.capacity()`, capped by the `max_active_streams` setting) has room and it is this tenant's turn,
 or raises `QueueFull` naming the bound that refused it. The ticket is released when the stream ends
