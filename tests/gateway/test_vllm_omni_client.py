@@ -12,6 +12,7 @@ vLLM-Omni's speaker names.
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 from collections.abc import Iterator
@@ -110,3 +111,28 @@ async def test_speaker_task_type_and_capitalised_languages(tiny_gateway: str, co
     assert ready["type"] == "session.ready", ready
     assert ready["voice"] == config.get("voice", config.get("speaker"))
     assert len(files) == 1 and len(files[0]) > 44
+
+
+async def test_word_timestamps_come_in_vllm_omni_audio_chunks(tiny_gateway: str) -> None:
+    """Its word-timestamp mode (issue 18): audio in `audio.chunk` messages instead of binary frames, then one
+    empty chunk whose `timestamps` time every word. The Qwen3 talker gives no alignment, so these are the
+    gateway's estimate from the segment marks — in this shape as in vLLM-Omni's, a list of words."""
+    config = DEFAULTS | {"stream_audio": True, "response_format": "pcm", "word_timestamps": True}
+    async with websockets.connect(f"ws://{tiny_gateway}/v1/audio/speech/stream", max_size=None) as ws:
+        await ws.send(json.dumps({"type": "session.config", **config}))
+        await ws.send(json.dumps({"type": "input.text", "text": TEXT}))
+        await ws.send(json.dumps({"type": "input.done"}))
+        events: list[dict[str, Any]] = []
+        while not events or events[-1]["type"] != "session.done":
+            message = await asyncio.wait_for(ws.recv(), 60)
+            assert isinstance(message, str), "no binary frame: the audio travels in audio.chunk messages"
+            events.append(json.loads(message))
+    start = next(e for e in events if e["type"] == "audio.start")
+    *live, last = [e for e in events if e["type"] == "audio.chunk"]
+    assert start["word_timestamps"] is True and live and all(c["timestamps"] is None for c in live)
+    assert last["audio_b64"] == "" and last["chunk_start_ms"] == 0 and last["chunk_end_ms"] >= live[-1]["chunk_end_ms"]
+    done = next(e for e in events if e["type"] == "audio.done")
+    assert done["total_bytes"] == sum(len(base64.b64decode(c["audio_b64"])) for c in live)
+    assert [w["word"] for w in last["timestamps"]] == ["Hello", "world", "How", "are", "you", "I", "am", "fine"]
+    starts = [w["start_ms"] for w in last["timestamps"]]
+    assert starts == sorted(starts) and all(w["start_ms"] <= w["end_ms"] for w in last["timestamps"])

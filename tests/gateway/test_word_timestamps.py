@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from support.servers import serve
-from support.wsclient import open_session, until, utterance
+from support.wsclient import call, open_session, until, utterance
 
 from engine.words import words
 from gateway.settings import Limits
@@ -80,8 +80,10 @@ async def test_no_timing_events_without_the_flag(gateway: str) -> None:
     assert "session.done" in kinds and binary and not kinds & {"audio.words", "audio.chunk"}
 
 
-async def _cancel_after(addr: str, played_ms: float, **config: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Speak TEXT, cancel with `played_ms` once that much audio came: (events before, audio.cancelled)."""
+async def _cancel_after(addr: str, played_ms: float, *, http: bool = False,
+                        **config: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Speak TEXT, cancel with `played_ms` once that much audio came (`http`: through POST
+    /v1/sessions/{id}/cancel, the cross-replica path): (events before, audio.cancelled)."""
     ws, ready = await open_session(addr, **config)
     async with ws:
         await ws.send(json.dumps({"type": "input.text", "text": TEXT}))
@@ -93,7 +95,12 @@ async def _cancel_after(addr: str, played_ms: float, **config: Any) -> tuple[lis
                 received += len(m)
             else:
                 events.append(json.loads(m))
-        await ws.send(json.dumps({"type": "input.cancel", "played_ms": played_ms}))
+        if http:
+            path = f"/v1/sessions/{ready['session_id']}/cancel"
+            status, _ = await asyncio.to_thread(call, addr, "POST", path, None, {"played_ms": played_ms})
+            assert status == 202
+        else:
+            await ws.send(json.dumps({"type": "input.cancel", "played_ms": played_ms}))
         while True:
             m = await asyncio.wait_for(ws.recv(), 30)
             if isinstance(m, str) and (ev := json.loads(m))["type"] == "audio.cancelled":
@@ -102,9 +109,10 @@ async def _cancel_after(addr: str, played_ms: float, **config: Any) -> tuple[lis
                 events.append(ev)
 
 
-async def test_cancel_with_played_ms_reports_the_text_heard_cut_at_a_word(gateway: str) -> None:
+@pytest.mark.parametrize("http", [False, True], ids=["input.cancel", "POST cancel"])
+async def test_cancel_with_played_ms_reports_the_text_heard_cut_at_a_word(gateway: str, http: bool) -> None:
     played = 1500.0
-    events, cancelled = await _cancel_after(gateway, played, word_timestamps=True)
+    events, cancelled = await _cancel_after(gateway, played, http=http, word_timestamps=True)
     timed = [w for e in events if e["type"] == "audio.words" for w in e["words"]]
     heard = [w["word"] for w in timed if (w["start_ms"] + w["end_ms"]) / 2 <= played]
     assert heard and len(heard) < len(timed)  # mid-utterance
