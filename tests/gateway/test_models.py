@@ -52,7 +52,7 @@ def two(piper_engine: Engine) -> Iterator[str]:
     models = (ModelSpec(name="spare", kind="piper"), ModelSpec(name="churn", kind="piper", preload=False),
               ModelSpec(name="fresh", kind="piper", preload=False))  # fmt: skip
     yield from serve(piper_engine, model="piper,spare,churn,fresh", models=models, factory=factory,
-                     engine_processes=False)  # fmt: skip
+                     engine_processes=False, model_aliases={"Qwen/Qwen3-TTS": "spare"})  # fmt: skip
 
 
 def get(addr: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -114,7 +114,7 @@ def test_http_speech_and_models_through_the_openai_client(two: str) -> None:
     with openai.OpenAI(base_url=f"http://{two}/v1", api_key="unused", max_retries=0) as oai:
         assert [m.id for m in oai.models.list()] == ["piper", "spare", "churn", "fresh"]
         assert oai.models.retrieve("spare").owned_by == "voxgate"
-        for model in ("spare", "piper", "tts-1"):  # OpenAI's own names are the default model's
+        for model in ("spare", "piper", "tts-1", "Qwen/Qwen3-TTS"):  # OpenAI's names: the default; an alias
             audio = oai.audio.speech.create(model=model, voice="alloy", input="Hi.", response_format="pcm")
             assert len(audio.content) > 1000, model
         with pytest.raises(openai.NotFoundError) as err:
@@ -308,3 +308,28 @@ def test_each_batch_item_picks_its_model(two: str) -> None:
     status, out = call(two, "POST", "/v1/audio/speech/batch", None, body)
     assert status == 200 and [r["status"] for r in out["results"]] == ["success", "success", "error"], out
     assert out["results"][2]["code"] == "unknown_model", out
+
+
+# -- the model list in the settings -------------------------------------------------------------------
+
+
+def test_the_model_list_from_flags_and_the_toml_file(tmp_path: Any) -> None:
+    from gateway.settings import Settings, load_settings
+
+    assert [(s.name, s.source) for s in Settings(model="piper, tiny,/ckpt/Qwen3-0.6B/").model_specs()] == [
+        ("piper", "piper"), ("tiny", "tiny"), ("Qwen3-0.6B", "/ckpt/Qwen3-0.6B/")]
+    path = tmp_path / "voxgate.toml"
+    path.write_text('[voxgate]\nport = 9000\n[voxgate.model_aliases]\n"Qwen/Qwen3-TTS" = "qwen"\n'
+                    '[[models]]\nname = "qwen"\npath = "/ckpt/q"\noptions = { max_streams = 4 }\n'
+                    '[[models]]\nname = "fast"\nkind = "piper"\npreload = false\n')  # fmt: skip
+    settings = load_settings(path, env={})
+    specs = settings.model_specs()
+    assert [s.name for s in specs] == ["qwen", "fast"] and specs[0].options == {"max_streams": 4}
+    assert not specs[1].preload and settings.model_aliases == {"Qwen/Qwen3-TTS": "qwen"}
+    assert [s.name for s in load_settings(path, env={}, model="fast").model_specs()] == ["fast"]  # a flag picks
+    for bad, why in (({"model": "a,a"}, "named twice"), ({"model": "bad name"}, "letters, digits"),
+                     ({"admin_key": "secret"}, "sha256"), ({"model": " , "}, "names no model")):  # fmt: skip
+        with pytest.raises(ValueError, match=why):
+            Settings(**bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="array of tables"):
+        load_settings(None, env={}, models={"name": "x"})
