@@ -532,6 +532,28 @@ async def model_churn(ctx: Context) -> dict[str, Any]:
     return dict(sorted(seen.items()))
 
 
+# Issue 18: several contexts on one socket. A client opens context after context, each with a sentence
+# and never an input.done, as fast as the socket takes them: past `max_contexts` each is refused
+# (too_many_contexts, naming it), the open ones stay bounded, and the canary beside it keeps speaking.
+@attack("context_flood")
+async def context_flood(ctx: Context) -> dict[str, Any]:
+    sockets, contexts = int(ctx.options.get("sockets", 4)), int(ctx.options.get("contexts", 200))
+    wss = [await _config_session(ctx) for _ in range(sockets)]
+    readers = [asyncio.create_task(_codes(ws, float(ctx.options.get("seconds", 3.0)))) for ws in wss]
+    for i in range(contexts):
+        for n, ws in enumerate(wss):
+            text = f"Context {i} of socket {n} says a sentence that is never finished. "
+            await ws.send(json.dumps({"type": "input.text", "text": text, "context_id": f"c{i}"}))
+        await asyncio.sleep(0)
+    codes = [c for r in readers for c in await r]
+    for ws in wss:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            await ws.send(json.dumps({"type": "input.cancel"}))
+        await ws.close()
+    refused = codes.count("too_many_contexts")
+    return {"sent": sockets * contexts, "codes": sorted(set(codes)), "too_many_contexts": refused}
+
+
 # -- more attacks above this line --------------------------------------------------------------------------
 
 

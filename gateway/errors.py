@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response
-from litestar.exceptions import ClientException, ValidationException
+from litestar.exceptions import ClientException, SerializationException, ValidationException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from engine import EngineError
@@ -106,10 +106,17 @@ _AS_API_ERROR: dict[type[Exception], Callable[[Any], ApiError]] = {
 }
 
 
+def _malformed(exc: BaseException) -> bool:
+    """A body that is not JSON at all: Litestar raises a plain ClientException from the SerializationException
+    its decoder raised (a body that is JSON but not the Struct is a ValidationException instead); known by
+    those types, never by their messages."""
+    return type(exc) is ClientException and isinstance(exc.__cause__, SerializationException)
+
+
 def _answer(request: Request, exc: Exception) -> Response[dict[str, Any]]:
     if isinstance(exc, RequestEntityTooLarge):
         return _too_large(request, exc).response()
-    if type(exc) is ClientException and str(exc.detail).startswith("JSON is malformed"):
+    if _malformed(exc):
         return ApiError("the request body is not valid JSON", code="invalid_json").response()
     if isinstance(exc, ClientException) and not isinstance(exc, ValidationException):
         return ApiError(str(exc.detail)[:MAX_MESSAGE], status=exc.status_code).response()

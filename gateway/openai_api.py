@@ -11,7 +11,7 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Annotated, Literal, cast
 
 import msgspec
@@ -20,7 +20,7 @@ from litestar import Request, Response, post
 from litestar.di import NamedDependency
 from litestar.response import Stream as StreamResponse
 
-from engine import AudioChunk, Engine, StreamEnd, StreamRequest, Waiting
+from engine import AudioChunk, Engine, Stream, StreamEnd, StreamRequest
 from gateway.admission import Admission, Ticket, ticketed
 from gateway.audio import MEDIA_TYPES, OPUS_RATES, Resampler, encode_file, encode_frames, wav_stream_header
 from gateway.errors import ApiError
@@ -87,6 +87,28 @@ async def speech_request(req: SpeechRequest, engine: Engine, store: SessionStore
                           instructions=req.instructions)  # fmt: skip
 
 
+def _spoken(engine: Engine, request: StreamRequest, text: str) -> Stream:
+    """An engine stream with all of `text` in it, segmented and normalised as a WebSocket session's is."""
+    stream = open_request(engine, request)
+    segmenter = StreamSegmenter(request.language, "auto")
+    for seg in [*segmenter.feed(text), *segmenter.flush()]:
+        if spoken := normalize_for_speech(seg.text, request.language):
+            stream.append(spoken + " ")
+    stream.finish()
+    return stream
+
+
+async def _audio(stream: Stream) -> AsyncIterator[AudioChunk]:
+    """The stream's audio until it ends; its failure is a 500 (the HTTP caller simply waits out `Waiting`)."""
+    async for ev in stream.events():
+        if isinstance(ev, StreamEnd):
+            if ev.reason == "error":
+                raise ApiError(ev.message or "synthesis failed", code="engine_error", status=500)
+            return
+        if isinstance(ev, AudioChunk):
+            yield ev
+
+
 async def speech_pcm(
     engine: Engine, request: StreamRequest, text: str, trim: LeadingTrim | None = None,
     clock: ResponseClock | None = None,
@@ -95,25 +117,13 @@ async def speech_pcm(
     engine stream if the client leaves. `trim`: drop the leading silence; `clock`: its start is when the
     text went in."""
     rate = request.sample_rate or engine.sample_rate
-    stream = open_request(engine, request)
-    segmenter = StreamSegmenter(request.language, "auto")
-    for seg in [*segmenter.feed(text), *segmenter.flush()]:
-        if spoken := normalize_for_speech(seg.text, request.language):
-            stream.append(spoken + " ")
-    stream.finish()
+    stream = _spoken(engine, request, text)
     if clock is not None:
         clock.start = time.monotonic()
     trim = trim or LeadingTrim(rate, enabled=False)
     resample: Resampler | None = None
     try:
-        async for ev in stream.events():
-            if isinstance(ev, StreamEnd):
-                if ev.reason == "error":
-                    raise ApiError(ev.message or "synthesis failed", code="engine_error", status=500)
-                break
-            if isinstance(ev, Waiting):  # the HTTP caller simply waits longer
-                continue
-            assert isinstance(ev, AudioChunk)
+        async for ev in _audio(stream):
             resample = resample or Resampler(ev.sample_rate, rate)
             if (pcm := trim.feed(resample(ev.pcm))).size:
                 yield pcm
@@ -176,85 +186,94 @@ async def _whole(request: Request, first: np.ndarray | None, chunks: AsyncIterat
     return None if work.cancelled() else work.result()
 
 
+class SpeechBody:
+    """One speech response's audio: the engine's chunks as the body (streamed formats) or one file, its
+    timing headers, and the timing record once the last audio is handed over."""
+
+    def __init__(self, req: SpeechRequest, rate: int, chunks: AsyncIterator[np.ndarray], clock: ResponseClock,
+                 trim: LeadingTrim, observed: Callable[[Timing], None]) -> None:  # fmt: skip
+        self.req, self.rate, self.fmt = req, rate, req.response_format
+        self.chunks, self.clock, self.trim, self._observed = chunks, clock, trim, observed
+        self.streamed = self.fmt in ("wav", "pcm")  # bytes leave as they are made; the others are one file
+        self.first: np.ndarray | None = None
+        self.file, self.timing = b"", None  # a file's, known before its headers
+
+    async def start(self, request: Request) -> dict[str, str]:
+        """The first audio (engine errors surface here, as a 400); returns the response's headers."""
+        self.first = await anext(self.chunks, None)
+        headers = {"X-Audio-Sample-Rate": str(self.rate), "X-Audio-Channels": "1"}
+        if self.streamed:
+            if self.first is not None:
+                self.clock.audio(self.first)  # handed over with the headers
+            return headers | self.clock.record().headers(whole=False)  # only what is known before the body
+        # Assembled whole before the first byte leaves, so every field can be a header.
+        whole = await _whole(request, self.first, self.chunks)  # ApiError engine_error: the body not begun
+        if whole is None:
+            raise ApiError("the client disconnected", code="client_disconnected", status=499)
+        self.file = await asyncio.to_thread(encode_file, whole, self.rate, self.fmt)
+        self.clock.audio(whole)
+        self.timing = self.timed()
+        return headers | self.timing.headers(whole=True)
+
+    def timed(self) -> Timing:
+        """The whole record, once the last audio is handed over; a complete one goes to the histograms."""
+        self.clock.trimmed = self.trim.trimmed
+        timing = self.clock.record()
+        self._observed(timing)
+        return timing
+
+    async def audio(self) -> AsyncIterator[bytes]:
+        if not self.streamed:
+            yield self.file
+            return
+        try:
+            if self.fmt == "wav":
+                yield wav_stream_header(self.rate)
+            if self.first is not None:
+                yield encode_frames(self.first, "pcm")
+            async for pcm in self.chunks:
+                self.clock.audio(pcm)
+                yield encode_frames(pcm, "pcm")
+        finally:
+            await self.chunks.aclose()  # a client that left frees its engine stream now
+
+    async def sse(self) -> AsyncIterator[bytes]:
+        total, n = 0, len(self.req.input)
+        async for data in self.audio():
+            total += len(data)
+            event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+            yield f"data: {json.dumps(event)}\n\n".encode()
+        usage = {"input_tokens": n, "output_tokens": total // 2, "total_tokens": n}
+        # The whole timing record beside `usage` (OpenAI's token counts), known only now.
+        done = {"type": "speech.audio.done", "usage": usage, "timing": msgspec.to_builtins(self.timing or self.timed())}
+        yield f"data: {json.dumps(done)}\n\n".encode()
+
+    async def observed(self) -> AsyncIterator[bytes]:
+        async for data in self.audio():
+            yield data
+        self.timed()  # the client heard it all: into the histograms
+
+
 @post("/v1/audio/speech", status_code=200, request_max_body_size=MAX_BODY_BYTES)  # OpenAI answers 200, not 201
 async def create_speech(
     data: SpeechRequest, request: Request, models: NamedDependency[ModelRegistry], store: NamedDependency[SessionStore],
     tenant: NamedDependency[Tenant], settings: NamedDependency[Settings],
 ) -> Response:
-    req = data
-    model = api_serving(models, req.model)  # `model` picks one (404 unknown_model; 503 while it cannot serve)
+    model = api_serving(models, data.model)  # `model` picks one (404 unknown_model; 503 while it cannot serve)
     engine, admission = cast(Engine, model.served), model.admission
-    stream_req = await speech_request(req, engine, store, tenant, settings.voice_aliases)
-    rate, fmt = stream_req.sample_rate or engine.sample_rate, req.response_format
+    stream_req = await speech_request(data, engine, store, tenant, settings.voice_aliases)
+    rate = stream_req.sample_rate or engine.sample_rate
     ticket = await admitted(admission, tenant, request)
     clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
     trim = trim_for(rate, settings.limits)
-    chunks = speech_pcm(ticketed(engine, ticket), stream_req, req.input, trim, clock)
-    first = await anext(chunks, None)  # surfaces engine errors (bad voice, language) as a 400
-
-    headers = {"X-Audio-Sample-Rate": str(rate), "X-Audio-Channels": "1"}
-    streamed = fmt in ("wav", "pcm")  # bytes leave as they are made; the others are one file
-    file, timing = b"", None  # a file's, known before its headers
-
-    def timed() -> Timing:
-        """The whole record, once the last audio is handed over; a complete one goes to the histograms."""
-        clock.trimmed = trim.trimmed
-        timing = clock.record()
-        observe(timing, model.name, tenant.name)
-        return timing
-
-    if streamed:
-        if first is not None:
-            clock.audio(first)  # handed over with the headers
-        headers |= clock.record().headers(whole=False)  # only what is known before the body
-    else:  # assembled whole before the first byte leaves, so every field can be a header
-        whole = await _whole(request, first, chunks)  # ApiError engine_error: it failed, the body not begun
-        if whole is None:
-            raise ApiError("the client disconnected", code="client_disconnected", status=499)
-        file = await asyncio.to_thread(encode_file, whole, rate, fmt)
-        clock.audio(whole)
-        timing = timed()
-        headers |= timing.headers(whole=True)
-
-    async def audio() -> AsyncIterator[bytes]:
-        if not streamed:
-            yield file
-            return
-        try:
-            if fmt == "wav":
-                yield wav_stream_header(rate)
-            if first is not None:
-                yield encode_frames(first, "pcm")
-            async for pcm in chunks:
-                clock.audio(pcm)
-                yield encode_frames(pcm, "pcm")
-        finally:
-            await chunks.aclose()  # a client that left frees its engine stream now
-
-    if req.stream_format == "sse":
-
-        async def sse() -> AsyncIterator[bytes]:
-            total = 0
-            async for data in audio():
-                total += len(data)
-                event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
-                yield f"data: {json.dumps(event)}\n\n".encode()
-            usage = {"input_tokens": len(req.input), "output_tokens": total // 2, "total_tokens": len(req.input)}
-            # The whole timing record beside `usage` (OpenAI's token counts), known only now.
-            done = {"type": "speech.audio.done", "usage": usage,
-                    "timing": msgspec.to_builtins(timing or timed())}  # fmt: skip
-            yield f"data: {json.dumps(done)}\n\n".encode()
-
-        return StreamResponse(sse(), media_type="text/event-stream", headers=headers)
-    if not streamed:
-        return Response(file, media_type=MEDIA_TYPES[fmt], headers=headers)
-
-    async def observed() -> AsyncIterator[bytes]:
-        async for data in audio():
-            yield data
-        timed()  # the client heard it all: into the histograms
-
-    return StreamResponse(observed(), media_type=MEDIA_TYPES[fmt], headers=headers)
+    chunks = speech_pcm(ticketed(engine, ticket), stream_req, data.input, trim, clock)
+    body = SpeechBody(data, rate, chunks, clock, trim, lambda timing: observe(timing, model.name, tenant.name))
+    headers = await body.start(request)
+    if data.stream_format == "sse":
+        return StreamResponse(body.sse(), media_type="text/event-stream", headers=headers)
+    if not body.streamed:
+        return Response(body.file, media_type=MEDIA_TYPES[body.fmt], headers=headers)
+    return StreamResponse(body.observed(), media_type=MEDIA_TYPES[body.fmt], headers=headers)
 
 
 openai_routes = [create_speech]

@@ -131,15 +131,21 @@ def config_of(msg: msgspec.Struct) -> SessionConfig:
     return SessionConfig(**sent_fields(msg))  # type: ignore[arg-type]
 
 
+# A context's name (docs/protocol.md "Contexts"): echoed in every event of the context, so bounded.
+ContextId = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+
+
 class InputText(msgspec.Struct, tag="input.text", tag_field="type"):
     text: str = ""
+    context_id: ContextId | None = None
 
 
 class InputDone(msgspec.Struct, tag="input.done", tag_field="type"):
-    pass
+    context_id: ContextId | None = None
 
 
 class InputCancel(msgspec.Struct, tag="input.cancel", tag_field="type"):
+    context_id: ContextId | None = None  # None: every context's utterances
     # ms of the playing utterance the client's player has played: audio.cancelled then says what was heard
     played_ms: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None
 
@@ -179,12 +185,10 @@ def decode(raw: str) -> ClientMessage:
     try:
         msg = _decoder.decode(raw)
     except msgspec.ValidationError as e:
-        text = str(e)
-        if ("Invalid value" in text and "$.type" in text) or "Object missing required field `type`" in text:
-            raise ProtocolError(
-                "unknown_type", f"unknown message type {quote(_type_of(raw))}; known: {KNOWN_TYPES}"
-            ) from None
-        raise ProtocolError("invalid_message", text[:200]) from None
+        # Known by the message's own `type`, not by msgspec's wording: any other mismatch is in its fields.
+        if (kind := _type_of(raw)) is not _NOT_AN_OBJECT and kind not in KNOWN_TYPES:
+            raise ProtocolError("unknown_type", f"unknown message type {quote(kind)}; known: {KNOWN_TYPES}") from None
+        raise ProtocolError("invalid_message", str(e)[:200]) from None
     except msgspec.DecodeError as e:
         if _SURROGATE.search(raw):
             message = "text holds an invalid UTF-16 surrogate; send whole code points"
@@ -200,12 +204,16 @@ def decode(raw: str) -> ClientMessage:
     return msg
 
 
+_NOT_AN_OBJECT = object()
+
+
 def _type_of(raw: str) -> object:
+    """The `type` a JSON message names (None: none), or `_NOT_AN_OBJECT`."""
     try:
         obj = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
-        return msgspec.json.decode(obj["type"]) if "type" in obj else None
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
+        return _NOT_AN_OBJECT
+    return msgspec.json.decode(obj["type"]) if "type" in obj else None
 
 
 # -- server events (DESIGN §5; docs/protocol.md "Server events" lists every field) -----------------------
@@ -213,8 +221,8 @@ def _type_of(raw: str) -> object:
 # where it applies (an error's `utterance_index`, a codec mark's `frame_offset`).
 
 
-class ServerEvent(msgspec.Struct, tag_field="type"):
-    pass
+class ServerEvent(msgspec.Struct, tag_field="type", kw_only=True):
+    context_id: str | UnsetType = UNSET  # the context of the utterance it concerns, when it has one
 
 
 class SessionReady(ServerEvent, tag="session.ready"):

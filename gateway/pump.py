@@ -75,7 +75,7 @@ async def pump_audio(conn: Connection, utt: Utterance) -> None:
         return
     # The engine is done with this stream: free the tenant's slot before telling the client, so its
     # next utterance can start at once.
-    await conn._release_slot(utt)
+    await conn.playout.release_slot(utt)
     if utt.cancelled or end.reason == "cancelled":
         return
     await sink.tail()
@@ -126,11 +126,8 @@ def _ended_early(conn: Connection, utt: Utterance, end: StreamEnd) -> StreamEnd:
     if end.reason != "done" or utt.finished:
         return end
     message = "the engine ended the utterance before input.done"
-    if conn.current is utt:
-        conn.current = None
-        utt.finished = True
-        if pending := utt.segmenter.pending:
-            message += f"; the text not yet committed ({quote(pending, 80)}) was dropped"
+    if conn.detach(utt) and (pending := utt.segmenter.pending):
+        message += f"; the text not yet committed ({quote(pending, 80)}) was dropped"
     return StreamEnd("error", message)
 
 

@@ -47,6 +47,7 @@ class Limits:
     outbox_frames: int = 256
     send_timeout: float = 10.0
     max_open_utterances: int = 8
+    max_contexts: int = 5  # named contexts open at once on one socket (ElevenLabs allows 5)
     poll_interval: float = 0.1
     # An open utterance (text, no input.done) quiet this long is finished: its text is spoken and the
     # engine capacity it holds comes back.

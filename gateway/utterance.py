@@ -34,6 +34,8 @@ class Utterance:
     slot: StreamSlot | None = None  # the tenant's stream slot, when limited
     codec_seq: int = 0  # codec_tokens mode: the next binary message's sequence number
     codec_frames: int = 0
+    context_id: str | None = None  # its context (gateway/contexts.py); None: the session's default one
+    ready: asyncio.Event = field(default_factory=asyncio.Event)  # its stream is open, or its input is over
     words: UtteranceWords = field(default_factory=UtteranceWords)  # its words on its audio clock
     played_ms: float | None = None  # a cancel's playback position in it (0: queued behind the one playing)
 

@@ -1,0 +1,119 @@
+"""Several contexts on one socket (`context_id` on input.text, input.done, input.cancel).
+
+A context is an utterance stream with its own text intake; the default one (no `context_id`) is the
+session as it has always been. Contexts play in the order their utterances began (the next one
+synthesises while the one before plays: gateway/playout.py chains their pumps), a cancel names one
+context and leaves the others alone, and at most `Limits.max_contexts` named contexts are open at once.
+Every event about a context's utterance carries its `context_id`: the Connection stamps it on the way
+out (`tag`), so no event built anywhere can forget it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from gateway.intake import TextIntake
+from gateway.protocol import ProtocolError, ServerEvent, quote
+from gateway.utterance import Utterance
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection
+
+# Utterance indexes remembered for stamping their events with a context: more than can be open at once
+# (max_contexts × max_open_utterances), so an event of a live utterance always finds its context.
+TAGGED_UTTERANCES = 512
+
+
+class Contexts:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.default = TextIntake(conn)
+        self._named: dict[str, TextIntake] = {}
+        self._context_of: dict[int, str] = {}  # utterance index → context_id, the most recent ones
+
+    def __iter__(self) -> Iterator[TextIntake]:
+        yield self.default
+        yield from list(self._named.values())
+
+    def get(self, context_id: str | None) -> TextIntake | None:
+        return self.default if context_id is None else self._named.get(context_id)
+
+    def open(self, context_id: str | None, rejected_chars: int = 0) -> TextIntake:
+        """The context's intake, opened if needed; past `max_contexts` open ones: `too_many_contexts`."""
+        intake = self.get(context_id)
+        if intake is not None:
+            return intake
+        assert context_id is not None
+        self._prune()
+        bound = self.conn.limits.max_contexts
+        if len(self._named) >= bound:
+            refused = f" ({rejected_chars} characters of input.text not accepted)" if rejected_chars else ""
+            raise ProtocolError(
+                "too_many_contexts",
+                f"context {quote(context_id)} was not opened{refused}: {bound} contexts are open on this socket; "
+                "finish or cancel one first",
+                context_id=context_id, **({"rejected_chars": rejected_chars} if rejected_chars else {}),
+            )  # fmt: skip
+        intake = self._named[context_id] = TextIntake(self.conn, context_id)
+        return intake
+
+    def _prune(self) -> None:
+        """Named contexts with nothing open and nothing playing are closed."""
+        playing = {utt.context_id for utt in self.conn.playout.playing}
+        for cid, intake in list(self._named.items()):
+            if intake.current is None and cid not in playing:
+                del self._named[cid]
+
+    def tag(self, utt: Utterance) -> None:
+        """`utt` belongs to its context: its events will say so."""
+        if utt.context_id is None:
+            return
+        self._context_of[utt.index] = utt.context_id
+        if len(self._context_of) > TAGGED_UTTERANCES:
+            del self._context_of[next(iter(self._context_of))]
+
+    def stamped(self, ev: ServerEvent) -> ServerEvent:
+        """`ev` with its utterance's `context_id` (as it was when no context applies)."""
+        if not self._context_of or ev.context_id is not msgspec.UNSET:
+            return ev
+        context_id = self._context_of.get(getattr(ev, "utterance_index", None))  # type: ignore[arg-type]
+        return ev if context_id is None else msgspec.structs.replace(ev, context_id=context_id)
+
+    @property
+    def current(self) -> Utterance | None:
+        """An utterance receiving text, in any context."""
+        return next((i.current for i in self if i.current is not None), None)
+
+    def victims(self, context_id: str | None) -> list[Utterance]:
+        """What a cancel stops, their input closed: one context's utterances; with no `context_id`, every
+        context's (so a session without contexts cancels as it always has)."""
+        every = context_id is None
+        intakes = list(self) if every else [i for i in (self.get(context_id),) if i is not None]
+        victims = [utt for utt in self.conn.playout.playing if every or utt.context_id == context_id]
+        for intake in intakes:
+            if intake.current is not None:
+                victims.append(intake.current)
+                intake.current = None
+        return victims
+
+    def detach(self, utt: Utterance) -> bool:
+        return any(intake.detach(utt) for intake in self)
+
+    async def finish_all(self) -> None:
+        """session.close: every context's open utterance is finished (the default one as input.done is)."""
+        for intake in self:
+            if intake is self.default or intake.current is not None:
+                await intake.finish()
+
+    async def poller(self) -> None:
+        """Idle commits of every context's open utterance, every `poll_interval`."""
+        while True:
+            await asyncio.sleep(self.conn.limits.poll_interval)
+            now = time.monotonic()
+            for intake in self:
+                await intake.tick(now)

@@ -1,0 +1,237 @@
+"""A connection's text intake: `input.text` into the segmenter, committed segments into the open
+utterance's engine stream, `input.done` and idle commits. It owns the one utterance receiving text
+(`current`); the Connection reads the socket and hands it the messages, the Playout sends the audio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+from engine import EngineError, Stream
+from gateway import metrics
+from gateway.admission import QueuedStream, Ticket
+from gateway.outbox import SlowClient
+from gateway.protocol import ProtocolError, SegmentCommitted
+from gateway.utterance import Utterance
+from segmentation import Segment, StreamSegmenter, normalize_for_speech
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection
+
+# A big input.text is fed to the segmenter this many characters at a time, yielding to the event loop
+# between slices: the costliest text (dense clause marks, ~4 ms/KiB; bench/segmentation_bench.py
+# --hostile) holds the loop about 2 ms per slice, prose a tenth of that.
+FEED_SLICE = 512
+# Segments longer than this (split_granularity "none") are normalised off the event loop (~1 ms/KiB).
+NORMALIZE_INLINE_CHARS = 1024
+
+
+def message_of(e: ProtocolError | EngineError) -> str:
+    return e.message if isinstance(e, ProtocolError) else str(e)
+
+
+class TextIntake:
+    """One context's intake (gateway/contexts.py); `context_id` None: the session's default one."""
+
+    def __init__(self, conn: Connection, context_id: str | None = None) -> None:
+        self.conn = conn
+        self.context_id = context_id
+        self.current: Utterance | None = None  # the one receiving text
+        self.latest: Utterance | None = None  # the last one begun (what a context's late cancel names)
+
+    async def text(self, text: str) -> None:
+        if not isinstance(text, str):
+            raise ProtocolError("invalid_message", "input.text requires a string value")
+        if not text:
+            return
+        utt = self.current or self._begin()
+        utt.last_input = time.monotonic()  # refused text is input too: the client is not idle
+        self.conn.backlog.admit(utt, text)
+        utt.chars += len(text)
+        for i in range(0, len(text), FEED_SLICE):
+            if i:
+                await asyncio.sleep(0)  # a long message shares the loop with every other session
+                if utt.cancelled:
+                    return  # a cancel from another replica came in between the slices
+                # Still reading the client's message: not idle, so the poller must not finish the
+                # utterance under it (its later slices would go to a finished stream: invalid_state).
+                utt.last_input = time.monotonic()
+            try:
+                segments = utt.segmenter.feed(text[i : i + FEED_SLICE])
+            except ValueError as e:
+                raise ProtocolError("invalid_text", str(e), utterance_index=utt.index) from None
+            await self.commit(utt, segments)
+
+    def _begin(self) -> Utterance:
+        """A new utterance, opened by its first text."""
+        conn = self.conn
+        if len(conn.playout.playing) >= conn.limits.max_open_utterances:
+            raise ProtocolError("too_many_utterances", "too many utterances waiting to play; wait or cancel")
+        assert conn.config is not None
+        self.current = self._new(StreamSegmenter(conn.config.language, conn.config.split_granularity))
+        metrics.UTTERANCES.inc()
+        return self.current
+
+    def _new(self, segmenter: StreamSegmenter) -> Utterance:
+        """An utterance of this context, its place in the playing order taken now."""
+        utt = self.latest = Utterance(self.conn.next_utterance_index(), segmenter, context_id=self.context_id)
+        self.conn.contexts.tag(utt)
+        utt.pump = self.conn.playout.start(utt)
+        return utt
+
+    async def commit(self, utt: Utterance, segments: list[Segment]) -> None:
+        """Announce and speak committed segments. A segment that cannot be spoken (no stream slot, the
+        store down) is named in an `error`; the segments after it are still tried."""
+        unspoken: list[tuple[int, ProtocolError | EngineError]] = []
+        for s in segments:
+            index = len(utt.segments)
+            utt.segments.append(s)
+            metrics.SEGMENTS.labels(s.reason).inc()
+            await self.conn.emit(SegmentCommitted(utterance_index=utt.index, segment_index=index, text=s.text,
+                                                  start=s.start, end=s.end, reason=s.reason))  # fmt: skip
+            try:
+                await self._speak(utt, index, s.text)
+            except (ProtocolError, EngineError) as e:
+                unspoken.append((index, e))
+        if unspoken:
+            index, e = unspoken[0]
+            which = ", ".join(str(i) for i, _ in unspoken)
+            extra = getattr(e, "fields", {}) if isinstance(e, EngineError) else {}  # a refused stream's bound
+            raise ProtocolError(
+                e.code, f"segment {which} of utterance {utt.index} will not be spoken: {message_of(e)}",
+                utterance_index=utt.index, segment_indexes=[i for i, _ in unspoken], **extra,
+            )  # fmt: skip
+
+    async def _speak(self, utt: Utterance, index: int, text: str) -> None:
+        """One committed segment to the utterance's engine stream (opened with its first speakable one)."""
+        conn = self.conn
+        assert conn.config is not None
+        if len(text) > NORMALIZE_INLINE_CHARS:
+            spoken = await asyncio.to_thread(normalize_for_speech, text, conn.config.language)
+        else:
+            spoken = normalize_for_speech(text, conn.config.language)
+        if not spoken or utt.cancelled:
+            return
+        await self._open(utt)
+        assert utt.stream is not None
+        utt.engine_segments.append(index)  # a refused append spends its engine index all the same
+        utt.stream.append(spoken + " ")  # may raise the engine's own backstop (queue_full)
+        conn.backlog.committed(utt, index, len(spoken))
+
+    async def _open(self, utt: Utterance) -> None:
+        """The utterance's engine stream, opened with its first speakable segment."""
+        if utt.stream is not None:
+            return
+        conn = self.conn
+        utt.slot = await conn.session.acquire_slot()
+        try:
+            utt.stream = self._admitted_stream(utt)
+        except BaseException:
+            await conn.playout.release_slot(utt)
+            raise
+        conn.session.begin(utt.index)
+        conn.playout.opened(utt)
+
+    def _admitted_stream(self, utt: Utterance) -> Stream:
+        """The engine stream, opened once admission lets it (gateway/admission.py). Never waits: the
+        wait runs in its own task, so the reader still reads (a cancel withdraws the wait), and the
+        utterance's pump tells the client `audio.waiting {reason: "queue"}` when its turn comes first."""
+        conn = self.conn
+        assert conn.config is not None
+        cfg, voice = conn.config, conn.voice
+        if conn.admission is None:
+            return conn.open_stream(cfg, voice)
+
+        def admitted(ticket: Ticket) -> None:  # its text goes to the engine now, with no await between
+            utt.queue_wait_s = ticket.waited_s
+            utt.engine_at = time.monotonic()
+
+        frame_rate = 12.5
+        if cfg.output_mode == "codec_tokens":
+            frame_rate = float(conn.engine.codec_info().get("frame_rate_hz", 12.5))  # type: ignore[attr-defined]
+        tenant = conn.session.tenant
+        # A listener still playing this session's audio must not hear a gap before the next utterance:
+        # its stream goes before newcomers once that audio runs low (engine/admission.py, continuations).
+        listening = conn.listener.ahead()
+        return QueuedStream(conn.admission, tenant.name, tenant.weight, lambda: conn.open_stream(cfg, voice),
+                            on_lost=lambda e, indexes: self._lost(utt, e, indexes), on_admitted=admitted,
+                            frame_rate_hz=frame_rate, listening_s=listening if listening > 0 else None)  # fmt: skip
+
+    async def _lost(self, utt: Utterance, e: ProtocolError | EngineError, engine_indexes: list[int]) -> None:
+        """Admission refused the stream after its text was taken: the segments it held are named."""
+        segments = [utt.engine_segments[i] for i in engine_indexes if i < len(utt.engine_segments)]
+        message = message_of(e)
+        fields = e.fields if isinstance(e, ProtocolError) else {}
+        if segments:
+            which = ", ".join(map(str, segments))
+            message = f"segment {which} of utterance {utt.index} will not be spoken: {message}"
+        with contextlib.suppress(SlowClient):  # the pump notices a client that stopped reading
+            await self.conn.error(e.code, message, utterance_index=utt.index, segment_indexes=segments, **fields)
+
+    async def finish(self) -> None:
+        """input.done: the tail committed and the utterance closed (the connection stays open)."""
+        conn = self.conn
+        utt = self.current
+        if utt is None:
+            # input.done with nothing said: vLLM-Omni answers session.done with no sentences.
+            if conn.config is None:
+                return
+            utt = self._new(StreamSegmenter())
+        unspoken: ProtocolError | None = None
+        if utt is self.current:
+            try:
+                await self.commit(utt, utt.segmenter.flush())
+            except ProtocolError as e:  # the tail named as not spoken; the utterance still ends here
+                unspoken = e
+        self.current = None
+        conn.playout.finished(utt)
+        if unspoken is not None:
+            raise unspoken
+
+    def detach(self, utt: Utterance) -> bool:
+        """The engine ended `utt` before input.done: later text starts the next utterance."""
+        if self.current is not utt:
+            return False
+        self.current = None
+        utt.finished = True
+        return True
+
+    async def poller(self) -> None:
+        """Idle commits of the open utterance's tail, every `poll_interval`."""
+        while True:
+            await asyncio.sleep(self.conn.limits.poll_interval)
+            await self.tick(time.monotonic())
+
+    async def tick(self, now: float) -> None:
+        """The open utterance's idle commit; quiet past its bound, it is finished (its text spoken, its
+        engine capacity given back) and the client told so."""
+        utt = self.current
+        if utt is None:
+            return
+        try:
+            if now - utt.last_input > (bound := self.idle_bound(utt)):
+                await self.conn.error(
+                    "utterance_timeout",
+                    f"no input for {bound:g} s: utterance {utt.index} was finished as if input.done had "
+                    "come (its text is spoken)",
+                    utterance_index=utt.index, action="finished",
+                )  # fmt: skip
+                await self.finish()
+            else:
+                await self.commit(utt, utt.segmenter.poll(now))
+        except ProtocolError as e:
+            await self.conn.error(e.code, e.message, **e.fields)
+        except EngineError as e:
+            await self.conn.error(e.code, str(e), utterance_index=utt.index)
+
+    def idle_bound(self, utt: Utterance) -> float:
+        """How long the open utterance may stay quiet: shorter while it holds engine capacity (an admitted
+        stream) that others are waiting for — a parked stream must not keep them out."""
+        limits, admission = self.conn.limits, self.conn.admission
+        holds = utt.stream is not None and not getattr(utt.stream, "queued", False)
+        if holds and admission is not None and admission.waiting > 0:
+            return min(limits.utterance_idle_under_pressure, limits.utterance_idle_timeout)
+        return limits.utterance_idle_timeout

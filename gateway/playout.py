@@ -1,0 +1,161 @@
+"""A connection's utterances from input.done to their last audio: one pump task each, chained so their
+audio leaves in order (the next synthesises while the one before plays), and cancelled together or
+one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from msgspec import UNSET
+
+from gateway import metrics
+from gateway.admission import QueuedStream
+from gateway.outbox import SlowClient
+from gateway.protocol import AudioCancelled, AudioWaiting
+from gateway.pump import codec_done, pump_audio
+from gateway.utterance import Utterance
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection
+
+log = logging.getLogger("voxgate.ws")
+
+
+class Playout:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.playing: deque[Utterance] = deque()  # finished input, audio still to send, in order
+        self.last_utterance: Utterance | None = None  # the last whose pump ended (what a late cancel names)
+        self._last_pump: asyncio.Task[None] | None = None
+
+    def start(self, utt: Utterance) -> asyncio.Task[None]:
+        """The utterance's pump, begun with the utterance so its place in the order is taken: it sends the
+        audio once the one before has been sent and its own stream is open (or its input over)."""
+        task = asyncio.create_task(self._pump(utt, self._last_pump))
+        self._last_pump = task
+        return task
+
+    def opened(self, utt: Utterance) -> None:
+        """Its engine stream is open: its first segment is appended right after, with no await between
+        (under admission the stream is a QueuedStream, and `engine_at` is set again when admission lets
+        the text go in)."""
+        if utt.engine_at is None:
+            utt.engine_at = time.monotonic()
+        utt.ready.set()
+
+    def finished(self, utt: Utterance) -> None:
+        """Its input is over (input.done): the engine stream finishes, the audio plays out in order."""
+        utt.finished = True
+        if utt.stream is not None:
+            utt.stream.finish()
+        utt.ready.set()  # no audio: the pump still closes it in order
+        assert utt.pump is not None
+        if not utt.pump.done():  # one the engine ended early has told its client already
+            self.playing.append(utt)
+
+    async def wait(self) -> None:
+        """Until every utterance whose input is over has been sent."""
+        for utt in list(self.playing):
+            if utt.pump is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await utt.pump
+
+    async def cancel(self, victims: Iterable[Utterance], notify: bool) -> int:
+        """Stop `victims` now: generation, queued audio, and any audio still to come; each is named in
+        `audio.cancelled` (`codec.done` in codec mode) when `notify`. Returns how many there were."""
+        conn, victims = self.conn, list(victims)
+        for utt in victims:
+            with contextlib.suppress(ValueError):
+                self.playing.remove(utt)
+            utt.cancelled = True
+            utt.ready.set()  # a pump still waiting for its stream ends at once
+            if utt.stream is not None:
+                utt.stream.cancel()
+            conn.outbox.cancel_audio(utt.index)
+            if utt.pump is None or utt.pump.done():
+                conn.outbox.settled(utt.index)  # no pump: no later audio to keep out
+            conn.backlog.forget(utt)
+        if notify:
+            metrics.CANCELS.inc()
+        for utt in victims:
+            spoken = utt.spoken_text
+            await conn.session.record(utt.index, spoken, cancelled=True)
+            if notify and conn.codec_mode:
+                await conn.emit(codec_done(utt, error=False, cancelled=True, spoken_text=spoken))
+            elif notify:
+                await conn.emit(AudioCancelled(utterance_index=utt.index, played_bytes=utt.sent_bytes,
+                                               spoken_text=spoken, **utt.heard_fields()))  # fmt: skip
+        return len(victims)
+
+    async def nothing_to_cancel(self, context_id: str | None = None) -> None:
+        """A cancel with nothing queued or playing is answered all the same (a client waiting for the
+        acknowledgement must not hang): `audio.cancelled {cancelled: false}` for the last utterance (of the
+        context named), whose audio was all sent (null index, 0 bytes: there has been none)."""
+        last = self.last_of(context_id)
+        await self.conn.emit(AudioCancelled(
+            utterance_index=None if last is None else last.index, played_bytes=0 if last is None else last.sent_bytes,
+            spoken_text="" if last is None else last.spoken_text, cancelled=False,
+            **({} if last is None else last.heard_fields()),
+            context_id=UNSET if context_id is None else context_id,
+        ))  # fmt: skip
+
+    def last_of(self, context_id: str | None) -> Utterance | None:
+        """The session's last utterance sent, or the named context's latest."""
+        if context_id is None:
+            return self.last_utterance
+        intake = self.conn.contexts.get(context_id)
+        return None if intake is None else intake.latest
+
+    async def _pump(self, utt: Utterance, previous: asyncio.Task[None] | None) -> None:
+        """Send one utterance's audio once the utterance before it has been sent."""
+        if previous is not None:
+            with contextlib.suppress(BaseException):
+                await previous
+        conn = self.conn
+        try:
+            await utt.ready.wait()  # its stream opens with its first speakable text; a cancel sets it too
+            if utt.cancelled:
+                return
+            await self._queued(utt)
+            await pump_audio(conn, utt)
+        except SlowClient:
+            conn.stop()
+        except Exception:  # one utterance's failure must not take the session down silently
+            log.exception("session %s: utterance %d failed", conn.session_id, utt.index)
+            utt.cancelled = True
+            if utt.stream is not None:
+                utt.stream.cancel()
+            with contextlib.suppress(SlowClient):
+                await conn.error("internal_error", "the utterance failed", utterance_index=utt.index)
+        finally:
+            if utt.stream is not None or not utt.cancelled:  # one cancelled before it spoke was never played
+                self.last_utterance = utt
+            if utt in self.playing:
+                self.playing.remove(utt)
+            conn.backlog.forget(utt)
+            conn.outbox.settled(utt.index)
+            await self.release_slot(utt)
+
+    async def _queued(self, utt: Utterance) -> None:
+        """The utterance's turn to play has come while admission still holds its stream: say why audio
+        is late, and wait (admission bounds the wait; a cancel ends it)."""
+        stream = utt.stream
+        if isinstance(stream, QueuedStream) and stream.queued:
+            await self.conn.emit(AudioWaiting(utterance_index=utt.index, reason="queue", ahead=stream.ahead()))
+            await stream.settled()
+
+    async def release_slot(self, utt: Utterance) -> None:
+        """The engine is done with the utterance: its admission and its tenant's stream slot go back."""
+        if isinstance(utt.stream, QueuedStream):
+            utt.stream.release()
+        slot, utt.slot = utt.slot, None
+        if slot is not None:
+            with contextlib.suppress(Exception):
+                await slot.release()
