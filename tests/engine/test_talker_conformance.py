@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 import torch
@@ -28,13 +27,8 @@ def one_torch_thread() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")  # the tiny checkpoint is written here once for the module
-
-
-@pytest.fixture(scope="module")
-def model(cache: Path) -> Qwen3TTSModel:
-    return load_model(tiny_checkpoint(cache))
+def model() -> Qwen3TTSModel:
+    return load_model(tiny_checkpoint())  # the default cache: built once, shared with other modules' "tiny"
 
 
 def native(model: Qwen3TTSModel) -> Callable[[TalkerSpec], TalkerBackend]:
@@ -52,12 +46,12 @@ def test_talkers_are_found_by_name_and_an_unknown_one_is_refused() -> None:
         talker_factory("nope")
 
 
-async def test_the_core_keeps_the_guarantees_a_backend_relies_on(cache: Path) -> None:
+async def test_the_core_keeps_the_guarantees_a_backend_relies_on() -> None:
     """The engine core driving a checked native talker through parking, a stream past its KV context
     (several requests), more streams than slots, a cancel mid-stream and a reader that pauses: every
     call honours the contract in `TalkerBackend`'s docstring, and a stream that fits one request makes
     one prefill (a parked one may be evicted after 0.2 s and resume in a second)."""
-    eng = load_engine("tiny", cache_dir=cache, max_streams=2, max_context=64,
+    eng = load_engine("tiny", max_streams=2, max_context=64,
                       frames_per_token=2.0, min_frames=6, queue_size=4, park_evict_s=0.2, warm_up=False,
                       talker=CheckedTalker.around(NativeTalker.create))
     assert isinstance(eng, Qwen3Engine)
