@@ -48,12 +48,14 @@ class UtteranceWords:
     segments: dict[int, _Segment] = field(default_factory=dict)
     sent_ms: float = 0.0  # audio sent so far, on the utterance's clock
     last_ms: float = 0.0  # the latest span end given (spans stay monotone)
+    _open: list[int] = field(default_factory=list)  # segments whose words may still lack a span
 
     def _segment(self, index: int, text: str) -> _Segment:
         seg = self.segments.get(index)
         if seg is None:
             seg = _Segment(text, [_Word(text[a:b], b) for a, b in word_spans(text)])
             self.segments[index] = seg
+            self._open.append(index)
         return seg
 
     def timed(self, index: int, text: str, spoken: list[tuple[str, float, float]]) -> list[WordTime]:
@@ -109,12 +111,12 @@ class UtteranceWords:
         """Words of segments before `index` (all, for None) that got no span: a point at the last span's
         end (text the voice did not read, Han text to the English voice)."""
         out: list[WordTime] = []
-        for i, seg in sorted(self.segments.items()):
-            if index is not None and i >= index:
-                break
+        for i in [i for i in self._open if index is None or i < index]:  # a few: the segments still playing
+            seg = self.segments[i]
             for w in seg.words[seg.next :]:
                 out.append(self._give(i, w, self.last_ms, self.last_ms))
             seg.next = len(seg.words)
+            self._open.remove(i)
         return out
 
     @property
@@ -159,8 +161,6 @@ class UtteranceWords:
     def _rate(self) -> float | None:
         """ms of audio per written character over the segments whose audio is over (None: none yet)."""
         starts = sorted((i, s.start_ms) for i, s in self.segments.items() if s.start_ms is not None)
-        starts_typed: list[tuple[int, float]] = [(i, a) for i, a in starts if a is not None]
-        starts = starts_typed
         chars = ms = 0.0
         for (i, a), (_, b) in zip(starts, [*starts[1:], (-1, self.sent_ms)], strict=True):
             if b > a:

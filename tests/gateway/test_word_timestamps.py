@@ -157,3 +157,27 @@ async def test_vllm_omni_clients_get_audio_chunks_with_the_timestamps_last(gatew
     assert all(0 <= w["start_ms"] <= w["end_ms"] <= last["chunk_end_ms"] for w in last["timestamps"])
     done = next(e for e in events if e["type"] == "audio.done")
     assert events.index(last) < events.index(done)
+
+
+def test_the_engine_words_are_matched_back_to_the_committed_text() -> None:
+    """A word the normaliser rewrote ("$5" → "five dollars") takes the span of what was said for it;
+    the heard text ends after the last word half played, with its comma."""
+    from gateway.words import UtteranceWords
+
+    w = UtteranceWords()
+    spoken = [("I", 0, 100), ("paid", 100, 300), ("five", 300, 500), ("dollars", 500, 800), ("ok", 900, 1000)]
+    out = w.timed(0, "I paid $5, ok?", spoken)
+    assert [(x.word, x.start_ms, x.end_ms) for x in out] == [("I", 0, 100), ("paid", 100, 300), ("5", 300, 800),
+                                                               ("ok", 900, 1000)]  # fmt: skip
+    assert w.heard(650, ["I paid $5, ok?"]) == ("I paid $5,", False)
+    assert w.heard(0, ["I paid $5, ok?"]) == ("", False)
+
+
+def test_without_engine_timings_a_segment_is_estimated_over_the_audio_it_got() -> None:
+    from gateway.words import UtteranceWords
+
+    w = UtteranceWords()
+    out = w.marked(0, "Hello there friend. ", 0.0)
+    assert [x.word for x in out] == ["Hello", "there", "friend"] and out[0].start_ms == 0
+    w.sent_ms = 1000.0  # its audio, all sent: the heard cut spreads the words over it
+    assert w.heard(500, ["Hello there friend. "]) == ("Hello there", True)
