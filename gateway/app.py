@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
 from litestar import Litestar, Response, get, post, websocket
 from litestar.connection import WebSocket
@@ -46,10 +46,8 @@ async def health(state: State) -> Response[dict[str, object]]:
     models: ModelRegistry = state.models
     states = {h.name: h.state for h in models}
     if models.any_serving() is None:
-        failed = all(s == "failed" for s in states.values())
-        detail = "the engine failed to load" if failed else "the engine is loading"
-        body: dict[str, object] = {"status": "failed" if failed else "warming", "detail": detail, "models": states}
-        return Response(body, status_code=503)
+        status, detail = _none_serving(states.values())
+        return Response({"status": status, "detail": detail, "models": states}, status_code=503)
     if state.drain.draining:  # a balancer's health check takes the replica out of rotation
         return Response({"status": "draining", "detail": "the server is draining", "models": states}, status_code=503)
     h = state.store.health()
@@ -58,6 +56,16 @@ async def health(state: State) -> Response[dict[str, object]]:
     if h.error:
         body["detail"] = h.error
     return Response(body | {"models": states})
+
+
+def _none_serving(states: Iterable[str]) -> tuple[str, str]:
+    """/health's status and detail while no model serves."""
+    states = set(states)
+    if states & {"warming", "restarting"}:
+        return "warming", "the engine is loading"
+    if states == {"failed"}:
+        return "failed", "the engine failed to load"
+    return "unavailable", "no model is loaded"
 
 
 @post("/v1/sessions/{session_id:str}/cancel", status_code=202)

@@ -333,3 +333,19 @@ def test_the_model_list_from_flags_and_the_toml_file(tmp_path: Any) -> None:
             Settings(**bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="array of tables"):
         load_settings(None, env={}, models={"name": "x"})
+
+
+async def test_with_every_model_unloaded_health_says_so_and_sessions_are_refused(piper_engine: Engine) -> None:
+    for addr in serve(piper_engine, factory=lambda spec: Shared(piper_engine)):  # type: ignore[arg-type,return-value]
+        assert call(addr, "POST", "/v1/admin/models/piper/unload", None, {"grace_s": 0})[0] == 202
+        await asyncio.to_thread(wait_state, addr, "piper", "unloaded", 10)
+        status, health = get(addr, "/health")
+        assert status == 503 and health["status"] == "unavailable" and health["models"] == {"piper": "unloaded"}
+        ws, first = await open_session(addr)
+        assert first["code"] == "engine_not_ready", first
+        await ws.close()
+        status, body = call(addr, "POST", "/v1/audio/speech", None, {"input": "Hi.", "voice": "joe"})
+        assert status == 503 and body["error"]["code"] == "model_not_loaded", body
+        assert call(addr, "POST", "/v1/admin/models/piper/load", None)[0] == 202
+        await asyncio.to_thread(wait_state, addr, "piper", "ready", 10)
+        assert get(addr, "/health")[1]["status"] == "ok"
