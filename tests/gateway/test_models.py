@@ -349,3 +349,15 @@ async def test_with_every_model_unloaded_health_says_so_and_sessions_are_refused
         assert call(addr, "POST", "/v1/admin/models/piper/load", None)[0] == 202
         await asyncio.to_thread(wait_state, addr, "piper", "ready", 10)
         assert get(addr, "/health")[1]["status"] == "ok"
+
+
+async def test_a_resumed_session_keeps_its_model(two: str) -> None:
+    ws, ready = await open_session(two, model="spare")
+    await ws.close()
+    before = ttfa_count(two, "spare")
+    ws, resumed = await open_session(two, session_id=ready["session_id"])  # model not sent: the stored one
+    assert resumed["type"] == "session.ready" and resumed["resumed"], resumed
+    events, audio = await utterance(ws, "Resumed on the same model.")
+    assert events[-1]["type"] == "session.done" and audio, events
+    await ws.close()
+    assert ttfa_count(two, "spare") == before + 1
