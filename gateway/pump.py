@@ -168,7 +168,7 @@ class PcmSink:
         self._trim = trim_for(self.rate, conn.limits)
         self._marks: list[tuple[int, int]] = []  # (segment, sample offset before the trim), sent with their audio
         # the engine's words per segment, (word, start, end) samples before the trim, placed with the marks
-        self._words: list[tuple[int, list[tuple[str, int, int]]]] = []
+        self._words: list[tuple[int, list[tuple[str, int, int]], bool]] = []
         self._omni = self._cfg.omni_timestamps and self._cfg.streamed  # vLLM-Omni's audio.chunk messages
         self._omni_words: list[OmniWord] = []
         self._chunk_id = 0
@@ -183,10 +183,11 @@ class PcmSink:
 
     def words(self, ev: Words) -> None:
         seg = self._utt.segment_of(ev.segment)
-        if seg is None or ev.estimated:  # not ours; or no better than the estimate made at its mark
+        if seg is None:
             return
         scale = self.rate / ev.sample_rate
-        self._words.append((seg, [(w.word, round(w.start * scale), round(w.end * scale)) for w in ev.words]))
+        placed = [(w.word, round(w.start * scale), round(w.end * scale)) for w in ev.words]
+        self._words.append((seg, placed, ev.estimated))
 
     async def audio(self, ev: Chunk, mark: int | None) -> None:
         assert isinstance(ev, AudioChunk) and self._resample is not None
@@ -228,9 +229,10 @@ class PcmSink:
         if self._trim.pending:  # the start is held until the trim is decided; its marks wait with it
             return
         words = self._utt.words
-        for seg, spoken in self._words:  # first: a segment the engine timed needs no estimate at its mark
+        for seg, spoken, estimated in self._words:  # first: a segment the engine timed needs no estimate at its mark
             placed = [(w, self._ms(s - self._trim.trimmed), self._ms(e - self._trim.trimmed)) for w, s, e in spoken]
-            await self._timed_words(words.timed(seg, self._utt.segments[seg].text, placed), estimated=False)
+            timed = words.timed(seg, self._utt.segments[seg].text, placed, estimated=estimated)
+            await self._timed_words(timed, estimated=estimated)
         self._words.clear()
         for seg, offset in self._marks:  # offsets count the audio sent: the trimmed start is not
             offset = max(0, offset - self._trim.trimmed)

@@ -58,13 +58,15 @@ class UtteranceWords:
             self._open.append(index)
         return seg
 
-    def timed(self, index: int, text: str, spoken: list[tuple[str, float, float]]) -> list[WordTime]:
+    def timed(self, index: int, text: str, spoken: list[tuple[str, float, float]],
+              estimated: bool = False) -> list[WordTime]:
         """The engine's words (word, start_ms, end_ms) of committed segment `index` (whose text is
         `text`), in order: the committed words they give spans to, to send. Earlier segments' words
-        still without one are closed first (their audio is over)."""
+        still without one are closed first (their audio is over). `estimated`: the engine's own guess."""
         out = self.close_before(index)
         seg = self._segment(index, text)
         seg.timed = True
+        seg.estimated = seg.estimated or estimated
         absorbing: tuple[_Word, WordTime] | None = None  # a rewritten word taking the engine words said for it
         for word, start, end in spoken:
             start, end = max(start, self.last_ms), max(end, start, self.last_ms)
