@@ -100,12 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, default=REPO / "bench" / "out" / "engine_talkers.json")
     ap.add_argument("--smoke", action="store_true", help="concurrency 1,2 and 8 frames: checks the harness runs")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--cuda-graphs", action="store_true", help="the native talker's CUDA graphs (engine/graphs.py)")
     args = ap.parse_args(argv)
     levels = [1, 2] if args.smoke else [int(x) for x in args.concurrency.split(",")]
     if args.smoke:
         args.frames = 8
-    options = dict(max_streams=max(levels), threads=args.threads, max_frames=args.frames,
-                   max_context=max(256, 64 * math.ceil((args.frames + 160) / 64)))
+    options = dict(max_streams=max(levels), threads=args.threads, max_frames=args.frames, device=args.device,
+                   cuda_graphs=args.cuda_graphs, max_context=max(256, 64 * math.ceil((args.frames + 160) / 64)))
     return talker_main(args, levels, options)
 
 

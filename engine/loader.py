@@ -19,12 +19,17 @@ def load_engine(model: str = DEFAULT_MODEL, **options: Any) -> Engine:
       `queue_size` (see engine.cpu.engine.CpuEngine);
     - "tiny", "tiny-base" (cloned voices) or a Qwen3-TTS checkpoint directory: the Qwen3 engine
       (engine.qwen3_engine.Qwen3Engine):
-      options `cache_dir`, `device`, `greedy` and the core's (`max_streams`, `max_context`, `threads`, …).
+      options `cache_dir`, `device`, `greedy`, the core's (`max_streams`, `max_context`, `threads`, …) and
+      `talker` ("native", or "vllm": engine/vllm_talker, docs/vllm.md) with its `talker_options`.
     Raises EngineError("model_unavailable", …) when the model cannot be served.
     """
     name = model.strip().lower()
     if name in CPU_BACKENDS:
         from engine.cpu.engine import load_cpu_engine  # heavy imports (onnxruntime) stay lazy
+
+        # The CPU voices have no talker: a gateway-wide `--talker` choice is for its Qwen3 models.
+        options.pop("talker", None)
+        options.pop("talker_options", None)
 
         return load_cpu_engine(name, **options)
     from engine.qwen3_engine import load_qwen3_engine  # torch stays unimported for CPU voices

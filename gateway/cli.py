@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import sys
@@ -58,6 +59,8 @@ def _serve(args: argparse.Namespace) -> int:
             api_keys=args.api_keys, insecure=args.insecure or None, takeover=args.takeover,
             drain_grace_s=args.drain_grace, engine_processes=False if args.in_process else None,
         )  # fmt: skip
+        if args.talker:  # the Qwen3 models' talker backend (engine/talker_backend.py TALKERS); tables keep theirs
+            settings = dataclasses.replace(settings, engine_options={"talker": args.talker, **settings.engine_options})
         keys = settings.keys()
     except (OSError, ValueError) as e:
         print(f"voxgate: {e}", file=sys.stderr)
@@ -95,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--in-process", action="store_true",
                    help="run the engines in the gateway's process (default: each in a child process of its own)")
     p.add_argument("--config", help="a TOML settings file (see gateway/settings.py)")
+    p.add_argument("--talker", help="the Qwen3 models' talker: native (default) or vllm (needs vLLM; docs/vllm.md)")
     p.add_argument("--redis-url", help="shared session state (env VOXGATE_REDIS_URL); default: embedded, one process")
     p.add_argument("--api-keys", help="tenant=<sha256hex>,… or a JSON file of tenants (env VOXGATE_API_KEYS)")
     p.add_argument("--insecure", action="store_true", help="allow serving a non-loopback address with no API keys")

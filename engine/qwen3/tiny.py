@@ -265,13 +265,16 @@ def _state(module: nn.Module, prefix: str) -> dict[str, torch.Tensor]:
 
 
 def make_tiny_checkpoint(path: str | Path, seed: int = 0, model_type: str = "custom_voice",
-                         talker_head_dim: int = 16) -> Path:
+                         talker_head_dim: int = 16,
+                         configs: tuple[Qwen3TTSConfig, SpeechTokenizerConfig, GenerationDefaults] | None = None
+                         ) -> Path:
     """Write a tiny checkpoint directory at `path` (created if needed) and return it. `model_type`:
     custom_voice (speakers vivian, ryan, dylan, eric), voice_design, or base (with a speaker encoder);
-    `talker_head_dim` 32 for a checkpoint vLLM's CPU attention runs too (see `tiny_configs`)."""
+    `talker_head_dim` 32 for a checkpoint vLLM's CPU attention runs too (see `tiny_configs`). `configs`
+    replaces the tiny sizes (bench/gpu_check.sh: random weights at the real 0.6B/1.7B sizes)."""
     root = Path(path)
     (root / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
-    cfg, codec_cfg, gen = tiny_configs(model_type, talker_head_dim)
+    cfg, codec_cfg, gen = configs or tiny_configs(model_type, talker_head_dim)
     g = torch.Generator().manual_seed(seed)
     tc = cfg.talker_config
     with torch.no_grad():

