@@ -289,7 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE",
                     help="extra load_engine option, e.g. max_codec_rows=4 (value parsed as JSON when it can be)")
     ap.add_argument("--smoke", action="store_true", help="concurrency 1,2 and 8 frames: checks the harness runs")
+    ap.add_argument("--talker", default=None, metavar="native,vllm",
+                    help="these talker backends side by side instead (bench/talker_bench.py, its own options)")
     args = ap.parse_args(argv)
+    if args.talker:
+        from talker_bench import main as talker_main
+
+        return talker_main(sys.argv[1:] if argv is None else argv)
     levels = [int(x) for x in args.concurrency.split(",")]
     if args.smoke:
         levels, args.frames = [1, 2], 8

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="concurrency 1,2 and 8 frames: checks the harness runs")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--cuda-graphs", action="store_true", help="the native talker's CUDA graphs (engine/graphs.py)")
-    args = ap.parse_args(argv)
+    args, _ = ap.parse_known_args(argv)  # also called by engine_bench.py --talker: its other options pass
     levels = [1, 2] if args.smoke else [int(x) for x in args.concurrency.split(",")]
     if args.smoke:
         args.frames = 8
