@@ -22,7 +22,7 @@ import pytest
 from support.servers import serve
 from support.wsclient import call, open_session, until, utterance
 
-from engine import Engine
+from engine import Engine, load_engine
 from gateway.models import in_process
 from gateway.settings import ModelSpec
 from sessions import hash_api_key
@@ -45,14 +45,18 @@ class Shared:
 
 @pytest.fixture(scope="module")
 def two(piper_engine: Engine) -> Iterator[str]:
-    """piper (the default) and spare, and fresh: a model loaded at run time with its own engine."""
+    """piper (the default) and spare, each its own engine (spare's reloads share the session's); churn, and
+    fresh: models loaded at run time (fresh with an engine of its own)."""
     def factory(spec: ModelSpec) -> Engine:
         return in_process(spec) if spec.name == "fresh" else Shared(piper_engine)  # type: ignore[return-value]
 
+    spare = load_engine("piper")
     models = (ModelSpec(name="spare", kind="piper"), ModelSpec(name="churn", kind="piper", preload=False),
               ModelSpec(name="fresh", kind="piper", preload=False))  # fmt: skip
     yield from serve(piper_engine, model="piper,spare,churn,fresh", models=models, factory=factory,
-                     engine_processes=False, model_aliases={"Qwen/Qwen3-TTS": "spare"})  # fmt: skip
+                     engines={"spare": spare}, engine_processes=False,
+                     model_aliases={"Qwen/Qwen3-TTS": "spare"})  # fmt: skip
+    spare.close()
 
 
 def get(addr: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -75,11 +79,19 @@ def wait_state(addr: str, name: str, wanted: str, timeout: float = 30) -> dict[s
         time.sleep(0.05)
 
 
-def ttfa_count(addr: str, model: str) -> float:
+def metric(addr: str, prefix: str) -> float:
     with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
         body = r.read().decode()
-    prefix = f'voxgate_response_ttfa_seconds_count{{model="{model}",tenant="default"}} '
     return next((float(line.removeprefix(prefix)) for line in body.splitlines() if line.startswith(prefix)), 0.0)
+
+
+def ttfa_count(addr: str, model: str) -> float:
+    return metric(addr, f'voxgate_response_ttfa_seconds_count{{model="{model}",tenant="default"}} ')
+
+
+def busy_s(addr: str, model: str) -> float:
+    """The seconds the model's own engine has synthesised (each engine measures its own)."""
+    return metric(addr, f'voxgate_engine_busy_seconds_total{{model="{model}"}} ')
 
 
 async def test_one_socket_switches_model_between_utterances(two: str) -> None:
@@ -88,10 +100,12 @@ async def test_one_socket_switches_model_between_utterances(two: str) -> None:
     assert ready["type"] == "session.ready", ready
     events, audio = await utterance(ws, "The first model speaks.")
     assert events[-1]["type"] == "session.done" and audio, events
+    busy = {m: busy_s(two, m) for m in ("piper", "spare")}
     await ws.send(json.dumps({"type": "session.config", "model": "spare"}))
     assert (await until(ws, "session.ready"))[-1]["type"] == "session.ready"
     events, audio = await utterance(ws, "The second model speaks.")
     assert events[-1]["type"] == "session.done" and audio, events
+    assert busy_s(two, "spare") > busy["spare"] and busy_s(two, "piper") == busy["piper"]  # spare's engine spoke
     await ws.send(json.dumps({"type": "session.config", "model": "nope"}))
     error = (await until(ws, "error"))[-1]
     assert error["code"] == "unknown_model" and "piper" in error["message"], error
