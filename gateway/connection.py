@@ -289,8 +289,10 @@ class Connection:
                               instructions=cfg.instructions, output=cfg.output_mode,
                               word_timings=cfg.word_timestamps)  # fmt: skip
 
-    def open_stream(self, cfg: SessionConfig, voice: tuple[str | None, dict[str, Any]]) -> Stream:
-        return open_request(self.engine, self._request(cfg, voice))
+    def open_stream(self, cfg: SessionConfig, voice: tuple[str | None, dict[str, Any]],
+                    engine: Engine | None = None) -> Stream:  # fmt: skip
+        """`engine`: the model's the utterance began on (None: the session's now)."""
+        return open_request(self.engine if engine is None else engine, self._request(cfg, voice))
 
     def next_utterance_index(self) -> int:
         self.utterance_count += 1

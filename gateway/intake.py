@@ -141,9 +141,11 @@ class TextIntake:
         utterance's pump tells the client `audio.waiting {reason: "queue"}` when its turn comes first."""
         conn = self.conn
         assert conn.config is not None
-        cfg, voice = conn.config, conn.voice
+        # The engine of the model the utterance begins on: a session.config naming another model while it
+        # waits for admission must not move it (its admission is this model's).
+        cfg, voice, engine = conn.config, conn.voice, conn.engine
         if conn.admission is None:
-            return conn.open_stream(cfg, voice)
+            return conn.open_stream(cfg, voice, engine)
 
         def admitted(ticket: Ticket) -> None:  # its text goes to the engine now, with no await between
             utt.queue_wait_s = ticket.waited_s
@@ -156,7 +158,7 @@ class TextIntake:
         # A listener still playing this session's audio must not hear a gap before the next utterance:
         # its stream goes before newcomers once that audio runs low (engine/admission.py, continuations).
         listening = conn.listener.ahead()
-        return QueuedStream(conn.admission, tenant.name, tenant.weight, lambda: conn.open_stream(cfg, voice),
+        return QueuedStream(conn.admission, tenant.name, tenant.weight, lambda: conn.open_stream(cfg, voice, engine),
                             on_lost=lambda e, indexes: self._lost(utt, e, indexes), on_admitted=admitted,
                             frame_rate_hz=frame_rate, listening_s=listening if listening > 0 else None)  # fmt: skip
 
