@@ -7,7 +7,8 @@
 #    deps (its torch pin is the CPU build), and what the engine and the tests import;
 # 2. runs on CUDA the native talker's CUDA-graph tests and conformance, and the vLLM tier
 #    (tests/vllm_talker with VOXGATE_TEST_DEVICE=cuda: exactness vs the native talker, cancel, KV);
-# 3. writes random-weight checkpoints at the real 0.6B and 1.7B sizes (bench/random_checkpoint.py);
+# 3. writes random-weight checkpoints at the real 0.6B and 1.7B sizes (bench/random_checkpoint.py; on
+#    the CPU, in the background while 2. runs);
 # 4. for each: engine frames/s, TTFA p50/p95 and underruns at 1, 8, 32 and 64 streams, native
 #    (cuda_graphs) vs vLLM, side by side (bench/talker_bench.py);
 # 5. bench/load.py against a gateway on the 0.6B checkpoint at rising Poisson rates, native then vLLM.
@@ -45,6 +46,13 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT
 $PY -c "import torch, vllm; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'vllm', vllm.__version__)" \
   | tee -a "$OUT/gpu.txt"
 
+# The checkpoints are CPU work: written in the background while the GPU runs the tests.
+CK=/tmp/voxgate-gpu-check
+$PY bench/random_checkpoint.py 0.6b $CK/0.6b > "$OUT/checkpoint_0.6b.log" 2>&1 &
+ck_small=$!
+$PY bench/random_checkpoint.py 1.7b $CK/1.7b > "$OUT/checkpoint_1.7b.log" 2>&1 &
+ck_large=$!
+
 phase "native talker on CUDA: CUDA graphs + conformance (limit 35 s)"
 timeout "$(limit 35)" $PY -m pytest -q -p no:cacheprovider tests/engine/test_graphs.py tests/engine/test_talker_conformance.py \
   2>&1 | tail -5 | tee "$OUT/native_tests.txt"
@@ -55,14 +63,18 @@ VOXGATE_TEST_DEVICE=cuda timeout "$(limit 60)" $PY -m pytest -q -p no:cacheprovi
   2>&1 | tail -8 | tee "$OUT/vllm_tests.txt"
 record vllm_tests "${PIPESTATUS[0]}"
 
-phase "random-weight checkpoints 0.6B and 1.7B (limit 40 s)"
-CK=/tmp/voxgate-gpu-check
-timeout "$(limit 40)" bash -c "$PY bench/random_checkpoint.py 0.6b $CK/0.6b & $PY bench/random_checkpoint.py 1.7b $CK/1.7b & wait"
-record checkpoints $?
+phase "random-weight checkpoints 0.6B and 1.7B (written since the install; waiting at most 60 s more)"
+wait_until=$((SECONDS + $(limit 60)))
+for pid in $ck_small $ck_large; do
+  while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $wait_until ]; do sleep 1; done
+  if kill -0 "$pid" 2>/dev/null; then kill "$pid"; record "checkpoint pid $pid" timeout; else
+    wait "$pid"; record "checkpoint pid $pid" $?; fi
+done
+tail -n 2 "$OUT"/checkpoint_*.log
 
 for size in 0.6b 1.7b; do
-  phase "engine bench $size: native (cuda_graphs) vs vLLM at 1,8,32,64 streams (limit 60 s)"
-  timeout "$(limit 60)" $PY bench/talker_bench.py --talker native,vllm --model "$CK/$size" --device cuda --cuda-graphs \
+  phase "engine bench $size: native (cuda_graphs) vs vLLM at 1,8,32,64 streams (limit 70 s)"
+  timeout "$(limit 70)" $PY bench/talker_bench.py --talker native,vllm --model "$CK/$size" --device cuda --cuda-graphs \
     --concurrency 1,8,32,64 --frames 50 --threads 4 --json "$OUT/talkers_$size.json" 2>&1 \
     | grep -v -E "^(INFO|WARNING|\(EngineCore)" | tail -12 | tee "$OUT/talkers_$size.txt"
   record "talkers_$size" "${PIPESTATUS[0]}"
