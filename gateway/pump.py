@@ -70,6 +70,7 @@ async def pump_audio(conn: Connection, utt: Utterance) -> None:
         await conn.emit(SessionDone(utterance_index=utt.index, total_sentences=0, timing=timing))
         return
     sink: Sink = CodecSink(conn, utt) if conn.codec_mode else PcmSink(conn, utt)
+    model = conn.model  # the model it is spoken by: a later session.config may name another
     end = await _stream(conn, utt, sink)
     if end is None:
         return
@@ -83,7 +84,7 @@ async def pump_audio(conn: Connection, utt: Utterance) -> None:
     failed = end.reason == "error"
     if failed:
         await _engine_failed(conn, utt, end)
-    timing = _timed(conn, sink.clock, utt, failed)
+    timing = _timed(conn, sink.clock, utt, failed, model)
     await conn.emit(await sink.done(failed, timing))
     # Redis has the spoken log before the client hears the utterance is done (a resume elsewhere right
     # after session.done sees it).
@@ -142,13 +143,13 @@ async def _engine_failed(conn: Connection, utt: Utterance, end: StreamEnd) -> No
     await conn.error(end.code or "engine_error", message, utterance_index=utt.index, segment_indexes=unspoken)
 
 
-def _timed(conn: Connection, clock: ResponseClock, utt: Utterance, failed: bool) -> Timing:
+def _timed(conn: Connection, clock: ResponseClock, utt: Utterance, failed: bool, model: str) -> Timing:
     """The utterance's timing record; a complete one also goes to the histograms. Its start and queue
     wait are read now: admission sets them when it lets the text go in, which may follow the pump's start."""
     clock.start, clock.queue_wait_s = utt.engine_at, utt.queue_wait_s
     timing = clock.record()
     if not failed:
-        observe(timing, conn.model, conn.session.tenant.name)
+        observe(timing, model, conn.session.tenant.name)
     return timing
 
 
