@@ -18,6 +18,11 @@ left context (approximate, no carried state), keeping only the new samples.
 
     python bench/engine_bench.py [--model tiny|PATH] [--concurrency 1,2,4,8,16,32] [--frames 100]
         [--threads 1] [--json bench/out/engine.json] [--png bench/out/engine.png] [--smoke]
+
+`--process` compares instead the same engine in-process and in a child process (engine/process,
+the server's default) at each concurrency (default 1, 16, 32), in turn and in alternating order so the
+box's noise hits both alike: frames/s, TTFA and their ratio (process ÷ in-process); JSON to
+bench/out/engine_process.json unless `--json` says otherwise.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ RATE = 24000
 FRAME = 1920
 BASELINE_CHUNK = 12  # frames per baseline decode (faster-qwen3-tts streams 12-frame chunks)
 BASELINE_LEFT = 25  # frames of left context re-decoded with each chunk
+CONCURRENCY = "1,2,4,8,16,32"
+DEFAULT_JSON = REPO / "bench" / "out" / "engine.json"
 TEXT = "Thanks for waiting. I checked your account, and the refund went out this morning. "
 
 
@@ -132,6 +139,58 @@ async def engine_cancels(eng: Qwen3Engine, n: int, text: str, seed0: int) -> dic
         "cycle_p50_ms": 1e3 * statistics.median(cycles) if cycles else None,
         "cycle_max_ms": 1e3 * max(cycles) if cycles else None,
     }
+
+
+async def contract_run(eng: Any, n: int, text: str, seed0: int) -> dict[str, Any]:
+    """`engine_run` through the contract alone (any Engine: in-process or in a child process)."""
+    t0 = time.perf_counter()
+    streams = []
+    for i in range(n):
+        s = eng.open_stream(None, "en", seed=seed0 + i)
+        s.append(text)
+        s.finish()
+        streams.append(s)
+    results = await asyncio.gather(*[_consume(s, t0) for s in streams])
+    return summarize_run(results, time.perf_counter() - t0, 0.0)
+
+
+def process_main(args: argparse.Namespace, levels: list[int], options: dict[str, Any]) -> int:
+    """In-process vs child process, side by side (module docstring)."""
+    from engine.process import start_engine
+
+    t = time.perf_counter()
+    child = start_engine(args.model, **options)  # warms while the in-process twin loads
+    inproc = load_engine(args.model, **options)
+    assert isinstance(inproc, Qwen3Engine)
+    child.wait_ready(900)
+    print(f"model {args.model}: both warm in {time.perf_counter() - t:.1f} s; load average {os.getloadavg()[0]:.1f}")
+    text = bench_text(inproc.model, args.frames)
+    rows: list[dict[str, Any]] = []
+    try:
+        for i, n in enumerate(levels):
+            row: dict[str, Any] = {"n": n}
+            for side in ("inproc", "process") if i % 2 == 0 else ("process", "inproc"):
+                row[side] = asyncio.run(contract_run(inproc if side == "inproc" else child, n, text, 1000 * i))
+            row["frames_per_s_ratio"] = row["process"]["frames_per_s"] / row["inproc"]["frames_per_s"]
+            rows.append(row)
+            print(f"  N={n}: in-process {row['inproc']['frames_per_s']:.1f} f/s, process "
+                  f"{row['process']['frames_per_s']:.1f} f/s ({row['frames_per_s_ratio']:.3f})", flush=True)
+    finally:
+        child.close()
+        inproc.close()
+    head = f"{'N':>3} | {'in-proc f/s':>11} {'TTFA p50':>8} | {'process f/s':>11} {'TTFA p50':>8} | {'ratio':>5}"
+    print(f"\n{head}\n{'-' * len(head)}")
+    for r in rows:
+        a, b = r["inproc"], r["process"]
+        print(f"{r['n']:>3} | {a['frames_per_s']:>11.1f} {_fmt(a['ttfa_p50_s'], '.3f'):>8} | "
+              f"{b['frames_per_s']:>11.1f} {_fmt(b['ttfa_p50_s'], '.3f'):>8} | {r['frames_per_s_ratio']:>5.3f}")
+    path = args.json if args.json != DEFAULT_JSON else REPO / "bench" / "out" / "engine_process.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"model": args.model, "frames_per_stream": args.frames, "options": options,
+                                "cpu_count": os.cpu_count(), "load_average": os.getloadavg()[0], "rows": rows},
+                               indent=2, default=str))
+    print(f"\nwrote {path}")
+    return 0
 
 
 # ---- the baseline --------------------------------------------------------------------------------
@@ -280,10 +339,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="tiny")
-    ap.add_argument("--concurrency", default="1,2,4,8,16,32")
+    ap.add_argument("--concurrency", default=CONCURRENCY)
     ap.add_argument("--frames", type=int, default=100, help="frames per stream (the cap; 12.5 frames = 1 s)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (engine core and baseline)")
-    ap.add_argument("--json", type=Path, default=REPO / "bench" / "out" / "engine.json")
+    ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
     ap.add_argument("--png", type=Path, default=REPO / "bench" / "out" / "engine.png")
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE",
@@ -291,11 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="concurrency 1,2 and 8 frames: checks the harness runs")
     ap.add_argument("--talker", default=None, metavar="native,vllm",
                     help="these talker backends side by side instead (bench/talker_bench.py, its own options)")
+    ap.add_argument("--process", action="store_true", help="in-process vs child process (module docstring)")
     args = ap.parse_args(argv)
     if args.talker:
         from talker_bench import main as talker_main
 
         return talker_main(sys.argv[1:] if argv is None else argv)
+    if args.process and args.concurrency == CONCURRENCY:
+        args.concurrency = "1,16,32"
     levels = [int(x) for x in args.concurrency.split(",")]
     if args.smoke:
         levels, args.frames = [1, 2], 8
@@ -308,8 +370,11 @@ def main(argv: list[str] | None = None) -> int:
             extra[key] = json.loads(value)
         except json.JSONDecodeError:
             extra[key] = value
-    eng = load_engine(args.model, max_streams=max_n, threads=args.threads, max_frames=args.frames,
-                      max_context=max(256, 64 * math.ceil((args.frames + 160) / 64)), **extra)
+    options = dict(max_streams=max_n, threads=args.threads, max_frames=args.frames,
+                   max_context=max(256, 64 * math.ceil((args.frames + 160) / 64)), **extra)
+    if args.process:
+        return process_main(args, levels, options)
+    eng = load_engine(args.model, **options)
     assert isinstance(eng, Qwen3Engine)
     per_slot = eng.core.bytes_per_slot()
     print(f"model {args.model}: loaded and warmed in {time.perf_counter() - t:.1f} s; "

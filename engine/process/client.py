@@ -44,6 +44,8 @@ from engine.types import (
     StreamRequest,
     VoiceInfo,
     Waiting,
+    Words,
+    WordTiming,
 )
 
 log = logging.getLogger("voxgate.engine.process")
@@ -153,6 +155,8 @@ class ProcessEngine:
         self._state: State = "warming"
         self._last_error: str | None = None
         self._info: wire.Info | None = None
+        self._voices: tuple[VoiceInfo, ...] = ()
+        self._failed_code = UNAVAILABLE  # a child that could not load says which code (model_unavailable, …)
         self._capacity: Capacity | None = None
         self._memory: dict[str, int] = {}
         self._restarts = 0
@@ -216,8 +220,8 @@ class ProcessEngine:
         return self._declared().supports_cloning
 
     def voices(self) -> list[VoiceInfo]:
-        return [VoiceInfo(v.name, v.languages, v.kind, v.description, dict(v.extra))  # type: ignore[arg-type]
-                for v in self._declared().voices]
+        self._declared()
+        return list(self._voices)
 
     def languages(self) -> list[str]:
         return list(self._declared().languages)
@@ -233,7 +237,8 @@ class ProcessEngine:
 
     def _unavailable(self) -> EngineError:
         why = f": {self._last_error}" if self._last_error else ""
-        return EngineError(UNAVAILABLE, f"the engine {self.spec!r} is {self._state}{why}")
+        code = self._failed_code if self._state == "failed" else UNAVAILABLE
+        return EngineError(code, f"the engine {self.spec!r} is {self._state}{why}")
 
     def check(self, request: StreamRequest) -> None:
         """The child's `check`, answered from a cache when the same request was checked before (the
@@ -431,16 +436,19 @@ class ProcessEngine:
         if isinstance(msg, wire.Beat):
             self._memory = msg.memory
             self._capacity = None if msg.capacity is None else Capacity(*msg.capacity)
-        elif isinstance(msg, wire.Audio | wire.Codec | wire.Wait):
+        elif isinstance(msg, wire.Audio | wire.Codec | wire.WordsMsg | wire.Wait):
             stream = self._streams.get(msg.sid)
             if stream is None:
                 return  # cancelled here: its last events are still on their way
             if isinstance(msg, wire.Audio):
-                ev: AudioChunk | CodecFrames | Waiting = AudioChunk(
+                ev: AudioChunk | CodecFrames | Words | Waiting = AudioChunk(
                     np.frombuffer(frames[1], dtype=np.int16), msg.sample_rate, msg.first_frame, msg.segment)
             elif isinstance(msg, wire.Codec):
                 codes = np.frombuffer(frames[1], dtype=np.int16).reshape(-1, msg.codebooks)
                 ev = CodecFrames(codes, msg.first_frame, msg.segment, msg.prime)
+            elif isinstance(msg, wire.WordsMsg):
+                timings = tuple(WordTiming(w, start, end) for w, start, end in msg.words)
+                ev = Words(msg.segment, msg.sample_rate, timings, msg.estimated)
             else:
                 ev = Waiting(msg.reason, msg.ahead)
             try:
@@ -472,7 +480,7 @@ class ProcessEngine:
             self._ready(msg.info)
         elif isinstance(msg, wire.Failed):
             with self._changed:
-                self._state, self._last_error = "failed", msg.message
+                self._state, self._last_error, self._failed_code = "failed", msg.message, msg.code
                 self._changed.notify_all()
             log.error("engine %r failed to load: %s", self.spec, msg.message)
 
@@ -480,8 +488,10 @@ class ProcessEngine:
         assert self._child is not None
         self._child.ready_at = time.monotonic()
         self._start_failures = 0
+        voices = tuple(VoiceInfo(v.name, v.languages, v.kind, v.description, dict(v.extra))  # type: ignore[arg-type]
+                       for v in info.voices)
         with self._lock:
-            self._info = info
+            self._info, self._voices = info, voices
             self._check_cache.clear()
         self._set_state("ready")
         log.info("engine %r ready in its process (pid %d, warm-up %.1f s)", self.spec, info.pid, info.warmup_s)

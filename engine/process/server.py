@@ -24,7 +24,17 @@ import zmq
 import zmq.asyncio
 
 from engine.process import wire
-from engine.types import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamRequest, Waiting
+from engine.types import (
+    AudioChunk,
+    CodecFrames,
+    Engine,
+    EngineError,
+    Stream,
+    StreamEnd,
+    StreamRequest,
+    Waiting,
+    Words,
+)
 
 log = logging.getLogger("voxgate.engine.process")
 
@@ -123,8 +133,13 @@ class EngineServer:
                 elif isinstance(ev, CodecFrames):
                     codes = np.ascontiguousarray(ev.codes, dtype=np.int16)
                     await self.send(wire.Codec(sid, ev.first_frame, ev.segment, ev.prime, codes.shape[1]), codes.data)
+                elif isinstance(ev, Words):
+                    words = [(w.word, w.start, w.end) for w in ev.words]
+                    await self.send(wire.WordsMsg(sid, ev.segment, ev.sample_rate, words, ev.estimated))
                 elif isinstance(ev, Waiting):
                     await self.send(wire.Wait(sid, ev.reason, ev.ahead))
+                else:  # an event this transport does not know yet: said, never silently lost
+                    raise TypeError(f"no wire message for {type(ev).__name__}")
         except Exception as e:  # the stream's own failure ends it, never the process
             log.exception("stream %d failed", sid)
             end = StreamEnd("error", f"the engine stream failed ({type(e).__name__})")

@@ -124,6 +124,14 @@ class Codec(_Msg, tag="codec"):
     codebooks: int  # payload: int16 codes, [n, codebooks]
 
 
+class WordsMsg(_Msg, tag="words"):
+    sid: int
+    segment: int
+    sample_rate: int
+    words: list[tuple[str, int, int]]  # word, start, end
+    estimated: bool
+
+
 class Wait(_Msg, tag="wait"):
     sid: int
     reason: str
@@ -151,7 +159,7 @@ class Checked(_Msg, tag="checked"):
     message: str
 
 
-Event = Hello | Ready | Failed | Beat | Audio | Codec | Wait | End | Refused | Checked
+Event = Hello | Ready | Failed | Beat | Audio | Codec | WordsMsg | Wait | End | Refused | Checked
 
 command_encoder = msgspec.msgpack.Encoder()
 command_decoder = msgspec.msgpack.Decoder(Command)

@@ -20,17 +20,19 @@ import pytest
 from support.servers import serve
 from support.wsclient import open_session, utterance
 
-from engine.process import ProcessEngine
+from engine import AudioChunk, EngineError, StreamEnd
+from engine.process import ProcessEngine, start_engine
 from engine.process.supervisor import Backoff
 
 from .conftest import PIPER
 
+HANG_S = 3.0  # silence from a warm child past this: it is stuck, killed and restarted
 LONG = "This answer goes on for a while, so that it is still speaking when its engine dies. " * 6
 
 
 @pytest.fixture(scope="module")
 def child() -> Iterator[ProcessEngine]:
-    engine = ProcessEngine("piper", PIPER, backoff=Backoff(first=0.3))
+    engine = ProcessEngine("piper", PIPER, backoff=Backoff(first=0.3), hang_timeout_s=HANG_S)
     try:
         engine.wait_ready(240)
         yield engine
@@ -93,3 +95,38 @@ async def test_kill_9_mid_stream_ends_it_with_an_error_and_the_next_session_spea
     assert events[-1]["type"] == "session.done", events[-1]
     assert sum(len(b) for b in audio) > 24000  # over half a second of 24 kHz int16
     await ws.close()
+
+
+async def test_a_child_that_stops_answering_is_killed_and_restarted(child: ProcessEngine) -> None:
+    await asyncio.to_thread(child.wait_ready, 120)
+    restarts, pid = child.restarts, child.pid
+    assert pid is not None
+    stream = child.open_stream("joe", "en")
+    stream.append(LONG)
+    stream.finish()
+    events = stream.events()
+    assert isinstance(await asyncio.wait_for(anext(events), 30), AudioChunk)
+    os.kill(pid, signal.SIGSTOP)  # alive, and silent: a deadlock as the parent sees it
+    t0 = time.monotonic()
+    rest = [ev async for ev in events]
+    assert isinstance(rest[-1], StreamEnd) and rest[-1].code == "engine_restarting", rest[-1]
+    assert time.monotonic() - t0 < HANG_S + 3
+    assert child.restarts == restarts + 1 and "sent nothing" in (child.last_error or "")
+    with pytest.raises(EngineError) as refused:  # until it is warm again (the test above saw one speak again)
+        child.open_stream("joe", "en")
+    assert refused.value.code == "engine_unavailable"
+
+
+def test_an_engine_that_cannot_load_fails_once_and_says_why() -> None:
+    engine = start_engine("piper", no_such_option=1)
+    try:
+        with pytest.raises(EngineError) as err:
+            engine.wait_ready(120)
+        assert err.value.code in ("model_unavailable", "invalid_option")
+        assert engine.state == "failed" and "no_such_option" in (engine.last_error or "")
+        assert engine.restarts == 0  # restarting would not help
+        with pytest.raises(EngineError) as refused:
+            engine.open_stream(None, "en")
+        assert refused.value.code == err.value.code
+    finally:
+        engine.close()
