@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 from litestar import Request, Response, post
 from litestar.di import NamedDependency
+from litestar.params import JSONBody
 from litestar.response import Stream as StreamResponse
 
 from engine import AudioChunk, Engine, Stream, StreamEnd, StreamRequest
@@ -256,8 +257,8 @@ class SpeechBody:
 
 @post("/v1/audio/speech", status_code=200, request_max_body_size=MAX_BODY_BYTES)  # OpenAI answers 200, not 201
 async def create_speech(
-    data: SpeechRequest, request: Request, models: NamedDependency[ModelRegistry], store: NamedDependency[SessionStore],
-    tenant: NamedDependency[Tenant], settings: NamedDependency[Settings],
+    data: JSONBody[SpeechRequest], request: Request, models: NamedDependency[ModelRegistry],
+    store: NamedDependency[SessionStore], tenant: NamedDependency[Tenant], settings: NamedDependency[Settings],
 ) -> Response:
     model = api_serving(models, data.model)  # `model` picks one (404 unknown_model; 503 while it cannot serve)
     engine, admission = cast(Engine, model.served), model.admission
