@@ -112,6 +112,25 @@ async def test_streamed_text_parks_in_one_vllm_request_and_gives_the_native_code
     assert requests == 1 and segments == len(PIECES)
 
 
+async def test_seeded_sampling_gives_the_native_talkers_codes(model: Qwen3TTSModel, talker_factory: Any) -> None:
+    """Codebook 0 is drawn by our sampler from the stream's own generator on both talkers, so a seeded
+    sampled stream speaks the same codes (the logits agree to float rounding; the draws are the same)."""
+    # Sampling engines of their own; the vLLM one borrows the shared talker, idle between tests.
+    sampled = {k: v for k, v in OPTIONS.items() if k != "greedy"} | {"warm_up": False}
+    engines = [Qwen3Engine(model, **sampled), Qwen3Engine(model, talker=talker_factory, **sampled)]
+    try:
+        runs = []
+        for engine in engines:
+            stream = engine.open_stream("ryan", "en", output="codec_tokens", seed=1234)
+            stream.append(PIECES[0] + PIECES[1])
+            stream.finish()
+            runs.append(codes([ev async for ev in stream.events()]))
+        assert runs[0].shape[0] >= 5 and np.array_equal(runs[1], runs[0])
+    finally:
+        for engine in engines:
+            engine.close()
+
+
 async def test_pcm_is_within_two_lsb_of_the_native_engines(native: Qwen3Engine, on_vllm: Qwen3Engine) -> None:
     want = pcm(await speak(native, PIECES, codec=False))
     got = pcm(await speak(on_vllm, PIECES, codec=False))
