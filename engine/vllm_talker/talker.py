@@ -44,7 +44,7 @@ from engine.talker_backend import TalkerSpec
 from engine.types import EngineError
 from engine.vllm_talker import side as side_state
 from engine.vllm_talker.plugin import ARCHITECTURE, register
-from engine.vllm_talker.side import SideState, SlotState, expect
+from engine.vllm_talker.side import LayoutError, SideState, SlotState, expect
 
 log = logging.getLogger("voxgate.engine.vllm")
 
@@ -235,7 +235,8 @@ class VllmTalker:
         side.by_request[rid] = slot
         self.stats["prefills"] += 1
         side.allowed = {rid}
-        chunks = math.ceil(t / self.engine.vllm_config.scheduler_config.max_num_batched_tokens)
+        # Chunks of at most max_num_batched_tokens; a little slack for a scheduler that cuts them smaller.
+        chunks = math.ceil(t / self.engine.vllm_config.scheduler_config.max_num_batched_tokens) + 2
         try:
             for _ in range(chunks):
                 self._engine_step()
@@ -264,8 +265,10 @@ class VllmTalker:
         finally:
             side.allowed = set()
         self.stats["steps"] += 1
-        expect(set(side.sampled) == set(slots),
-               f"vLLM stepped slots {sorted(side.sampled)}, the core asked for {sorted(slots)}")
+        if set(side.sampled) != set(slots):
+            # Some requests advanced and some did not: a re-run row by row would not find them as they were.
+            self._broken = LayoutError(f"vLLM stepped slots {sorted(side.sampled)}, the core asked for {sorted(slots)}")
+            raise self._broken
         return [side.sampled[s] for s in slots]
 
     def _predictor_cache(self, rows: int) -> KVCache:
