@@ -22,6 +22,7 @@ from gateway.connection import Connection
 from gateway.dependencies import DEPENDENCIES
 from gateway.drain import DRAIN_REASON, Drain
 from gateway.errors import EXCEPTION_HANDLERS, ApiError
+from gateway.lexicons import lexicon_routes
 from gateway.model_routes import model_routes
 from gateway.models import EngineFactory, ModelRegistry, in_child, in_process
 from gateway.openai_api import openai_routes
@@ -186,7 +187,7 @@ def create_app(
     if engine is not None:
         given.setdefault(specs[0].name, engine)
     routes = [health, metrics_endpoint, speech_stream, cancel_session, *model_routes, *admin_routes]
-    routes += [*openai_routes, *batch_routes, *voice_routes, *playground_routes]
+    routes += [*openai_routes, *batch_routes, *voice_routes, *lexicon_routes, *playground_routes]
     # Handlers raise (ApiError, EngineError, QueueFull, store errors, bad bodies); one table
     # (gateway/errors.py) turns each into its status and OpenAI's body. Handlers are given the engine,
     # store, settings and tenant (gateway/dependencies.py). Every response carries x-request-id.

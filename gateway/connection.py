@@ -47,6 +47,7 @@ from gateway.session_state import SessionBinding
 from gateway.settings import Limits
 from gateway.utterance import Utterance
 from gateway.voices import open_request, stream_request
+from segmentation.lexicon import Pronunciations
 from sessions import SESSION_TAKEN_OVER
 
 __all__ = ["Connection", "Limits"]  # Limits lives in gateway.settings; importing it from here still works
@@ -80,6 +81,7 @@ class Connection:
         self._stopped = asyncio.Event()
         self._watch: asyncio.Task[None] | None = None
         self.voice: tuple[str | None, dict[str, Any]] = (None, {})  # resolved at session.config
+        self.pronunciations = Pronunciations({})  # the session's lexicon (session.config `lexicon`)
         self.close_code, self.close_reason = 1000, ""  # how the socket is closed, and why
         self.backlog = Backlog(limits)
         self.listener = self.backlog.listener  # the client's player, across utterances
@@ -266,6 +268,7 @@ class Connection:
         # The engine is the judge of voices, languages, options and capabilities (codec_tokens_unsupported,
         # voice_cloning_unsupported): it checks the request without opening a stream.
         chosen[0].check(self._request(cfg, voice))
+        self.pronunciations = await self.session.pronunciations(cfg.lexicon)
         self._chosen = chosen
         return voice
 

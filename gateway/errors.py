@@ -25,6 +25,7 @@ from sessions import (
     VoiceLimitExceeded,
     VoiceQuotaExceeded,
 )
+from sessions.lexicon import LexiconLimitExceeded
 
 MAX_MESSAGE = 200  # msgspec quotes an enum's given value: a client's string is never echoed whole
 
@@ -57,7 +58,7 @@ def _validation(exc: ValidationException) -> ApiError:
     field = extra.get("key") if isinstance(extra, dict) else None
     message = str(extra.get("message") or exc.detail)[:MAX_MESSAGE] if isinstance(extra, dict) else exc.detail
     # OpenAI's code for an over-long string; every other mismatch is an invalid value.
-    code = "string_above_max_length" if "of length <=" in message else "invalid_value"
+    code = "string_above_max_length" if "`str` of length <=" in message else "invalid_value"
     param = None if field in (None, "data") else str(field)
     if param is None and "required field `" in message:  # msgspec names a missing field only in its message
         param = message.split("`")[1]
@@ -75,7 +76,7 @@ def _engine(e: EngineError) -> ApiError:
 
 _STORE_STATUS: dict[type[SessionStoreError], int] = {VoiceExists: 409, VoiceLimitExceeded: 413,
                                                      VoiceQuotaExceeded: 413, InvalidId: 400, StateUnavailable: 503,
-                                                     SessionNotFound: 404}  # fmt: skip
+                                                     SessionNotFound: 404, LexiconLimitExceeded: 413}  # fmt: skip
 
 
 def _store(e: SessionStoreError) -> ApiError:

@@ -17,6 +17,7 @@ from gateway.outbox import SlowClient
 from gateway.protocol import ProtocolError, SegmentCommitted
 from gateway.utterance import Utterance
 from segmentation import Segment, StreamSegmenter, normalize_for_speech
+from segmentation.lexicon import Pronunciations
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -31,6 +32,12 @@ NORMALIZE_INLINE_CHARS = 1024
 
 def message_of(e: ProtocolError | EngineError) -> str:
     return e.message if isinstance(e, ProtocolError) else str(e)
+
+
+def _spoken(pronunciations: Pronunciations, text: str, language: str) -> str:
+    """What the engine is given for a committed segment: the session's lexicon applied, then normalised
+    (so a respelling is normalised too, and an entry matches the text as the client wrote it)."""
+    return normalize_for_speech(pronunciations.apply(text), language)
 
 
 class TextIntake:
@@ -79,7 +86,7 @@ class TextIntake:
         """An utterance of this context, its place in the playing order taken now."""
         utt = self.latest = Utterance(self.conn.next_utterance_index(), segmenter, context_id=self.context_id)
         self.conn.contexts.tag(utt)
-        utt.pump = self.conn.playout.start(utt)
+        self.conn.playout.reserve(utt)
         return utt
 
     async def commit(self, utt: Utterance, segments: list[Segment]) -> None:
@@ -110,9 +117,9 @@ class TextIntake:
         conn = self.conn
         assert conn.config is not None
         if len(text) > NORMALIZE_INLINE_CHARS:
-            spoken = await asyncio.to_thread(normalize_for_speech, text, conn.config.language)
+            spoken = await asyncio.to_thread(_spoken, conn.pronunciations, text, conn.config.language)
         else:
-            spoken = normalize_for_speech(text, conn.config.language)
+            spoken = _spoken(conn.pronunciations, text, conn.config.language)
         if not spoken or utt.cancelled:
             return
         await self._open(utt)
@@ -133,7 +140,7 @@ class TextIntake:
             await conn.playout.release_slot(utt)
             raise
         conn.session.begin(utt.index)
-        conn.playout.opened(utt)
+        utt.pump = conn.playout.start(utt)
 
     def _admitted_stream(self, utt: Utterance) -> Stream:
         """The engine stream, opened once admission lets it (gateway/admission.py). Never waits: the

@@ -33,29 +33,30 @@ class Playout:
         self.conn = conn
         self.playing: deque[Utterance] = deque()  # finished input, audio still to send, in order
         self.last_utterance: Utterance | None = None  # the last whose pump ended (what a late cancel names)
-        self._last_pump: asyncio.Task[None] | None = None
+        self._last_turn: asyncio.Future[None] | None = None  # the turn of the utterance begun last
+
+    def reserve(self, utt: Utterance) -> None:
+        """The utterance's place in the order, taken when it begins (contexts play in the order their
+        utterances began, whichever speaks first)."""
+        utt.after, utt.turn = self._last_turn, asyncio.get_running_loop().create_future()
+        self._last_turn = utt.turn
 
     def start(self, utt: Utterance) -> asyncio.Task[None]:
-        """The utterance's pump, begun with the utterance so its place in the order is taken: it sends the
-        audio once the one before has been sent and its own stream is open (or its input over)."""
-        task = asyncio.create_task(self._pump(utt, self._last_pump))
-        self._last_pump = task
-        return task
-
-    def opened(self, utt: Utterance) -> None:
-        """Its engine stream is open: its first segment is appended right after, with no await between
-        (under admission the stream is a QueuedStream, and `engine_at` is set again when admission lets
-        the text go in)."""
-        if utt.engine_at is None:
+        """The utterance's pump, started when its engine stream opens (or its input is over): it sends the
+        audio once every utterance before it has been sent."""
+        if utt.stream is not None and utt.engine_at is None:
+            # Its first segment is appended right after, with no await between (under admission the
+            # stream is a QueuedStream, and this is set again when admission lets the text go in).
             utt.engine_at = time.monotonic()
-        utt.ready.set()
+        return asyncio.create_task(self._pump(utt))
 
     def finished(self, utt: Utterance) -> None:
         """Its input is over (input.done): the engine stream finishes, the audio plays out in order."""
         utt.finished = True
         if utt.stream is not None:
             utt.stream.finish()
-        utt.ready.set()  # no audio: the pump still closes it in order
+        else:
+            utt.pump = self.start(utt)  # no audio: the pump still closes it in order
         assert utt.pump is not None
         if not utt.pump.done():  # one the engine ended early has told its client already
             self.playing.append(utt)
@@ -75,7 +76,8 @@ class Playout:
             with contextlib.suppress(ValueError):
                 self.playing.remove(utt)
             utt.cancelled = True
-            utt.ready.set()  # a pump still waiting for its stream ends at once
+            if utt.pump is None:  # never started: its turn passes once those before it are done
+                self._pass_on(utt)
             if utt.stream is not None:
                 utt.stream.cancel()
             conn.outbox.cancel_audio(utt.index)
@@ -113,14 +115,23 @@ class Playout:
         intake = self.conn.contexts.get(context_id)
         return None if intake is None else intake.latest
 
-    async def _pump(self, utt: Utterance, previous: asyncio.Task[None] | None) -> None:
-        """Send one utterance's audio once the utterance before it has been sent."""
-        if previous is not None:
-            with contextlib.suppress(BaseException):
-                await previous
+    def _pass_on(self, utt: Utterance) -> None:
+        """`utt` is done with: its turn is over once the one before it is (the order holds past a cancel)."""
+        def over(_: object = None) -> None:
+            if utt.turn is not None and not utt.turn.done():
+                utt.turn.set_result(None)
+
+        if utt.after is None or utt.after.done():
+            over()
+        else:
+            utt.after.add_done_callback(over)
+
+    async def _pump(self, utt: Utterance) -> None:
+        """Send one utterance's audio once every utterance before it has been sent."""
+        if utt.after is not None:
+            await asyncio.wait({utt.after})  # a wait, not an await: cancelling this pump leaves the turn alone
         conn = self.conn
         try:
-            await utt.ready.wait()  # its stream opens with its first speakable text; a cancel sets it too
             if utt.cancelled:
                 return
             await self._queued(utt)
@@ -141,6 +152,7 @@ class Playout:
                 self.playing.remove(utt)
             conn.backlog.forget(utt)
             conn.outbox.settled(utt.index)
+            self._pass_on(utt)
             await self.release_slot(utt)
 
     async def _queued(self, utt: Utterance) -> None:

@@ -64,6 +64,7 @@ class SessionConfig(msgspec.Struct, forbid_unknown_fields=False):
     output_mode: Literal["pcm", "codec_tokens"] = "pcm"  # codec_tokens: frames for on-device decoding
     session_id: str | None = None
     seed: int | None = None
+    lexicon: str | None = None  # a tenant lexicon's name (PUT /v1/lexicons/{name}): its pronunciations
     word_timestamps: bool = False  # vLLM-Omni's name: audio.words events beside the audio
     timestamps_format: Literal["voxgate", "vllm_omni"] | None = None  # None: vllm_omni if task_type was sent
 
@@ -84,7 +85,7 @@ class SessionConfig(msgspec.Struct, forbid_unknown_fields=False):
             raise ProtocolError("invalid_config", "seed must be between 0 and 2**63 - 1")
         if self.word_timestamps and self.output_mode == "codec_tokens":
             raise ProtocolError("invalid_config", "word_timestamps time audio; codec_tokens output has none")
-        for name in ("voice", "speaker", "model", "session_id", "language"):
+        for name in ("voice", "speaker", "model", "session_id", "language", "lexicon"):
             value = getattr(self, name)
             if value is not None and len(value) > 256:
                 raise ProtocolError("invalid_config", f"{name} is limited to 256 characters")

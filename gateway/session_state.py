@@ -20,8 +20,9 @@ from typing import Any
 import msgspec
 
 from engine import Engine
-from gateway.protocol import ProtocolError, SessionConfig
+from gateway.protocol import ProtocolError, SessionConfig, quote
 from gateway.voices import resolve_voice
+from segmentation.lexicon import Pronunciations
 from sessions import (
     AttachedSession,
     ControlMessage,
@@ -31,6 +32,7 @@ from sessions import (
     StreamSlot,
     Tenant,
 )
+from sessions.lexicon import LexiconStore
 
 log = logging.getLogger("voxgate.sessions")
 
@@ -115,6 +117,18 @@ class SessionBinding:
             return await resolve_voice(self.store, self.tenant, engine, name)
         except StateUnavailable as e:
             raise ProtocolError(e.code, str(e)) from None
+
+    async def pronunciations(self, lexicon: str | None) -> Pronunciations:
+        """The tenant's lexicon a session names (none: no entries); unknown_lexicon when there is none."""
+        if lexicon is None:
+            return Pronunciations({})
+        try:
+            found = await LexiconStore(self.store).get(self.tenant.name, lexicon)
+        except SessionStoreError as e:
+            raise ProtocolError(e.code, str(e)) from None
+        if found is None:
+            raise ProtocolError("unknown_lexicon", f"no lexicon {quote(lexicon)} (PUT /v1/lexicons/{{name}} first)")
+        return Pronunciations(found.entries)
 
     async def events(self) -> AsyncIterator[ControlMessage]:
         assert self.attached is not None

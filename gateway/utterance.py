@@ -35,7 +35,10 @@ class Utterance:
     codec_seq: int = 0  # codec_tokens mode: the next binary message's sequence number
     codec_frames: int = 0
     context_id: str | None = None  # its context (gateway/contexts.py); None: the session's default one
-    ready: asyncio.Event = field(default_factory=asyncio.Event)  # its stream is open, or its input is over
+    # Its place in the playing order (gateway/playout.py): `after` is the turn of the utterance begun before
+    # it, `turn` its own, done once its audio is all sent (or it is cancelled) and `after` is done.
+    after: asyncio.Future[None] | None = None
+    turn: asyncio.Future[None] | None = None
     words: UtteranceWords = field(default_factory=UtteranceWords)  # its words on its audio clock
     played_ms: float | None = None  # a cancel's playback position in it (0: queued behind the one playing)
 

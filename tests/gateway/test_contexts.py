@@ -161,7 +161,8 @@ async def test_a_bad_context_id_is_an_error_and_the_session_goes_on(gateway: str
 async def test_a_context_flood_is_refused_and_the_canary_keeps_speaking(gateway: str) -> None:
     r = await run(f"http://{gateway}", "context_flood", sockets=3, contexts=100, seconds=2.5)
     assert r.seen["too_many_contexts"] >= 3 * (100 - 5), r.seen  # every context past the bound was refused
-    assert set(r.seen["codes"]) <= {"too_many_contexts", "backlog_full"}, r.seen
+    # Open contexts holding admitted streams while the canary waits are finished early (utterance_timeout).
+    assert set(r.seen["codes"]) <= {"too_many_contexts", "backlog_full", "utterance_timeout"}, r.seen
     assert r.canary.failure is None and not r.canary.errors, r.canary
     assert r.canary.worst_wait_s < 5.0, r.canary
     assert r.health_worst_s < 1.0 and r.rss_growth_mb < 150, r

