@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from engine.qwen3 import Qwen3TTSModel, load_model, make_tiny_checkpoint
+from engine.qwen3_engine import Qwen3Engine
 from engine.talker_backend import TalkerBackend, TalkerSpec
 
 
@@ -75,6 +76,30 @@ def vllm_talker(model: Qwen3TTSModel) -> Iterator[Any]:
 def talker_factory(vllm_talker: Any) -> Any:
     """A `TalkerFactory` lending the shared talker to an engine's core."""
     return lambda _model, spec: Borrowed(vllm_talker, spec)
+
+
+# Small enough for the shared 6 × 128 talker; frames_per_token 2 leaves a request room for ~50 tokens.
+ENGINE_OPTIONS: dict[str, Any] = {"max_streams": SLOTS, "max_context": CONTEXT, "frames_per_token": 2.0,
+                                  "min_frames": 8, "greedy": True}
+
+
+@pytest.fixture(scope="session")
+def engine_options() -> dict[str, Any]:
+    return dict(ENGINE_OPTIONS)
+
+
+@pytest.fixture(scope="session")
+def native(model: Qwen3TTSModel) -> Iterator[Qwen3Engine]:
+    engine = Qwen3Engine(model, **ENGINE_OPTIONS)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def on_vllm(model: Qwen3TTSModel, talker_factory: Any) -> Iterator[Qwen3Engine]:
+    engine = Qwen3Engine(model, talker=talker_factory, **ENGINE_OPTIONS)
+    yield engine
+    engine.close()
 
 
 @pytest.fixture

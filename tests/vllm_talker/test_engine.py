@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,27 +20,10 @@ from engine.qwen3_engine import Qwen3Engine
 
 pytestmark = pytest.mark.vllm
 
-# Small enough for the shared 6 × 128 talker; frames_per_token 2 leaves a request room for ~50 tokens.
-OPTIONS: dict[str, Any] = {"max_streams": 6, "max_context": 128, "frames_per_token": 2.0, "min_frames": 8,
-                           "greedy": True}
 WHOLE = ["Hello there, how are you doing today?"]
 PIECES = ["Streaming speech ", "for voice agents ", "should start quickly."]
 TEXTS = [["The quick brown fox."], ["Numbers like 42."], ["I am doing well, thank you."],
          ["The weather is nice."], ["This is a test."], ["Never stop in the middle."]]
-
-
-@pytest.fixture(scope="module")
-def native(model: Qwen3TTSModel) -> Iterator[Qwen3Engine]:
-    engine = Qwen3Engine(model, **OPTIONS)
-    yield engine
-    engine.close()
-
-
-@pytest.fixture(scope="module")
-def on_vllm(model: Qwen3TTSModel, talker_factory: Any) -> Iterator[Qwen3Engine]:
-    engine = Qwen3Engine(model, talker=talker_factory, **OPTIONS)
-    yield engine
-    engine.close()
 
 
 async def until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -112,11 +95,12 @@ async def test_streamed_text_parks_in_one_vllm_request_and_gives_the_native_code
     assert requests == 1 and segments == len(PIECES)
 
 
-async def test_seeded_sampling_gives_the_native_talkers_codes(model: Qwen3TTSModel, talker_factory: Any) -> None:
+async def test_seeded_sampling_gives_the_native_talkers_codes(model: Qwen3TTSModel, talker_factory: Any,
+                                                               engine_options: dict[str, Any]) -> None:
     """Codebook 0 is drawn by our sampler from the stream's own generator on both talkers, so a seeded
     sampled stream speaks the same codes (the logits agree to float rounding; the draws are the same)."""
     # Sampling engines of their own; the vLLM one borrows the shared talker, idle between tests.
-    sampled = {k: v for k, v in OPTIONS.items() if k != "greedy"} | {"warm_up": False}
+    sampled = {k: v for k, v in engine_options.items() if k != "greedy"} | {"warm_up": False}
     engines = [Qwen3Engine(model, **sampled), Qwen3Engine(model, talker=talker_factory, **sampled)]
     try:
         runs = []
