@@ -298,6 +298,11 @@ class Session:
 
     # -- utterances -----------------------------------------------------------------------------------
 
+    @property
+    def taking_text(self) -> bool:
+        """Whether an utterance is open for text (a config sent now would be refused mid utterance)."""
+        return self._open is not None or bool(self._open_contexts)
+
     def speech(self, context_id: str | None = None) -> Speech:
         """A new utterance (in context `context_id`, when the server has contexts). Without a context only
         one utterance takes text at a time: finish it (`done()`) before opening the next."""
