@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from litestar.exceptions import WebSocketDisconnect
+
 from engine import Engine, EngineError, Stream, StreamRequest
 from gateway import metrics
 from gateway.admission import Admission
@@ -149,8 +151,14 @@ class Connection:
                 return
             if isinstance(item.data, bytes) and item.utterance is not None:
                 metrics.AUDIO_BYTES.inc(len(item.data))
-            async with asyncio.timeout(self.limits.send_timeout):
-                await self._send(item.data)
+            try:
+                async with asyncio.timeout(self.limits.send_timeout):
+                    await self._send(item.data)
+            except TimeoutError:
+                raise  # an OSError too, but it says the client stopped reading (run() closes with 1008)
+            except (OSError, WebSocketDisconnect):  # the transport is gone (uvicorn's ClientDisconnected): it left
+                log.info("session %s: the client went away while it was sent to", self.session_id)
+                return
 
     async def emit(self, ev: ServerEvent) -> None:
         await self.outbox.put(Outgoing(encode(self.contexts.stamped(ev))))

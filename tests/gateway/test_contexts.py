@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -158,8 +159,13 @@ async def test_a_bad_context_id_is_an_error_and_the_session_goes_on(gateway: str
     await ws.close()
 
 
-async def test_a_context_flood_is_refused_and_the_canary_keeps_speaking(gateway: str) -> None:
-    r = await run(f"http://{gateway}", "context_flood", sockets=3, contexts=100, seconds=2.5)
+async def test_a_context_flood_is_refused_and_the_canary_keeps_speaking(
+    gateway: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="voxgate.ws"):
+        r = await run(f"http://{gateway}", "context_flood", sockets=3, contexts=100, seconds=2.5)
+    # Clients leaving while they are sent to are clients leaving, not failures of the server.
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text[-2000:]
     assert r.seen["too_many_contexts"] >= 3 * (100 - 5), r.seen  # every context past the bound was refused
     # Open contexts holding admitted streams while the canary waits are finished early (utterance_timeout).
     assert set(r.seen["codes"]) <= {"too_many_contexts", "backlog_full", "utterance_timeout"}, r.seen
