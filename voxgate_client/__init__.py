@@ -7,6 +7,7 @@ It needs only `websockets` and `msgspec`, and never imports the server.
 from voxgate_client.events import (
     Audio,
     AudioCancelled,
+    AudioChunk,
     AudioDone,
     AudioMark,
     AudioStart,
@@ -29,6 +30,7 @@ from voxgate_client.session import Session, SessionClosed, Speech, VoxgateError,
 __all__ = [
     "Audio",
     "AudioCancelled",
+    "AudioChunk",
     "AudioDone",
     "AudioMark",
     "AudioStart",

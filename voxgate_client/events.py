@@ -59,6 +59,7 @@ class AudioStart(Event, tag="audio.start"):
     format: str = "pcm"
     channels: int = 1
     sentence_index: int = 0
+    word_timestamps: bool | None = None  # vLLM-Omni's mode: the audio comes as audio.chunk events
 
 
 class AudioMark(Event, tag="audio.mark"):
@@ -86,6 +87,27 @@ class AudioWords(Event, tag="audio.words"):
     utterance_index: int
     words: list[Word] = msgspec.field(default_factory=list)
     estimated: bool = False
+
+
+class OmniWord(msgspec.Struct, frozen=True):
+    word: str
+    start_ms: float
+    end_ms: float
+
+
+class AudioChunk(Event, tag="audio.chunk"):
+    """vLLM-Omni's word-timestamp shape (`timestamps_format: "vllm_omni"`): audio as base64 in JSON, the
+    timings in a last, empty chunk. `Speech` turns its audio into `Audio` items as well."""
+
+    utterance_index: int
+    chunk_id: int = 0
+    chunk_start_ms: float = 0
+    chunk_end_ms: float = 0
+    sample_rate: int = 0
+    channels: int = 1
+    audio_b64: str = ""
+    timestamps: list[OmniWord] | None = None
+    sentence_index: int = 0
 
 
 class AudioWaiting(Event, tag="audio.waiting"):
@@ -119,6 +141,7 @@ class AudioCancelled(Event, tag="audio.cancelled"):
     spoken_text: str = ""
     cancelled: bool = True
     heard_text: str | None = None
+    heard_estimated: bool | None = None  # the cut used estimated word places, not the model's
 
 
 class CodecStart(Event, tag="codec.start"):
@@ -172,8 +195,8 @@ class Audio(msgspec.Struct, kw_only=True):
     offset: int = 0
 
 
-ServerEvent = (SessionReady | SegmentCommitted | AudioStart | AudioMark | AudioWords | AudioWaiting | AudioDone
-               | SessionDone | AudioCancelled | CodecStart | CodecDone | Error)  # fmt: skip
+ServerEvent = (SessionReady | SegmentCommitted | AudioStart | AudioMark | AudioWords | AudioChunk | AudioWaiting
+               | AudioDone | SessionDone | AudioCancelled | CodecStart | CodecDone | Error)  # fmt: skip
 EVENT_TYPES: dict[str, type[Event]] = {t.__struct_config__.tag: t for t in ServerEvent.__args__}  # type: ignore[attr-defined]
 _decoder = msgspec.json.Decoder(ServerEvent)
 

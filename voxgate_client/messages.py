@@ -30,6 +30,9 @@ class SessionConfig(Message, tag="session.config"):
     session_id: str | None = None  # resume this session
     seed: int | None = None
     word_timestamps: bool | None = None  # audio.words events
+    timestamps_format: str | None = None  # "voxgate" (audio.words) or "vllm_omni" (audio.chunk)
+    lexicon: str | None = None  # a tenant lexicon's name (PUT /v1/lexicons/{name})
+    output_mode: str | None = None  # "pcm" or "codec_tokens"
 
 
 class InputText(Message, tag="input.text"):

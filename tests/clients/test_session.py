@@ -159,3 +159,51 @@ def test_the_client_imports_nothing_of_the_server() -> None:
              "'segmentation', 'torch', 'numpy')))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_client_messages_agree_with_the_servers() -> None:
+    """Every field the client can send is one the server's messages decode."""
+    from gateway import protocol
+    from voxgate_client import messages
+
+    pairs = [(messages.SessionConfig, protocol.SessionConfig), (messages.InputText, protocol.InputText),
+             (messages.InputDone, protocol.InputDone), (messages.InputCancel, protocol.InputCancel)]  # fmt: skip
+    for ours, theirs in pairs:
+        mine = {f.name for f in msgspec.structs.fields(ours)}
+        assert mine <= {f.name for f in msgspec.structs.fields(theirs)}, (ours, mine)
+
+
+async def test_contexts_interleave_on_one_socket_and_a_cancel_leaves_the_other(gateway: str) -> None:
+    async with await open_session(gateway) as session:
+        a, b = session.speech(context_id="a"), session.speech(context_id="b")
+        for piece_a, piece_b in zip(LONG.split(" "), "The other context speaks on, whole.".split(" "), strict=False):
+            await a.send(piece_a + " ")
+            await b.send(piece_b + " ")
+        await a.send(" ".join(LONG.split(" ")[6:]))
+        await a.done()
+        await b.done()
+        async for item in a:  # a plays first (it opened first); cancel it once its audio flows
+            if isinstance(item, Audio):
+                break
+        answer = await a.cancel(played_ms=200)
+        assert answer is not None and answer.cancelled and answer.context_id == "a"
+        audio_b, events_b = await b.collect()
+        assert audio_b and isinstance(events_b[-1], SessionDone) and events_b[-1].context_id == "b"
+        assert all(e.context_id == "b" for e in events_b)
+        committed = "".join(e.text for e in events_b if isinstance(e, SegmentCommitted))
+        assert words_of(committed) == words_of("The other context speaks on, whole.")
+        assert a.result is answer and not any(isinstance(i, Audio) for i in [x async for x in a])
+
+
+async def test_word_timings_and_what_the_listener_heard(gateway: str) -> None:
+    async with await open_session(gateway, word_timestamps=True) as session:
+        speech = await session.say(LONG)
+        async for item in speech:
+            if isinstance(item, Audio) and speech.received_ms > 1500:
+                break
+        answer = await speech.cancel(played_ms=1200)
+        assert answer is not None and answer.heard_text is not None
+        heard = [w for w in speech.words if (w.start_ms + w.end_ms) / 2 <= 1200]
+        assert speech.words and all(isinstance(w, events.Word) for w in speech.words)
+        assert [w.start_ms for w in speech.words] == sorted(w.start_ms for w in speech.words)
+        assert words_of(answer.heard_text) == [w.word for w in heard]
