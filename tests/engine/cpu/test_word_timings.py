@@ -13,7 +13,7 @@ from engine.types import AudioChunk, Words
 from engine.words import words
 
 EN = ("joe", "en", ["Hello there, how are you today? ", "I want to buy a couple of apples."], None)
-CASES = [EN, (*EN[:3], 16000), ("jf_gongitsune", "zh", ["订单已经发货了，", "请打开voxgate的网页。"], None)]
+CASES = [EN, (*EN[:3], 16000), ("jf_gongitsune", "zh", ["好的，", "请打开voxgate的网页。"], None)]
 
 
 async def _events(engine: Any, voice: str, lang: str, segments: list[str], collect: Any, **options: Any) -> list[Any]:
