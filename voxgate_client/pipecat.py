@@ -296,6 +296,8 @@ class VoxgateTTSService(WebsocketTTSService):
         await self.stop_all_metrics()
         speech = self._vx_speeches.get(context_id)
         played = self.played_ms(context_id)
+        if not self._vx_contexts:  # one cancel for all: the position of the one playing
+            played = max([played, *(self.played_ms(c) for c in self.get_audio_contexts())])
         player = self._vx_players.get(context_id)
         if player is not None:
             player.cancel()
@@ -306,7 +308,6 @@ class VoxgateTTSService(WebsocketTTSService):
             elif self._vx_cancel is None or self._vx_cancel.done():
                 # Without contexts one input.cancel cuts every utterance of the socket: sent once for all
                 # the contexts Pipecat interrupts together, with the playing one's position.
-                played = max((self.played_ms(c) for c in self.get_audio_contexts()), default=played)
                 self._vx_cancel = self.create_task(self._cancel(speech, context_id, played))
             for other in self._vx_speeches.values() if not self._vx_contexts else ():
                 other._drop_audio()

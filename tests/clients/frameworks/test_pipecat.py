@@ -160,10 +160,11 @@ async def test_a_pipeline_speaks_and_the_words_reach_pipecat_in_time(voxgate_ser
     assert words(rig.assistant_text()) == words(SHORT)
 
 
+@pytest.mark.parametrize("contexts", [False, True], ids=["utterances", "contexts"])
 async def test_an_interruption_cancels_on_the_same_socket_and_the_context_holds_what_played(
-    voxgate_server: str,
+    voxgate_server: str, contexts: bool
 ) -> None:
-    rig = Rig(voxgate_server)
+    rig = Rig(voxgate_server, contexts=contexts)
     marks: dict[str, object] = {}
 
     async def script(rig: Rig) -> None:
