@@ -58,6 +58,15 @@ class QueueFull(ProtocolError):
         return str(math.ceil(self.retry_after_s))
 
 
+@dataclass(frozen=True, slots=True)
+class Place:
+    """A stream's place in the line: its waiter, and the future that resolves at its turn (None:
+    admitted at once)."""
+
+    waiter: Waiter
+    turn: asyncio.Future[None] | None
+
+
 class Ticket:
     """An admitted stream's hold on the engine's capacity."""
 
@@ -142,29 +151,42 @@ class Admission:
         # admitted by push: there is room
         return Ticket(self, self._queue.push(tenant, weight, capacity, continue_by=self._continue_by(listening_s)))
 
-    async def admit(self, tenant: str, weight: float, on_queued: Callable[[Waiter], None] | None = None, *,
-                    listening_s: float | None = None) -> Ticket:
-        """Wait until the stream may start; raises QueueFull. A cancelled wait is withdrawn.
-        `on_queued`: called when the stream has to wait (not when it starts at once)."""
+    def enqueue(self, tenant: str, weight: float, *, listening_s: float | None = None) -> Place:
+        """Take a place in the line now (or room at once); raises QueueFull. `wait(place)` returns its
+        ticket. Synchronous, so the place is known (`ahead`) from the moment the stream asks."""
         self._loop = asyncio.get_running_loop()
         try:
             waiter = self._queue.push(tenant, weight, self.capacity(), continue_by=self._continue_by(listening_s))
         except Refused as e:
             raise QueueFull(e.bound, e.retry_after_s) from None
-        if waiter.state == "waiting":
-            future = self._loop.create_future()
-            self._futures[waiter] = future
-            if self._timer is None or self._timer.done():
-                self._timer = asyncio.create_task(self._recheck())
-            if on_queued is not None:
-                on_queued(waiter)
+        if waiter.state != "waiting":
+            return Place(waiter, None)
+        future = self._loop.create_future()
+        self._futures[waiter] = future
+        if self._timer is None or self._timer.done():
+            self._timer = asyncio.create_task(self._recheck())
+        return Place(waiter, future)
+
+    async def wait(self, place: Place) -> Ticket:
+        """The place's ticket once it is its turn; raises QueueFull (waited past the bound). A cancelled
+        wait is withdrawn."""
+        if place.turn is not None:
             try:
-                await future
+                await place.turn
             except asyncio.CancelledError:
-                self._futures.pop(waiter, None)
-                self._finish(waiter)  # withdrawn; or, admitted just now, its slot given back
+                self.withdraw(place)
                 raise
-        return Ticket(self, waiter)
+        return Ticket(self, place.waiter)
+
+    async def admit(self, tenant: str, weight: float, *, listening_s: float | None = None) -> Ticket:
+        """Wait until the stream may start; raises QueueFull. A cancelled wait is withdrawn."""
+        return await self.wait(self.enqueue(tenant, weight, listening_s=listening_s))
+
+    def withdraw(self, place: Place) -> None:
+        """Give a place up whose ticket nobody holds: withdrawn, or, admitted just now, its slot given
+        back. Idempotent."""
+        self._futures.pop(place.waiter, None)
+        self._finish(place.waiter)
 
     def _finish(self, waiter: Waiter) -> None:
         self._queue.withdraw(waiter)
@@ -302,19 +324,23 @@ class QueuedStream:
         self._finished = False
         self._cancelled = False
         self._ended = asyncio.Event()  # finish or cancel came: an unopened stream may end
-        self._waiter: Waiter | None = None
+        self._place: Place | None = None  # its place in the line while it waits
         self.stream: Stream | None = None
         self.ticket: Ticket | None = None
         self.refused: QueueFull | None = None
         self.failed: str | None = None  # the engine stream could not be opened
         self.failed_code = ""  # its EngineError's code (e.g. engine_unavailable)
         self._task: asyncio.Task[None] | None = None
-        self._listening_s = listening_s  # a continuation: its listener's audio left when it asked
         ticket = admission.try_admit(tenant, weight, listening_s=listening_s)
         if ticket is not None:  # room and nobody waiting: open now, the first text goes straight in
             self._start(ticket)
-        else:
-            self._task = asyncio.create_task(self._admit(tenant, weight))
+            return
+        refusal: QueueFull | None = None
+        try:  # its place is taken now, so `ahead` knows it before the admission task first runs
+            self._place = admission.enqueue(tenant, weight, listening_s=listening_s)
+        except QueueFull as e:  # told through the task, as a refusal after a wait is (the held text named)
+            refusal = e
+        self._task = asyncio.create_task(self._admit(refusal))
 
     @property
     def queued(self) -> bool:
@@ -322,17 +348,19 @@ class QueuedStream:
         return self._task is not None and not self._task.done() and self.ticket is None
 
     def ahead(self) -> int | None:
-        return None if self._waiter is None or not self.queued else self._admission.ahead(self._waiter)
+        return None if self._place is None or not self.queued else self._admission.ahead(self._place.waiter)
 
     async def settled(self) -> None:
         """Return once admission has decided (or the stream was cancelled)."""
         if self._task is not None:
             await asyncio.wait({self._task})
 
-    async def _admit(self, tenant: str, weight: float) -> None:
+    async def _admit(self, refusal: QueueFull | None) -> None:
         try:
-            ticket = await self._admission.admit(tenant, weight, on_queued=self._queued,
-                                                 listening_s=self._listening_s)
+            if refusal is not None:
+                raise refusal
+            assert self._place is not None
+            ticket = await self._admission.wait(self._place)
         except QueueFull as e:
             self.refused = e
             lost, self._held = list(range(len(self._held))), []
@@ -380,9 +408,6 @@ class QueuedStream:
         self.stream = stream
         return lost, error
 
-    def _queued(self, waiter: Waiter) -> None:
-        self._waiter = waiter
-
     # -- the Stream protocol ------------------------------------------------------------------------
 
     def append(self, text: str) -> None:
@@ -411,7 +436,9 @@ class QueuedStream:
         if self.ticket is not None:
             self.ticket.release()
         elif self._task is not None and not self._task.done():
-            self._task.cancel()  # admit() withdraws the waiter
+            self._task.cancel()  # wait() withdraws the place ...
+            if self._place is not None:
+                self._admission.withdraw(self._place)  # ... but a task cancelled before it first ran cannot
 
     async def events(self) -> AsyncIterator[StreamEvent]:
         await self.settled()
