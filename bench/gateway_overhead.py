@@ -21,7 +21,7 @@ does: on a loaded box its measured capacity would queue most of 64 sessions, and
 admission's queue (a policy) instead of the serving path.
 
     python bench/gateway_overhead.py [--model tiny] [--sessions 1,64] [--rounds 3] [--clients process|inline]
-        [--engines inproc,process] [--triggers done,sentence] [--json OUT.json]
+        [--engines inproc,process] [--triggers done,sentence] [--engine-option KEY=VALUE ...] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -146,18 +146,27 @@ def main() -> None:
     ap.add_argument("--clients", choices=("process", "inline"), default="process")
     ap.add_argument("--engines", default="inproc,process", help="where the served engine runs, in turn")
     ap.add_argument("--triggers", default="done,sentence")
+    ap.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="a load_engine option for both engines, e.g. max_streams=64 (JSON value when it parses)")
     ap.add_argument("--json", default=str(REPO / "bench" / "out" / "gateway_overhead.json"))
     args = ap.parse_args()
-    engine = load_engine(args.model)
-    results: dict[str, Any] = {"model": args.model, "clients": args.clients, "load_average": os.getloadavg()[0],
-                               "rows": []}
+    options: dict[str, Any] = {}
+    for item in args.engine_option:
+        key, _, value = item.partition("=")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    engine = load_engine(args.model, **options)
+    results: dict[str, Any] = {"model": args.model, "engine_options": options, "clients": args.clients,
+                               "load_average": os.getloadavg()[0], "rows": []}
     print(f"{'engine':8} {'from':9} {'sessions':>8} {'path':8} {'p50 ms':>8} {'p99 ms':>8}")
     for where in args.engines.split(","):
         served: Any = engine
         if where == "process":
             from engine.process import start_engine
 
-            served = start_engine(args.model)
+            served = start_engine(args.model, **options)
             served.wait_ready(600)
         server = serve(Uncapped(served), **QUEUEING)  # type: ignore[arg-type]
         addr = next(server)

@@ -544,8 +544,8 @@ class ProcessEngine:
         if sock is not None:
             with contextlib.suppress(zmq.ZMQError):
                 sock.send_multipart([wire.command_encoder.encode(wire.Close())], flags=zmq.NOBLOCK)
-        if child is not None:
-            child.reap(5.0)
+        if child is not None:  # a warm child closes its engine; one still loading has nothing to save
+            child.reap(5.0 if child.ready_at is not None else 0.0)
         if sock is not None:
             sock.close(linger=0)
         self._child, self._sock = None, None
