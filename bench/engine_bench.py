@@ -154,6 +154,32 @@ async def contract_run(eng: Any, n: int, text: str, seed0: int) -> dict[str, Any
     return summarize_run(results, time.perf_counter() - t0, 0.0)
 
 
+async def contract_cancels(eng: Any, n: int, text: str, seed0: int) -> dict[str, Any]:
+    """N streams with audio flowing, all cancelled: cancel() → StreamEnd at the consumer, and cancel() →
+    the engine counts none active (`capacity()`: live in-process; a child's next heartbeat, every 0.1 s,
+    so an upper bound there)."""
+    streams = []
+    for i in range(n):
+        s = eng.open_stream(None, "en", seed=seed0 + i)
+        s.append(text * 4)
+        s.finish()
+        streams.append(s)
+    iters = [s.events() for s in streams]
+    for it in iters:
+        while not isinstance(await anext(it), AudioChunk):
+            pass
+    t0 = time.perf_counter()
+    for s in streams:
+        s.cancel()
+    for it in iters:
+        async for _ in it:
+            pass
+    consumer = time.perf_counter() - t0
+    while (c := eng.capacity()) is not None and c.active > 0 and time.perf_counter() - t0 < 10:
+        await asyncio.sleep(0.002)
+    return {"consumer_ms": 1e3 * consumer, "freed_ms": 1e3 * (time.perf_counter() - t0)}
+
+
 def process_main(args: argparse.Namespace, levels: list[int], options: dict[str, Any]) -> int:
     """In-process vs child process, side by side (module docstring)."""
     from engine.process import start_engine
@@ -170,7 +196,9 @@ def process_main(args: argparse.Namespace, levels: list[int], options: dict[str,
         for i, n in enumerate(levels):
             row: dict[str, Any] = {"n": n}
             for side in ("inproc", "process") if i % 2 == 0 else ("process", "inproc"):
-                row[side] = asyncio.run(contract_run(inproc if side == "inproc" else child, n, text, 1000 * i))
+                eng = inproc if side == "inproc" else child
+                row[side] = asyncio.run(contract_run(eng, n, text, 1000 * i))
+                row[side]["cancel"] = asyncio.run(contract_cancels(eng, n, text, 1000 * i + 500))
             row["frames_per_s_ratio"] = row["process"]["frames_per_s"] / row["inproc"]["frames_per_s"]
             rows.append(row)
             print(f"  N={n}: in-process {row['inproc']['frames_per_s']:.1f} f/s, process "
@@ -178,12 +206,14 @@ def process_main(args: argparse.Namespace, levels: list[int], options: dict[str,
     finally:
         child.close()
         inproc.close()
-    head = f"{'N':>3} | {'in-proc f/s':>11} {'TTFA p50':>8} | {'process f/s':>11} {'TTFA p50':>8} | {'ratio':>5}"
+    head = (f"{'N':>3} | {'in-proc f/s':>11} {'TTFA p50':>8} {'freed ms':>8} | {'process f/s':>11} "
+            f"{'TTFA p50':>8} {'freed ms':>8} | {'ratio':>5}")
     print(f"\n{head}\n{'-' * len(head)}")
     for r in rows:
         a, b = r["inproc"], r["process"]
-        print(f"{r['n']:>3} | {a['frames_per_s']:>11.1f} {_fmt(a['ttfa_p50_s'], '.3f'):>8} | "
-              f"{b['frames_per_s']:>11.1f} {_fmt(b['ttfa_p50_s'], '.3f'):>8} | {r['frames_per_s_ratio']:>5.3f}")
+        print(f"{r['n']:>3} | {a['frames_per_s']:>11.1f} {_fmt(a['ttfa_p50_s'], '.3f'):>8} "
+              f"{a['cancel']['freed_ms']:>8.1f} | {b['frames_per_s']:>11.1f} {_fmt(b['ttfa_p50_s'], '.3f'):>8} "
+              f"{b['cancel']['freed_ms']:>8.1f} | {r['frames_per_s_ratio']:>5.3f}")
     path = args.json if args.json != DEFAULT_JSON else REPO / "bench" / "out" / "engine_process.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"model": args.model, "frames_per_stream": args.frames, "options": options,

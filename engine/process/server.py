@@ -149,16 +149,20 @@ class EngineServer:
             with contextlib.suppress(Exception):
                 await events.aclose()  # type: ignore[attr-defined]
         await self.send(wire.End(sid, end.reason, end.message, getattr(end, "code", "")))
+        await self.send_beat()  # a stream's end changes the capacity: admission hears it now, not next beat
+
+    async def send_beat(self) -> None:
+        capacity = None
+        probe = getattr(self.engine, "capacity", None)
+        if probe is not None:
+            with contextlib.suppress(Exception):  # advice only: a failing probe says "cannot tell"
+                if (c := probe()) is not None:
+                    capacity = (c.streams, c.active, c.busy_s, c.workers)
+        await self.send(wire.Beat(capacity, memory()))
 
     async def beat(self) -> None:
-        probe = getattr(self.engine, "capacity", None)
         while True:
-            capacity = None
-            if probe is not None:
-                with contextlib.suppress(Exception):  # advice only: a failing probe says "cannot tell"
-                    if (c := probe()) is not None:
-                        capacity = (c.streams, c.active, c.busy_s, c.workers)
-            await self.send(wire.Beat(capacity, memory()))
+            await self.send_beat()
             await asyncio.sleep(wire.BEAT_S)
 
 
