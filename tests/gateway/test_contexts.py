@@ -105,7 +105,8 @@ async def test_cancelling_one_context_leaves_the_others_alone(gateway: str) -> N
     done = [e["context_id"] for e in events if e["type"] == "session.done"]
     assert done == ["a", "c"], done  # a spoke to its end, then c: the order kept
     sizes = audio_by_context(stream)
-    assert sizes["a"] > 5 * 24000 * 2 and sizes["c"] > 9600, sizes  # a was not cut: seconds of speech
+    of_c = [e for e in events if e.get("context_id") == "c"]
+    assert sizes.get("a", 0) > 5 * 24000 * 2 and sizes.get("c", 0) > 9600, (sizes, of_c)  # a not cut
     # A cancel of a context with nothing active is answered for that context.
     await send(ws, "input.cancel", "b")
     late = (await events_until(ws, lambda evs: any(e["type"] == "audio.cancelled" for e in evs)))[-1]

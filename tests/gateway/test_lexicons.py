@@ -69,9 +69,12 @@ async def heard(gateway: str, whisper: Any, **config: Any) -> list[str]:
 
 @pytest.mark.asr
 async def test_a_lexicon_entry_changes_what_is_heard(gateway: str, whisper_en: Any) -> None:
-    call(gateway, "PUT", "/v1/lexicons/brand", None, {"entries": {"voxgate": "vocks gate"}})
+    """By ear: "welcome" → "good morning" is a change no recogniser mistakes. ("voxgate" → "Vox Gate" is applied
+    too, but whether Piper's joe is heard saying "vox" or "box" varies from take to take either way — its
+    noise is not seeded — so the test does not ask which; docs/protocol.md has the counts.)"""
+    call(gateway, "PUT", "/v1/lexicons/brand", None, {"entries": {"voxgate": "Vox Gate", "welcome": "good morning"}})
     plain = await heard(gateway, whisper_en)
     respelled = await heard(gateway, whisper_en, lexicon="brand")
     print(f"\nheard without the lexicon: {plain}; with it: {respelled}")
-    assert plain != respelled
-    assert "gate" in respelled and any(w.startswith(("vox", "vok")) for w in respelled), respelled
+    assert plain[:1] == ["welcome"] and respelled[:2] == ["good", "morning"], (plain, respelled)
+    assert "".join(respelled[2:]).endswith("gate"), respelled  # the rest still spoken: to vox gate
