@@ -69,6 +69,19 @@ def _item_request(fields: dict[str, Any]) -> SpeechRequest:
         raise invalid(e) from None
 
 
+def _check_items(items: list[Any]) -> None:
+    """Every item is an object, and their inputs together are within the batch's bound."""
+    chars = 0
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ApiError(f"items[{i}] must be an object with input", param="items")
+        if isinstance(item.get("input"), str):
+            chars += len(item["input"])
+    if chars > MAX_BATCH_CHARS:
+        raise ApiError(f"a batch's inputs are limited to {MAX_BATCH_CHARS} characters in all", param="items",
+                       code="string_above_max_length")  # fmt: skip
+
+
 def _parse_batch(body: dict[str, Any]) -> list[SpeechRequest | ApiError]:
     """Each item's request (defaults merged, checked as POST /v1/audio/speech checks a body), or the
     ApiError that item alone answers with. A malformed batch as a whole raises ApiError (a 400)."""
@@ -83,15 +96,7 @@ def _parse_batch(body: dict[str, Any]) -> list[SpeechRequest | ApiError]:
         ):
             raise ApiError("a batch answers whole files; streaming is POST /v1/audio/speech", param=name)
     _item_request({**body, "input": "x"})  # bad defaults fail the batch, naming the field
-    chars = 0
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise ApiError(f"items[{i}] must be an object with input", param="items")
-        if isinstance(item.get("input"), str):
-            chars += len(item["input"])
-    if chars > MAX_BATCH_CHARS:
-        raise ApiError(f"a batch's inputs are limited to {MAX_BATCH_CHARS} characters in all", param="items",
-                       code="string_above_max_length")  # fmt: skip
+    _check_items(items)
     out: list[SpeechRequest | ApiError] = []
     for item in items:
         try:

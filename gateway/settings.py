@@ -191,7 +191,23 @@ def load_settings(
     """Merge the sources; unknown keys are an error, so a typo never passes silently. Values are
     converted by msgspec (lax: the environment's strings become numbers; booleans are true/false/1/0)
     and checked by the dataclasses' own rules."""
-    env = os.environ if env is None else env
+    merged = _merged(path, os.environ if env is None else env, flags)
+    _check_shapes(merged)
+    if merged.get("models") and "model" not in merged:  # the file's [[models]], all of them, unless told
+        merged["model"] = ",".join(str(m.get("name", "")) for m in merged["models"])
+    limits = {k: merged.pop(k) for k in _LIMITS if k in merged}
+    try:
+        return msgspec.convert({**merged, "limits": limits}, Settings, strict=False)
+    except msgspec.ValidationError as e:
+        message, _, where = str(e).rpartition(" - at `$.")
+        if not message:  # a dataclass's own check (__post_init__): its message names the setting
+            raise ValueError(str(e)) from None
+        name = where.rstrip("`").split(".")[-1]
+        raise ValueError(f"setting {name}: {message} (got {merged.get(name, limits.get(name))!r})") from None
+
+
+def _merged(path: str | Path | None, env: Mapping[str, str], flags: Mapping[str, object]) -> dict[str, object]:
+    """The file, then the environment, then the flags (a later source wins)."""
     merged: dict[str, object] = {}
     if path is not None:
         with open(path, "rb") as f:
@@ -204,7 +220,11 @@ def load_settings(
         if key in env:
             merged[name] = env[key]
     merged.update({k: v for k, v in flags.items() if v is not None})
+    return merged
 
+
+def _check_shapes(merged: Mapping[str, object]) -> None:
+    """Every key is a setting, and tables and arrays of tables are what they claim."""
     for name, value in merged.items():
         if name not in (*_SCALARS, *_LIMITS, *_TABLES, *_LISTS):
             raise ValueError(f"unknown setting {name!r}")
@@ -212,14 +232,3 @@ def load_settings(
             raise ValueError(f"setting {name} must be a table")
         if name in _LISTS and not (isinstance(value, list) and all(isinstance(v, dict) for v in value)):
             raise ValueError(f"setting {name} must be an array of tables ([[{name}]])")
-    if merged.get("models") and "model" not in merged:  # the file's [[models]], all of them, unless told
-        merged["model"] = ",".join(str(m.get("name", "")) for m in merged["models"])
-    limits = {k: merged.pop(k) for k in _LIMITS if k in merged}
-    try:
-        return msgspec.convert({**merged, "limits": limits}, Settings, strict=False)
-    except msgspec.ValidationError as e:
-        message, _, where = str(e).rpartition(" - at `$.")
-        if not message:  # a dataclass's own check (__post_init__): its message names the setting
-            raise ValueError(str(e)) from None
-        name = where.rstrip("`").split(".")[-1]
-        raise ValueError(f"setting {name}: {message} (got {merged.get(name, limits.get(name))!r})") from None
