@@ -275,7 +275,8 @@ class Connection:
         voice = await self.session.resolve_voice(chosen[0], cfg.voice_name)
         # The engine is the judge of voices, languages, options and capabilities (codec_tokens_unsupported,
         # voice_cloning_unsupported): it checks the request without opening a stream.
-        chosen[0].check(self._request(cfg, voice))
+        # Off the event loop: an engine in a child process answers by a round trip (engine/process).
+        await asyncio.to_thread(chosen[0].check, self._request(cfg, voice))
         self.pronunciations = await self.session.pronunciations(cfg.lexicon)
         self._chosen = chosen
         return voice

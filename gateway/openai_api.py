@@ -84,8 +84,13 @@ async def speech_request(req: SpeechRequest, engine: Engine, store: SessionStore
     """The engine request a speech body asks for (its voice resolved: alias, registered, engine's)."""
     rate = _checked(req, engine)
     voice = await resolve_voice(store, tenant, engine, aliased(engine, req.voice_name, aliases))
-    return stream_request(voice, req.language, sample_rate=rate, speed=req.speed, seed=req.seed,
-                          instructions=req.instructions)  # fmt: skip
+    request = stream_request(voice, req.language, sample_rate=rate, speed=req.speed, seed=req.seed,
+                             instructions=req.instructions)  # fmt: skip
+    # The engine's verdict (an EngineError: a 400), off the event loop: an engine in a child process
+    # answers by a round trip that a busy or stopped child can hold up to its timeout. The open that
+    # follows finds the verdict cached.
+    await asyncio.to_thread(engine.check, request)
+    return request
 
 
 def _spoken(engine: Engine, request: StreamRequest, text: str) -> Stream:
