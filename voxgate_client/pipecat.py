@@ -26,8 +26,8 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from loguru import logger
-from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame, TTSStoppedFrame
-from pipecat.processors.frame_processor import FrameProcessorSetup
+from pipecat.frames.frames import ErrorFrame, Frame, InterruptionFrame, TTSAudioRawFrame, TTSStoppedFrame
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSetup
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSService
 from pipecat.transcriptions.language import Language
@@ -89,8 +89,9 @@ class VoxgateTTSService(WebsocketTTSService):
             stop_frame_timeout_s=kwargs.pop("stop_frame_timeout_s", 20.0),
             **kwargs,
         )
-        # Our state is prefixed `_vx_`: Pipecat's base classes keep theirs in plain `_names` on the same
-        # object (a `_cancelling` here once silently stopped the processor taking frames).
+        # Our state and helpers are prefixed `_vx_`: Pipecat's base classes keep theirs in plain `_names` on
+        # the same object (a `_cancelling` here once silently stopped the processor taking frames, and a
+        # `_cancel` method shadowed the one Pipecat calls).
         self._vx_url = url
         self._vx_api_key = api_key
         self._vx_word_timestamps = word_timestamps
@@ -103,7 +104,10 @@ class VoxgateTTSService(WebsocketTTSService):
         self._vx_played_before_ms: dict[str, float] = {}  # audio context → audio of its earlier utterances
         self._vx_flushed: set[str] = set()  # audio contexts whose input is finished
         self._vx_playback_start_ns: dict[str, int] = {}  # audio context → clock time its audio began to play
-        self._vx_cancel: asyncio.Task[None] | None = None
+        self._vx_cancel_task: asyncio.Task[None] | None = None
+        # The last utterance whose audio all arrived: Pipecat may still be playing it when the user barges in.
+        self._vx_last: tuple[str, Speech] | None = None
+        self._vx_cancel_sent = False
         self._receive_task: asyncio.Task[None] | None = None
         self._register_event_handler("on_voxgate_cancelled")
 
@@ -182,7 +186,7 @@ class VoxgateTTSService(WebsocketTTSService):
                 await self._connect()
             speech = self._vx_speeches.get(context_id)
             if speech is None or speech.input_done:
-                speech = await self._open(context_id)
+                speech = await self._vx_open(context_id)
             await speech.send(text)
             await self.start_tts_usage_metrics(text)
         except Exception as e:
@@ -190,7 +194,7 @@ class VoxgateTTSService(WebsocketTTSService):
             return
         yield None  # the audio comes through the audio context, from the player task
 
-    async def _open(self, context_id: str) -> Speech:
+    async def _vx_open(self, context_id: str) -> Speech:
         """A new utterance for `context_id`, and the task that plays it into the audio context."""
         session = self._vx_session
         assert session is not None
@@ -204,7 +208,7 @@ class VoxgateTTSService(WebsocketTTSService):
         speech = session.speech(context_id if self._vx_contexts else None)
         previous = self._vx_players.get(context_id)
         self._vx_speeches[context_id] = speech
-        self._vx_players[context_id] = self.create_task(self._play(context_id, speech, previous))
+        self._vx_players[context_id] = self.create_task(self._vx_play(context_id, speech, previous))
         return speech
 
     async def flush_audio(self, context_id: str | None = None) -> None:
@@ -226,7 +230,7 @@ class VoxgateTTSService(WebsocketTTSService):
 
     # -- audio out ----------------------------------------------------------------------------------------
 
-    async def _play(self, context_id: str, speech: Speech, previous: asyncio.Task[None] | None) -> None:
+    async def _vx_play(self, context_id: str, speech: Speech, previous: asyncio.Task[None] | None) -> None:
         """Hand one utterance's audio and word timings to its audio context, in order."""
         if previous is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -239,7 +243,7 @@ class VoxgateTTSService(WebsocketTTSService):
                                              context_id=context_id)  # fmt: skip
                     await self.append_to_audio_context(context_id, frame)
                 elif isinstance(item, AudioWords):
-                    await self._add_words(item.words, base_s, context_id)
+                    await self._vx_add_words(item.words, base_s, context_id)
                 elif isinstance(item, Error):
                     await self.push_error(error_msg=f"voxgate {item.code}: {item.message}")
         except SessionClosed as e:
@@ -252,9 +256,13 @@ class VoxgateTTSService(WebsocketTTSService):
             await self.stop_ttfb_metrics()
             await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
             await self.remove_audio_context(context_id)
-            self._forget(context_id)
+            start = self._vx_playback_start_ns.get(context_id)
+            self._vx_forget(context_id)
+            if start is not None:  # kept: a barge-in while its audio still plays says where it was
+                self._vx_playback_start_ns[context_id] = start
+            self._vx_last = (context_id, speech)
 
-    async def _add_words(self, words: list[Word], base_s: float, context_id: str) -> None:
+    async def _vx_add_words(self, words: list[Word], base_s: float, context_id: str) -> None:
         # Pipecat puts no spaces between words flagged as carrying their own (Han text): one call per run.
         run: list[tuple[str, float]] = []
         unspaced = False
@@ -268,10 +276,13 @@ class VoxgateTTSService(WebsocketTTSService):
         if run:
             await self.add_word_timestamps(run, context_id, includes_inter_frame_spaces=unspaced or None)
 
-    def _forget(self, context_id: str) -> None:
+    def _vx_forget(self, context_id: str) -> None:
         for table in (self._vx_speeches, self._vx_players, self._vx_played_before_ms, self._vx_playback_start_ns):
             table.pop(context_id, None)  # type: ignore[attr-defined]
         self._vx_flushed.discard(context_id)
+        if self._vx_last is not None and self._vx_last[0] != context_id:
+            self._vx_playback_start_ns.pop(self._vx_last[0], None)
+            self._vx_last = None
 
     # -- interruptions ---------------------------------------------------------------------------------------
 
@@ -291,6 +302,20 @@ class VoxgateTTSService(WebsocketTTSService):
             return 0.0
         return max(0.0, (self.get_clock().get_time() - start) / 1e6)
 
+    async def _handle_interruption(self, frame: InterruptionFrame, direction: FrameDirection) -> None:
+        """Pipecat interrupts the contexts still open (`on_audio_context_interrupted` cancels those); an
+        utterance whose audio had all arrived may still be playing, and the server is told where it stopped
+        all the same: its answer (`cancelled: false`) then says what the listener heard."""
+        late, self._vx_last, self._vx_cancel_sent = self._vx_last, None, False
+        await super()._handle_interruption(frame, direction)
+        if late is None or self._vx_cancel_sent or self._vx_session is None:
+            return
+        context_id, speech = late
+        played = self.played_ms(context_id)
+        self._vx_playback_start_ns.pop(context_id, None)
+        if 0 < played < speech.received_ms:
+            self.create_task(self._vx_cancel(speech, context_id, played))
+
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         """Barge-in: cancel the context's utterance on the server, on this socket."""
         await self.stop_all_metrics()
@@ -301,19 +326,20 @@ class VoxgateTTSService(WebsocketTTSService):
         player = self._vx_players.get(context_id)
         if player is not None:
             player.cancel()
-        self._forget(context_id)
+        self._vx_forget(context_id)
         if speech is not None and not speech.ended.is_set() and self._vx_session is not None:
+            self._vx_cancel_sent = True
             if self._vx_contexts:
-                self.create_task(self._cancel(speech, context_id, played))
-            elif self._vx_cancel is None or self._vx_cancel.done():
+                self.create_task(self._vx_cancel(speech, context_id, played))
+            elif self._vx_cancel_task is None or self._vx_cancel_task.done():
                 # Without contexts one input.cancel cuts every utterance of the socket: sent once for all
                 # the contexts Pipecat interrupts together, with the playing one's position.
-                self._vx_cancel = self.create_task(self._cancel(speech, context_id, played))
+                self._vx_cancel_task = self.create_task(self._vx_cancel(speech, context_id, played))
             for other in self._vx_speeches.values() if not self._vx_contexts else ():
                 other._drop_audio()
         await super().on_audio_context_interrupted(context_id)
 
-    async def _cancel(self, speech: Speech, context_id: str, played_ms: float) -> None:
+    async def _vx_cancel(self, speech: Speech, context_id: str, played_ms: float) -> None:
         try:
             answer = await speech.cancel(played_ms=round(played_ms, 1))
         except (SessionClosed, TimeoutError) as e:

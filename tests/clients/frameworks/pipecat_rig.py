@@ -130,11 +130,13 @@ class Rig:
                 await asyncio.wait({running}, timeout=10)
                 running.cancel()
 
-    async def reply(self, text: str) -> None:
-        """An LLM reply, streamed token by token."""
+    async def reply(self, text: str, tokens_per_s: float | None = None) -> None:
+        """An LLM reply, streamed token by token (at `tokens_per_s`: an LLM still writing)."""
         await self.worker.queue_frame(LLMFullResponseStartFrame())
         for token in re.findall(r"\s*\S+", text):
             await self.worker.queue_frame(LLMTextFrame(text=token))
+            if tokens_per_s:
+                await asyncio.sleep(1 / tokens_per_s)
         await self.worker.queue_frame(LLMFullResponseEndFrame())
 
     def assistant_text(self) -> str:
