@@ -40,50 +40,52 @@ class TTS(tts.TTS):
                  contexts: bool = True, config: dict[str, Any] | None = None) -> None:  # fmt: skip
         super().__init__(capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=word_timestamps),
                          sample_rate=sample_rate, num_channels=1)  # fmt: skip
-        self._url, self._api_key = url, api_key
-        self._options: dict[str, Any] = {"voice": voice, "language": language}
-        self._word_timestamps = word_timestamps
-        self._contexts = contexts
-        self._extra = dict(config or {})
-        self._session: Session | None = None
-        self._connecting = asyncio.Lock()
-        self._stale = False  # options changed: configure before the next utterance
+        # State and helpers prefixed `_vx_`: LiveKit's base classes keep theirs in plain `_names` on the same
+        # objects (in the Pipecat service a `_cancel` once shadowed the framework's own).
+        self._vx_url, self._vx_api_key = url, api_key
+        self._vx_options: dict[str, Any] = {"voice": voice, "language": language}
+        self._vx_word_timestamps = word_timestamps
+        self._vx_contexts = contexts
+        self._vx_extra = dict(config or {})
+        self._vx_session: Session | None = None
+        self._vx_connecting = asyncio.Lock()
+        self._vx_stale = False  # options changed: configure before the next utterance
 
     @property
     def model(self) -> str:
-        return str(self._extra.get("model") or "voxgate")
+        return str(self._vx_extra.get("model") or "voxgate")
 
     @property
     def provider(self) -> str:
         return "voxgate"
 
     def session_config(self) -> dict[str, Any]:
-        config = {**self._options, "sample_rate": self.sample_rate, "response_format": "pcm",
-                  "word_timestamps": True if self._word_timestamps else None}  # fmt: skip
-        return {k: v for k, v in config.items() if v is not None} | self._extra
+        config = {**self._vx_options, "sample_rate": self.sample_rate, "response_format": "pcm",
+                  "word_timestamps": True if self._vx_word_timestamps else None}  # fmt: skip
+        return {k: v for k, v in config.items() if v is not None} | self._vx_extra
 
     def update_options(self, *, voice: str | None = None, language: str | None = None) -> None:
         """Applied from the next utterance (voxgate's config is sticky and re-sent between utterances)."""
         if voice is not None:
-            self._options["voice"] = voice
+            self._vx_options["voice"] = voice
         if language is not None:
-            self._options["language"] = language
-        self._stale = True
+            self._vx_options["language"] = language
+        self._vx_stale = True
 
     async def connection(self, timeout: float = 10.0) -> Session:
         """The socket, opened (or reopened) when needed."""
-        async with self._connecting:
-            if self._session is None or self._session.closed is not None:
+        async with self._vx_connecting:
+            if self._vx_session is None or self._vx_session.closed is not None:
                 try:
-                    self._session = await connect(self._url, api_key=self._api_key, open_timeout=timeout,
+                    self._vx_session = await connect(self._vx_url, api_key=self._vx_api_key, open_timeout=timeout,
                                                   **self.session_config())  # fmt: skip
                 except (OSError, TimeoutError, VoxgateError) as e:
                     raise APIConnectionError(f"voxgate: cannot open a session: {e}") from e
-                self._stale = False
-            elif self._stale and not self._session.taking_text:
-                await self._session.configure(**self.session_config())
-                self._stale = False
-            return self._session
+                self._vx_stale = False
+            elif self._vx_stale and not self._vx_session.taking_text:
+                await self._vx_session.configure(**self.session_config())
+                self._vx_stale = False
+            return self._vx_session
 
     def prewarm(self) -> None:
         asyncio.get_event_loop().create_task(self.connection())
@@ -96,9 +98,9 @@ class TTS(tts.TTS):
         return SynthesizeStream(tts=self, conn_options=conn_options)
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close(timeout=2.0)
-            self._session = None
+        if self._vx_session is not None:
+            await self._vx_session.close(timeout=2.0)
+            self._vx_session = None
 
 
 class SynthesizeStream(tts.SynthesizeStream):
@@ -106,29 +108,29 @@ class SynthesizeStream(tts.SynthesizeStream):
 
     def __init__(self, *, tts: TTS, conn_options: APIConnectOptions) -> None:
         super().__init__(tts=tts, conn_options=conn_options)
-        self._vx: TTS = tts
+        self._vx_tts: TTS = tts
         self.speech: Speech | None = None
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         request_id = utils.shortuuid()
-        output_emitter.initialize(request_id=request_id, sample_rate=self._vx.sample_rate, num_channels=1,
+        output_emitter.initialize(request_id=request_id, sample_rate=self._vx_tts.sample_rate, num_channels=1,
                                   mime_type="audio/pcm", stream=True)  # fmt: skip
-        session = await self._vx.connection(self._conn_options.timeout)
-        speech = self.speech = session.speech(request_id if self._vx._contexts else None)
+        session = await self._vx_tts.connection(self._conn_options.timeout)
+        speech = self.speech = session.speech(request_id if self._vx_tts._vx_contexts else None)
         output_emitter.start_segment(segment_id=request_id)
-        sender = asyncio.create_task(self._send(speech), name="voxgate_client.livekit.send")
+        sender = asyncio.create_task(self._vx_send(speech), name="voxgate_client.livekit.send")
         try:
-            await self._receive(speech, output_emitter)
+            await self._vx_receive(speech, output_emitter)
             await sender
         except BaseException:
             sender.cancel()
             if not speech.ended.is_set() and speech.sent_text:
                 # Closed before its audio ended (an interruption): cancel it on the server, on this socket.
                 # Shielded: the task running this is being cancelled, the cancel must still go out.
-                await asyncio.shield(asyncio.ensure_future(self._cancel(speech)))
+                await asyncio.shield(asyncio.ensure_future(self._vx_cancel(speech)))
             raise
 
-    async def _send(self, speech: Speech) -> None:
+    async def _vx_send(self, speech: Speech) -> None:
         async for data in self._input_ch:
             if isinstance(data, self._FlushSentinel):
                 break  # one stream is one utterance (LiveKit deprecates several segments per stream)
@@ -136,7 +138,7 @@ class SynthesizeStream(tts.SynthesizeStream):
             await speech.send(data)
         await speech.done()
 
-    async def _receive(self, speech: Speech, output_emitter: tts.AudioEmitter) -> None:
+    async def _vx_receive(self, speech: Speech, output_emitter: tts.AudioEmitter) -> None:
         try:
             async for item in speech:
                 if isinstance(item, Audio):
@@ -151,11 +153,11 @@ class SynthesizeStream(tts.SynthesizeStream):
             raise APIConnectionError(f"voxgate: {e}") from e
         output_emitter.end_segment()
 
-    async def _cancel(self, speech: Speech) -> None:
+    async def _vx_cancel(self, speech: Speech) -> None:
         with contextlib.suppress(SessionClosed, TimeoutError):
             answer = await speech.cancel(timeout=3.0)
             if isinstance(answer, AudioCancelled):
-                self._vx.emit("voxgate_cancelled", answer)  # type: ignore[arg-type]
+                self._vx_tts.emit("voxgate_cancelled", answer)  # type: ignore[arg-type]
 
 
 def _timed(word: str, start_ms: float, end_ms: float) -> TimedString:

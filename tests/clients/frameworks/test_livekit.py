@@ -64,12 +64,12 @@ async def test_closing_a_stream_cancels_on_the_same_socket_and_leaves_no_stale_a
     tts.on("voxgate_cancelled", cancelled.append)  # type: ignore[arg-type]
     try:
         cut_at, timed_cut = await speak(tts, LONG, stop_after_s=1.0)  # the agent is interrupted a second in
-        socket = tts._session.websocket  # type: ignore[union-attr]
+        socket = tts._vx_session.websocket  # type: ignore[union-attr]
         async with asyncio.timeout(10):
             while not cancelled:
                 await asyncio.sleep(0.02)
         seconds, timed = await speak(tts, SHORT)  # the next turn on the same socket: only its own audio
-        assert tts._session is not None and tts._session.websocket is socket
+        assert tts._vx_session is not None and tts._vx_session.websocket is socket
     finally:
         await tts.aclose()
     assert cancelled[0].cancelled
