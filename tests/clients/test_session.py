@@ -105,7 +105,7 @@ async def test_a_refused_config_raises_with_its_code(gateway: str) -> None:
     assert refused.value.code == "unknown_voice"
 
 
-async def test_an_error_about_an_utterance_reaches_its_speech(gateway: str) -> None:
+async def test_an_error_naming_no_utterance_reaches_the_session(gateway: str) -> None:
     async with await open_session(gateway) as session:
         speech = session.speech()
         await speech.send("x" * (200 * 1024))  # past the 128 KiB message limit
