@@ -285,7 +285,7 @@ def offline(args: argparse.Namespace) -> dict[str, Any]:
 
     def run_s(piece: Any) -> tuple[float, float]:
         t0 = time.perf_counter()
-        audio, rate = next(iter(engine._synthesise(piece.voice, piece.lang, piece.text, 1.0, threading.Event(),
+        audio, rate, _ = next(iter(engine._synthesise(piece.voice, piece.lang, piece.text, 1.0, threading.Event(),
                                                    None)))
         return time.perf_counter() - t0, audio.size / rate
 

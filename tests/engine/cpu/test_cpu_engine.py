@@ -278,15 +278,15 @@ async def test_a_synthesis_fault_ends_the_stream_with_error_after_earlier_audio(
     # Armed once segment 0 has been heard, so a run still finishing for an earlier test (the engine is
     # shared) cannot take the fault instead.
     piper = cpu_engine._piper
-    real_run = piper.run
+    real_run = piper._run  # the one onnxruntime call under every synthesis path (timed or not)
     armed = threading.Event()
 
-    def failing_run(ids: list[int], *args: Any) -> np.ndarray:
+    def failing_run(ids: list[int], *args: Any) -> list[Any]:
         if armed.is_set():
             raise RuntimeError("onnxruntime fault")
         return real_run(ids, *args)
 
-    monkeypatch.setattr(piper, "run", failing_run)
+    monkeypatch.setattr(piper, "_run", failing_run)
     stream = cpu_engine.open_stream("joe", "en")
     stream.append("First segment.")
     chunks, end = await asyncio.wait_for(_first_then_rest(stream, ["Second segment.", "Third one."], armed), 30)

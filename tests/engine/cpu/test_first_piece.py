@@ -89,7 +89,7 @@ def test_a_short_first_piece_is_speech_that_starts_and_ends_cleanly(cpu_engine: 
     voice = cpu_engine._voices[cpu_engine.default_voice("zh")]
     runs = list(cpu_engine._synthesise(voice, "zh", clause, 1.0, threading.Event(), None))
     assert len(runs) == 1  # one model run: what the listener waits for
-    audio, rate = runs[0]
+    audio, rate, _ = runs[0]  # with its word timings
     assert 0.3 < audio.size / rate < 1.6, audio.size / rate
     frames = audio[: audio.size // (rate // 100) * (rate // 100)].reshape(-1, rate // 100)  # 10 ms frames
     loud = np.sqrt((frames**2).mean(axis=1)) > 0.02

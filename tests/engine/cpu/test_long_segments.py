@@ -140,7 +140,7 @@ async def test_a_stream_nobody_reads_holds_bounded_work_and_pauses(
     with stream._cond:
         assert len(bridge._items) == piper2._queue_size  # the bridge's bound: 64 chunks of ≤ 250 ms
         assert len(stream._jobs) <= piper2.workers  # the look-ahead
-        held = sum(a.size for j in stream._jobs for a, _ in j.audio)
+        held = sum(a.size for j in stream._jobs for a, *_ in j.audio)  # (audio, rate, words)
         assert held <= piper2.workers * 30 * piper2._piper.sample_rate  # a piece speaks well under 30 s
         assert 9_000 < len(stream._inbox) < 10_000  # only the text not yet spoken: nothing delivered kept
         assert stream._inbox_chars <= piper2.max_pending_chars
