@@ -284,8 +284,9 @@ class Connection:
     async def _control(self) -> None:
         """Cancels and takeovers sent by other replicas through the store."""
         async for msg in self.session.events():
-            if msg.kind == "cancel":
-                await self._cancel(None, notify=True, played_ms=msg.played_ms)
+            if msg.kind == "cancel":  # answered as input.cancel is, whether or not anything was left to stop
+                if not await self._cancel(None, notify=True, played_ms=msg.played_ms):
+                    await self.playout.nothing_to_cancel()
             elif msg.kind == "takeover":
                 await self.error(SESSION_TAKEN_OVER, "another connection took over this session")
                 self.stop(CLOSE_TAKEN_OVER, "taken over")

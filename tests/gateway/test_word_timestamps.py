@@ -116,9 +116,22 @@ async def test_cancel_with_played_ms_reports_the_text_heard_cut_at_a_word(gatewa
     timed = [w for e in events if e["type"] == "audio.words" for w in e["words"]]
     heard = [w["word"] for w in timed if (w["start_ms"] + w["end_ms"]) / 2 <= played]
     assert heard and len(heard) < len(timed)  # mid-utterance
-    assert cancelled["heard_estimated"] is False and cancelled["cancelled"] is True
+    # Piper may have sent the whole reply before the cancel came (cancelled: false); what was heard of it
+    # is reported all the same.
+    assert cancelled["heard_estimated"] is False
     assert words(cancelled["heard_text"]) == heard  # exactly the words played, at a word boundary
     assert TEXT.startswith(cancelled["heard_text"]) and cancelled["spoken_text"].startswith(cancelled["heard_text"])
+
+
+async def test_a_cancel_posted_with_nothing_active_is_answered_on_the_socket(gateway: str) -> None:
+    """As input.cancel is: a client waiting for the acknowledgement of a cross-replica cancel must not hang."""
+    ws, ready = await open_session(gateway)
+    async with ws:
+        status, _ = await asyncio.to_thread(call, gateway, "POST", f"/v1/sessions/{ready['session_id']}/cancel",
+                                            None, {"played_ms": 100.0})  # fmt: skip
+        assert status == 202
+        answer = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert answer["type"] == "audio.cancelled" and answer["cancelled"] is False, answer
 
 
 async def test_without_timings_the_heard_text_is_estimated_and_says_so(gateway: str) -> None:
