@@ -11,6 +11,7 @@ write-behind queue (sessions/writebehind.py), replayed when Redis is back.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -63,6 +64,10 @@ def embedded_server() -> fakeredis.FakeServer:
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+#: The embedded store's bound on one call (see `SessionStore.from_url`).
+EMBEDDED_OP_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,9 @@ class SessionStore:
         ValueError for a URL it cannot use."""
         s = settings or StoreSettings()
         if not url:
+            # In-process, the store cannot be away: a slow call means the event loop was busy (64 sessions
+            # opening at once on 2 cores), and opening the circuit then would refuse sessions for nothing.
+            s = dataclasses.replace(s, op_timeout_s=max(s.op_timeout_s, EMBEDDED_OP_TIMEOUT_S))
             client = fakeredis.FakeAsyncRedis(server=embedded_server())
             return cls(client, backend=None, url="embedded://", settings=s, replica_id=replica_id)
         backend = connect(url, connect_timeout_s=s.connect_timeout_s, op_timeout_s=s.op_timeout_s)
