@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import math
 import uuid
@@ -32,7 +31,7 @@ from gateway.admission import QueueFull, ticketed
 from gateway.audio import MEDIA_TYPES, encode_file
 from gateway.errors import ApiError, invalid
 from gateway.models import ModelRegistry, api_serving
-from gateway.openai_api import MAX_INPUT_CHARS, SpeechRequest, admitted, client_gone, speech_pcm, speech_request
+from gateway.openai_api import MAX_INPUT_CHARS, SpeechRequest, admitted, speech_pcm, speech_request, while_connected
 from gateway.settings import Settings
 from gateway.timing import ResponseClock, observe, trim_for
 from sessions import SessionStore, SessionStoreError, Tenant
@@ -166,16 +165,8 @@ async def create_speech_batch(
 ) -> Response[Any]:
     who = _Caller(request, tenant, models, store, settings)
     reqs = _parse_batch(data)
-    work = asyncio.ensure_future(asyncio.gather(*(_item(i, r, who) for i, r in enumerate(reqs))))
-    gone = asyncio.ensure_future(client_gone(request))
-    try:
-        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not work.done():  # the client left (or the server stops): its streams and tickets go now
-            work.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await work
+    # The client left (or the server stops): its streams and tickets go now.
+    work, _ = await while_connected(request, asyncio.gather(*(_item(i, r, who) for i, r in enumerate(reqs))))
     if work.cancelled():
         raise ApiError("the client disconnected", code="client_disconnected", status=499)
     results = work.result()

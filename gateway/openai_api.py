@@ -11,8 +11,8 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Annotated, Literal, cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Annotated, Literal, TypeVar, cast
 
 import msgspec
 import numpy as np
@@ -149,26 +149,35 @@ async def admitted(admission: Admission | None, tenant: Tenant, request: Request
         return None
     if request is None:
         return await admission.admit(tenant.name, tenant.weight)
-    turn = asyncio.ensure_future(admission.admit(tenant.name, tenant.weight))
-    gone = asyncio.ensure_future(client_gone(request))
-    try:
-        await asyncio.wait({turn, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (turn, gone):
-            task.cancel()  # a no-op on the one that finished: a cancelled wait is withdrawn
-        await asyncio.wait({turn, gone})
-    if gone.done() and not gone.cancelled():
+    turn, left = await while_connected(request, admission.admit(tenant.name, tenant.weight))  # cancelled: withdrawn
+    if left:
         if not turn.cancelled() and turn.exception() is None:
             turn.result().release()  # admitted in the same instant: the slot goes to the next in line
         raise ApiError("the client disconnected while waiting its turn", code="client_disconnected", status=499)
     return turn.result()
 
 
+T = TypeVar("T")
+
 async def client_gone(request: Request) -> None:
     """Returns when the client has gone. The body is read, so the next ASGI message is the disconnect;
     nothing else is expected, but one would be passed over without spinning."""
     while (await request.receive())["type"] != "http.disconnect":
         await asyncio.sleep(0.05)
+
+
+async def while_connected(request: Request, work: Awaitable[T]) -> tuple[asyncio.Future[T], bool]:
+    """Runs `work` until it ends or the client leaves, whichever comes first: its future (cancelled, and
+    awaited, if the client left before it ended) and whether the client left."""
+    task, gone = asyncio.ensure_future(work), asyncio.ensure_future(client_gone(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.wait({task, gone})
+    return task, gone.done() and not gone.cancelled()
 
 
 async def _whole(request: Request, first: np.ndarray | None, chunks: AsyncIterator[np.ndarray]) -> np.ndarray | None:
@@ -180,14 +189,9 @@ async def _whole(request: Request, first: np.ndarray | None, chunks: AsyncIterat
         parts += [pcm async for pcm in chunks]
         return np.concatenate(parts) if parts else np.zeros(0, np.int16)
 
-    work, gone = asyncio.ensure_future(collect()), asyncio.ensure_future(client_gone(request))
     try:
-        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        work, _ = await while_connected(request, collect())
     finally:
-        gone.cancel()
-        if not work.done():
-            work.cancel()
-        await asyncio.wait({work, gone})
         await chunks.aclose()  # cancels the engine stream (a no-op once it has ended)
     return None if work.cancelled() else work.result()
 
