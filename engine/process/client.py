@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import msgspec
 import numpy as np
 import zmq
 
@@ -140,8 +141,8 @@ class ProcessEngine:
     `state`: warming (first start) → ready ⇄ restarting (child died, back-off, warming again); failed
     (it cannot be loaded, or died `max_start_failures` times in a row before it was warm); closed.
     `last_error` says why it last went down. Static declarations (voices, languages, sample rate,
-    capabilities) are the child's, read once it is warm; `capacity()` and `memory()` are its last
-    heartbeat's."""
+    capabilities) are the child's, read once it is warm; `capacity()`, `memory()` and `telemetry()` are its
+    last heartbeat's."""
 
     def __init__(self, spec: str, options: dict[str, Any] | None = None, *, ready_timeout_s: float = 600.0,
                  hang_timeout_s: float = 15.0, backoff: Backoff | None = None, max_start_failures: int = 5) -> None:
@@ -158,7 +159,8 @@ class ProcessEngine:
         self._voices: tuple[VoiceInfo, ...] = ()
         self._failed_code = UNAVAILABLE  # a child that could not load says which code (model_unavailable, …)
         self._capacity: Capacity | None = None
-        self._memory: dict[str, int] = {}
+        self._memory = wire.Memory()
+        self._telemetry = wire.Telemetry()
         self._restarts = 0
         self._start_failures = 0
         self._streams: dict[int, ProcessStream] = {}
@@ -201,9 +203,17 @@ class ProcessEngine:
     def warmup_s(self) -> float | None:
         return None if self._info is None else self._info.warmup_s
 
-    def memory(self) -> dict[str, int]:
-        """The child's last report: `rss_bytes`, and `cuda_allocated_bytes` / `cuda_reserved_bytes` on a GPU."""
-        return dict(self._memory)
+    def memory(self) -> dict[str, int | None]:
+        """The child's last report (gateway/engine_report.py): its process's `pid`, `rss_bytes` and CUDA memory
+        on a GPU, and what its engine holds (`weights_bytes`, `kv_bytes`, `slot_bytes`); None where unknown.
+        Every field is given, so none is taken from the gateway's own process."""
+        report: dict[str, int | None] = msgspec.structs.asdict(self._memory)
+        report["pid"] = self.pid
+        return report
+
+    def telemetry(self) -> dict[str, float]:
+        """The child engine's own measures from its last heartbeat (cycle time, batch size, queue depth, slots)."""
+        return {k: v for k, v in msgspec.structs.asdict(self._telemetry).items() if v is not None}
 
     def _declared(self) -> wire.Info:
         info = self._info
@@ -434,7 +444,7 @@ class ProcessEngine:
 
     def _dispatch(self, msg: wire.Event, frames: list[bytes]) -> None:
         if isinstance(msg, wire.Beat):
-            self._memory = msg.memory
+            self._memory, self._telemetry = msg.memory, msg.telemetry
             self._capacity = None if msg.capacity is None else Capacity(*msg.capacity)
         elif isinstance(msg, wire.Audio | wire.Codec | wire.WordsMsg | wire.Wait):
             stream = self._streams.get(msg.sid)
@@ -516,6 +526,7 @@ class ProcessEngine:
         assert child is not None and sock is not None
         warm = None if child.ready_at is None else time.monotonic() - child.ready_at
         self._child, self._sock, self._capacity = None, None, None
+        self._memory, self._telemetry = wire.Memory(), wire.Telemetry()  # the dead child's numbers are not news
         sock.close(linger=0)
         child.reap(1.0)
         if self._state == "failed":  # it said why it could not load: restarting would not help

@@ -64,6 +64,8 @@ class EngineServer:
         self.sock, self.engine = sock, engine
         self.streams: dict[int, tuple[Stream, _Window]] = {}
         self.relays: set[asyncio.Task[None]] = set()
+        self._memory: wire.Memory | None = None  # the last memory report, asked every MEMORY_EVERY_S
+        self._memory_at = 0.0
 
     async def send(self, msg: wire.Event, payload: Any = None) -> None:
         header = wire.event_encoder.encode(msg)
@@ -158,7 +160,10 @@ class EngineServer:
             with contextlib.suppress(Exception):  # advice only: a failing probe says "cannot tell"
                 if (c := probe()) is not None:
                     capacity = (c.streams, c.active, c.busy_s, c.workers)
-        await self.send(wire.Beat(capacity, memory()))
+        now = time.monotonic()
+        if self._memory is None or now - self._memory_at >= wire.MEMORY_EVERY_S:
+            self._memory, self._memory_at = memory(self.engine), now
+        await self.send(wire.Beat(capacity, self._memory, telemetry(self.engine)))
 
     async def beat(self) -> None:
         while True:
@@ -177,16 +182,43 @@ def _check(engine: Engine, request: StreamRequest) -> tuple[str, str]:
     return "", ""
 
 
-def memory() -> dict[str, int]:
-    """This process's resident memory, and torch's CUDA memory when it holds a GPU."""
+def _asked(engine: Engine | None, method: str) -> dict[str, Any]:
+    """`engine.memory()` / `engine.telemetry()` where it has one ({} where not, or where it fails: a report
+    must not take the heartbeat down)."""
+    probe = getattr(engine, method, None)
+    if probe is None:
+        return {}
+    try:
+        found = probe()
+    except Exception:
+        log.exception("engine.%s() failed", method)
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _numbers(found: dict[str, Any], fields: tuple[str, ...], kind: type) -> dict[str, Any]:
+    """The known fields that are numbers (a bool is not one), as `kind`: what else an engine says stays here."""
+    return {k: kind(v) for k, v in found.items()
+            if k in fields and isinstance(v, int | float) and not isinstance(v, bool)}  # fmt: skip
+
+
+def memory(engine: Engine | None = None) -> wire.Memory:
+    """This process's resident memory, torch's CUDA memory when it holds a GPU, and what `engine` says it
+    holds (its `memory()`: weights, KV and slot bytes)."""
     out: dict[str, int] = {}
     with contextlib.suppress(OSError, ValueError), open("/proc/self/statm") as f:
         out["rss_bytes"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["cuda_allocated_bytes"] = int(torch.cuda.memory_allocated())
+        out["cuda_allocated_bytes"] = out["torch_allocated_bytes"] = int(torch.cuda.memory_allocated())
         out["cuda_reserved_bytes"] = int(torch.cuda.memory_reserved())
-    return out
+    out.update(_numbers(_asked(engine, "memory"), wire.Memory.__struct_fields__, int))
+    return wire.Memory(**out)
+
+
+def telemetry(engine: Engine) -> wire.Telemetry:
+    """The engine's own measures (its `telemetry()`: cycle time, batch size, queue depth, slots)."""
+    return wire.Telemetry(**_numbers(_asked(engine, "telemetry"), wire.Telemetry.__struct_fields__, float))
 
 
 def info(engine: Engine, warmup_s: float) -> wire.Info:

@@ -17,7 +17,8 @@ from engine.types import StreamRequest
 WINDOW = 16  # audio events in flight per stream (child → parent, not yet consumed): ≤ 4 s of CPU audio
 CREDIT_BATCH = WINDOW // 2  # the parent gives credit back in batches: one message per 8 events
 HWM = 100_000  # zmq high-water mark, messages, both sockets: far above streams × WINDOW + commands
-BEAT_S = 0.1  # the child's heartbeat (capacity, memory) period
+BEAT_S = 0.1  # the child's heartbeat (capacity, telemetry) period
+MEMORY_EVERY_S = 1.0  # the engine's memory() is asked this often (sizes: they change at a load, not a cycle)
 
 
 class _Msg(msgspec.Struct, tag_field="t", array_like=True, frozen=True):
@@ -102,11 +103,35 @@ class Failed(_Msg, tag="failed"):
     message: str
 
 
+class Memory(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Bytes, None where unknown: the child process's (RSS, torch's CUDA memory on a GPU) and what its engine
+    says it holds (`engine.memory()`: weights, KV and slot state). Fixed fields: a report stays bounded."""
+
+    rss_bytes: int | None = None
+    torch_allocated_bytes: int | None = None
+    cuda_allocated_bytes: int | None = None
+    cuda_reserved_bytes: int | None = None
+    weights_bytes: int | None = None
+    kv_bytes: int | None = None
+    slot_bytes: int | None = None
+
+
+class Telemetry(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The engine's own measures (`engine.telemetry()`), None where it has none (gateway/engine_report.py)."""
+
+    cycle_seconds: float | None = None
+    batch_size: float | None = None
+    queue_depth: float | None = None
+    slots_in_use: float | None = None
+    slots_total: float | None = None
+
+
 class Beat(_Msg, tag="beat"):
-    """Alive, with the engine's capacity (None: it cannot tell) and memory, every `BEAT_S`."""
+    """Alive, with the engine's capacity (None: it cannot tell), memory and telemetry, every `BEAT_S`."""
 
     capacity: tuple[int, int, float | None, int] | None  # streams, active, busy_s, workers
-    memory: dict[str, int]
+    memory: Memory
+    telemetry: Telemetry
 
 
 class Audio(_Msg, tag="audio"):

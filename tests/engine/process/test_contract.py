@@ -157,6 +157,47 @@ async def test_concurrent_streams_all_finish(tiny: Any) -> None:
         assert_continuous(chunks, 24000)
 
 
+def _get(url: str) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read()
+
+
+async def test_the_qwen3_engines_memory_and_telemetry_cross_the_process(tiny_pair: dict[str, Any]) -> None:
+    """The admin report and /metrics say the same fields of the tiny engine in a child as in-process: its KV
+    and slot bytes, and a stream nobody reads holds a slot that slots_in_use counts."""
+    import json
+
+    from support.servers import serve
+
+    from gateway import engine_report
+
+    inproc, child = tiny_pair["inproc"], tiny_pair["process"]
+    stream = child.open_stream("ryan", "en", seed=11)
+    stream.append("The quick brown fox jumps over the lazy dog. " * 8)  # nobody reads: it pauses on its slot
+    try:
+        await eventually(lambda: child.telemetry().get("slots_in_use", 0) >= 1, 30)
+        for addr in serve(child, model="tiny"):
+            record = json.loads(await asyncio.to_thread(_get, f"http://{addr}/v1/admin/models/tiny"))
+            metrics = (await asyncio.to_thread(_get, f"http://{addr}/metrics")).decode()
+    finally:
+        stream.cancel()
+    memory, ours = record["memory"], engine_report.memory(inproc)
+    assert set(memory) == set(ours), (memory, ours)
+    assert {k for k, v in memory.items() if v is not None} == {k for k, v in ours.items() if v is not None}
+    assert memory["pid"] == child.pid and not memory["shared_process"] and memory["rss_bytes"] > 50 * 2**20
+    assert memory["kv_bytes"] == ours["kv_bytes"] > 0 and memory["slot_bytes"] == ours["slot_bytes"] >= ours["kv_bytes"]
+    assert memory["weights_bytes"] == ours["weights_bytes"] > 0
+    telemetry = record["telemetry"]
+    assert set(engine_report.telemetry(inproc)) <= set(telemetry), telemetry
+    assert telemetry["slots_total"] == 4 and 1 <= telemetry["slots_in_use"] <= 4, telemetry
+    assert telemetry["cycle_seconds"] > 0 and telemetry["batch_size"] >= 0 and telemetry["restarts"] == 0, telemetry
+    assert 'voxgate_engine_slots{model="tiny"} 4.0' in metrics
+    in_use = next(line for line in metrics.splitlines() if line.startswith('voxgate_engine_slots_in_use{model="tiny"}'))
+    assert float(in_use.rsplit(" ", 1)[1]) >= 1, in_use
+
+
 async def test_leaving_the_events_early_cancels_the_child_stream(tiny_pair: dict[str, Any]) -> None:
     child: ProcessEngine = tiny_pair["process"]
     stream = child.open_stream("ryan", "en", seed=5)
