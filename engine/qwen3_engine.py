@@ -202,6 +202,8 @@ class Qwen3Engine:
         if request.speed != 1.0:
             raise EngineError("invalid_option",
                               f"the Qwen3 engine speaks at its own rate; speed {request.speed:g} is not supported")
+        if request.phonemes:  # its talker reads text, not phonemes: a lexicon's IPA entries need a respelling
+            raise EngineError("phonemes_unsupported", "the Qwen3 engine reads no IPA phonemes; give the entries a say")
         speaker, language_name = self._speaker(request.voice), self._model_language(request.language)
         reference = self._reference(request)
         self._check_prompt_room(request.instructions)

@@ -120,6 +120,11 @@ MAX_NAME_CHARS = 256  # voice and language names (the gateway's protocols bound 
 SEED_MAX = 2**63 - 1  # what every backend's generator takes (msgspec bounds must fit an int64)
 
 
+MAX_PHONEME_WORDS = 1000  # a lexicon's bound (sessions/lexicon.py)
+PhonemeWord = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+PhonemeIpa = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^\S+$")]
+
+
 class ReferenceClip(msgspec.Struct, frozen=True):
     """A cloned voice's reference: the bytes of an audio file, and what it says (None: x-vector only)."""
 
@@ -142,6 +147,9 @@ class StreamRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     output: Literal["pcm", "codec_tokens"] = "pcm"
     reference: ReferenceClip | None = None
     word_timings: bool = False  # emit `Words` beside the audio (engines that cannot time words ignore it)
+    # word → IPA (a tenant lexicon's entries) for engines that phonemize text themselves (the CPU voices);
+    # one that cannot take phonemes refuses the request (`phonemes_unsupported`): none goes unheard silently.
+    phonemes: Annotated[dict[PhonemeWord, PhonemeIpa], msgspec.Meta(max_length=MAX_PHONEME_WORDS)] | None = None
 
     def options(self) -> dict[str, object]:
         """The `open_stream` keywords that say the same (those not at their default)."""
@@ -155,6 +163,8 @@ class StreamRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             out["output"] = self.output
         if self.word_timings:
             out["word_timings"] = True
+        if self.phonemes:
+            out["phonemes"] = self.phonemes
         if self.reference is not None:
             out["ref_audio"] = self.reference.audio
             if self.reference.text is not None:

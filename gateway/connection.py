@@ -23,6 +23,7 @@ from gateway.admission import Admission
 from gateway.backlog import Backlog
 from gateway.contexts import Contexts
 from gateway.intake import TextIntake
+from gateway.lexicons import NO_LEXICON, spoken_with
 from gateway.outbox import Outbox, Outgoing, SlowClient
 from gateway.playout import Playout
 from gateway.protocol import (
@@ -83,7 +84,7 @@ class Connection:
         self._stopped = asyncio.Event()
         self._watch: asyncio.Task[None] | None = None
         self.voice: tuple[str | None, dict[str, Any]] = (None, {})  # resolved at session.config
-        self.pronunciations = Pronunciations({})  # the session's lexicon (session.config `lexicon`)
+        self.pronunciations: Pronunciations = NO_LEXICON  # its lexicon's respellings (session.config `lexicon`)
         self.close_code, self.close_reason = 1000, ""  # how the socket is closed, and why
         self.backlog = Backlog(limits)
         self.listener = self.backlog.listener  # the client's player, across utterances
@@ -276,10 +277,13 @@ class Connection:
         # The engine is the judge of voices, languages, options and capabilities (codec_tokens_unsupported,
         # voice_cloning_unsupported): it checks the request without opening a stream.
         # Off the event loop: an engine in a child process answers by a round trip (engine/process).
-        await asyncio.to_thread(chosen[0].check, self._request(cfg, voice))
-        self.pronunciations = await self.session.pronunciations(cfg.lexicon)
+        # The lexicon's IPA entries are the engine's to take or refuse (gateway/lexicons.py); taken, they are
+        # one more of the stream options the voice carries, so every stream of this config is opened with them.
+        lexicon = await self.session.lexicon(cfg.lexicon)
+        request, self.pronunciations = await asyncio.to_thread(
+            spoken_with, chosen[0], self._request(cfg, voice), lexicon)
         self._chosen = chosen
-        return voice
+        return voice if request.phonemes is None else (voice[0], {**voice[1], "phonemes": request.phonemes})
 
     async def _control(self) -> None:
         """Cancels and takeovers sent by other replicas through the store."""

@@ -22,7 +22,6 @@ import msgspec
 from engine import Engine
 from gateway.protocol import ProtocolError, SessionConfig, quote
 from gateway.voices import resolve_voice
-from segmentation.lexicon import Pronunciations
 from sessions import (
     AttachedSession,
     ControlMessage,
@@ -32,7 +31,7 @@ from sessions import (
     StreamSlot,
     Tenant,
 )
-from sessions.lexicon import LexiconStore
+from sessions.lexicon import Lexicon, LexiconStore
 
 log = logging.getLogger("voxgate.sessions")
 
@@ -118,17 +117,17 @@ class SessionBinding:
         except StateUnavailable as e:
             raise ProtocolError(e.code, str(e)) from None
 
-    async def pronunciations(self, lexicon: str | None) -> Pronunciations:
-        """The tenant's lexicon a session names (none: no entries); unknown_lexicon when there is none."""
+    async def lexicon(self, lexicon: str | None) -> Lexicon | None:
+        """The tenant's lexicon a session names (None: it names none); unknown_lexicon when there is none."""
         if lexicon is None:
-            return Pronunciations({})
+            return None
         try:
             found = await LexiconStore(self.store).get(self.tenant.name, lexicon)
         except SessionStoreError as e:
             raise ProtocolError(e.code, str(e)) from None
         if found is None:
             raise ProtocolError("unknown_lexicon", f"no lexicon {quote(lexicon)} (PUT /v1/lexicons/{{name}} first)")
-        return Pronunciations(found.entries)
+        return found
 
     async def events(self) -> AsyncIterator[ControlMessage]:
         assert self.attached is not None

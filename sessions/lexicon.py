@@ -1,9 +1,10 @@
 """Tenant lexicons (pronunciations) in the session store, so every replica speaks them the same.
 
-A lexicon is a named map word → what to say instead (a respelling), stored whole as one JSON value under
-the tenant's hash tag, with the tenant's index of names beside it; both are written by one script, so the
-per-tenant bound holds against concurrent writers. Sizes are bounded here (entries, word and respelling
-lengths) as well as at the HTTP edge, since the store is the one place every writer passes.
+A lexicon is a named map word → what to say instead: a respelling (a string), or an entry object with
+IPA phonemes for the espeak-based voices and/or a respelling (`{"ipa": …, "say": …}`), stored whole as one
+JSON value under the tenant's hash tag, with the tenant's index of names beside it; both are written by
+one script, so the per-tenant bound holds against concurrent writers. Sizes are bounded here (entries,
+word, respelling and IPA lengths) as well as at the HTTP edge, since the store is the one place every writer passes.
 """
 
 from __future__ import annotations
@@ -20,14 +21,40 @@ MAX_LEXICONS_PER_TENANT = 32
 MAX_ENTRIES = 1000
 MAX_WORD_CHARS = 64
 MAX_SAY_CHARS = 128
+MAX_IPA_CHARS = 128
 
 Word = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_WORD_CHARS)]
 Say = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SAY_CHARS)]
-Entries = Annotated[dict[Word, Say], msgspec.Meta(max_length=MAX_ENTRIES)]
+# One word's phonemes: no whitespace (a word is one phoneme token, which keeps its timing exact).
+Ipa = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_IPA_CHARS, pattern=r"^\S+$")]
+
+
+class Entry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """An entry beyond a plain respelling: `ipa` for the voices that take phonemes (Piper, Kokoro), `say`
+    for every other engine (and as the IPA's fallback). At least one of them."""
+
+    ipa: Ipa | None = None
+    say: Say | None = None
+
+    def __post_init__(self) -> None:
+        if self.ipa is None and self.say is None:
+            raise ValueError("an entry needs ipa or say")
+
+
+Entries = Annotated[dict[Word, Say | Entry], msgspec.Meta(max_length=MAX_ENTRIES)]
 
 
 class Lexicon(msgspec.Struct, frozen=True):
     entries: Entries
+
+    def respellings(self) -> dict[str, str]:
+        """word → respelling, for every entry that has one."""
+        return {w: e if isinstance(e, str) else e.say for w, e in self.entries.items()
+                if isinstance(e, str) or e.say is not None}  # fmt: skip
+
+    def phonemes(self) -> dict[str, str]:
+        """word → IPA, for every entry that has phonemes."""
+        return {w: e.ipa for w, e in self.entries.items() if isinstance(e, Entry) and e.ipa is not None}
 
 
 class LexiconLimitExceeded(SessionStoreError):

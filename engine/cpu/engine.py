@@ -34,7 +34,7 @@ import numpy as np
 
 from engine.cache import cache_dir
 from engine.cpu.capacity import RtfMeter
-from engine.cpu.espeak import Espeak
+from engine.cpu.espeak import Espeak, Pinned
 from engine.cpu.pool import UrgencyPool
 from engine.cpu.text import canonical_language, cost, detect_language, estimate_seconds, pieces, strip_han
 from engine.options import stream_request
@@ -215,6 +215,12 @@ class CpuEngine:
         self._resolve(request)
 
     def _resolve(self, request: StreamRequest) -> tuple[_Voice | None, str]:
+        chosen, lang = self._resolve_voice(request)
+        if request.phonemes:
+            self._check_phonemes(chosen, lang, request.phonemes)
+        return chosen, lang
+
+    def _resolve_voice(self, request: StreamRequest) -> tuple[_Voice | None, str]:
         """The voice (None: by language, per segment) and canonical language `request` asks for.
         `instructions` and `seed` are accepted and ignored: these voices follow no instructions and
         are not seedable."""
@@ -243,6 +249,19 @@ class CpuEngine:
                               f"not {_shown(request.language)}")
         return chosen, lang
 
+    def _check_phonemes(self, chosen: _Voice | None, lang: str, phonemes: dict[str, str]) -> None:
+        """A lexicon's IPA entries against the phoneme inventory of every voice that may speak the stream
+        (its segments are picked per language): a symbol a voice lacks would be dropped unheard."""
+        langs = ("en", "zh") if lang == "auto" else (lang,)
+        models = {self._piper if v.backend == "piper" else self._kokoro
+                  for v in (self._pick(chosen, seg_lang, "")[0] for seg_lang in langs)}  # fmt: skip
+        for model in models:
+            assert model is not None
+            for word, ipa in phonemes.items():
+                if missing := sorted(set(ipa) - model.inventory):
+                    raise EngineError("unsupported_phonemes", f"the IPA of {_shown(word)} has symbols "
+                                      f"{''.join(missing[:10])!r} the voice does not know")
+
     def open_stream(self, voice: str | None, language: str, **options: object) -> CpuStream:
         """Open one utterance. Options (`StreamRequest`'s, engine/options.py checks them): `sample_rate`
         (8000–48000, default 24000), `speed` (0.25–4.0, default 1.0); `instructions` and `seed` are
@@ -252,7 +271,7 @@ class CpuEngine:
         request = stream_request(voice, language, options)
         chosen, lang = self._resolve(request)
         stream = CpuStream(self, chosen, lang, request.sample_rate or OUTPUT_RATE, request.speed,
-                           request.word_timings)
+                           request.word_timings, Pinned(request.phonemes) if request.phonemes else None)
         self._streams.add(stream)
         return stream
 
@@ -318,13 +337,14 @@ class CpuEngine:
             current = following
 
     def _synthesise(self, voice: _Voice, lang: str, text: str, speed: float,
-                    cancelled: threading.Event, run_options: Any) -> Any:
+                    cancelled: threading.Event, run_options: Any, pinned: Pinned | None = None) -> Any:
         """Yield (float32 audio, rate, words) per model run of one segment, `words` as (word, start, end)
-        samples into that audio (None: the graph gives no durations); stops early once cancelled."""
+        samples into that audio (None: the graph gives no durations); stops early once cancelled.
+        `pinned`: words spoken with the IPA given (a lexicon's)."""
         if voice.backend == "piper":
             assert self._piper is not None
             rate = self._piper.sample_rate
-            for unit in self._piper.timed_units(text):
+            for unit in self._piper.timed_units(text, pinned):
                 if cancelled.is_set():
                     return
                 audio, words = self._piper.run_timed(unit, speed, run_options)
@@ -332,7 +352,7 @@ class CpuEngine:
         else:
             assert self._kokoro is not None
             rate = self._kokoro.sample_rate
-            for unit in self._kokoro.timed_units(text, lang):
+            for unit in self._kokoro.timed_units(text, lang, pinned):
                 if cancelled.is_set():
                     return
                 audio, words = self._kokoro.run_timed(unit, voice.info.name, speed, run_options)
@@ -392,9 +412,10 @@ class CpuStream:
     """
 
     def __init__(self, engine: CpuEngine, voice: _Voice | None, language: str, sample_rate: int,
-                 speed: float, word_timings: bool = False) -> None:
+                 speed: float, word_timings: bool = False, pinned: Pinned | None = None) -> None:
         self._engine = engine
         self._word_timings = word_timings
+        self._pinned = pinned  # a lexicon's IPA words
         self._voice = voice
         self._language = language
         self.sample_rate = sample_rate
@@ -545,7 +566,7 @@ class CpuStream:
         t0, made = time.perf_counter(), 0.0
         try:
             for audio in self._engine._synthesise(p.voice, p.lang, p.text, self._speed, self._cancelled,
-                                                  job.run_options):
+                                                  job.run_options, self._pinned):
                 made += audio[0].size / audio[1]
                 with self._cond:
                     job.audio.append(audio)

@@ -10,7 +10,10 @@ from __future__ import annotations
 import ctypes
 import re
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+
+from engine.words import word_spans
 
 _AUDIO_OUTPUT_SYNCHRONOUS = 0x02
 _CHARS_UTF8 = 1
@@ -19,6 +22,21 @@ _PHONEMES_IPA = 0x02
 _LANG_SWITCH = re.compile(r"\([a-z]{2,3}(?:-[a-z0-9]+)*\)")
 # A clause ends at a mark followed by a space or the end; so "3.14", "e.g" and "1,000" stay whole.
 _CLAUSE = re.compile(r"(.+?)([.,;:!?…]+[\"')\]]*)(?=\s|$)|(.+?)$", re.S)
+
+
+class Pinned:
+    """Words whose phonemes are given (a tenant lexicon's IPA entries, `StreamRequest.phonemes`): espeak
+    never reads them; their IPA is spliced into the clause's phonemes in their place, as one token, so
+    the word keeps its timing (engine/cpu/timings.py). A word of the text (engine/words.py) matches an
+    entry in lower case in any case, one with a capital only as written (the gateway's lexicon rule)."""
+
+    def __init__(self, phonemes: Mapping[str, str]) -> None:
+        self._exact = {w: p for w, p in phonemes.items() if any(c.isupper() for c in w)}
+        self._folded = {w.casefold(): p for w, p in phonemes.items() if not any(c.isupper() for c in w)}
+
+    def get(self, word: str) -> str | None:
+        found = self._exact.get(word)
+        return found if found is not None else self._folded.get(word.casefold())
 
 
 class Espeak:
@@ -58,15 +76,17 @@ class Espeak:
         self._lib = lib
         return (lib.espeak_Info(None) or b"?").decode()
 
-    def phonemize(self, text: str, voice: str = "en-us") -> str:
+    def phonemize(self, text: str, voice: str = "en-us", pinned: Pinned | None = None) -> str:
         """IPA for `text` with punctuation kept: "Hi, there." → "hˈaɪ, ðˈɛɹ."
 
         espeak's phoneme API drops punctuation, which Piper and Kokoro use for prosody, so the text is
-        cut into clauses here and each clause's closing mark is put back after its phonemes.
+        cut into clauses here and each clause's closing mark is put back after its phonemes. `pinned`:
+        words whose IPA is given, put in as they are (espeak's own `[[…]]` input takes its phoneme
+        mnemonics, not IPA, so the clause is read around them instead).
         """
-        return self._thread.submit(self._phonemize, text, voice).result()
+        return self._thread.submit(self._phonemize, text, voice, pinned).result()
 
-    def _phonemize(self, text: str, voice: str) -> str:
+    def _phonemize(self, text: str, voice: str, pinned: Pinned | None = None) -> str:
         assert self._lib is not None
         vb = voice.encode()
         if vb != self._voice:
@@ -76,11 +96,29 @@ class Espeak:
         out: list[str] = []
         for m in _CLAUSE.finditer(text.strip()):
             words, mark = (m.group(1), m.group(2)) if m.group(1) is not None else (m.group(3), "")
-            ipa = self._clause(words) if words and words.strip() else ""
+            ipa = self._pinned_clause(words, pinned) if words and words.strip() else ""
             piece = ipa + _mark(mark)
             if piece:
                 out.append(piece)
         return " ".join(out)
+
+    def _pinned_clause(self, text: str, pinned: Pinned | None) -> str:
+        """A clause's phonemes, the pinned words' IPA in their places and espeak reading the rest."""
+        if pinned is None:
+            return self._clause(text)
+        parts: list[str] = []
+        at = 0
+        for start, end in word_spans(text):
+            ipa = pinned.get(text[start:end])
+            if ipa is None:
+                continue
+            if text[at:start].strip():
+                parts.append(self._clause(text[at:start]))
+            parts.append(ipa)
+            at = end
+        if text[at:].strip():
+            parts.append(self._clause(text[at:]))
+        return " ".join(p for p in parts if p)
 
     def _clause(self, text: str) -> str:
         assert self._lib is not None

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu.durations import KOKORO_DURATIONS, with_durations
-from engine.cpu.espeak import Espeak
+from engine.cpu.espeak import Espeak, Pinned
 from engine.cpu.onnx import make_session
 from engine.cpu.text import han_latin_runs, sentences, split_long
 from engine.cpu.timings import TimedUnit, place, plan
@@ -78,13 +78,19 @@ class KokoroModel:
     def voices(self) -> list[str]:
         return sorted(self.styles)
 
-    def phonemes(self, sentence: str, lang: str) -> str:
-        return self._phonemes(sentence, lang)[0]
+    @property
+    def inventory(self) -> frozenset[str]:
+        """The phoneme symbols the model knows (an IPA entry's symbols must be among them)."""
+        return frozenset(self._vocab)
 
-    def _phonemes(self, sentence: str, lang: str) -> tuple[str, list[list[str]]]:
-        """The sentence's phonemes and its word groups, one per phoneme token (engine/cpu/timings.py)."""
+    def phonemes(self, sentence: str, lang: str, pinned: Pinned | None = None) -> str:
+        return self._phonemes(sentence, lang, pinned)[0]
+
+    def _phonemes(self, sentence: str, lang: str, pinned: Pinned | None = None) -> tuple[str, list[list[str]]]:
+        """The sentence's phonemes and its word groups, one per phoneme token (engine/cpu/timings.py).
+        `pinned` words (a lexicon's IPA) are spoken as given where espeak reads (Latin words)."""
         if lang == "en":
-            return self._espeak.phonemize(sentence, "en-us"), [[w] for w in words(sentence)]
+            return self._espeak.phonemize(sentence, "en-us", pinned), [[w] for w in words(sentence)]
         # Mandarin with embedded Latin words: Han runs through misaki, Latin runs through espeak.
         import jieba  # misaki's zh G2P speaks jieba's words as space-separated tokens
 
@@ -95,18 +101,18 @@ class KokoroModel:
                 parts.append(self._zh(run)[0])
                 groups += [g for w in jieba.lcut(run) if (g := words(w))]
             elif run.strip():
-                parts.append(self._espeak.phonemize(run, "en-us"))
+                parts.append(self._espeak.phonemize(run, "en-us", pinned))
                 groups += [[w] for w in words(run)]
         return " ".join(p.strip() for p in parts if p.strip()), groups
 
     def units(self, text: str, lang: str) -> list[list[int]]:
         return [u.ids for u in self.timed_units(text, lang)]
 
-    def timed_units(self, text: str, lang: str) -> list[TimedUnit]:
+    def timed_units(self, text: str, lang: str, pinned: Pinned | None = None) -> list[TimedUnit]:
         """`units` with each run's words placed in its tokens (engine/cpu/timings.py)."""
         out: list[TimedUnit] = []
         for sentence in sentences(text):
-            raw, groups = self._phonemes(sentence, lang)
+            raw, groups = self._phonemes(sentence, lang, pinned)
             ph = "".join(c for c in raw if c in self._vocab)
             for unit in plan(ph, groups, split_long(ph, _MAX_TOKENS), self._ids_spans):
                 if any(self._alpha[i] for i in unit.ids):  # marks alone would be silence

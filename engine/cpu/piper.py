@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from engine.cpu.durations import PIPER_DURATIONS, with_durations
-from engine.cpu.espeak import Espeak
+from engine.cpu.espeak import Espeak, Pinned
 from engine.cpu.onnx import make_session
 from engine.cpu.text import sentences, split_long, strip_han
 from engine.cpu.timings import TimedUnit, place, plan
@@ -48,11 +48,17 @@ class PiperVoice:
         """One phoneme-id sequence per sentence (Han characters dropped: this voice cannot read them)."""
         return [u.ids for u in self.timed_units(text)]
 
-    def timed_units(self, text: str) -> list[TimedUnit]:
-        """`units` with each run's words placed in its ids (engine/cpu/timings.py)."""
+    @property
+    def inventory(self) -> frozenset[str]:
+        """The phoneme symbols this voice knows (an IPA entry's symbols must be among them)."""
+        return frozenset(self._id_map)
+
+    def timed_units(self, text: str, pinned: Pinned | None = None) -> list[TimedUnit]:
+        """`units` with each run's words placed in its ids (engine/cpu/timings.py); `pinned`: words
+        whose IPA is given (a lexicon's), spoken as given."""
         out: list[TimedUnit] = []
         for sentence in sentences(strip_han(text)):
-            ipa = self._espeak.phonemize(sentence, self.espeak_voice)
+            ipa = self._espeak.phonemize(sentence, self.espeak_voice, pinned)
             groups = [[w] for w in words(sentence)]
             for unit in plan(ipa, groups, split_long(ipa, _MAX_PHONEMES), self._ids_spans):
                 if len(unit.ids) > 3:  # BOS, PAD, EOS alone would be silence

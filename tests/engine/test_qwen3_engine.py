@@ -319,6 +319,23 @@ def test_the_qwen3_engine_declares_its_capabilities(engine: Qwen3Engine) -> None
     engine.check(stream_request("ryan", "en", {"output": "codec_tokens", "seed": 7, "sample_rate": 16000}))
 
 
+def test_a_lexicons_ipa_is_refused_by_qwen3_and_its_respelling_said_instead(engine: Qwen3Engine) -> None:
+    """The talker reads text: an IPA entry is spoken by its `say`, or refused naming it (gateway/lexicons.py)."""
+    from gateway.lexicons import spoken_with
+    from sessions.lexicon import Entry, Lexicon
+
+    request = stream_request("ryan", "en", {})
+    with pytest.raises(EngineError) as err:
+        engine.check(stream_request("ryan", "en", {"phonemes": {"voxgate": "vˈɑksɡeɪt"}}))
+    assert err.value.code == "phonemes_unsupported"
+    both = Lexicon({"voxgate": Entry(ipa="vˈɑksɡeɪt", say="vocks gate"), "hi": "hello"})
+    checked, pronunciations = spoken_with(engine, request, both)
+    assert checked.phonemes is None and pronunciations.apply("hi voxgate") == "hello vocks gate"
+    with pytest.raises(EngineError) as err:
+        spoken_with(engine, request, Lexicon({"voxgate": Entry(ipa="vˈɑksɡeɪt"), "hi": "hello"}))
+    assert err.value.code == "phonemes_unsupported" and "'voxgate'" in str(err.value), err.value
+
+
 @pytest.mark.parametrize("options", [{"speed": "fast" * 10**5}, {"x" * 10**5: 1}, {"output": "o" * 10**5},
                                      {"seed": 10**5000}, {"instructions": ["a"] * 10**5}])
 def test_an_option_error_never_echoes_unbounded_input(engine: Qwen3Engine, options: dict[str, Any]) -> None:

@@ -48,6 +48,42 @@ async def test_a_session_names_its_lexicon_and_an_unknown_one_is_refused(gateway
     await ws.close()
 
 
+IPA = "vˈɑksɡeɪt"
+
+
+def test_ipa_entries_are_stored_beside_respellings_and_checked(gateway: str) -> None:
+    entries = {"voxgate": {"ipa": IPA}, "hello": "hi", "Acme": {"ipa": "ˈækmi", "say": "ack me"}}
+    assert call(gateway, "PUT", "/v1/lexicons/ipa", None, {"entries": entries}) == (200, {"name": "ipa", "entries": 3})
+    assert call(gateway, "GET", "/v1/lexicons/ipa", None) == (200, {"name": "ipa", "entries": entries})
+    for body, code in [
+        ({"entries": {"w": {}}}, "invalid_value"),  # an entry needs ipa or say
+        ({"entries": {"w": {"ipa": "a b"}}}, "invalid_value"),  # one word's phonemes: no spaces
+        ({"entries": {"w": {"ipa": "x" * 129}}}, "string_above_max_length"),
+        ({"entries": {"w": {"ipa": "x", "stress": 1}}}, "invalid_value"),
+        ({"entries": {"GPT4": {"ipa": "x"}}}, "invalid_lexicon_entry"),  # the normaliser reads it "GPT four"
+        ({"entries": {"New York": {"ipa": "x"}}}, "invalid_lexicon_entry"),  # a phrase: say only
+        ({"entries": {"语音": {"ipa": "x"}}}, "invalid_lexicon_entry"),  # Han: espeak does not read it
+    ]:
+        status, err = call(gateway, "PUT", "/v1/lexicons/bad", None, body)
+        assert status == 400 and err["error"]["code"] == code, (body, err)
+
+
+async def test_a_session_speaks_ipa_entries_with_their_word_timing(gateway: str) -> None:
+    call(gateway, "PUT", "/v1/lexicons/ipa", None, {"entries": {"voxgate": {"ipa": IPA}}})
+    ws, ready = await open_session(gateway, lexicon="ipa", word_timestamps=True)
+    assert ready["type"] == "session.ready", ready
+    events, audio = await utterance(ws, "Welcome to voxgate.")
+    await ws.close()
+    assert audio
+    words = [w for e in events if e["type"] == "audio.words" for w in e["words"]]
+    assert [w["word"] for w in words] == ["Welcome", "to", "voxgate"], words
+    assert words[2]["end_ms"] > words[2]["start_ms"] >= words[1]["end_ms"] and not events[-2]["error"], words
+    # A symbol the voice has no phoneme for is refused when the session names the lexicon, not dropped.
+    call(gateway, "PUT", "/v1/lexicons/odd", None, {"entries": {"voxgate": {"ipa": "v☃ks"}}})
+    ws, ready = await open_session(gateway, lexicon="odd")
+    assert ready["type"] == "error" and ready["code"] == "unsupported_phonemes" and "☃" in ready["message"], ready
+
+
 @pytest.fixture(scope="module")
 def whisper_en() -> Any:
     fw = pytest.importorskip("faster_whisper")
