@@ -67,9 +67,11 @@ async def first_audio(engine: Qwen3Engine, words: list[str], pace: float | None,
     async for ev in stream.events():
         if ttfa is None and isinstance(ev, AudioChunk):
             ttfa = time.perf_counter() - t0
+            stream.cancel()  # the first audio is what is timed: the rest of the reply would only cost time
         if isinstance(ev, StreamEnd):
-            assert ev.reason == "done", ev.message
-    await feeder
+            assert ev.reason in ("done", "cancelled"), ev.message
+    feeder.cancel()
+    await asyncio.gather(feeder, return_exceptions=True)
     assert ttfa is not None
     return ttfa
 
