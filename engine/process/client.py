@@ -62,8 +62,18 @@ RECV_BATCH = 256  # messages read per wake-up before the thread looks at its tim
 
 @dataclass
 class _Pending:
+    key: bytes  # the request's, in the check cache
     done: threading.Event = field(default_factory=threading.Event)
     result: tuple[str, str] = (UNAVAILABLE, "the engine process went away")
+
+
+def _on_event_loop() -> bool:
+    """Whether this thread runs an asyncio loop (which a wait for the child would hold)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class ProcessStream:
@@ -252,29 +262,38 @@ class ProcessEngine:
 
     def check(self, request: StreamRequest) -> None:
         """The child's `check`, answered from a cache when the same request was checked before (the
-        declarations it judges by are static for one child); waits for the child at most CHECK_TIMEOUT_S."""
+        declarations it judges by are static for one child); waits for the child at most CHECK_TIMEOUT_S:
+        blocking, so the gateway calls it off its event loop."""
         if self._state != "ready":
             raise self._unavailable()
+        key, result = self._cached(request)
+        if result is None:
+            result = self._ask(key, request)
+        if result[0]:
+            raise EngineError(*result)
+
+    def _cached(self, request: StreamRequest) -> tuple[bytes, tuple[str, str] | None]:
         key = hashlib.blake2b(wire.command_encoder.encode(request), digest_size=16).digest()
         with self._lock:
             result = self._check_cache.get(key)
             if result is not None:
                 self._check_cache.move_to_end(key)
-        if result is None:
-            result = self._ask(request)
-            if result[0] != UNAVAILABLE:
-                with self._lock:
-                    self._check_cache[key] = result
-                    while len(self._check_cache) > CHECK_CACHE:
-                        self._check_cache.popitem(last=False)
-        if result[0]:
-            raise EngineError(*result)
+        return key, result
 
-    def _ask(self, request: StreamRequest) -> tuple[str, str]:
-        pending, rid = _Pending(), next(self._rids)
+    def _remember(self, key: bytes, result: tuple[str, str]) -> None:
+        with self._lock:
+            self._check_cache[key] = result
+            while len(self._check_cache) > CHECK_CACHE:
+                self._check_cache.popitem(last=False)
+
+    def _ask(self, key: bytes, request: StreamRequest, wait: bool = True) -> tuple[str, str]:
+        """The child's verdict (remembered when it comes, _dispatch); `wait=False` only asks."""
+        pending, rid = _Pending(key), next(self._rids)
         with self._lock:
             self._checks[rid] = pending
         self._send(wire.Check(rid, request))
+        if not wait:
+            return "", ""
         if not pending.done.wait(CHECK_TIMEOUT_S):
             with self._lock:
                 self._checks.pop(rid, None)
@@ -282,8 +301,20 @@ class ProcessEngine:
         return pending.result
 
     def open_stream(self, voice: str | None, language: str, **options: object) -> ProcessStream:
+        """Opens a stream in the child. The verdict on its request is raised here (EngineError) when it is
+        known: cached (session.config checked the same request) or, off an event loop, asked of the child.
+        On an event loop's thread a request not yet checked is never waited for (a busy or stopped child
+        would hold every session for CHECK_TIMEOUT_S): the child's own open judges it, a refusal ends
+        the stream with the engine's code (`StreamEnd("error", …, code)`), and its verdict is asked too,
+        so the next open of that request is answered here."""
+        if self._state != "ready":
+            raise self._unavailable()
         request = stream_request(voice, language, options)
-        self.check(request)  # the child's verdict, raised here as in-process (cached: session.config asked it)
+        key, verdict = self._cached(request)
+        if verdict is None:
+            verdict = self._ask(key, request, wait=not _on_event_loop())
+        if verdict[0]:
+            raise EngineError(*verdict)
         stream = ProcessStream(self, next(self._sids), self._declared().max_pending_chars)
         with self._lock:
             if self._state != "ready":
@@ -485,6 +516,7 @@ class ProcessEngine:
                 pending = self._checks.pop(msg.rid, None)
             if pending is not None:
                 pending.result = (msg.code, msg.message)
+                self._remember(pending.key, pending.result)
                 pending.done.set()
         elif isinstance(msg, wire.Ready):
             self._ready(msg.info)

@@ -21,7 +21,7 @@ from support.servers import serve
 from support.wsclient import open_session, utterance
 
 from engine import AudioChunk, EngineError, StreamEnd
-from engine.process import ProcessEngine, start_engine
+from engine.process import RESTARTING, ProcessEngine, start_engine
 from engine.process.supervisor import Backoff
 
 from .conftest import PIPER
@@ -95,6 +95,35 @@ async def test_kill_9_mid_stream_ends_it_with_an_error_and_the_next_session_spea
     assert events[-1]["type"] == "session.done", events[-1]
     assert sum(len(b) for b in audio) > 24000  # over half a second of 24 kHz int16
     await ws.close()
+
+
+async def test_an_open_on_a_check_cache_miss_does_not_wait_for_a_stopped_child(
+        gateway: str, child: ProcessEngine) -> None:
+    """Two sessions' configs were checked; an eviction (or the child's restart) between the check and the
+    open makes each open a cache miss while the child is stopped: the gateway's loop must not wait for
+    it (it did, CHECK_TIMEOUT_S = 2 s, freezing every session and /health); once it runs, both speak."""
+    from canary import HealthProbe
+
+    await asyncio.to_thread(child.wait_ready, 120)
+    sessions = [await open_session(gateway) for _ in range(2)]
+    assert all(ready["type"] == "session.ready" for _, ready in sessions), sessions
+    pid = child.pid
+    assert pid is not None
+    child._check_cache.clear()  # what an eviction or a restart leaves: the opens' request is not known
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        async with HealthProbe(f"http://{gateway}", interval=0.02) as probe:
+            spoken = [asyncio.create_task(utterance(ws, "Said once the engine runs again.", 30)) for ws, _ in sessions]
+            await asyncio.sleep(2.0)  # below HANG_S: stopped, not yet given up
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    for task in spoken:
+        events, audio = await task
+        # Spoken; or, on a box so loaded that the resumed child's beat came after HANG_S, told why not.
+        assert (events[-1]["type"] == "session.done" and audio) or events[-1].get("code") == RESTARTING, events
+    assert not probe.failures and probe.worst_s < 1.0, probe.latencies
+    for ws, _ in sessions:
+        await ws.close()
 
 
 async def test_a_child_that_stops_answering_is_killed_and_restarted(child: ProcessEngine) -> None:
