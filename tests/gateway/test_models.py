@@ -23,6 +23,7 @@ from support.servers import serve
 from support.wsclient import call, open_session, until, utterance
 
 from engine import Engine, load_engine
+from gateway.connection import Limits
 from gateway.models import in_process
 from gateway.settings import ModelSpec
 from sessions import hash_api_key
@@ -44,19 +45,25 @@ class Shared:
 
 
 @pytest.fixture(scope="module")
-def two(piper_engine: Engine) -> Iterator[str]:
+def spare_engine() -> Iterator[Engine]:
+    """A second Piper engine: what a model spoke is told by its own engine's busy time."""
+    engine = load_engine("piper")
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def two(piper_engine: Engine, spare_engine: Engine) -> Iterator[str]:
     """piper (the default) and spare, each its own engine (spare's reloads share the session's); churn, and
     fresh: models loaded at run time (fresh with an engine of its own)."""
     def factory(spec: ModelSpec) -> Engine:
         return in_process(spec) if spec.name == "fresh" else Shared(piper_engine)  # type: ignore[return-value]
 
-    spare = load_engine("piper")
     models = (ModelSpec(name="spare", kind="piper"), ModelSpec(name="churn", kind="piper", preload=False),
               ModelSpec(name="fresh", kind="piper", preload=False))  # fmt: skip
     yield from serve(piper_engine, model="piper,spare,churn,fresh", models=models, factory=factory,
-                     engines={"spare": spare}, engine_processes=False,
+                     engines={"spare": spare_engine}, engine_processes=False,
                      model_aliases={"Qwen/Qwen3-TTS": "spare"})  # fmt: skip
-    spare.close()
 
 
 def get(addr: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -114,6 +121,47 @@ async def test_one_socket_switches_model_between_utterances(two: str) -> None:
     await ws.close()
     assert ttfa_count(two, "piper") == before["piper"] + 1
     assert ttfa_count(two, "spare") == before["spare"] + 2
+
+
+@pytest.fixture(scope="module")
+def one_slot(piper_engine: Engine, spare_engine: Engine) -> Iterator[str]:
+    """piper and spare, each admitting one stream at a time (an utterance that holds it: no pressure rule)."""
+    limits = Limits(utterance_idle_timeout=20.0, utterance_idle_under_pressure=20.0)
+    yield from serve(piper_engine, limits, model="piper,spare", engines={"spare": spare_engine},
+                     engine_processes=False, max_active_streams=1, continuation_lead_s=60.0)  # fmt: skip
+
+
+async def test_an_utterance_waiting_for_admission_stays_on_the_model_it_began_on(one_slot: str) -> None:
+    """A session's utterance waits in piper's admission; the session switches to spare meanwhile. Admitted,
+    the utterance speaks on piper's engine (its admission's), never spare's; the next one speaks on spare."""
+    holder, ready = await open_session(one_slot, model="piper")
+    assert ready["type"] == "session.ready", ready
+    await holder.send(json.dumps({"type": "input.text", "text": "I am holding the engine for a moment. "}))
+    await until(holder, "audio.start")  # piper's one stream is held (no input.done yet)
+    ws, ready = await open_session(one_slot, model="piper")
+    await ws.send(json.dumps({"type": "input.text", "text": "Spoken by the model I began on."}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    waiting = (await until(ws, "audio.waiting"))[-1]
+    assert waiting["reason"] == "queue", waiting
+    await ws.send(json.dumps({"type": "session.config", "model": "spare"}))  # while it waits
+    assert (await until(ws, "session.ready"))[-1]["type"] == "session.ready"
+    spare_busy = busy_s(one_slot, "spare")
+    await holder.send(json.dumps({"type": "input.done"}))  # piper's stream is free: the waiter goes
+    await until(holder, "session.done")
+    await holder.close()
+    events, audio = [], 0
+    while not events or events[-1]["type"] != "session.done":
+        m = await asyncio.wait_for(ws.recv(), 30)
+        if isinstance(m, bytes):
+            audio += len(m)
+        else:
+            events.append(json.loads(m))
+    assert audio > 8000 and not [e for e in events if e["type"] == "error"], events
+    assert busy_s(one_slot, "spare") == spare_busy  # spare's engine said nothing of it
+    events, chunks = await utterance(ws, "Now the second model speaks.")
+    assert events[-1]["type"] == "session.done" and chunks, events
+    assert busy_s(one_slot, "spare") > spare_busy
+    await ws.close()
 
 
 async def test_an_unknown_model_in_the_first_config_is_refused_by_code(two: str) -> None:
