@@ -13,7 +13,7 @@ a look that waits for more text resumes where it stopped; word and character cou
 recounted; a forced cut looks back at most `_MAX_WORD` characters; and pysbd, the one costly call,
 runs at most once per `pysbd_every` characters after a burst of `pysbd_burst`. Because the bound
 depends on what was committed, never on how the text was chopped, the segments are the same for any
-chop of the same text (`poll()` aside, which depends on time).
+chop of the same text (`poll()` and the first-piece cut aside, which depend on time).
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from typing import Literal
 from segmentation import chars
 from segmentation.chars import CLOSERS, DASH, ELLIPSIS, HAN_CLASS, HAN_CLAUSE_MARKS, HAN_SENTENCE_ENDS, is_han
 
-Reason = Literal["sentence", "clause", "forced", "timeout", "flush"]
+# "word": the first piece of a Mandarin utterance, cut inside its first clause at a jieba word (see
+# SegmentPolicy.first_cut_han).
+Reason = Literal["sentence", "clause", "word", "forced", "timeout", "flush"]
 Granularity = Literal["none", "sentence", "clause", "auto"]
 GRANULARITIES = ("none", "sentence", "clause", "auto")
 
@@ -57,6 +59,13 @@ class SegmentPolicy:
     # follows it); one ("好，") is too short a model run to sound like speech.
     first_clause_words: int = 2
     first_clause_han: int = 2
+    # auto, Mandarin: when no clause end has come `first_cut_hold` seconds after an utterance's first
+    # text, its first piece is cut at the first jieba word boundary with at least `first_cut_han` Han
+    # characters before it (reason "word"); the rest of that clause then goes at its clause end, as a
+    # first clause would. Four characters are two words, about a second of speech: a phrase a listener
+    # hears as one, and a model run a quarter of a 10-character clause's (0: never cut).
+    first_cut_han: int = 4
+    first_cut_hold: float = 0.1
     auto_clause_words: int = 12  # auto, later: only long sentences break at clauses
     auto_clause_han: int = 20
     idle_timeout: float = 1.0  # seconds without input before poll() commits a clean tail
@@ -72,6 +81,8 @@ class SegmentPolicy:
             raise ValueError("idle_timeout must be positive")
         if self.pysbd_every < 1 or self.pysbd_burst < 1:
             raise ValueError("pysbd_every and pysbd_burst must be at least 1")
+        if self.first_cut_han < 0 or self.first_cut_hold < 0:
+            raise ValueError("first_cut_han and first_cut_hold must not be negative")
 
 
 # Titles that precede a name: never a sentence end before a capital ("Dr. Smith", "St. Louis").
@@ -115,6 +126,11 @@ _CUT_CANDIDATE = re.compile(f"[^{_S}](?=[{_S}])|[{_H}](?=[^{_S}])|[^{_S}{_H}](?=
 # A forced cut keeps a word whole if it starts within this many characters before the bound; a
 # longer "word" is cut at the bound (this bounds the look back in `none` mode's 64 KiB buffer).
 _MAX_WORD = 1024
+# The first-piece cut looks at most this far into the first clause (jieba runs over it at each feed).
+_FIRST_CUT_LOOK = 64
+# Particles that lean on the word before them: the first piece never ends just before one
+# ("根据您提供|的信息" would leave 的 to open the next piece).
+_CLITICS = frozenset("的地得了着过吗呢吧啊呀么")
 # pysbd sees this much text before the period: enough for its rules, which look a few words back.
 _PYSBD_CONTEXT = 160
 
@@ -193,6 +209,8 @@ class StreamSegmenter:
         self._count_from = self._count_to = 0
         self._n_han = self._n_words = 0
         self._pysbd_due = 0  # source offset the pysbd budget is paid up to (a GCRA over characters)
+        self._first_at: float | None = None  # when this utterance's first text came (the first-cut hold)
+        self._word_cut = False  # the first piece was cut at a word (`_first_cut`)
 
     @property
     def pending(self) -> str:
@@ -203,8 +221,10 @@ class StreamSegmenter:
         self._last_input = self._clock()
         if not delta:
             return []
+        if self._first_at is None:
+            self._first_at = self._last_input
         self._buf += delta
-        out = self._scan()
+        out = self._scan() or self._first_cut(self._last_input)
         self._compact()
         return out
 
@@ -220,6 +240,8 @@ class StreamSegmenter:
         """Commit a tail that ends cleanly once the LLM has been quiet for `idle_timeout`."""
         if self.granularity == "none" or self._start == len(self._buf):
             return []
+        if early := self._first_cut(now):
+            return early
         if now - self._last_input < self.policy.idle_timeout:
             return []
         last = self._buf[-1]
@@ -409,7 +431,7 @@ class StreamSegmenter:
 
     def _clause_long_enough(self, end: int) -> bool:
         p = self.policy
-        if self._committed == 0:
+        if self._committed == 0 or (self._committed == 1 and self._word_cut):  # a cut first clause's rest too
             words, han = p.first_clause_words, p.first_clause_han
             if self.granularity == "clause":  # the finer mode is never later than auto
                 words, han = min(words, p.min_clause_words), min(han, p.min_clause_han)
@@ -434,6 +456,44 @@ class StreamSegmenter:
             self._n_words += len(chars.LATIN_WORD_RE.findall(buf, p, end))
             self._count_to = base + end
         return self._n_han, self._n_words
+
+    # -- the first piece ------------------------------------------------------------------------
+
+    def _first_cut(self, now: float) -> list[Segment]:
+        """auto: the first piece of a Mandarin utterance, cut at a jieba word inside its first clause
+        once `first_cut_hold` has passed since the utterance's first text with no clause end (a mark
+        waiting for its next character is one: it commits on that character)."""
+        p = self.policy
+        if (self._committed or self.granularity != "auto" or not p.first_cut_han or self.language == "en"
+                or self._in_fence or self._first_at is None or now - self._first_at < p.first_cut_hold
+                or self._pos < len(self._buf)):  # fmt: skip
+            return []
+        cut = self._first_word_end()
+        if cut is None:
+            return []
+        self._word_cut = True
+        return [self._commit(cut, "word")]
+
+    def _first_word_end(self) -> int | None:
+        """The first jieba word boundary between two Han characters of the pending text with at least
+        `first_cut_han` Han characters before it, looking `_FIRST_CUT_LOOK` characters in; None if none.
+        A Han run's end is never one (its last word may still be arriving, or Latin text follows)."""
+        buf, need = self._buf, self.policy.first_cut_han
+        end = min(len(buf), self._start + _FIRST_CUT_LOOK)
+        han, i = 0, self._start
+        while i < end:
+            if not is_han(buf[i]):
+                i += 1
+                continue
+            lo = i
+            while i < end and is_han(buf[i]):
+                i += 1
+            if han + (i - lo) > need:  # a boundary with `need` before it may lie inside this run
+                for e in _jieba_cuts(buf[lo:i])[:-1]:
+                    if han + e >= need and buf[lo + e] not in _CLITICS:
+                        return lo + e
+            han += i - lo
+        return None
 
     # -- commits ----------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from segmentation import Segment, StreamSegmenter
 
 def commits(text: str, deltas: list[str], granularity: str = "auto") -> list[tuple[Segment, int]]:
     """Each segment (flush included) with how many characters had arrived when it was committed."""
-    seg = StreamSegmenter(granularity=granularity)
+    seg = StreamSegmenter(granularity=granularity, clock=lambda: 0.0)  # no first-piece cut: no time passes
     out: list[tuple[Segment, int]] = []
     received = 0
     for d in deltas:
@@ -67,7 +67,7 @@ def test_clause_mode_keeps_its_length_rule_after_the_first_clause() -> None:
 
 
 def test_each_utterance_has_its_own_first_clause() -> None:
-    seg = StreamSegmenter(granularity="auto")
+    seg = StreamSegmenter(granularity="auto", clock=lambda: 0.0)
     out = []
     for d in mandarin_deltas("好的，我明白了。", 0):
         out += seg.feed(d)
