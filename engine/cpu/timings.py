@@ -8,6 +8,13 @@ sample offsets with the run's samples per id. Where the counts differ (a word es
 tokens, or two as one), groups are spread over the tokens in proportion, so every word still gets a
 span inside its sentence's speech, only less exact. A group of several Han characters is split evenly
 among them (each is a syllable).
+
+A word's span starts at the whitespace before its token: both voices give the space between two words
+ids of its own (Piper: a space and its PAD, ~25–60 ms), and the next word's sound, its first consonant's
+closure or onset, begins there. Starting at the first phoneme put Piper's starts 51 ms late on average
+against a forced aligner (bench/word_timing.py). Not after a mark: marks stay outside every word (a
+comma's pause), and so does the space after one, which is still the pause (it put "how" of "calling,
+how" up to 100 ms early).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ IdsOf = Callable[[str], tuple[list[int], list[tuple[int, int] | None]]]
 def plan(phonemes: str, groups: list[list[str]], pieces: list[str], ids_of: IdsOf) -> list[TimedUnit]:
     """The runs of one sentence: `pieces` (substrings of `phonemes`, in order) as ids, each with the
     words whose speech starts in it."""
-    tokens = [_core(m) for m in _TOKEN.finditer(phonemes)]
+    tokens = [_core(phonemes, m) for m in _TOKEN.finditer(phonemes)]
     tokens = [t for t in tokens if t is not None]
     units: list[TimedUnit] = []
     where: dict[int, tuple[int, int, int]] = {}  # token → (unit, first id, end id)
@@ -52,25 +59,37 @@ def plan(phonemes: str, groups: list[list[str]], pieces: list[str], ids_of: IdsO
         at = offset + len(piece)
         ids, spans = ids_of(piece)
         units.append(TimedUnit(ids))
-        for k, (c0, c1) in enumerate(tokens):
+        for k, (lead, c0, c1) in enumerate(tokens):
             if k in where or not offset <= c0 < at:
                 continue
-            inside = [s for s in spans[c0 - offset : min(c1, at) - offset] if s is not None]
+            # from the whitespace before it, where that is in this run (a run cut at the space has it
+            # in the previous one: the word then starts at this run's first id)
+            inside = [s for s in spans[max(lead, offset) - offset : min(c1, at) - offset] if s is not None]
             if inside:
                 where[k] = (len(units) - 1, inside[0][0], inside[-1][1])
     _assign(units, where, len(tokens), groups)
     return units
 
 
-def _core(m: re.Match[str]) -> tuple[int, int] | None:
-    """A token's span without the punctuation around it (a comma's pause is nobody's word)."""
+def _core(phonemes: str, m: re.Match[str]) -> tuple[int, int, int] | None:
+    """A token's span without the punctuation around it (a comma's pause is nobody's word), as (lead,
+    start, end): `lead` is where the whitespace between it and the previous word begins (`start` where
+    a mark is on either side of that whitespace, or there is none)."""
     start, end = m.span()
     text = m.group()
     while start < end and text[start - m.start()] in _MARKS:
         start += 1
     while end > start and text[end - 1 - m.start()] in _MARKS:
         end -= 1
-    return (start, end) if end > start else None
+    if end <= start:
+        return None
+    lead = start
+    if start == m.start():
+        while lead > 0 and phonemes[lead - 1].isspace():
+            lead -= 1
+        if lead == 0 or phonemes[lead - 1] in _MARKS:
+            lead = start
+    return lead, start, end
 
 
 def _assign(units: list[TimedUnit], where: dict[int, tuple[int, int, int]], m: int, groups: list[list[str]]) -> None:
