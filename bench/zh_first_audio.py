@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -243,94 +244,129 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-# The rules before issue 14, as policy and flags of today's code, for `--offline`'s side-by-side runs:
-# the first clause needed 4 Han characters in auto (and clause mode held it to its 6 / 4-word rule),
-# and a stream's first piece was not cut at its first clause.
-BEFORE_POLICY = {"auto": {"first_clause_han": 4}, "clause": {"first_clause_han": 6, "first_clause_words": 4},
-                 "sentence": {}}
+# The rules before and after a change, as segmenter policy, for `--offline`'s side-by-side runs. Now:
+# before = HEAD before the first-piece word cut (issue 14, `first_cut_han` 0: the first clause went
+# whole); the engine is the same code on both sides.
+RULES: dict[str, dict[str, dict[str, Any]]] = {
+    "before": {"auto": {"first_cut_han": 0}, "clause": {}, "sentence": {}},
+    "after": {"auto": {}, "clause": {}, "sentence": {}},
+}
+STAGES = ("commit_s", "segment_s", "phonemize_s", "run_s", "trim_s", "resample_s")
 
 
-def first_piece(engine: Any, text: str, mode: str, units_per_s: float, before: bool) -> tuple[float, str, Any]:
-    """(when the first segment is committed on a virtual clock, that segment, the stream's first piece)."""
+def first_piece(engine: Any, text: str, mode: str, units_per_s: float,
+                rule: str) -> tuple[float, float, Any, Any]:
+    """(when the first segment is committed on a virtual clock at `units_per_s` tokens a second, the
+    segmenter's own CPU time until then, that Segment, the stream's first piece)."""
     from segmentation import StreamSegmenter
 
-    seg = StreamSegmenter("zh", mode, **(BEFORE_POLICY[mode] if before else {}))
+    now = [0.0]
+    seg = StreamSegmenter("zh", mode, clock=lambda: now[0], **RULES[rule][mode])
     tokens = llm_pieces(text)
-    first, at = None, len(tokens) / units_per_s
+    first, at, cpu = None, len(tokens) / units_per_s, 0.0
     for i, token in enumerate(tokens):
-        if got := seg.feed(token):
-            first, at = got[0].text, i / units_per_s
+        now[0] = i / units_per_s
+        t0 = time.perf_counter()
+        got = seg.feed(token)
+        cpu += time.perf_counter() - t0
+        if got:
+            first, at = got[0], now[0]
             break
     if first is None:
-        first = seg.flush()[0].text
-    if before:  # the same voice and bounds, without the first-clause cut
-        piece = next(iter(engine._pieces(None, "zh", 1, first)))
-        return at, first, piece
-    return at, first, next(iter(engine._pieces(None, "zh", 0, first)))
+        first = seg.flush()[0]
+    return at, cpu, first, next(iter(engine._pieces(None, "zh", 0, first.text)))
+
+
+def run_stages(engine: Any, piece: Any, out_rate: int) -> dict[str, float]:
+    """The stages of a stream's first model run, each timed: phonemes (misaki/jieba), the ONNX run,
+    the silence trim, the resampler to the session's rate; and how much audio was decoded and kept."""
+    from engine.cpu.engine import _trimmed
+    from engine.resample import Resampler
+
+    model = engine._kokoro if piece.voice.backend == "kokoro" else engine._piper
+    t0 = time.perf_counter()
+    units = model.timed_units(piece.text, piece.lang) if piece.voice.backend == "kokoro" else model.timed_units(
+        piece.text)
+    t1 = time.perf_counter()
+    if piece.voice.backend == "kokoro":
+        audio, words = model.run_timed(units[0], piece.voice.info.name, 1.0, None)
+    else:
+        audio, words = model.run_timed(units[0], 1.0, None)
+    t2 = time.perf_counter()
+    kept, rate, _ = _trimmed(audio, model.sample_rate, words)
+    t3 = time.perf_counter()
+    Resampler(rate, out_rate).push(kept)
+    t4 = time.perf_counter()
+    return {"phonemize_s": t1 - t0, "run_s": t2 - t1, "trim_s": t3 - t2, "resample_s": t4 - t3,
+            "decoded_audio_s": audio.size / rate, "kept_audio_s": kept.size / rate}
 
 
 def offline(args: argparse.Namespace) -> dict[str, Any]:
     """No server: per text, when the first segment is committed (the segmenter fed the same tokens on a
-    virtual clock at `--units-per-s`) and what the first model run of the stream's first piece costs,
-    under the rules before issue 14 and now, in one process, run by turns (the least of `--repeat`
-    runs each: the least disturbed by a shared box's other load). Their sum is the first audio a
-    server gives, less the gateway's own few milliseconds."""
-    import threading
-
+    virtual clock at `--units-per-s`) and what each stage of the first model run of the stream's first
+    piece costs, under the rules before and after (RULES), in one process, run by turns (the least of
+    `--repeat` runs each: the least disturbed by a shared box's other load). Their sum is the first
+    audio a server gives, less the gateway's own few milliseconds."""
     from engine import load_engine
 
     engine = load_engine(args.model)
     texts = load_texts(args.texts.split(","), ["zh"])[: args.max_texts or None]
     rows = []
-
-    def run_s(piece: Any) -> tuple[float, float]:
-        t0 = time.perf_counter()
-        audio, rate, _ = next(iter(engine._synthesise(piece.voice, piece.lang, piece.text, 1.0, threading.Event(),
-                                                   None)))
-        return time.perf_counter() - t0, audio.size / rate
-
     try:
         for mode in args.modes:
             for text in texts:
-                sides = {name: first_piece(engine, text.text, mode, args.units_per_s, name == "before")
-                         for name in ("before", "after")}
-                runs: dict[str, list[float]] = {"before": [], "after": []}
-                audio_s: dict[str, float] = {}
+                sides = {name: first_piece(engine, text.text, mode, args.units_per_s, name) for name in RULES}
+                runs: dict[str, list[dict[str, float]]] = {name: [] for name in RULES}
                 for k in range(args.repeat):
-                    for name in ("before", "after") if k % 2 == 0 else ("after", "before"):
-                        t, audio_s[name] = run_s(sides[name][2])
-                        runs[name].append(t)
-                for name, (at, first, piece) in sides.items():
-                    row = {"rule": name, "mode": mode, "text_id": text.id, "first_segment": first,
-                           "first_piece": piece.text, "first_commit_s": at, "first_run_s": min(runs[name]),
-                           "first_run_audio_s": audio_s[name], "first_audio_s": at + min(runs[name])}
+                    for name in list(RULES) if k % 2 == 0 else list(RULES)[::-1]:
+                        runs[name].append(run_stages(engine, sides[name][3], args.rate))
+                for name, (at, cpu, first, piece) in sides.items():
+                    best = min(runs[name], key=lambda r: r["run_s"])
+                    row = {"rule": name, "mode": mode, "text_id": text.id, "first_segment": first.text,
+                           "first_reason": first.reason, "first_piece": piece.text, "commit_s": at,
+                           "segment_s": cpu, **best}
+                    row["first_audio_s"] = sum(row[k] for k in STAGES)
                     rows.append(row)
                     if args.verbose:
-                        print(f"{name:6} {mode:8} {text.id:22} commit {ms(at):>4} + run {ms(row['first_run_s']):>5}"
+                        print(f"{name:6} {mode:8} {text.id:22} commit {ms(at):>4} + run {ms(row['run_s']):>5}"
                               f" ms  {piece.text!r}", file=sys.stderr)
     finally:
         engine.close()
-    out: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if k != "json_path"}, "rows": rows,
-                           "summary": {}}
+    out: dict[str, Any] = {"args": {k: v for k, v in vars(args).items() if k != "json_path"},
+                           "load_average": os.getloadavg(), "rows": rows, "summary": {}}
+    keys = (*STAGES, "decoded_audio_s", "kept_audio_s", "first_audio_s")
     for mode in args.modes:
-        for name in ("before", "after"):
+        for name in RULES:
             mine = [r for r in rows if r["mode"] == mode and r["rule"] == name]
             out["summary"][f"{name}/{mode}"] = {
                 key: {"p50": percentile([r[key] for r in mine], 50), "p95": percentile([r[key] for r in mine], 95)}
-                for key in ("first_commit_s", "first_run_s", "first_run_audio_s", "first_audio_s")
+                for key in keys
             }
+            out["summary"][f"{name}/{mode}"]["word_cuts"] = sum(1 for r in mine if r["first_reason"] == "word")
+            out["summary"][f"{name}/{mode}"]["n"] = len(mine)
     return out
 
 
 def offline_table(result: dict[str, Any]) -> str:
-    lines = [f"{'rule/mode':16} {'commit p50':>10} {'p95':>6} {'run p50':>8} {'p95':>6} {'audio p50':>9} "
-             f"{'first p50':>9} {'p95':>6}"]
-    for key, s in result["summary"].items():
-        c, r, a, e = s["first_commit_s"], s["first_run_s"], s["first_run_audio_s"], s["first_audio_s"]
-        lines.append(f"{key:16} {ms(c['p50']):>10} {ms(c['p95']):>6} {ms(r['p50']):>8} {ms(r['p95']):>6} "
-                     f"{ms(a['p50']):>9} {ms(e['p50']):>9} {ms(e['p95']):>6}")
-    lines.append("ms from the first token: first commit (virtual clock) + the first model run (least of --repeat);"
-                 " audio: that run's audio")
+    """Where the time goes, median per rule and mode (ms), then first audio p50/p95 and the ratio."""
+    head = (f"{'rule/mode':16} {'commit':>6} {'segment':>7} {'phonemes':>8} {'onnx run':>8} {'trim':>5} "
+            f"{'resample':>8} {'decoded s':>9} {'kept s':>6} {'first p50':>9} {'p95':>6}")
+    lines = [head, "-" * len(head)]
+    summary = result["summary"]
+    for key, s in summary.items():
+        lines.append(f"{key:16} {ms(s['commit_s']['p50']):>6} {s['segment_s']['p50'] * 1000:>7.2f} "
+                     f"{s['phonemize_s']['p50'] * 1000:>8.1f} {ms(s['run_s']['p50']):>8} "
+                     f"{s['trim_s']['p50'] * 1000:>5.2f} {s['resample_s']['p50'] * 1000:>8.2f} "
+                     f"{s['decoded_audio_s']['p50']:>9.2f} {s['kept_audio_s']['p50']:>6.2f} "
+                     f"{ms(s['first_audio_s']['p50']):>9} {ms(s['first_audio_s']['p95']):>6}")
+    for mode in {k.split("/")[1] for k in summary}:
+        b, a = summary.get(f"before/{mode}"), summary.get(f"after/{mode}")
+        if b and a and b["first_audio_s"]["p50"]:
+            ratio = a["first_audio_s"]["p50"] / b["first_audio_s"]["p50"]
+            lines.append(f"{mode}: first audio p50 after/before = {ratio:.2f}; first-piece word cuts "
+                         f"{b['word_cuts']} → {a['word_cuts']} of {a['n']}")
+    lines.append("ms from the first token (medians; decoded/kept: the first run's audio before and after the trim);"
+                 f" load average {' '.join(f'{x:.1f}' for x in result['load_average'])}")
     return "\n".join(lines)
 
 
@@ -341,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="no server: first commit + first model run, the rules before issue 14 and now by turns")
     p.add_argument("--model", default="kokoro", help="--offline: the CPU voices to load")
     p.add_argument("--repeat", type=int, default=5, help="--offline: runs of each first piece (the least counts)")
+    p.add_argument("--rate", type=int, default=24000, help="--offline: the session's sample rate (the resampler)")
     p.add_argument("--modes", default="auto", help="split_granularity values, e.g. auto,sentence,clause")
     p.add_argument("--rounds", type=int, default=3, help="passes over the texts")
     p.add_argument("--texts", default="own,corpus", help="own (bench/data) and/or corpus")

@@ -84,13 +84,14 @@ def test_only_a_streams_first_segment_is_cut(cpu_engine: Any) -> None:
     assert [p.last for p in cpu_engine._pieces(voice, "zh", 0, REPLY)][-1] is True
 
 
-@pytest.mark.parametrize("clause", ["好的，", "你好，", "他说："])
+# The clauses the segmenter commits alone, and first pieces it cuts at a jieba word (reason "word").
+@pytest.mark.parametrize("clause", ["好的，", "你好，", "他说：", "今天下午"])
 def test_a_short_first_piece_is_speech_that_starts_and_ends_cleanly(cpu_engine: Any, clause: str) -> None:
     voice = cpu_engine._voices[cpu_engine.default_voice("zh")]
     runs = list(cpu_engine._synthesise(voice, "zh", clause, 1.0, threading.Event(), None))
     assert len(runs) == 1  # one model run: what the listener waits for
     audio, rate, _ = runs[0]  # with its word timings
-    assert 0.3 < audio.size / rate < 1.6, audio.size / rate
+    assert 0.3 < audio.size / rate < 1.6 * len(clause) / 3, audio.size / rate
     frames = audio[: audio.size // (rate // 100) * (rate // 100)].reshape(-1, rate // 100)  # 10 ms frames
     loud = np.sqrt((frames**2).mean(axis=1)) > 0.02
     assert loud.sum() * 0.01 > 0.25, "under 250 ms of speech"
@@ -135,5 +136,39 @@ async def test_a_real_gateway_commits_and_speaks_the_first_clause_first(zh_gatew
         assert [c["text"] for c in committed] == ["好的，", "我来帮您安排。"]
         assert committed[0]["reason"] == "clause"
         assert first_audio_after is not None and audio / 2 / ready["sample_rate"] > 1.0
+    finally:
+        await ws.close()
+
+
+async def test_a_real_gateway_cuts_a_long_first_clause_at_a_word_and_speaks_it_first(zh_gateway: str) -> None:
+    """At 20 tokens a second with no clause end in sight, auto's first piece is the first words with 4 Han
+    characters: the stream's first piece, spoken first (then the test barges in: the rest is not judged)."""
+    ws, ready = await open_session(zh_gateway, voice="jf_gongitsune", language="zh", split_granularity="auto")
+    assert ready["type"] == "session.ready", ready
+    try:
+        for token in ("今天", "下午", "可能", "会下", "雨", "。"):
+            await ws.send(json.dumps({"type": "input.text", "text": token}))
+            await asyncio.sleep(0.05)
+        await ws.send(json.dumps({"type": "input.done"}))
+        committed: list[dict[str, Any]] = []
+        first_audio_after: int | None = None  # segments committed when the first audio came
+        cancelled = False
+        while True:
+            m = await asyncio.wait_for(ws.recv(), 120)
+            if isinstance(m, bytes):
+                if first_audio_after is None:
+                    first_audio_after = len(committed)
+            else:
+                ev = json.loads(m)
+                assert ev["type"] != "error", ev
+                if ev["type"] == "segment.committed":
+                    committed.append(ev)
+                if ev["type"] in ("session.done", "audio.cancelled"):
+                    break
+            if first_audio_after is not None and len(committed) == 2 and not cancelled:
+                cancelled = True  # both commits and the first audio are in: the rest is not judged
+                await ws.send(json.dumps({"type": "input.cancel"}))
+        assert [(c["text"], c["reason"]) for c in committed] == [("今天下午", "word"), ("可能会下雨。", "flush")]
+        assert first_audio_after is not None
     finally:
         await ws.close()
