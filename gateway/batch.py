@@ -124,14 +124,15 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
     try:
         model = api_serving(who.models, req.model)  # each item's `model` picks one (unknown_model, …)
         engine = cast(Engine, model.served)
-        stream_req = await speech_request(req, engine, who.store, who.tenant, who.settings.voice_aliases)
+        stream_req, respelled = await speech_request(req, engine, who.store, who.tenant, who.settings.voice_aliases)
         rate = stream_req.sample_rate or engine.sample_rate
         ticket = await admitted(model.admission, who.tenant)  # as POST /v1/audio/speech: capacity, then the turn
         clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
         trim = trim_for(rate, who.settings.limits)
         async with asyncio.timeout(ITEM_TIMEOUT_BASE_S + ITEM_TIMEOUT_S_PER_CHAR * len(req.input)):
             # The ticketed stream counts its audio to the tenant and releases the ticket as it ends.
-            parts = [pcm async for pcm in speech_pcm(ticketed(engine, ticket), stream_req, req.input, trim, clock)]
+            spoken = speech_pcm(ticketed(engine, ticket), stream_req, req.input, trim, clock, respelled)
+            parts = [pcm async for pcm in spoken]
         pcm = np.concatenate(parts) if parts else np.zeros(0, np.int16)
     except QueueFull as e:
         refusal = ApiError(e.message, code="queue_full")

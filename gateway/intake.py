@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from engine import EngineError, Stream
 from gateway import metrics
 from gateway.admission import QueuedStream, Ticket
+from gateway.lexicons import spoken_text
 from gateway.outbox import SlowClient
 from gateway.protocol import ProtocolError, SegmentCommitted
 from gateway.utterance import Utterance
-from segmentation import Segment, StreamSegmenter, normalize_for_speech
-from segmentation.lexicon import Pronunciations
+from segmentation import Segment, StreamSegmenter
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -32,12 +32,6 @@ NORMALIZE_INLINE_CHARS = 1024
 
 def message_of(e: ProtocolError | EngineError) -> str:
     return e.message if isinstance(e, ProtocolError) else str(e)
-
-
-def _spoken(pronunciations: Pronunciations, text: str, language: str) -> str:
-    """What the engine is given for a committed segment: the session's lexicon applied, then normalised
-    (so a respelling is normalised too, and an entry matches the text as the client wrote it)."""
-    return normalize_for_speech(pronunciations.apply(text), language)
 
 
 class TextIntake:
@@ -117,9 +111,9 @@ class TextIntake:
         conn = self.conn
         assert conn.config is not None
         if len(text) > NORMALIZE_INLINE_CHARS:
-            spoken = await asyncio.to_thread(_spoken, conn.pronunciations, text, conn.config.language)
+            spoken = await asyncio.to_thread(spoken_text, conn.pronunciations, text, conn.config.language)
         else:
-            spoken = _spoken(conn.pronunciations, text, conn.config.language)
+            spoken = spoken_text(conn.pronunciations, text, conn.config.language)
         if not spoken or utt.cancelled:
             return
         await self._open(utt)

@@ -42,6 +42,24 @@ def ipa_entry_problem(word: str) -> str | None:
     return None
 
 
+def spoken_text(pronunciations: Pronunciations, text: str, language: str) -> str:
+    """What the engine is given for a committed segment: the lexicon's respellings applied, then normalised
+    (so a respelling is normalised too, and an entry matches the text as the client wrote it)."""
+    return normalize_for_speech(pronunciations.apply(text), language)
+
+
+async def tenant_lexicon(store: SessionStore, tenant: Tenant, name: str | None) -> Lexicon | None:
+    """The lexicon an HTTP speech request (or batch item) names, as the caller's tenant: None for none;
+    a name the tenant has not put is OpenAI's 404 `unknown_lexicon`, naming the field."""
+    if name is None:
+        return None
+    lexicon = await lexicons(store).get(tenant.name, name)  # a malformed name: 400 invalid_id
+    if lexicon is None:
+        raise ApiError(f"no lexicon {name[:128]!r} (PUT /v1/lexicons/{{name}} first)", code="unknown_lexicon",
+                       status=404, param="lexicon")  # fmt: skip
+    return lexicon
+
+
 def _first_bad(words: Iterable[str]) -> tuple[str, str] | None:
     return next(((w, p) for w in words if (p := ipa_entry_problem(w)) is not None), None)
 

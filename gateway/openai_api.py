@@ -25,11 +25,13 @@ from engine import AudioChunk, Engine, Stream, StreamEnd, StreamRequest
 from gateway.admission import Admission, Ticket, ticketed
 from gateway.audio import MEDIA_TYPES, OPUS_RATES, Resampler, encode_file, encode_frames, wav_stream_header
 from gateway.errors import ApiError
+from gateway.lexicons import NO_LEXICON, spoken_text, spoken_with, tenant_lexicon
 from gateway.models import ModelRegistry, api_serving
 from gateway.settings import Settings
 from gateway.timing import LeadingTrim, ResponseClock, Timing, observe, trim_for
 from gateway.voices import aliased, open_request, resolve_voice, stream_request
-from segmentation import StreamSegmenter, normalize_for_speech
+from segmentation import StreamSegmenter
+from segmentation.lexicon import Pronunciations
 from sessions import SessionStore, Tenant
 
 MAX_INPUT_CHARS = 4096  # OpenAI's limit
@@ -58,6 +60,7 @@ class SpeechRequest(msgspec.Struct, forbid_unknown_fields=False):
     instructions: Annotated[str, msgspec.Meta(max_length=MAX_INSTRUCTIONS)] | None = None
     language: Name = "auto"
     sample_rate: Annotated[int, msgspec.Meta(ge=8000, le=48000)] | None = None
+    lexicon: Name | None = None  # a tenant lexicon (PUT /v1/lexicons/{name}): its pronunciations
     stream: bool | None = None
     stream_format: Literal["sse", "audio"] = "audio"
     seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
@@ -80,25 +83,27 @@ def _checked(req: SpeechRequest, engine: Engine) -> int:
 
 
 async def speech_request(req: SpeechRequest, engine: Engine, store: SessionStore, tenant: Tenant,
-                         aliases: Mapping[str, str]) -> StreamRequest:  # fmt: skip
-    """The engine request a speech body asks for (its voice resolved: alias, registered, engine's)."""
+                         aliases: Mapping[str, str]) -> tuple[StreamRequest, Pronunciations]:  # fmt: skip
+    """The engine request a speech body asks for (its voice resolved: alias, registered, engine's; its
+    lexicon's IPA entries as `phonemes` where the engine takes them) and the respellings for its text."""
     rate = _checked(req, engine)
     voice = await resolve_voice(store, tenant, engine, aliased(engine, req.voice_name, aliases))
+    lexicon = await tenant_lexicon(store, tenant, req.lexicon)
     request = stream_request(voice, req.language, sample_rate=rate, speed=req.speed, seed=req.seed,
                              instructions=req.instructions)  # fmt: skip
     # The engine's verdict (an EngineError: a 400), off the event loop: an engine in a child process
     # answers by a round trip that a busy or stopped child can hold up to its timeout. The open that
     # follows finds the verdict cached.
-    await asyncio.to_thread(engine.check, request)
-    return request
+    return await asyncio.to_thread(spoken_with, engine, request, lexicon)
 
 
-def _spoken(engine: Engine, request: StreamRequest, text: str) -> Stream:
-    """An engine stream with all of `text` in it, segmented and normalised as a WebSocket session's is."""
+def _spoken(engine: Engine, request: StreamRequest, text: str, pronunciations: Pronunciations) -> Stream:
+    """An engine stream with all of `text` in it, segmented, respelled and normalised as a WebSocket
+    session's is."""
     stream = open_request(engine, request)
     segmenter = StreamSegmenter(request.language, "auto")
     for seg in [*segmenter.feed(text), *segmenter.flush()]:
-        if spoken := normalize_for_speech(seg.text, request.language):
+        if spoken := spoken_text(pronunciations, seg.text, request.language):
             stream.append(spoken + " ")
     stream.finish()
     return stream
@@ -117,13 +122,13 @@ async def _audio(stream: Stream) -> AsyncIterator[AudioChunk]:
 
 async def speech_pcm(
     engine: Engine, request: StreamRequest, text: str, trim: LeadingTrim | None = None,
-    clock: ResponseClock | None = None,
+    clock: ResponseClock | None = None, pronunciations: Pronunciations = NO_LEXICON,
 ) -> AsyncIterator[np.ndarray]:
     """`text` spoken as `request` asks, at its sample rate, chunk by chunk (never an empty one); cancels the
     engine stream if the client leaves. `trim`: drop the leading silence; `clock`: its start is when the
     text went in."""
     rate = request.sample_rate or engine.sample_rate
-    stream = _spoken(engine, request, text)
+    stream = _spoken(engine, request, text, pronunciations)
     if clock is not None:
         clock.start = time.monotonic()
     trim = trim or LeadingTrim(rate, enabled=False)
@@ -271,12 +276,12 @@ async def create_speech(
 ) -> Response:
     model = api_serving(models, data.model)  # `model` picks one (404 unknown_model; 503 while it cannot serve)
     engine, admission = cast(Engine, model.served), model.admission
-    stream_req = await speech_request(data, engine, store, tenant, settings.voice_aliases)
+    stream_req, pronunciations = await speech_request(data, engine, store, tenant, settings.voice_aliases)
     rate = stream_req.sample_rate or engine.sample_rate
     ticket = await admitted(admission, tenant, request)
     clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
     trim = trim_for(rate, settings.limits)
-    chunks = speech_pcm(ticketed(engine, ticket), stream_req, data.input, trim, clock)
+    chunks = speech_pcm(ticketed(engine, ticket), stream_req, data.input, trim, clock, pronunciations)
     body = SpeechBody(data, rate, chunks, clock, trim, lambda timing: observe(timing, model.name, tenant.name))
     headers = await body.start(request)
     if data.stream_format == "sse":

@@ -4,12 +4,23 @@ recogniser transcribes "voxgate" differently once an entry respells it."""
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+from support.servers import serve
 from support.wsclient import call, open_session, utterance
+
+from gateway.connection import Limits
+from sessions.auth import hash_api_key
+
+from ..conftest import RedisServer
 
 SENTENCE = "Welcome to voxgate."
 
@@ -114,3 +125,53 @@ async def test_a_lexicon_entry_changes_what_is_heard(gateway: str, whisper_en: A
     print(f"\nheard without the lexicon: {plain}; with it: {respelled}")
     assert plain[:1] == ["welcome"] and respelled[:2] == ["good", "morning"], (plain, respelled)
     assert "".join(respelled[2:]).endswith("gate"), respelled  # the rest still spoken: to vox gate
+
+
+@pytest.fixture(scope="module")
+def keyed_gateway(cpu_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Two tenants' keys and a real redis-server: the HTTP routes' lexicons are the caller's tenant's."""
+    redis = RedisServer(tmp_path_factory.mktemp("redis"))
+    redis.start()
+    try:
+        keys = f"acme={hash_api_key('acme-key')},beta={hash_api_key('beta-key')}"
+        yield from serve(cpu_engine, Limits(config_timeout=2.0), api_keys=keys, redis_url=redis.url)
+    finally:
+        redis.stop()
+
+
+def speech(addr: str, key: str, path: str, body: dict[str, Any]) -> tuple[int, bytes | dict[str, Any]]:
+    req = urllib.request.Request(f"http://{addr}{path}", json.dumps(body).encode(), method="POST")
+    req.add_header("Content-Type", "application/json")
+    req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            data = r.read()
+            return r.status, json.loads(data) if r.headers.get_content_type() == "application/json" else data
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def test_the_speech_routes_speak_with_the_callers_lexicon(keyed_gateway: str) -> None:
+    """`lexicon` on POST /v1/audio/speech and on each batch item (or the batch's defaults): the caller's
+    tenant's, an unknown one (or another tenant's) OpenAI's 404 `unknown_lexicon`. The respelling changes
+    what the engine is given, so the audio's length changes with it."""
+    gw = keyed_gateway
+    entries = {"hello": "a very much longer greeting than before", "voxgate": {"ipa": IPA}}
+    assert call(gw, "PUT", "/v1/lexicons/brand", "acme-key", {"entries": entries})[0] == 200
+    body = {"input": "Hello voxgate.", "voice": "joe", "response_format": "pcm"}
+    status, plain = speech(gw, "acme-key", "/v1/audio/speech", body)
+    assert status == 200 and isinstance(plain, bytes) and plain
+    status, respelled = speech(gw, "acme-key", "/v1/audio/speech", body | {"lexicon": "brand"})
+    assert status == 200 and isinstance(respelled, bytes) and len(respelled) > 1.5 * len(plain)
+    for key, name in (("acme-key", "nobody"), ("beta-key", "brand")):  # beta has no "brand": it is acme's
+        status, err = speech(gw, key, "/v1/audio/speech", body | {"lexicon": name})
+        assert status == 404 and err["error"]["code"] == "unknown_lexicon" and err["error"]["param"] == "lexicon", err
+    batch = {"voice": "joe", "response_format": "pcm", "lexicon": "brand",
+             "items": [{"input": "Hello voxgate."}, {"input": "Hello voxgate.", "lexicon": None},
+                       {"input": "Hello.", "lexicon": "nobody"}]}
+    status, out = speech(gw, "acme-key", "/v1/audio/speech/batch", batch)
+    assert status == 200 and isinstance(out, dict), out
+    first, second, third = out["results"]
+    assert first["status"] == second["status"] == "success", out
+    assert len(base64.b64decode(first["audio_data"])) > 1.5 * len(base64.b64decode(second["audio_data"]))
+    assert third["status"] == "error" and third["code"] == "unknown_lexicon" and third["param"] == "lexicon", third
