@@ -90,7 +90,7 @@ class Playout:
             spoken = utt.spoken_text
             await conn.session.record(utt.index, spoken, cancelled=True)
             if notify and conn.codec_mode:
-                await conn.emit(codec_done(utt, error=False, cancelled=True, spoken_text=spoken))
+                await conn.emit(codec_done(utt, error=False, cancelled=True, spoken_text=spoken, **utt.heard_fields()))
             elif notify:
                 await conn.emit(AudioCancelled(utterance_index=utt.index, played_bytes=utt.sent_bytes,
                                                spoken_text=spoken, **utt.heard_fields()))  # fmt: skip

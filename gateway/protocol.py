@@ -345,7 +345,8 @@ class CodecStart(ServerEvent, tag="codec.start"):
 
 
 class CodecDone(ServerEvent, tag="codec.done"):
-    """The utterance's last codec message is sent: `timing` when it ended, `spoken_text` when cancelled."""
+    """The utterance's last codec message is sent: `timing` when it ended, `spoken_text` when cancelled (and
+    `heard_text`/`heard_estimated` when the cancel carried `played_ms`, as on audio.cancelled)."""
 
     utterance_index: int
     total_frames: int
@@ -354,6 +355,8 @@ class CodecDone(ServerEvent, tag="codec.done"):
     cancelled: bool
     timing: Timing | UnsetType = UNSET
     spoken_text: str | UnsetType = UNSET
+    heard_text: str | UnsetType = UNSET
+    heard_estimated: bool | UnsetType = UNSET
 
 
 class Error(ServerEvent, tag="error"):

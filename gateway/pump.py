@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from msgspec import UNSET, UnsetType
@@ -256,7 +256,8 @@ class PcmSink:
                                     chunk_start_ms=round(start_ms), chunk_end_ms=round(words.sent_ms),
                                     sample_rate=self.rate, audio_b64=base64.b64encode(data).decode(), timestamps=None)
             self._chunk_id += 1
-            await self._conn.outbox.put(Outgoing(encode(msg), self._utt.index, audio=True))
+            # Stamped as emit() stamps every event: a context's audio.chunk carries its context_id.
+            await self._conn.outbox.put(Outgoing(encode(self._conn.contexts.stamped(msg)), self._utt.index, audio=True))
         else:
             await self._conn.outbox.put(Outgoing(data, self._utt.index))
         self.clock.audio(pcm)
@@ -287,6 +288,9 @@ class CodecSink:
         self._segment: int | None = None
         self._codebooks = int(self._info.get("codebooks", 16))  # type: ignore[call-overload]
 
+    def words(self, ev: Words) -> None:
+        pass  # never asked for: session.config refuses word_timestamps with codec_tokens (no audio to time)
+
     async def start(self, ev: Chunk) -> None:
         self.started = True
         await self._conn.emit(CodecStart(utterance_index=self._utt.index, **self._info))  # type: ignore[arg-type]
@@ -302,6 +306,10 @@ class CodecSink:
         if mark is not None:
             await self._conn.emit(AudioMark(utterance_index=self._utt.index, segment_index=mark,
                                             frame_offset=ev.first_frame))  # fmt: skip
+            # The talker times no words: the segment's are placed from its mark on the clock of the frames
+            # played, so a cancel's played_ms is cut as in PCM mode (heard_text, estimated).
+            at_ms = self._utt.codec_frames * 1000 / self._frame_rate
+            self._utt.words.marked(mark, self._utt.segments[mark].text, at_ms)
         self._segment = seg
         await self._frames(ev.codes, 0)
 
@@ -325,6 +333,7 @@ class CodecSink:
         played = not flags & CodecFlag.PRIME
         if played:
             utt.codec_frames += n
+            utt.words.sent_ms += n * 1000 / self._frame_rate  # the utterance's clock: the frames played
             self._conn.listener.add(n / self._frame_rate)
         utt.sent_bytes += len(data)
         await self._conn.outbox.put(Outgoing(data, utt.index))
@@ -333,7 +342,8 @@ class CodecSink:
 
 
 def codec_done(utt: Utterance, *, error: bool, cancelled: bool, timing: Timing | UnsetType = UNSET,
-               spoken_text: str | UnsetType = UNSET) -> CodecDone:  # fmt: skip
-    """`codec.done`, built one way whether the utterance ended or was cancelled."""
+               spoken_text: str | UnsetType = UNSET, **heard: Any) -> CodecDone:  # fmt: skip
+    """`codec.done`, built one way whether the utterance ended or was cancelled (`heard`: a cancel's
+    `heard_text` and `heard_estimated`, `Utterance.heard_fields`)."""
     return CodecDone(utterance_index=utt.index, total_frames=utt.codec_frames, seq_last=utt.codec_seq - 1,
-                     error=error, cancelled=cancelled, timing=timing, spoken_text=spoken_text)  # fmt: skip
+                     error=error, cancelled=cancelled, timing=timing, spoken_text=spoken_text, **heard)  # fmt: skip

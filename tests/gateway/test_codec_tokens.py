@@ -112,6 +112,28 @@ async def test_cancel_ends_with_codec_done_and_no_frame_after(tiny_gateway: str)
     await ws.close()
 
 
+async def test_a_cancel_with_played_ms_says_what_was_heard_in_codec_mode(tiny_gateway: str) -> None:
+    """heard_text from the frames played (12.5 a second), cut at a word as in PCM mode; the talker times
+    no words, so their places are estimated from the segment's mark (heard_estimated)."""
+    ws = await open_ws(tiny_gateway, output_mode="codec_tokens")
+    text = "A long answer, " * 20
+    await ws.send(json.dumps({"type": "input.text", "text": text}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    played = 0.0
+    while played < 1200:  # ms of frames received
+        m = await asyncio.wait_for(ws.recv(), 30)
+        if isinstance(m, bytes):
+            played += HEADER.unpack_from(m)[1] * 1000 / 12.5
+    await ws.send(json.dumps({"type": "input.cancel", "played_ms": 1000}))
+    while not (isinstance(m := await asyncio.wait_for(ws.recv(), 30), str) and json.loads(m)["type"] == "codec.done"):
+        pass
+    done = json.loads(m)
+    assert done["cancelled"] is True and done["heard_estimated"] is True, done
+    heard = done["heard_text"]
+    assert heard and text.startswith(heard) and len(heard) < len(text.rstrip()) and text[len(heard)] == " ", done
+    await ws.close()
+
+
 async def test_cpu_voices_refuse_codec_tokens(gateway: str) -> None:
     async with websockets.connect(f"ws://{gateway}/v1/audio/speech/stream") as ws:
         await ws.send(json.dumps({"type": "session.config", "voice": "joe", "output_mode": "codec_tokens"}))

@@ -172,6 +172,22 @@ async def test_vllm_omni_clients_get_audio_chunks_with_the_timestamps_last(gatew
     assert events.index(last) < events.index(done)
 
 
+async def test_a_contexts_audio_chunks_carry_its_context_id(gateway: str) -> None:
+    """vLLM-Omni's audio.chunk messages bypass the event path (they are audio, purged on a cancel): each
+    is stamped with its context as every other event of the utterance is."""
+    config = {"task_type": "CustomVoice", "stream_audio": True, "response_format": "pcm", "word_timestamps": True}
+    ws, _ = await open_session(gateway, **config)
+    async with ws:
+        await ws.send(json.dumps({"type": "input.text", "text": "Hello there.", "context_id": "turn-1"}))
+        await ws.send(json.dumps({"type": "input.done", "context_id": "turn-1"}))
+        events = []
+        while not events or events[-1]["type"] != "session.done":
+            events.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
+    chunks = [e for e in events if e["type"] == "audio.chunk"]
+    assert len(chunks) >= 2 and all(c.get("context_id") == "turn-1" for c in chunks), chunks
+    assert all(e.get("context_id") == "turn-1" for e in events), events
+
+
 def test_the_engine_words_are_matched_back_to_the_committed_text() -> None:
     """A word the normaliser rewrote ("$5" → "five dollars") takes the span of what was said for it;
     the heard text ends after the last word half played, with its comma."""
