@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import urllib.error
 import urllib.request
@@ -102,7 +103,7 @@ def whisper_en() -> Any:
     return fw.WhisperModel(str(models.get_model_path()), device="cpu", compute_type="int8", cpu_threads=2)
 
 
-async def heard(gateway: str, whisper: Any, **config: Any) -> list[str]:
+async def heard_in(gateway: str, whisper: Any, **config: Any) -> list[str]:
     """The words a recogniser hears in SENTENCE spoken by a session with `config`."""
     ws, ready = await open_session(gateway, sample_rate=16000, **config)
     assert ready["type"] == "session.ready", ready
@@ -120,11 +121,39 @@ async def test_a_lexicon_entry_changes_what_is_heard(gateway: str, whisper_en: A
     too, but whether Piper's joe is heard saying "vox" or "box" varies from take to take either way — its
     noise is not seeded — so the test does not ask which; docs/protocol.md has the counts.)"""
     call(gateway, "PUT", "/v1/lexicons/brand", None, {"entries": {"voxgate": "Vox Gate", "welcome": "good morning"}})
-    plain = await heard(gateway, whisper_en)
-    respelled = await heard(gateway, whisper_en, lexicon="brand")
+    plain = await heard_in(gateway, whisper_en)
+    respelled = await heard_in(gateway, whisper_en, lexicon="brand")
     print(f"\nheard without the lexicon: {plain}; with it: {respelled}")
     assert plain[:1] == ["welcome"] and respelled[:2] == ["good", "morning"], (plain, respelled)
     assert "".join(respelled[2:]).endswith("gate"), respelled  # the rest still spoken: to vox gate
+
+
+# Piper's joe says espeak's v of "voxgate" so briefly that it is heard as a b in some takes (its noise is not
+# seeded); a doubled v, given as IPA, is a longer fricative onset (docs/protocol.md has the counts).
+BRAND_IPA = "vvˈɑːksɡeɪt"
+
+
+def _brand_heard(words: list[str]) -> bool:
+    return re.fullmatch("v(?:o|au)x ?gate", " ".join(words[2:])) is not None  # after "welcome to"
+
+
+@pytest.mark.asr
+async def test_the_brand_is_heard_as_voxgate_with_an_ipa_entry(gateway: str, whisper_en: Any) -> None:
+    """Issue 18's case: "voxgate" heard as "box gate". Takes per variant: VOXGATE_BRAND_TAKES (by hand,
+    e.g. 12); by default 4 with the IPA entry (most must be heard right) and 1 each without an entry and
+    with the best respelling, whose counts are only printed (docs/protocol.md has the hand-run counts)."""
+    takes = int(os.environ.get("VOXGATE_BRAND_TAKES", "0"))
+    entries = {"ipa": {"voxgate": {"ipa": BRAND_IPA}}, "respelled": {"voxgate": "vocks gate"}}
+    for name, lexicon in entries.items():
+        call(gateway, "PUT", f"/v1/lexicons/brand-{name}", None, {"entries": lexicon})
+    counts: dict[str, tuple[int, list[str]]] = {}
+    for variant, n in (("plain", takes or 1), ("respelled", takes or 1), ("ipa", takes or 4)):
+        config = {} if variant == "plain" else {"lexicon": f"brand-{variant}"}
+        heard = [await heard_in(gateway, whisper_en, **config) for _ in range(n)]
+        counts[variant] = (sum(map(_brand_heard, heard)), [" ".join(h) for h in heard])
+    print("\n" + "\n".join(f"{v}: {k}/{len(h)} heard as voxgate {h}" for v, (k, h) in counts.items()))
+    right, heard = counts["ipa"]
+    assert right > len(heard) // 2, counts
 
 
 @pytest.fixture(scope="module")
