@@ -25,7 +25,8 @@ def test_pinned_words_are_spliced_into_the_clause_in_any_case_unless_capitalised
     assert IPA not in espeak.phonemize("voxgates and voxgate's", "en-us", pinned)  # whole words only
 
 
-@pytest.mark.parametrize(("voice", "language"), [("joe", "en"), ("jf_alpha", "en"), ("jf_alpha", "zh")])
+# Kokoro's English is the same espeak call as Piper's; its Mandarin reads Latin runs through espeak apart.
+@pytest.mark.parametrize(("voice", "language"), [("joe", "en"), ("jf_alpha", "zh")])
 async def test_an_ipa_word_is_spoken_as_given_and_keeps_its_timing(cpu_engine: Any, collect: Any, voice: str,
                                                                    language: str) -> None:
     text = "Welcome to voxgate." if language == "en" else "欢迎使用voxgate。"
