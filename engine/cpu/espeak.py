@@ -21,6 +21,8 @@ _PHONEMES_IPA = 0x02
 # espeak marks a switch of language inside a clause as "(en)"; the voice models know no such symbol.
 _LANG_SWITCH = re.compile(r"\([a-z]{2,3}(?:-[a-z0-9]+)*\)")
 # A clause ends at a mark followed by a space or the end; so "3.14", "e.g" and "1,000" stay whole.
+# What espeak reads in a pinned word's place: one plain, stressed syllable, one token.
+_STAND_IN = "thing"
 _CLAUSE = re.compile(r"(.+?)([.,;:!?…]+[\"')\]]*)(?=\s|$)|(.+?)$", re.S)
 
 
@@ -104,14 +106,24 @@ class Espeak:
 
     def _pinned_clause(self, text: str, pinned: Pinned | None) -> str:
         """A clause's phonemes, the pinned words' IPA in their places and espeak reading the rest."""
-        if pinned is None:
+        spans = word_spans(text) if pinned is not None else []
+        given = {i: ipa for i, (a, b) in enumerate(spans) if pinned is not None and (ipa := pinned.get(text[a:b]))}
+        if not given:
             return self._clause(text)
-        parts: list[str] = []
+        # Read whole, a plain noun standing in for each pinned word, so the words around it keep the
+        # clause's prosody (read apart, "Welcome to" ends a clause and its "to" is stressed); where
+        # espeak gives one token per word, as it almost always does, the stand-ins' tokens are swapped.
+        stood_in, at = [], 0
+        for i in given:
+            stood_in += [text[at : spans[i][0]], _STAND_IN]
+            at = spans[i][1]
+        tokens = self._clause("".join(stood_in) + text[at:]).split()
+        if len(tokens) == len(spans):
+            return " ".join(given.get(i, token) for i, token in enumerate(tokens))
+        parts: list[str] = []  # else read around them: the pieces between apart
         at = 0
-        for start, end in word_spans(text):
-            ipa = pinned.get(text[start:end])
-            if ipa is None:
-                continue
+        for i, ipa in given.items():
+            start, end = spans[i]
             if text[at:start].strip():
                 parts.append(self._clause(text[at:start]))
             parts.append(ipa)
