@@ -17,11 +17,12 @@ hear. Prints a table; `--json` writes every response and the summary. Loopback t
 wait is bounded. `--cancel-after S` barges in after S seconds of audio (first audio does not depend on
 the rest, and a loaded box takes long to speak every reply whole).
 
-`--offline` needs no server: in one process, the first commit on a virtual clock plus the least of
-`--repeat` first model runs, under the rules before issue 14 (`BEFORE_POLICY`, no first-clause cut)
-and now, run by turns so a shared box's other load falls on both alike:
+`--offline` needs no server: in one process, the first commit on a virtual clock plus each stage of the
+first model run (phonemes, the ONNX run with its CPU time, the trim, the resampler; the audio decoded
+and kept), the least of `--repeat` runs, under the rules before the first-piece word cut (`RULES`,
+`first_cut_han` 0) and now, run by turns so a shared box's other load falls on both alike:
 
-    python bench/zh_first_audio.py --offline --modes auto,sentence --json bench/out/zh_first_offline.json
+    python bench/zh_first_audio.py --offline --modes auto --repeat 2 --json bench/out/zh_first_offline.json
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """A stream's first piece ends at its first Han clause (issue 14: Mandarin first audio): the cut in
-engine/cpu/text.py, the audio of such a short piece, and a real gateway committing "好的，" first."""
+engine/cpu/text.py, the audio of such a short piece, and a real gateway committing "好的，" first; and
+auto's first piece cut at a word inside a long first clause ("今天下午"), spoken whole and first."""
 
 from __future__ import annotations
 
