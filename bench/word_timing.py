@@ -236,6 +236,15 @@ def onset_errors(audio: np.ndarray, reported: list[dict[str, Any]], window_ms: i
     return out
 
 
+def onset_ms(audio: np.ndarray) -> float:
+    """Where the audio first sounds: its first 10 ms frame at or above −40 dBFS (0.0 if none)."""
+    hop = RATE // 100
+    n = audio.size // hop
+    db = 20 * np.log10(np.sqrt(np.mean(audio[: n * hop].reshape(n, hop) ** 2, axis=1)) + 1e-9)
+    loud = np.flatnonzero(db >= -40)
+    return float(loud[0] * 10) if loud.size else 0.0
+
+
 def whisper(kind: str, workdir: Path) -> Any:
     import faster_whisper
 
@@ -371,6 +380,7 @@ def main() -> None:
     parser.add_argument("--aligner", default="pocketsphinx",
                         help="comma-separated references: pocketsphinx (English), base (Whisper base), tiny (tiny.en)")
     parser.add_argument("--asr", choices=("base", "tiny"), help="the same as --aligner base|tiny (older runs)")
+    parser.add_argument("--languages", default="en,zh", help="comma-separated: en, zh (Mandarin: Kokoro, Whisper base)")
     parser.add_argument("--smoke", action="store_true", help="two sentences per case")
     parser.add_argument("--json", type=Path, help="write the result here")
     args = parser.parse_args()
@@ -378,8 +388,9 @@ def main() -> None:
     if bad := [n for n in names if n not in ("pocketsphinx", "base", "tiny")]:
         parser.error(f"unknown aligner {bad}")
     voices = [v for v in args.voices.split(",") if v]
-    cases = {v: [(lang, texts[:2] if args.smoke else texts) for lang, texts in CASES[v]
-                 if lang == "en" or "base" in names] for v in voices}  # fmt: skip
+    langs = [lang for lang in args.languages.split(",") if lang == "en" or "base" in names]  # zh: Whisper base only
+    cases = {v: [(lang, texts[:2] if args.smoke else texts) for lang, texts in CASES[v] if lang in langs]
+             for v in voices}  # fmt: skip
     backends = "cpu" if len(voices) > 1 else ("piper" if voices == ["joe"] else "kokoro")
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:

@@ -114,9 +114,12 @@ def _assign(units: list[TimedUnit], where: dict[int, tuple[int, int, int]], m: i
             units[u].words.append((word, x0 + i * step, x0 + (i + 1) * step))
 
 
-def place(unit: TimedUnit, samples_per_id: np.ndarray, lead: float = 0.0) -> list[tuple[str, int, int]]:
-    """The unit's words as (word, start, end) sample offsets into its run's audio; `lead`: samples
-    before its first id (Kokoro's padding token)."""
+def place(unit: TimedUnit, samples_per_id: np.ndarray, lead: float = 0.0,
+          heard_from: int | None = None) -> list[tuple[str, int, int]]:
+    """The unit's words as (word, start, end) sample offsets into its run's audio (never before it);
+    `lead`: samples before its first id (Kokoro's padding token, less how far its audio runs ahead).
+    `heard_from`: where the run's audio first sounds; the first word starts there if its ids start later
+    (Kokoro begins an utterance inside its padding token's frames, 10–115 ms before its first id)."""
     d = np.asarray(samples_per_id, dtype=np.float64)
     if d.size == 0:
         return []
@@ -124,6 +127,9 @@ def place(unit: TimedUnit, samples_per_id: np.ndarray, lead: float = 0.0) -> lis
 
     def at(x: float) -> int:
         k = min(max(int(x), 0), d.size - 1)
-        return round(cum[k] + (x - k) * d[k])
+        return max(0, round(cum[k] + (x - k) * d[k]))
 
-    return [(word, at(x0), at(x1)) for word, x0, x1 in unit.words]
+    out = [(word, at(x0), at(x1)) for word, x0, x1 in unit.words]
+    if out and heard_from is not None and heard_from < out[0][1]:
+        out[0] = (out[0][0], heard_from, max(heard_from, out[0][2]))
+    return out

@@ -85,3 +85,11 @@ def test_a_piece_that_begins_after_the_space_keeps_its_first_word_inside_it() ->
     ph = "ab cd"
     first, second = plan(ph, [["one"], ["two"]], ["ab ", "cd"], _one_id_per_char)
     assert first.words == [("one", 0, 2)] and second.words == [("two", 0, 2)]
+
+
+def test_the_first_word_starts_where_the_run_first_sounds() -> None:
+    """`heard_from` earlier than the first word's ids moves its start there (never later, never others)."""
+    ph = "ab cd"
+    (unit,) = plan(ph, [["one"], ["two"]], [ph], _one_id_per_char)
+    assert place(unit, [10.0] * 5, lead=50.0, heard_from=20) == [("one", 20, 70), ("two", 70, 100)]
+    assert place(unit, [10.0] * 5, lead=50.0, heard_from=60) == [("one", 50, 70), ("two", 70, 100)]
