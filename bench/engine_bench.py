@@ -20,9 +20,12 @@ left context (approximate, no carried state), keeping only the new samples.
         [--threads 1] [--json bench/out/engine.json] [--png bench/out/engine.png] [--smoke]
 
 `--process` compares instead the same engine in-process and in a child process (engine/process,
-the server's default) at each concurrency (default 1, 16, 32), in turn and in alternating order so the
-box's noise hits both alike: frames/s, TTFA and their ratio (process ÷ in-process); JSON to
-bench/out/engine_process.json unless `--json` says otherwise.
+the server's default) at each concurrency (default 1, 16, 32), `--repeats` times each in rotated order
+so the box's noise hits every side alike: frames/s, CPU ms per frame (this process and every engine
+child, idle ones too), TTFA and the ratios (process ÷ in-process); `--relay-compare` adds a child whose
+relay sends one awaited zmq message per event (the relay before it batched, engine/process/server.py
+PER_EVENT), so before and after are measured in one run. JSON to bench/out/engine_process.json unless
+`--json` says otherwise.
 """
 
 from __future__ import annotations
@@ -141,8 +144,20 @@ async def engine_cancels(eng: Qwen3Engine, n: int, text: str, seed0: int) -> dic
     }
 
 
-async def contract_run(eng: Any, n: int, text: str, seed0: int) -> dict[str, Any]:
-    """`engine_run` through the contract alone (any Engine: in-process or in a child process)."""
+def _cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) these processes have used so far (/proc/PID/stat)."""
+    total = 0.0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+async def contract_run(eng: Any, n: int, text: str, seed0: int, pids: list[int] | None = None) -> dict[str, Any]:
+    """`engine_run` through the contract alone (any Engine: in-process or in a child process); `pids`: the
+    processes whose CPU time counts (this one and every engine child: an idle one's heartbeat too)."""
+    cpu0 = _cpu_s(pids) if pids else 0.0
     t0 = time.perf_counter()
     streams = []
     for i in range(n):
@@ -151,7 +166,7 @@ async def contract_run(eng: Any, n: int, text: str, seed0: int) -> dict[str, Any
         s.finish()
         streams.append(s)
     results = await asyncio.gather(*[_consume(s, t0) for s in streams])
-    return summarize_run(results, time.perf_counter() - t0, 0.0)
+    return summarize_run(results, time.perf_counter() - t0, _cpu_s(pids) - cpu0 if pids else 0.0)
 
 
 async def contract_cancels(eng: Any, n: int, text: str, seed0: int) -> dict[str, Any]:
@@ -181,46 +196,87 @@ async def contract_cancels(eng: Any, n: int, text: str, seed0: int) -> dict[str,
 
 
 def process_main(args: argparse.Namespace, levels: list[int], options: dict[str, Any]) -> int:
-    """In-process vs child process, side by side (module docstring)."""
+    """In-process vs child process, side by side (module docstring); with `--relay-compare` a third side,
+    a child whose relay sends one awaited zmq message per event (the relay before batching)."""
     from engine.process import start_engine
 
     t = time.perf_counter()
-    child = start_engine(args.model, **options)  # warms while the in-process twin loads
+    children: dict[str, Any] = {}
+    if args.relay_compare:
+        os.environ["VOXGATE_ENGINE_RELAY"] = "per_event"  # read by the child at start (spawn copies the env)
+        try:
+            children["per_event"] = start_engine(args.model, **options)
+        finally:
+            del os.environ["VOXGATE_ENGINE_RELAY"]
+    children["process"] = start_engine(args.model, **options)  # warms while the in-process twin loads
     inproc = load_engine(args.model, **options)
     assert isinstance(inproc, Qwen3Engine)
-    child.wait_ready(900)
-    print(f"model {args.model}: both warm in {time.perf_counter() - t:.1f} s; load average {os.getloadavg()[0]:.1f}")
+    for child in children.values():
+        child.wait_ready(900)
+    print(f"model {args.model}: all warm in {time.perf_counter() - t:.1f} s; load average {os.getloadavg()[0]:.1f}")
+    engines = {"inproc": inproc, **children}
+    pids = [os.getpid(), *(c.pid for c in children.values())]
     text = bench_text(inproc.model, args.frames)
     rows: list[dict[str, Any]] = []
     try:
         for i, n in enumerate(levels):
             row: dict[str, Any] = {"n": n}
-            for side in ("inproc", "process") if i % 2 == 0 else ("process", "inproc"):
-                eng = inproc if side == "inproc" else child
-                row[side] = asyncio.run(contract_run(eng, n, text, 1000 * i))
-                row[side]["cancel"] = asyncio.run(contract_cancels(eng, n, text, 1000 * i + 500))
-            row["frames_per_s_ratio"] = row["process"]["frames_per_s"] / row["inproc"]["frames_per_s"]
+            sides = list(engines)
+            for r in range(args.repeats):  # rotated, so the box's drift hits every side alike
+                k = (i * args.repeats + r) % len(sides)
+                for side in sides[k:] + sides[:k]:
+                    run = asyncio.run(contract_run(engines[side], n, text, 1000 * i + 100 * r, pids))
+                    row.setdefault(side + "_runs", []).append(run)
+            for side in sides:
+                runs = row.pop(side + "_runs")
+                row[side] = _merged(runs)
+                row[side]["cancel"] = asyncio.run(contract_cancels(engines[side], n, text, 1000 * i + 500))
+            for side in children:
+                row[f"{side}_ratio"] = row[side]["frames_per_s"] / row["inproc"]["frames_per_s"]
+                row[f"{side}_cpu_ratio"] = row[side]["cpu_ms_per_frame"] / row["inproc"]["cpu_ms_per_frame"]
+            row["frames_per_s_ratio"] = row["process_ratio"]
             rows.append(row)
-            print(f"  N={n}: in-process {row['inproc']['frames_per_s']:.1f} f/s, process "
-                  f"{row['process']['frames_per_s']:.1f} f/s ({row['frames_per_s_ratio']:.3f})", flush=True)
+            print(f"  N={n}: " + ", ".join(f"{side} {row[side]['frames_per_s']:.1f} f/s "
+                                           f"{row[side]['cpu_ms_per_frame']:.2f} cpu ms/frame" for side in sides),
+                  flush=True)
     finally:
-        child.close()
-        inproc.close()
-    head = (f"{'N':>3} | {'in-proc f/s':>11} {'TTFA p50':>8} {'freed ms':>8} | {'process f/s':>11} "
-            f"{'TTFA p50':>8} {'freed ms':>8} | {'ratio':>5}")
-    print(f"\n{head}\n{'-' * len(head)}")
-    for r in rows:
-        a, b = r["inproc"], r["process"]
-        print(f"{r['n']:>3} | {a['frames_per_s']:>11.1f} {_fmt(a['ttfa_p50_s'], '.3f'):>8} "
-              f"{a['cancel']['freed_ms']:>8.1f} | {b['frames_per_s']:>11.1f} {_fmt(b['ttfa_p50_s'], '.3f'):>8} "
-              f"{b['cancel']['freed_ms']:>8.1f} | {r['frames_per_s_ratio']:>5.3f}")
+        for engine in engines.values():
+            engine.close()
+    print_process_table(rows, list(children))
     path = args.json if args.json != DEFAULT_JSON else REPO / "bench" / "out" / "engine_process.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"model": args.model, "frames_per_stream": args.frames, "options": options,
-                                "cpu_count": os.cpu_count(), "load_average": os.getloadavg()[0], "rows": rows},
-                               indent=2, default=str))
+                                "repeats": args.repeats, "cpu_count": os.cpu_count(),
+                                "load_average": os.getloadavg()[0], "rows": rows}, indent=2, default=str))
     print(f"\nwrote {path}")
     return 0
+
+
+def _merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Repeats of one side at one level: frames/s over their summed wall time; CPU ms per frame (every process
+    counted: this one and each engine child); TTFA p50 the median of the runs'."""
+    frames, wall, cpu = (sum(r[k] for r in runs) for k in ("frames", "wall_s", "cpu_s"))
+    return {"frames": frames, "wall_s": wall, "frames_per_s": frames / wall, "cpu_ms_per_frame": 1e3 * cpu / frames,
+            "ttfa_p50_s": statistics.median(ttfa) if (ttfa := [r["ttfa_p50_s"] for r in runs
+                                                                if r["ttfa_p50_s"] is not None]) else None,
+            "runs_frames_per_s": [r["frames_per_s"] for r in runs],
+            "load_average": [r["load_average"] for r in runs]}  # fmt: skip
+
+
+def print_process_table(rows: list[dict[str, Any]], children: list[str]) -> None:
+    head = f"{'N':>3} | {'in-proc f/s':>11} {'cpu ms/f':>8} {'TTFA p50':>8} {'freed ms':>8}"
+    for side in children:
+        head += f" | {side + ' f/s':>15} {'cpu ms/f':>8} {'TTFA p50':>8} {'freed ms':>8} {'ratio':>5} {'cpu':>5}"
+    print(f"\n{head}\n{'-' * len(head)}")
+    for r in rows:
+        a = r["inproc"]
+        line = (f"{r['n']:>3} | {a['frames_per_s']:>11.1f} {a['cpu_ms_per_frame']:>8.2f} "
+                f"{_fmt(a['ttfa_p50_s'], '.3f'):>8} {a['cancel']['freed_ms']:>8.1f}")
+        for side in children:
+            b = r[side]
+            line += (f" | {b['frames_per_s']:>15.1f} {b['cpu_ms_per_frame']:>8.2f} {_fmt(b['ttfa_p50_s'], '.3f'):>8} "
+                     f"{b['cancel']['freed_ms']:>8.1f} {r[side + '_ratio']:>5.3f} {r[side + '_cpu_ratio']:>5.3f}")
+        print(line)
 
 
 # ---- the baseline --------------------------------------------------------------------------------
@@ -381,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--talker", default=None, metavar="native,vllm",
                     help="these talker backends side by side instead (bench/talker_bench.py, its own options)")
     ap.add_argument("--process", action="store_true", help="in-process vs child process (module docstring)")
+    ap.add_argument("--relay-compare", action="store_true",
+                    help="with --process: a third side, the child relay as it was (one zmq send per event)")
+    ap.add_argument("--repeats", type=int, default=1, help="with --process: runs of each side at each level")
     args = ap.parse_args(argv)
     if args.talker:
         from talker_bench import main as talker_main

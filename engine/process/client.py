@@ -468,12 +468,21 @@ class ProcessEngine:
             except zmq.Again:
                 return
             self._heard_at = time.monotonic()
-            try:
-                self._dispatch(wire.event_decoder.decode(frames[0]), frames)
-            except Exception:
-                log.exception("engine %r: a message from its process could not be handled", self.spec)
+            at = 0
+            while at < len(frames):  # header, [payload], header, … (wire.py)
+                try:
+                    msg = wire.event_decoder.decode(frames[at])
+                except Exception:  # the rest of this message cannot be framed: said, and skipped
+                    log.exception("engine %r: an undecodable message from its process", self.spec)
+                    break
+                payload = frames[at + 1] if isinstance(msg, wire.Audio | wire.Codec) and at + 1 < len(frames) else b""
+                at += 2 if isinstance(msg, wire.Audio | wire.Codec) else 1
+                try:
+                    self._dispatch(msg, payload)
+                except Exception:
+                    log.exception("engine %r: a message from its process could not be handled", self.spec)
 
-    def _dispatch(self, msg: wire.Event, frames: list[bytes]) -> None:
+    def _dispatch(self, msg: wire.Event, payload: bytes) -> None:
         if isinstance(msg, wire.Beat):
             self._memory, self._telemetry = msg.memory, msg.telemetry
             self._capacity = None if msg.capacity is None else Capacity(*msg.capacity)
@@ -483,9 +492,9 @@ class ProcessEngine:
                 return  # cancelled here: its last events are still on their way
             if isinstance(msg, wire.Audio):
                 ev: AudioChunk | CodecFrames | Words | Waiting = AudioChunk(
-                    np.frombuffer(frames[1], dtype=np.int16), msg.sample_rate, msg.first_frame, msg.segment)
+                    np.frombuffer(payload, dtype=np.int16), msg.sample_rate, msg.first_frame, msg.segment)
             elif isinstance(msg, wire.Codec):
-                codes = np.frombuffer(frames[1], dtype=np.int16).reshape(-1, msg.codebooks)
+                codes = np.frombuffer(payload, dtype=np.int16).reshape(-1, msg.codebooks)
                 ev = CodecFrames(codes, msg.first_frame, msg.segment, msg.prime)
             elif isinstance(msg, wire.WordsMsg):
                 timings = tuple(WordTiming(w, start, end) for w, start, end in msg.words)

@@ -59,17 +59,80 @@ class _Window:
         self.left -= 1
 
 
+# bench/engine_bench.py --process compares the relay as it was (one awaited zmq send per event) with the
+# batched one; nothing else sets this.
+PER_EVENT = os.environ.get("VOXGATE_ENGINE_RELAY") == "per_event"
+
+
+class _Outbox:
+    """The child's messages to the gateway, in as few zmq messages as there are event-loop iterations:
+    everything posted in one iteration (the relays' events of one engine cycle, a heartbeat, an answer)
+    leaves at its end in one multipart message (wire.py: header, payload, header, …) by one non-blocking
+    send, instead of one awaited send per event (each a future, a wake-up
+    of zmq's I/O thread and of the gateway's). At most `wire.MAX_BATCH` messages go in one. Bounded: audio
+    by each stream's credit window, the rest by the commands asking for it; should the gateway's socket
+    be full, what is posted waits for room in order (and heartbeats are skipped meanwhile)."""
+
+    def __init__(self, sock: zmq.asyncio.Socket) -> None:
+        self._sock = sock
+        self._frames: list[bytes] = []
+        self._count = 0
+        self._scheduled = False
+        self._blocked: asyncio.Task[None] | None = None
+
+    @property
+    def blocked(self) -> bool:
+        return self._blocked is not None
+
+    def post(self, msg: wire.Event, payload: bytes | None = None) -> None:
+        self._frames.append(wire.event_encoder.encode(msg))
+        if payload is not None:
+            self._frames.append(payload)
+        self._count += 1
+        if self._count >= wire.MAX_BATCH:
+            self.flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        if not self._frames or self._blocked is not None:
+            return
+        frames, self._frames, self._count = self._frames, [], 0
+        # NOBLOCK: pyzmq sends at once and hands back a finished future, and wakes a receive waiting on the
+        # same socket (a send on a plain twin of it would eat the edge-triggered wake-up a waiting recv needs:
+        # the child then hears no more commands — it did).
+        sent = self._sock.send_multipart(frames, flags=zmq.NOBLOCK)
+        if isinstance(sent.exception(), zmq.Again):  # the gateway's queue is full (HWM): wait for room, in order
+            self._blocked = asyncio.create_task(self._send_when_room(frames))
+        elif sent.exception() is not None:
+            raise sent.exception()  # type: ignore[misc]
+
+    async def _send_when_room(self, frames: list[bytes]) -> None:
+        try:
+            await self._sock.send_multipart(frames)
+        finally:
+            self._blocked = None
+        self.flush()
+
+
 class EngineServer:
     def __init__(self, sock: zmq.asyncio.Socket, engine: Engine) -> None:
         self.sock, self.engine = sock, engine
+        self.outbox = _Outbox(sock)
         self.streams: dict[int, tuple[Stream, _Window]] = {}
         self.relays: set[asyncio.Task[None]] = set()
         self._memory: wire.Memory | None = None  # the last memory report, asked every MEMORY_EVERY_S
         self._memory_at = 0.0
 
-    async def send(self, msg: wire.Event, payload: Any = None) -> None:
-        header = wire.event_encoder.encode(msg)
-        await self.sock.send_multipart([header] if payload is None else [header, payload])
+    async def send(self, msg: wire.Event, payload: bytes | None = None) -> None:
+        """Posted, never waited for (_Outbox); `await`ed only for the per-event relay the bench compares."""
+        if PER_EVENT:
+            header = wire.event_encoder.encode(msg)
+            await self.sock.send_multipart([header] if payload is None else [header, payload])
+        else:
+            self.outbox.post(msg, payload)
 
     async def serve(self) -> None:
         """Commands until `Close` (or the socket fails)."""
@@ -130,11 +193,12 @@ class EngineServer:
                     end = ev
                     break
                 if isinstance(ev, AudioChunk):
-                    pcm = np.ascontiguousarray(ev.pcm, dtype=np.int16)
-                    await self.send(wire.Audio(sid, ev.sample_rate, ev.first_frame, ev.segment), pcm.data)
+                    pcm = np.ascontiguousarray(ev.pcm, dtype=np.int16).tobytes()  # sent later: a copy
+                    await self.send(wire.Audio(sid, ev.sample_rate, ev.first_frame, ev.segment), pcm)
                 elif isinstance(ev, CodecFrames):
                     codes = np.ascontiguousarray(ev.codes, dtype=np.int16)
-                    await self.send(wire.Codec(sid, ev.first_frame, ev.segment, ev.prime, codes.shape[1]), codes.data)
+                    await self.send(wire.Codec(sid, ev.first_frame, ev.segment, ev.prime, codes.shape[1]),
+                                    codes.tobytes())
                 elif isinstance(ev, Words):
                     words = [(w.word, w.start, w.end) for w in ev.words]
                     await self.send(wire.WordsMsg(sid, ev.segment, ev.sample_rate, words, ev.estimated))
@@ -160,6 +224,8 @@ class EngineServer:
             with contextlib.suppress(Exception):  # advice only: a failing probe says "cannot tell"
                 if (c := probe()) is not None:
                     capacity = (c.streams, c.active, c.busy_s, c.workers)
+        if self.outbox.blocked:  # the gateway is not reading: a beat would only queue behind the rest
+            return
         now = time.monotonic()
         if self._memory is None or now - self._memory_at >= wire.MEMORY_EVERY_S:
             self._memory, self._memory_at = memory(self.engine), now

@@ -1,8 +1,10 @@
 """What the gateway and an engine process say to each other over their zmq socket pair.
 
-Every message is one zmq multipart message: a msgpack header (one of the tagged Structs below) and, for
-audio and codec frames, one raw payload frame (int16 samples / codes, native order: both ends are one
-machine), so PCM is never packed into msgpack nor pickled. Both directions are bounded: a stream's
+Every message is a msgpack header (one of the tagged Structs below) and, for audio and codec frames, one
+raw payload frame right after it (int16 samples / codes, native order: both ends are one machine), so
+PCM is never packed into msgpack nor pickled. A zmq multipart message carries one or more of them in
+order (header, [payload], header, …): the child sends what one turn of its loop made in one message
+(at most `MAX_BATCH`), the parent sends one command per message. Both directions are bounded: a stream's
 audio by its credit window (the child sends at most `WINDOW` audio events the parent has not yet handed
 to its consumer), commands by the gateway's own bounds on text and streams, and the sockets by their
 high-water marks.
@@ -16,6 +18,7 @@ from engine.types import StreamRequest
 
 WINDOW = 16  # audio events in flight per stream (child → parent, not yet consumed): ≤ 4 s of CPU audio
 CREDIT_BATCH = WINDOW // 2  # the parent gives credit back in batches: one message per 8 events
+MAX_BATCH = 256  # messages in one zmq message from the child
 HWM = 100_000  # zmq high-water mark, messages, both sockets: far above streams × WINDOW + commands
 BEAT_S = 0.1  # the child's heartbeat (capacity, telemetry) period
 MEMORY_EVERY_S = 1.0  # the engine's memory() is asked this often (sizes: they change at a load, not a cycle)
