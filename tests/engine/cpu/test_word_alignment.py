@@ -32,8 +32,9 @@ async def test_word_starts_lie_where_a_forced_aligner_puts_them(request: pytest.
     reported = [{"word": w.word, "start_ms": w.start * ms, "end_ms": w.end * ms}
                 for e in events if isinstance(e, Words) for w in e.words]  # fmt: skip
     # The first word, where the aligner is least sure, against the audio itself: it must not start after
-    # its sound has begun (Kokoro speaks into its padding token's frames: on its ids "Thank" started
-    # 50–90 ms late), nor long before (a weak /θ/ reaches −40 dBFS a little after it starts).
+    # its sound has begun (Kokoro speaks into its padding token's frames: on its durations' grid "Lovely"
+    # and "Nine" started 90–120 ms after their sound; the clamp itself: test_word_timings.py), nor long
+    # before (a weak /θ/ reaches −40 dBFS a little after it starts).
     heard = word_timing.onset_ms(audio)
     assert -60 <= reported[0]["start_ms"] - heard <= 25, (reported[0], heard)
     aligned = word_timing.Pocketsphinx()(audio, reported, "en")
