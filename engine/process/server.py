@@ -123,8 +123,8 @@ class EngineServer:
         self.outbox = _Outbox(sock)
         self.streams: dict[int, tuple[Stream, _Window]] = {}
         self.relays: set[asyncio.Task[None]] = set()
-        self._memory: wire.Memory | None = None  # the last memory report, asked every MEMORY_EVERY_S
-        self._memory_at = 0.0
+        self._held: dict[str, int] | None = None  # the engine's own memory(), asked every MEMORY_EVERY_S
+        self._held_at = 0.0
 
     async def send(self, msg: wire.Event, payload: bytes | None = None) -> None:
         """Posted, never waited for (_Outbox); `await`ed only for the per-event relay the bench compares."""
@@ -227,9 +227,9 @@ class EngineServer:
         if self.outbox.blocked:  # the gateway is not reading: a beat would only queue behind the rest
             return
         now = time.monotonic()
-        if self._memory is None or now - self._memory_at >= wire.MEMORY_EVERY_S:
-            self._memory, self._memory_at = memory(self.engine), now
-        await self.send(wire.Beat(capacity, self._memory, telemetry(self.engine)))
+        if self._held is None or now - self._held_at >= wire.MEMORY_EVERY_S:
+            self._held, self._held_at = _numbers(_asked(self.engine, "memory"), wire.Memory.__struct_fields__, int), now
+        await self.send(wire.Beat(capacity, memory(self._held), telemetry(self.engine)))
 
     async def beat(self) -> None:
         while True:
@@ -268,9 +268,9 @@ def _numbers(found: dict[str, Any], fields: tuple[str, ...], kind: type) -> dict
             if k in fields and isinstance(v, int | float) and not isinstance(v, bool)}  # fmt: skip
 
 
-def memory(engine: Engine | None = None) -> wire.Memory:
-    """This process's resident memory, torch's CUDA memory when it holds a GPU, and what `engine` says it
-    holds (its `memory()`: weights, KV and slot bytes)."""
+def memory(held: dict[str, int] | None = None) -> wire.Memory:
+    """This process's resident memory and torch's CUDA memory when it holds a GPU (read at every beat: a
+    file read), and `held`: what the engine says it holds (its `memory()`: weights, KV and slot bytes)."""
     out: dict[str, int] = {}
     with contextlib.suppress(OSError, ValueError), open("/proc/self/statm") as f:
         out["rss_bytes"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -278,8 +278,7 @@ def memory(engine: Engine | None = None) -> wire.Memory:
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         out["cuda_allocated_bytes"] = out["torch_allocated_bytes"] = int(torch.cuda.memory_allocated())
         out["cuda_reserved_bytes"] = int(torch.cuda.memory_reserved())
-    out.update(_numbers(_asked(engine, "memory"), wire.Memory.__struct_fields__, int))
-    return wire.Memory(**out)
+    return wire.Memory(**{**out, **(held or {})})
 
 
 def telemetry(engine: Engine) -> wire.Telemetry:
