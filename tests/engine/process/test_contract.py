@@ -126,6 +126,20 @@ def test_open_stream_and_check_refuse_with_the_engines_code(tiny: Any, voice: st
     assert checked.value.code == code
 
 
+async def test_an_unchecked_request_opened_on_the_loop_ends_with_the_engines_code(tiny_pair: dict[str, Any]) -> None:
+    """On an event loop a request not yet checked is not waited for: the child's open refuses it, the stream
+    ends with the engine's code, and the verdict is cached, so the next open raises at once."""
+    child: ProcessEngine = tiny_pair["process"]
+    stream = child.open_stream("nobody-on-a-loop", "en")
+    stream.append("Never spoken.")
+    events, end = await asyncio.wait_for(collect(stream), 10)
+    assert events == [] and end.reason == "error" and end.code == "unknown_voice", end
+    await eventually(lambda: child._cached(stream_request("nobody-on-a-loop", "en", {}))[1] is not None, 5)
+    with pytest.raises(EngineError) as err:
+        child.open_stream("nobody-on-a-loop", "en")
+    assert err.value.code == "unknown_voice"
+
+
 def test_append_refuses_what_is_not_text_and_text_after_finish(tiny: Any) -> None:
     stream = tiny.open_stream("ryan", "en")
     assert isinstance(stream, Stream)
