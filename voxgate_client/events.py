@@ -155,6 +155,9 @@ class CodecStart(Event, tag="codec.start"):
 
 
 class CodecDone(Event, tag="codec.done"):
+    """The utterance's last codec message; when cancelled with a `played_ms`, `heard_text` as on
+    audio.cancelled."""
+
     utterance_index: int
     total_frames: int = 0
     seq_last: int = 0
@@ -162,6 +165,8 @@ class CodecDone(Event, tag="codec.done"):
     cancelled: bool = False
     timing: Timing | None = None
     spoken_text: str | None = None
+    heard_text: str | None = None
+    heard_estimated: bool | None = None
 
 
 class Error(Event, tag="error"):
