@@ -68,6 +68,20 @@ def now_ms() -> int:
 
 #: The embedded store's bound on one call (see `SessionStore.from_url`).
 EMBEDDED_OP_TIMEOUT_S = 5.0
+#: The bound on each step of `SessionStore.close` past the write-behind's drain.
+CLOSE_STEP_S = 2.0
+
+
+async def _within(step: Awaitable[None], what: str) -> None:
+    """Await one step of a close for at most CLOSE_STEP_S: a close is the last thing a replica (or a test's
+    teardown) does, and one that waits forever holds the shutdown with it. Seen: a pool's close that never
+    returned after connects had timed out under load, holding a worker for 30 minutes."""
+    try:
+        async with asyncio.timeout(CLOSE_STEP_S):
+            await step
+    except TimeoutError:
+        log.warning("session store: closing the %s took over %.0f s; left to the garbage collector", what,
+                    CLOSE_STEP_S)
 
 
 @dataclass(frozen=True)
@@ -183,10 +197,10 @@ class SessionStore:
 
     async def close(self) -> None:
         """Write what is queued (for at most a second, while Redis answers), then let go of everything."""
-        await self.write_behind.close(drain_s=1.0)
-        await self.breaker.close()
-        await self.control.close()
-        await (self._backend.aclose() if self._backend is not None else self.client.aclose())
+        await self.write_behind.close(drain_s=1.0)  # bounded by itself: what is left unwritten is failed
+        await _within(self.breaker.close(), "heartbeat")
+        await _within(self.control.close(), "control bus")
+        await _within(self._backend.aclose() if self._backend is not None else self.client.aclose(), "connections")
 
     async def __aenter__(self) -> SessionStore:
         await self.start()

@@ -160,8 +160,7 @@ class WriteBehind:
                 await self.flush(max(0.0, deadline - time.monotonic()))
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait({self._task}, timeout=1.0)  # bounded: what is queued is failed below either way
             self._task = None
         if self._items:
             log.warning("session store: closing with %d state writes unwritten", len(self._items))

@@ -71,3 +71,30 @@ def test_redis_fixture_fails_without_the_binary(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(pytest.fail.Exception, match="redis-server is not on PATH"):
         RedisServer(tmp_path)
+
+
+@pytest.mark.redis
+async def test_a_close_whose_connections_never_let_go_still_ends(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fault seen once under load (connects that had timed out, then a pool close that never returned,
+    holding a test worker for 30 minutes) and not made on demand: the connections' close is made to hang."""
+    import asyncio
+    import time
+
+    from sessions import store as store_module
+
+    monkeypatch.setattr(store_module, "CLOSE_STEP_S", 0.3)
+    store = SessionStore.from_url(redis_server.url)
+    await store.start()
+    assert (await store.ping()).status == "ok"
+
+    async def never() -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(store.client, "aclose", never)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="voxgate.sessions"):
+        await store.close()
+    assert time.monotonic() - t0 < 2.0
+    assert "closing the connections took over" in caplog.text
