@@ -68,10 +68,10 @@ class _Outbox:
     """The child's messages to the gateway, in as few zmq messages as there are event-loop iterations:
     everything posted in one iteration (the relays' events of one engine cycle, a heartbeat, an answer)
     leaves at its end in one multipart message (wire.py: header, payload, header, …) by one non-blocking
-    send, instead of one awaited send per event (each a future, a wake-up
-    of zmq's I/O thread and of the gateway's). At most `wire.MAX_BATCH` messages go in one. Bounded: audio
-    by each stream's credit window, the rest by the commands asking for it; should the gateway's socket
-    be full, what is posted waits for room in order (and heartbeats are skipped meanwhile)."""
+    send, instead of one awaited send per event (each a future, a wake-up of zmq's I/O thread and of the
+    gateway's). At most `wire.MAX_BATCH` messages go in one. Bounded: audio by each stream's credit
+    window, the rest by the commands asking for it; should the gateway's socket be full, what is posted
+    waits for room in order (and heartbeats are skipped meanwhile)."""
 
     def __init__(self, sock: zmq.asyncio.Socket) -> None:
         self._sock = sock
