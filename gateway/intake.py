@@ -90,6 +90,7 @@ class TextIntake:
         for s in segments:
             index = len(utt.segments)
             utt.segments.append(s)
+            utt.words.committed(index, s.text)
             metrics.SEGMENTS.labels(s.reason).inc()
             await self.conn.emit(SegmentCommitted(utterance_index=utt.index, segment_index=index, text=s.text,
                                                   start=s.start, end=s.end, reason=s.reason))  # fmt: skip

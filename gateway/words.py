@@ -50,6 +50,12 @@ class UtteranceWords:
     last_ms: float = 0.0  # the latest span end given (spans stay monotone)
     _open: list[int] = field(default_factory=list)  # segments whose words may still lack a span
 
+    def committed(self, index: int, text: str) -> None:
+        """Segment `index` is committed: its words are owed a span even if its audio never comes (a model
+        that ended it early, text the voice could not read), given as points when a later segment or the
+        end closes it."""
+        self._segment(index, text)
+
     def _segment(self, index: int, text: str) -> _Segment:
         seg = self.segments.get(index)
         if seg is None:

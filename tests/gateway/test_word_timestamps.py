@@ -210,3 +210,20 @@ def test_without_engine_timings_a_segment_is_estimated_over_the_audio_it_got() -
     assert [x.word for x in out] == ["Hello", "there", "friend"] and out[0].start_ms == 0
     w.sent_ms = 1000.0  # its audio, all sent: the heard cut spreads the words over it
     assert w.heard(500, ["Hello there friend. "]) == ("Hello there", True)
+
+
+def test_a_committed_segment_that_got_no_audio_still_gets_its_words() -> None:
+    """The tiny model sometimes ends a segment at once (no audio, no mark): its words must still be
+    given (points at the end), or the vLLM-Omni client's last chunk and `audio.words` leave them out."""
+    from gateway.words import UtteranceWords
+
+    w = UtteranceWords()
+    for i, text in enumerate(["Hello world. ", "How are you? ", "I am fine. "]):
+        w.committed(i, text)
+    out = w.marked(0, "Hello world. ", 0.0)
+    out += w.marked(2, "I am fine. ", 900.0)  # segment 1 never sounded
+    out += w.close_before(None)
+    assert [x.word for x in out] == ["Hello", "world", "How", "are", "you", "I", "am", "fine"]
+    assert [x.segment_index for x in out] == [0, 0, 1, 1, 1, 2, 2, 2]
+    starts = [x.start_ms for x in out]
+    assert starts == sorted(starts)
