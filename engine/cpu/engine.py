@@ -1,18 +1,16 @@
 """The CPU voice engine: Piper joe (English) and Kokoro-82M int8 (Mandarin, English) behind the
 `Engine`/`Stream` contract (DESIGN §3).
 
-Threads: each `append`ed segment is cut into pieces of bounded length (whole sentences where they fit,
-engine/cpu/text.py `pieces`), and each piece becomes a job on one worker pool shared by all streams and
-sized to the cores: a stream's first piece before all others, then earliest deadline first (the deadline:
-when that stream's listener would run out of audio; engine/cpu/pool.py). A job is never preempted, so the
-bound on a piece is what bounds a new stream's wait for a worker, however long the segments of others.
-Several pieces of one stream may synthesise at once, at most `workers` including the one being delivered,
-but none beside its first piece until that one's audio is out: the two would share the cores (each run
-has `threads` of its own), and the first, which its listener waits for, ran about twice as long (Kokoro,
-a 4-character Mandarin first piece). A small driver thread per stream cuts its segments, submits their
+Threads: each `append`ed segment is cut into pieces of bounded length (whole sentences where they
+fit, engine/cpu/text.py `pieces`), and each piece becomes a job on one worker pool shared by all
+streams and sized to the cores: a stream's first piece before all others, then earliest deadline
+first (the deadline: when that stream's listener would run out of audio; engine/cpu/pool.py). A job
+is never preempted, so the bound on a piece is what bounds a new stream's wait for a worker, however
+long the segments of others. Several pieces of one stream may synthesise at once, at most `workers`
+including the one being delivered. A small driver thread per stream cuts its segments, submits their
 pieces and hands their audio, strictly in order, to the stream's `EventBridge`; only that driver ever
-blocks on a slow consumer, never a pool worker, and while it blocks its stream synthesises nothing past
-the look-ahead. Espeak runs on its own thread (engine/cpu/espeak.py).
+blocks on a slow consumer, never a pool worker, and while it blocks its stream synthesises nothing
+past the look-ahead. Espeak runs on its own thread (engine/cpu/espeak.py).
 """
 
 from __future__ import annotations
@@ -482,7 +480,7 @@ class CpuStream:
         Runs on the driver thread: cutting is linear in the text but never on the event loop."""
         while True:
             with self._cond:
-                if self._cancelled.is_set() or len(self._jobs) >= self._look_ahead():
+                if self._cancelled.is_set() or len(self._jobs) >= self._engine.workers:
                     return
                 segment = None
                 if self._cutter is None:
@@ -498,10 +496,6 @@ class CpuStream:
                 self._cutter = None
             else:
                 self._submit(self._ramped(piece))
-
-    def _look_ahead(self) -> int:
-        """Under `_cond`: how many pieces may be in flight now — one until the first audio is out."""
-        return 1 if self._first_put_at is None else self._engine.workers
 
     def _ramped(self, piece: _Piece) -> _Piece:
         """`piece`, or its first part when it would run longer than `RAMP_SHARE` of the audio its
@@ -599,7 +593,7 @@ class CpuStream:
             return True
         if self._jobs and (self._jobs[0].audio or self._jobs[0].done):
             return True
-        if len(self._jobs) < self._look_ahead() and (self._inbox or self._cutter is not None):
+        if len(self._jobs) < self._engine.workers and (self._inbox or self._cutter is not None):
             return True
         return self._finished and not self._jobs and not self._inbox and self._cutter is None
 

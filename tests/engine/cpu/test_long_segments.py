@@ -63,11 +63,9 @@ async def test_a_new_stream_gets_a_worker_between_the_pieces_of_two_huge_segment
     readers = [asyncio.create_task(_read(s, h)) for s, h in zip(big, heard, strict=True)]
     try:
         deadline = time.monotonic() + 60
-        # Both are speaking and 10 s ahead of their listeners (past the pool's guard even for a long piece: a stream
-        # about to run dry goes before a newcomer, by design), both workers busy.
-        while not all(sum(h) >= 10.0 for h in heard) and time.monotonic() < deadline:
+        while not all(heard) and time.monotonic() < deadline:  # both are speaking, both workers busy
             await asyncio.sleep(0.01)
-        assert all(sum(h) >= 10.0 for h in heard), "the long streams never started"
+        assert all(heard), "the long streams never started"
         small = piper2.open_stream("joe", "en")
         t0 = time.monotonic()
         small.append("The canary keeps singing.")
@@ -89,23 +87,6 @@ async def test_a_new_stream_gets_a_worker_between_the_pieces_of_two_huge_segment
     # Every job was bounded, however long its segment.
     assert max(cost(j.piece.text) for _, j, _ in started) <= PIECE_LIMITS["piper"]
     assert ttfa < 10.0, f"{ttfa:.1f} s to a short utterance beside two 64 KiB segments"  # was minutes
-
-
-async def test_no_piece_of_a_stream_runs_beside_its_first_until_its_first_audio_is_out(
-        piper2: Any, started: list[tuple[CpuStream, Any, float]]) -> None:
-    # Two workers, one stream of three segments: the second piece would have a worker free at once, and
-    # it would take half the cores from the first piece its listener waits for.
-    stream = piper2.open_stream("joe", "en")
-    for text in ("Sure, ", "I can help you with that order today. ", "It shipped yesterday and arrives on Friday."):
-        stream.append(text)
-    stream.finish()
-    events, end = await collect(stream, timeout=60)
-    assert end == StreamEnd("done") and {e.segment for e in events if isinstance(e, AudioChunk)} == {0, 1, 2}
-    mine = [at for s, _, at in started if s is stream]
-    assert len(mine) >= 3
-    first_audio = stream._first_put_at
-    assert first_audio is not None
-    assert all(at >= first_audio for at in mine[1:]), "a later piece started before the first audio was out"
 
 
 def test_the_pieces_of_a_long_segment_speak_all_its_words_in_order(piper2: Any) -> None:
