@@ -50,20 +50,30 @@ def resample(audio: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
     return soxr.resample(audio, in_rate, out_rate, quality="HQ").astype(np.float32)
 
 
+#: Float audio at or below this magnitude is near-silence (the trims, and where a run first sounds).
+SILENT = 0.01
+
+
 def to_int16(audio: np.ndarray) -> np.ndarray:
     return (np.clip(audio, -1.0, 1.0) * 32767.0).astype(np.int16)
 
 
 def trim_silence(
-    audio: np.ndarray, rate: int, lead_ms: float = 30.0, tail_ms: float = 120.0, threshold: float = 0.01
+    audio: np.ndarray, rate: int, lead_ms: float = 30.0, tail_ms: float = 120.0, threshold: float = SILENT
 ) -> np.ndarray:
     """Cut leading/trailing near-silence to short pads: leading silence is pure time-to-first-audio."""
     start, end = trim_bounds(audio, rate, lead_ms, tail_ms, threshold)
     return audio[start:end]
 
 
+def first_sound(audio: np.ndarray, threshold: float = SILENT) -> int | None:
+    """The first sample louder than near-silence (None: silence only)."""
+    idx = np.flatnonzero(np.abs(audio) > threshold)
+    return int(idx[0]) if idx.size else None
+
+
 def trim_bounds(
-    audio: np.ndarray, rate: int, lead_ms: float = 30.0, tail_ms: float = 120.0, threshold: float = 0.01
+    audio: np.ndarray, rate: int, lead_ms: float = 30.0, tail_ms: float = 120.0, threshold: float = SILENT
 ) -> tuple[int, int]:
     """The [start, end) `trim_silence` keeps (0, 0 for silence only): word timings shift by `start`."""
     idx = np.flatnonzero(np.abs(audio) > threshold)

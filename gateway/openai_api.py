@@ -34,6 +34,8 @@ from segmentation import StreamSegmenter
 from segmentation.lexicon import Pronunciations
 from sessions import SessionStore, Tenant
 
+T = TypeVar("T")
+
 MAX_INPUT_CHARS = 4096  # OpenAI's limit
 MAX_INSTRUCTIONS = 500  # as session.config's
 MAX_NAME_CHARS = 128  # voice, model, language: names, echoed in errors
@@ -161,8 +163,6 @@ async def admitted(admission: Admission | None, tenant: Tenant, request: Request
         raise ApiError("the client disconnected while waiting its turn", code="client_disconnected", status=499)
     return turn.result()
 
-
-T = TypeVar("T")
 
 async def client_gone(request: Request) -> None:
     """Returns when the client has gone. The body is read, so the next ASGI message is the disconnect;

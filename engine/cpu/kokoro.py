@@ -24,6 +24,7 @@ from engine.cpu.espeak import Espeak, Pinned
 from engine.cpu.onnx import make_session
 from engine.cpu.text import han_latin_runs, sentences, split_long
 from engine.cpu.timings import TimedUnit, place, plan
+from engine.resample import first_sound
 from engine.words import words
 
 SAMPLE_RATE = 24000
@@ -135,9 +136,8 @@ class KokoroModel:
         frames = np.asarray(outputs[1], dtype=np.float64).reshape(-1)  # the pad token at each end included
         total = frames.sum()
         hop = audio.size / total if total > 0 else 0.0  # samples per frame (600 at 24 kHz)
-        heard = np.flatnonzero(np.abs(audio) > 0.01)  # trim_bounds' threshold: where the run first sounds
         return audio, place(unit, frames[1:-1] * hop, lead=frames[0] * hop - KOKORO_AHEAD_S * self.sample_rate,
-                            heard_from=int(heard[0]) if heard.size else None)
+                            heard_from=first_sound(audio))
 
     def _run(self, tokens: list[int], voice: str, speed: float, run_options: Any) -> list[Any]:
         style = self.styles[voice]

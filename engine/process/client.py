@@ -266,11 +266,16 @@ class ProcessEngine:
         blocking, so the gateway calls it off its event loop."""
         if self._state != "ready":
             raise self._unavailable()
-        key, result = self._cached(request)
-        if result is None:
-            result = self._ask(key, request)
-        if result[0]:
-            raise EngineError(*result)
+        self._judge(request, wait=True)
+
+    def _judge(self, request: StreamRequest, *, wait: bool) -> None:
+        """Raise the verdict on `request` when it is known: cached, or asked of the child and (`wait`) waited
+        for; not waiting, it is only asked (the answer fills the cache)."""
+        key, verdict = self._cached(request)
+        if verdict is None:
+            verdict = self._ask(key, request, wait=wait)
+        if verdict[0]:
+            raise EngineError(*verdict)
 
     def _cached(self, request: StreamRequest) -> tuple[bytes, tuple[str, str] | None]:
         key = hashlib.blake2b(wire.command_encoder.encode(request), digest_size=16).digest()
@@ -310,11 +315,7 @@ class ProcessEngine:
         if self._state != "ready":
             raise self._unavailable()
         request = stream_request(voice, language, options)
-        key, verdict = self._cached(request)
-        if verdict is None:
-            verdict = self._ask(key, request, wait=not _on_event_loop())
-        if verdict[0]:
-            raise EngineError(*verdict)
+        self._judge(request, wait=not _on_event_loop())
         stream = ProcessStream(self, next(self._sids), self._declared().max_pending_chars)
         with self._lock:
             if self._state != "ready":
@@ -475,8 +476,9 @@ class ProcessEngine:
                 except Exception:  # the rest of this message cannot be framed: said, and skipped
                     log.exception("engine %r: an undecodable message from its process", self.spec)
                     break
-                payload = frames[at + 1] if isinstance(msg, wire.Audio | wire.Codec) and at + 1 < len(frames) else b""
-                at += 2 if isinstance(msg, wire.Audio | wire.Codec) else 1
+                carries = isinstance(msg, wire.Audio | wire.Codec)  # a payload frame follows its header
+                payload = frames[at + 1] if carries and at + 1 < len(frames) else b""
+                at += 2 if carries else 1
                 try:
                     self._dispatch(msg, payload)
                 except Exception:
