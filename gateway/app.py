@@ -13,7 +13,7 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
-from engine import Engine
+from engine import Engine, heap
 from gateway import metrics
 from gateway.admin import admin_routes
 from gateway.auth import authenticate
@@ -161,6 +161,7 @@ def _lifespan(
         await app.state.store.start()
         models: ModelRegistry = app.state.models
         models.start(engines, prepare=warm_up)  # the segmenter's first use before the models' loads
+        heap.settle(collect=True)  # nothing is served yet: the start-up's heap leaves the full GC passes
         lag = asyncio.create_task(metrics.watch_loop_lag())
         try:
             yield

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from engine import Engine, load_engine
+from engine import Engine, heap, load_engine
 from gateway.admission import Admission
 from gateway.errors import ApiError
 from gateway.protocol import ProtocolError
@@ -214,6 +214,7 @@ class ModelRegistry:
         try:
             engine = await asyncio.to_thread(self.factory, handle.spec)
             self._serve(handle, engine, time.monotonic() - t0)
+            heap.settle(collect=False)  # the model's heap (in this process) leaves the full GC passes
         except Exception as e:  # reported on /health and the admin plane; the gateway stays up to say so
             log.exception("model %r failed to load", handle.name)
             handle._state, handle.error = "failed", f"{type(e).__name__}: {e}"[:500]

@@ -23,6 +23,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
+from engine import heap
 from engine.process import wire
 from engine.types import (
     AudioChunk,
@@ -323,6 +324,7 @@ async def _main(spec: str, options: dict[str, Any], address: str, parent: int) -
         await sock.send_multipart([wire.event_encoder.encode(wire.Failed(code, f"{type(e).__name__}: {e}"))])
         await asyncio.sleep(0.2)  # LINGER 0: give the message its moment on the wire
         return
+    heap.settle(collect=True)  # nothing is served yet: the engine's heap leaves the full GC passes
     server = EngineServer(sock, engine)
     await server.send(wire.Ready(info(engine, time.monotonic() - started)))
     beat = asyncio.create_task(server.beat())

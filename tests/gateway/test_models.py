@@ -8,6 +8,7 @@ nothing the other tests use), except where a test loads a fresh engine of its ow
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import os
@@ -285,6 +286,33 @@ async def test_a_canary_beside_repeated_load_and_unload(two: str) -> None:
     assert result.canary.failure is None and not result.canary.errors, result.canary
     assert result.canary.worst_wait_s < 3.0 and result.health_worst_s < 1.5, result
     assert result.rss_growth_mb < 50, result
+
+
+def walked(obj: object) -> bool:
+    """Whether the cyclic collector's full passes still walk `obj` (engine/heap.py freezes it out)."""
+    return any(o is obj for o in gc.get_objects())
+
+
+async def test_what_lives_from_start_up_and_a_model_loaded_later_leave_the_full_gc_passes(
+    piper_engine: Engine,
+) -> None:
+    made: list[Shared] = []
+
+    def factory(spec: ModelSpec) -> Engine:
+        made.append(Shared(piper_engine))
+        return made[-1]  # type: ignore[return-value]
+
+    before = Shared(piper_engine)
+    assert walked(before)
+    later = (ModelSpec(name="later", kind="piper", preload=False),)
+    for addr in serve(piper_engine, model="piper,later", models=later, factory=factory, engine_processes=False):
+        assert not walked(before)  # alive when serving began: frozen, never walked again
+        since = Shared(piper_engine)
+        assert walked(since)  # what serving makes is still collected
+        assert call(addr, "POST", "/v1/admin/models/later/load", None)[0] == 202
+        await asyncio.to_thread(wait_state, addr, "later", "ready", 30)
+        assert len(made) == 1 and not walked(made[0])  # the model's heap, frozen once it is served
+        assert not walked(since)  # and what was alive beside it (engine/heap.py: once per load)
 
 
 # -- the admin key -----------------------------------------------------------------------------------
