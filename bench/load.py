@@ -525,6 +525,14 @@ def response_metrics(r: Response, prebuffer_s: float) -> dict[str, Any]:
         player = pausing_player(arrivals, samples, r.sample_rate, start_sample=onset, prebuffer_s=prebuffer_s)
         out["underruns"] = player.underruns
         out["stall_s"] = player.stall_s
+        # Where each gap fell: seconds of audio played before it, and how long it lasted (after the
+        # first piece, mid-reply, at the end: each points at a different cause).
+        played, stalls = 0.0, []
+        for dry_at, gap in player.stalls:
+            assert player.start_time is not None
+            stalls.append([round(dry_at - player.start_time - played, 3), round(gap, 3)])
+            played += gap
+        out["stalls"] = stalls
         if player.end_time is not None and r.t_last_text is not None:
             out["playout_end_after_text_s"] = player.end_time - r.t_last_text
     c = continuity(arrivals, nbytes, r.sample_rate)
