@@ -62,6 +62,19 @@ class UrgencyPool:
             self._cond.notify()
         return future
 
+    def reschedule(self, future: Future[Any], deadline: float) -> bool:
+        """Move a queued job's deadline (its owner learnt better: the audio before it came out shorter
+        than estimated, say). False when it is not queued (running, done, or a first-audio job, whose
+        place is its age). O(queued jobs), a few dozen."""
+        with self._cond:
+            for i, entry in enumerate(self._rest):
+                if entry[2] is future:
+                    if entry[0] != deadline:
+                        self._rest[i] = (deadline, *entry[1:])
+                        heapq.heapify(self._rest)
+                    return True
+        return False
+
     def _rank(self, entry: _Entry, first: bool, now: float) -> tuple[int, float, int]:
         """Under the lock: `entry`'s place in line now, smallest first."""
         if first:

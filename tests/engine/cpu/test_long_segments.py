@@ -221,3 +221,57 @@ async def test_a_long_piece_right_behind_a_short_one_is_cut_to_the_audio_ahead(
     assert len(rest) >= 2 and cost(rest[0]) < cost(long)  # cut, at a clause mark or a space
     assert " ".join(rest).split() == long.split()  # nothing lost, nothing repeated, in order
     assert [job.piece.last for job in jobs[1:]] == [False] * (len(rest) - 1) + [True]
+
+
+async def test_a_queued_piece_is_due_by_the_audio_before_it_not_by_that_audios_estimate(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under overload a segment's short last piece queued behind a 75-character one estimated at 5.3 s
+    # that spoke 3.8 s: due 1.5 s after its listener ran dry, it came too late (a gap). Once a piece's
+    # audio is out, the pieces queued behind it are due by what it really lasted.
+    pool = piper2._pool
+    gate, held = threading.Event(), threading.Event()
+    moves: list[tuple[Any, float, bool]] = []
+    real_reschedule, real_run = pool.reschedule, CpuStream._run_job
+
+    def recording(future: Any, deadline: float) -> bool:
+        moved = real_reschedule(future, deadline)
+        moves.append((future, deadline, moved))
+        return moved
+
+    def run_then_hold(self: CpuStream, job: Any) -> None:
+        real_run(self, job)
+        if not held.is_set():  # the first piece ran: a more urgent job takes this worker next
+            held.set()
+            pool.submit(float("-inf"), lambda: gate.wait(30))
+
+    monkeypatch.setattr(pool, "reschedule", recording)
+    monkeypatch.setattr(CpuStream, "_run_job", run_then_hold)
+    # The first piece first: no guard, and a fast box's cost, so the second is not due before it starts.
+    monkeypatch.setattr(piper2, "_guard_s", lambda: 0.0)
+    monkeypatch.setattr(pool, "guard_s", 0.0)
+    monkeypatch.setitem(piper2.meter._rtf, "piper", 0.05)
+    running = threading.Event()
+    blocker = pool.submit(float("-inf"), lambda: (running.set(), gate.wait(30)))  # the other worker
+    try:
+        assert running.wait(10)
+        stream = piper2.open_stream("joe", "en")
+        stream.append("Hello there.")
+        stream.append("This sentence goes on for a while after the greeting is spoken.")
+        stream.finish()
+        heard: list[float] = []
+        reader = asyncio.create_task(_read(stream, heard))
+        deadline = time.monotonic() + 30
+        while not moves:  # the first piece's audio is out; the second still queued (both workers held)
+            assert time.monotonic() < deadline, "nothing was rescheduled"
+            await asyncio.sleep(0.01)
+        future, due, moved = moves[0]
+        second = stream._jobs[0]
+        assert moved and future is second.future and not second.started
+        rtf = piper2._rtf("piper")
+        assert stream._frames_put > 0 and sum(heard) > 0
+        assert due == pytest.approx(stream._runs_out() - second.piece.seconds * rtf, abs=1e-6)
+        gate.set()
+        await asyncio.wait_for(reader, 60)
+    finally:
+        gate.set()
+    blocker.result(5)

@@ -23,6 +23,27 @@ def test_queued_jobs_run_earliest_deadline_first() -> None:
     pool.shutdown()
 
 
+def test_a_rescheduled_job_takes_its_new_place_and_only_queued_jobs_move() -> None:
+    now = [100.0]  # a fake clock: the guard's line does not move while the test runs
+    pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
+    gate, started = threading.Event(), threading.Event()
+    order: list[str] = []
+    blocker = pool.submit(0.0, lambda: (started.set(), gate.wait(10)))
+    assert started.wait(5)
+    mid = pool.submit(104.0, lambda: order.append("mid"))
+    late = pool.submit(109.0, lambda: order.append("late"))
+    first = pool.submit(100.0, lambda: order.append("first"), first_audio=True)
+    assert pool.reschedule(late, 100.5)  # its owner learnt it is due sooner
+    assert not pool.reschedule(blocker, 0.0)  # running: no place in line to move
+    assert not pool.reschedule(first, 0.0)  # a first-audio job's place is its age
+    gate.set()
+    for f in (blocker, mid, late, first):
+        f.result(timeout=5)
+    assert order == ["late", "first", "mid"]  # due within the guard: before the first audio, too
+    assert not pool.reschedule(late, 0.0)  # done
+    pool.shutdown()
+
+
 def test_first_audio_jobs_run_before_playing_streams_that_have_time() -> None:
     # A listener that has heard nothing goes before one whose audio lasts past the guard (fake clock).
     now = [100.0]
