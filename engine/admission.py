@@ -212,6 +212,13 @@ class FairQueue:
             self._drop_if_idle(name, k)
         return gone
 
+    def relisten(self, waiter: Waiter, continue_by: float | None) -> None:
+        """Where a waiter's listener is now: it began hearing speech (a continuation from now on), or
+        runs dry at another time. A listener that has run dry (None) leaves a continuation one, due at
+        once: its gap has begun. Only a waiting one changes."""
+        if waiter.state == "waiting" and continue_by is not None:
+            waiter.continue_by = continue_by
+
     def withdraw(self, waiter: Waiter) -> None:
         """A waiter that gave up (its client cancelled). An admitted one is finished instead."""
         if waiter.state == "admitted":

@@ -36,6 +36,9 @@ log = logging.getLogger("voxgate.admission")
 
 RECHECK_S = 0.1  # while anyone waits: how often capacity is read again and overdue waits refused
 
+# When (time.monotonic) the listener a stream continues runs out of audio; None while it hears none.
+RunsDry = Callable[[], float | None]
+
 _BOUNDS = {
     "tenant": "too many streams of this tenant are waiting for the engine",
     "model": "too many streams are waiting for the engine",
@@ -104,6 +107,7 @@ class Admission:
             clock=clock,
         )
         self._futures: dict[Waiter, asyncio.Future[None]] = {}
+        self._listeners: dict[Waiter, RunsDry] = {}  # the waiting streams that may continue a listener
         self._timer: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._probe_failed = False
@@ -137,32 +141,45 @@ class Admission:
     def ahead(self, waiter: Waiter) -> int:
         return self._queue.ahead(waiter)
 
-    def _continue_by(self, listening_s: float | None) -> float | None:
-        return None if listening_s is None else self._clock() + listening_s
+    def _offset(self) -> float:
+        """Admission's clock less time.monotonic (a listener's run-dry time is on the latter). Read once
+        per look, so the waiting utterances of one listener get one `continue_by` and keep their order."""
+        return self._clock() - time.monotonic()
 
-    def try_admit(self, tenant: str, weight: float, *, listening_s: float | None = None) -> Ticket | None:
+    @staticmethod
+    def _continue_by(runs_dry: RunsDry | None, offset: float) -> float | None:
+        at = None if runs_dry is None else runs_dry()
+        return None if at is None else at + offset
+
+    def try_admit(self, tenant: str, weight: float, *, runs_dry: RunsDry | None = None) -> Ticket | None:
         """A ticket at once when there is room and nobody waits who goes first; None otherwise (then
-        `admit` decides). `listening_s`: the stream continues a listener who still has this many seconds
-        of audio to hear (engine/admission.py: it goes first in its tenant's line once that runs low)."""
+        `admit` decides). `runs_dry`: when the listener this stream continues runs out of audio, None
+        while it hears none (engine/admission.py: it goes first in its tenant's line once that is near)."""
         capacity = self.capacity()
         if self._queue.waiting or self._queue.in_flight >= capacity:
             return None
         self._loop = asyncio.get_running_loop()
         # admitted by push: there is room
-        return Ticket(self, self._queue.push(tenant, weight, capacity, continue_by=self._continue_by(listening_s)))
+        continue_by = self._continue_by(runs_dry, self._offset())
+        return Ticket(self, self._queue.push(tenant, weight, capacity, continue_by=continue_by))
 
-    def enqueue(self, tenant: str, weight: float, *, listening_s: float | None = None) -> Place:
+    def enqueue(self, tenant: str, weight: float, *, runs_dry: RunsDry | None = None) -> Place:
         """Take a place in the line now (or room at once); raises QueueFull. `wait(place)` returns its
-        ticket. Synchronous, so the place is known (`ahead`) from the moment the stream asks."""
+        ticket. Synchronous, so the place is known (`ahead`) from the moment the stream asks. `runs_dry`
+        is asked again at every look while it waits: an utterance queued before the audio ahead of it
+        began (a client sending sentence by sentence) becomes a continuation once its listener hears it."""
         self._loop = asyncio.get_running_loop()
         try:
-            waiter = self._queue.push(tenant, weight, self.capacity(), continue_by=self._continue_by(listening_s))
+            continue_by = self._continue_by(runs_dry, self._offset())
+            waiter = self._queue.push(tenant, weight, self.capacity(), continue_by=continue_by)
         except Refused as e:
             raise QueueFull(e.bound, e.retry_after_s) from None
         if waiter.state != "waiting":
             return Place(waiter, None)
         future = self._loop.create_future()
         self._futures[waiter] = future
+        if runs_dry is not None:
+            self._listeners[waiter] = runs_dry
         if self._timer is None or self._timer.done():
             self._timer = asyncio.create_task(self._recheck())
         return Place(waiter, future)
@@ -178,14 +195,15 @@ class Admission:
                 raise
         return Ticket(self, place.waiter)
 
-    async def admit(self, tenant: str, weight: float, *, listening_s: float | None = None) -> Ticket:
+    async def admit(self, tenant: str, weight: float, *, runs_dry: RunsDry | None = None) -> Ticket:
         """Wait until the stream may start; raises QueueFull. A cancelled wait is withdrawn."""
-        return await self.wait(self.enqueue(tenant, weight, listening_s=listening_s))
+        return await self.wait(self.enqueue(tenant, weight, runs_dry=runs_dry))
 
     def withdraw(self, place: Place) -> None:
         """Give a place up whose ticket nobody holds: withdrawn, or, admitted just now, its slot given
         back. Idempotent."""
         self._futures.pop(place.waiter, None)
+        self._listeners.pop(place.waiter, None)
         self._finish(place.waiter)
 
     def _finish(self, waiter: Waiter) -> None:
@@ -198,13 +216,19 @@ class Admission:
             self._loop.call_soon_threadsafe(self._finish, waiter)
 
     def _grant(self) -> None:
+        if self._listeners:  # where each waiting one's listener is now (a few dozen at most: bounded)
+            offset = self._offset()
+            for waiter, runs_dry in self._listeners.items():
+                self._queue.relisten(waiter, self._continue_by(runs_dry, offset))
         for waiter in self._queue.grant(self.capacity()):
+            self._listeners.pop(waiter, None)
             future = self._futures.pop(waiter, None)
             if future is not None and not future.done():
                 future.set_result(None)
 
     def _expire(self) -> None:
         for waiter in self._queue.expire():
+            self._listeners.pop(waiter, None)
             future = self._futures.pop(waiter, None)
             if future is not None and not future.done():
                 future.set_exception(QueueFull("wait", self._queue.retry_after(self.capacity())))
@@ -313,7 +337,7 @@ class QueuedStream:
         on_lost: OnLost,
         on_admitted: Callable[[Ticket], None] | None = None,
         frame_rate_hz: float = 12.5,
-        listening_s: float | None = None,
+        runs_dry: RunsDry | None = None,
     ) -> None:
         self._admission = admission
         self._open_stream = open_stream
@@ -331,13 +355,13 @@ class QueuedStream:
         self.failed: str | None = None  # the engine stream could not be opened
         self.failed_code = ""  # its EngineError's code (e.g. engine_unavailable)
         self._task: asyncio.Task[None] | None = None
-        ticket = admission.try_admit(tenant, weight, listening_s=listening_s)
+        ticket = admission.try_admit(tenant, weight, runs_dry=runs_dry)
         if ticket is not None:  # room and nobody waiting: open now, the first text goes straight in
             self._start(ticket)
             return
         refusal: QueueFull | None = None
         try:  # its place is taken now, so `ahead` knows it before the admission task first runs
-            self._place = admission.enqueue(tenant, weight, listening_s=listening_s)
+            self._place = admission.enqueue(tenant, weight, runs_dry=runs_dry)
         except QueueFull as e:  # told through the task, as a refusal after a wait is (the held text named)
             refusal = e
         self._task = asyncio.create_task(self._admit(refusal))

@@ -158,11 +158,11 @@ class TextIntake:
             frame_rate = float(conn.engine.codec_info().get("frame_rate_hz", 12.5))  # type: ignore[attr-defined]
         tenant = conn.session.tenant
         # A listener still playing this session's audio must not hear a gap before the next utterance:
-        # its stream goes before newcomers once that audio runs low (engine/admission.py, continuations).
-        listening = conn.listener.ahead()
+        # its stream goes before newcomers once that audio runs low (engine/admission.py, continuations),
+        # asked while it waits, so one queued before the audio ahead of it began counts once it plays.
         return QueuedStream(conn.admission, tenant.name, tenant.weight, lambda: conn.open_stream(cfg, voice, engine),
                             on_lost=lambda e, indexes: self._lost(utt, e, indexes), on_admitted=admitted,
-                            frame_rate_hz=frame_rate, listening_s=listening if listening > 0 else None)  # fmt: skip
+                            frame_rate_hz=frame_rate, runs_dry=conn.listener.runs_dry_at)  # fmt: skip
 
     async def _lost(self, utt: Utterance, e: ProtocolError | EngineError, engine_indexes: list[int]) -> None:
         """Admission refused the stream after its text was taken: the segments it held are named."""

@@ -30,6 +30,12 @@ class Playback:
             self.started = now - self.queued  # playback resumes with this chunk
         self.queued += seconds
 
+    def runs_dry_at(self) -> float | None:
+        """When (time.monotonic) the listener runs out of the audio sent; None while it hears none."""
+        if self.started is None or self.ahead() <= 0:
+            return None
+        return self.started + self.queued
+
     def ahead(self) -> float:
         """Seconds of audio sent that the listener has not played yet."""
         if self.started is None:

@@ -313,6 +313,22 @@ def test_a_continuation_with_time_to_spare_waits_its_fair_turn_until_it_is_due()
     assert q.grant(1) == [cont] and late.state == "waiting"
 
 
+def test_a_waiter_whose_listener_begins_hearing_becomes_a_continuation_and_stays_one() -> None:
+    clock = Clock()
+    q = queue(clock)
+    holder = q.push("a", 1.0, 1)
+    early = q.push("a", 1.0, 1)
+    second = q.push("a", 1.0, 1)  # its listener hears nothing yet: a newcomer
+    q.relisten(second, None)
+    q.relisten(second, clock.now + 0.5)  # the audio before it plays now
+    q.relisten(second, None)  # and has run out: its gap has begun, it is still due
+    assert second.continue_by == clock.now + 0.5
+    q.finish(holder)
+    assert q.grant(1) == [second] and early.state == "waiting"
+    q.relisten(second, clock.now + 9.0)  # admitted: nothing moves
+    assert second.continue_by == clock.now + 0.5
+
+
 def test_a_due_continuation_does_not_take_a_slot_past_its_keys_share() -> None:
     clock = Clock()
     q = queue(clock)

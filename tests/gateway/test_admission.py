@@ -447,6 +447,26 @@ async def test_with_room_and_nobody_waiting_a_stream_is_admitted_without_waiting
     await admission.close()
 
 
+async def test_an_utterance_queued_before_its_listener_heard_anything_becomes_a_continuation() -> None:
+    # Sentence by sentence: a session's second sentence is queued while its first still waits, so when
+    # it asks its listener hears nothing. Once the first sentence plays, the second goes before a
+    # newcomer that asked earlier: its listener would otherwise hear a gap.
+    admission = Admission(Judged(1), Settings(continuation_lead_s=2.0))  # type: ignore[arg-type]
+    held = await admission.admit("a", 1.0)
+    hearing: list[float | None] = [None]
+    newcomer = asyncio.create_task(admission.admit("a", 1.0))
+    await asyncio.sleep(0.01)
+    second = asyncio.create_task(admission.admit("a", 1.0, runs_dry=lambda: hearing[0]))
+    await asyncio.sleep(0.01)
+    hearing[0] = time.monotonic() + 0.5  # the first sentence plays now: half a second of it is left
+    held.release()
+    ticket = await asyncio.wait_for(second, 1.0)
+    assert not newcomer.done()
+    ticket.release()
+    (await asyncio.wait_for(newcomer, 1.0)).release()
+    await admission.close()
+
+
 def test_admission_settings_load_and_are_checked() -> None:
     env = {"VOXGATE_MAX_ACTIVE_STREAMS": "3", "VOXGATE_MAX_WAITING_PER_TENANT": "2",
            "VOXGATE_MAX_WAITING_PER_MODEL": "9", "VOXGATE_MAX_QUEUE_WAIT_S": "2.5",
