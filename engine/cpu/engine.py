@@ -76,6 +76,10 @@ RAMP_MIN_COST = 24
 # A piece that has waited this long for a worker while its listener has nothing left to play is
 # reported with a `Waiting` event (once per wait), so the client learns why its audio is late.
 NOTICE_AFTER_S = 0.5
+# A stream's first audio waits (at most this long) while the piece after it is predicted to come more
+# than HOLD_MARGIN_S after that audio has played out: a later start instead of a gap.
+FIRST_HOLD_S = 2.0
+HOLD_MARGIN_S = 0.05
 BACKENDS = {"cpu": ("piper", "kokoro"), "piper": ("piper",), "kokoro": ("kokoro",)}
 
 
@@ -394,6 +398,7 @@ class _PieceJob:
         self.done = False
         self.error: Exception | None = None
         self.queued_at = time.monotonic()
+        self.started_at: float | None = None  # when a worker took it
         self.run_options = run_options()
         self.future: Future[None] | None = None
 
@@ -578,6 +583,7 @@ class CpuStream:
     def _run_job(self, job: _PieceJob) -> None:
         with self._cond:
             job.started = True
+            job.started_at = time.monotonic()
         if self._cancelled.is_set():
             return
         p = job.piece
@@ -661,6 +667,11 @@ class CpuStream:
                         self._notify_waiting(head)
                     continue
                 seg = head.piece.segment
+                if audio and done and self._first_put_at is None:
+                    self._fill()  # the look-ahead runs on while the first audio waits
+                    self._hold_first(head, audio)
+                    if self._cancelled.is_set():
+                        return
                 for pcm, rate, words in audio:
                     if resampler is None:
                         resampler, seg_frame, seg_in = Resampler(rate, self.sample_rate), frame, 0
@@ -692,6 +703,27 @@ class CpuStream:
                 self._inbox.clear()
                 self._inbox_chars = 0
             self._cutter = None
+
+    def _hold_first(self, head: _PieceJob, audio: list[tuple[np.ndarray, int, Any]]) -> None:
+        """Before a stream's first audio: wait while the piece after it is predicted to come after that
+        audio has played out, at most `FIRST_HOLD_S`. A listener who has started must keep hearing
+        (issue 14): on an engine whose runs take nearly as long as they speak (Kokoro at RTF 0.8-0.9 on
+        a busy 2-core box) a short first piece was a gap a second later; now it is a later start."""
+        have = sum(pcm.size / rate for pcm, rate, _ in audio)
+        until = time.monotonic() + FIRST_HOLD_S
+        with self._cond:
+            while not self._cancelled.is_set():
+                following = next((j for j in self._jobs if j is not head), None)
+                if following is None or following.audio or following.done:
+                    return  # nothing after it yet (its text has not come), or it is here
+                piece = following.piece
+                run_s = piece.seconds * self._engine._rtf(piece.voice.backend)
+                now = time.monotonic()
+                ready = (following.started_at if following.started_at is not None else now) + run_s
+                late = ready - (now + have)
+                if late <= HOLD_MARGIN_S or now >= until:
+                    return
+                self._cond.wait(min(late, until - now))
 
     def _put_words(self, seg: int, words: list[tuple[str, int, int]], seg_frame: int, seg_in: int,
                    rate: int) -> bool:

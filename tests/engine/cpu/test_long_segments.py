@@ -275,3 +275,31 @@ async def test_a_queued_piece_is_due_by_the_audio_before_it_not_by_that_audios_e
     finally:
         gate.set()
     blocker.result(5)
+
+
+async def test_first_audio_waits_while_the_piece_after_it_would_come_after_it_has_played(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An engine whose runs take longer than they speak (RTF 3 here; Kokoro at 0.8-0.9 on a busy box):
+    # a short first piece would play out before the next is made, a gap. Its audio waits for the next.
+    monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
+    monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
+    ran: dict[str, float] = {}
+    real = CpuStream._run_job
+
+    def timed(self: CpuStream, job: Any) -> None:
+        real(self, job)
+        ran[job.piece.text] = time.monotonic()
+
+    monkeypatch.setattr(CpuStream, "_run_job", timed)
+    stream = piper2.open_stream("joe", "en")
+    stream.append("Hi there.")
+    stream.append("This sentence follows the greeting.")
+    stream.finish()
+    first: float | None = None
+    async for ev in stream.events():
+        if isinstance(ev, AudioChunk) and first is None:
+            first = time.monotonic()
+        if isinstance(ev, StreamEnd):
+            assert ev == StreamEnd("done")
+    assert first is not None and "Hi there." in ran and len(ran) >= 2, ran  # the rest: one piece or a few
+    assert first >= min(t for text, t in ran.items() if text != "Hi there.")  # held until the next was made
