@@ -151,23 +151,22 @@ class Admission:
         at = None if runs_dry is None else runs_dry()
         return None if at is None else at + offset
 
-    def try_admit(self, tenant: str, weight: float, *, runs_dry: RunsDry | None = None) -> Ticket | None:
+    def try_admit(self, tenant: str, weight: float) -> Ticket | None:
         """A ticket at once when there is room and nobody waits who goes first; None otherwise (then
-        `admit` decides). `runs_dry`: when the listener this stream continues runs out of audio, None
-        while it hears none (engine/admission.py: it goes first in its tenant's line once that is near)."""
+        `admit` decides)."""
         capacity = self.capacity()
         if self._queue.waiting or self._queue.in_flight >= capacity:
             return None
         self._loop = asyncio.get_running_loop()
-        # admitted by push: there is room
-        continue_by = self._continue_by(runs_dry, self._offset())
-        return Ticket(self, self._queue.push(tenant, weight, capacity, continue_by=continue_by))
+        return Ticket(self, self._queue.push(tenant, weight, capacity))  # admitted by push: there is room
 
     def enqueue(self, tenant: str, weight: float, *, runs_dry: RunsDry | None = None) -> Place:
         """Take a place in the line now (or room at once); raises QueueFull. `wait(place)` returns its
-        ticket. Synchronous, so the place is known (`ahead`) from the moment the stream asks. `runs_dry`
-        is asked again at every look while it waits: an utterance queued before the audio ahead of it
-        began (a client sending sentence by sentence) becomes a continuation once its listener hears it."""
+        ticket. Synchronous, so the place is known (`ahead`) from the moment the stream asks. `runs_dry`:
+        when the listener this stream continues runs out of audio, None while it hears none
+        (engine/admission.py: it goes first in its tenant's line once that is near), asked again at
+        every look while it waits: an utterance queued before the audio ahead of it began (a client
+        sending sentence by sentence) becomes a continuation once its listener hears it."""
         self._loop = asyncio.get_running_loop()
         try:
             continue_by = self._continue_by(runs_dry, self._offset())
@@ -355,7 +354,7 @@ class QueuedStream:
         self.failed: str | None = None  # the engine stream could not be opened
         self.failed_code = ""  # its EngineError's code (e.g. engine_unavailable)
         self._task: asyncio.Task[None] | None = None
-        ticket = admission.try_admit(tenant, weight, runs_dry=runs_dry)
+        ticket = admission.try_admit(tenant, weight)
         if ticket is not None:  # room and nobody waiting: open now, the first text goes straight in
             self._start(ticket)
             return

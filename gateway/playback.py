@@ -32,9 +32,10 @@ class Playback:
 
     def runs_dry_at(self) -> float | None:
         """When (time.monotonic) the listener runs out of the audio sent; None while it hears none."""
-        if self.started is None or self.ahead() <= 0:
+        if self.started is None:
             return None
-        return self.started + self.queued
+        at = self.started + self.queued
+        return at if at > time.monotonic() else None
 
     def ahead(self) -> float:
         """Seconds of audio sent that the listener has not played yet."""

@@ -394,13 +394,16 @@ class _PieceJob:
 
         self.piece = piece
         self.audio: deque[tuple[np.ndarray, int, list[tuple[str, int, int]] | None]] = deque()
-        self.started = False
         self.done = False
         self.error: Exception | None = None
         self.queued_at = time.monotonic()
         self.started_at: float | None = None  # when a worker took it
         self.run_options = run_options()
         self.future: Future[None] | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.started_at is not None
 
     def abort(self) -> None:
         self.run_options.terminate = True  # aborts a model run in progress, from this thread
@@ -553,8 +556,7 @@ class CpuStream:
         """Under `_cond`: the latest `piece` may start, behind the undelivered jobs `before` it: its
         listener's run-out time less its own expected run time (jobs differ in length; ordering by the
         run-out time alone starts a long one too late)."""
-        runs_out = self._runs_out() + sum(j.piece.seconds for j in before)
-        return runs_out - piece.seconds * self._engine._rtf(piece.voice.backend)
+        return self._next_runs_out(before) - piece.seconds * self._engine._rtf(piece.voice.backend)
 
     def _reschedule(self) -> None:
         """Once a piece's audio is out, its real length stands for its estimate: the queued pieces
@@ -570,10 +572,11 @@ class CpuStream:
         for future, deadline in moves:  # outside the stream's lock, as every call into the pool
             self._engine._pool.reschedule(future, deadline)
 
-    def _next_runs_out(self) -> float:
+    def _next_runs_out(self, before: Iterable[_PieceJob] | None = None) -> float:
         """Under `_cond`: when the listener runs out of audio if the next piece is not there by then —
-        the end of the audio delivered, plus the estimated length of the pieces still undelivered."""
-        return self._runs_out() + sum(j.piece.seconds for j in self._jobs)
+        the end of the audio delivered, plus the estimated length of the undelivered pieces `before` it
+        (by default all of them)."""
+        return self._runs_out() + sum(j.piece.seconds for j in (self._jobs if before is None else before))
 
     def _runs_out(self) -> float:
         if self._first_put_at is None:
@@ -582,7 +585,6 @@ class CpuStream:
 
     def _run_job(self, job: _PieceJob) -> None:
         with self._cond:
-            job.started = True
             job.started_at = time.monotonic()
         if self._cancelled.is_set():
             return
@@ -669,7 +671,7 @@ class CpuStream:
                 seg = head.piece.segment
                 if audio and done and self._first_put_at is None:
                     self._fill()  # the look-ahead runs on while the first audio waits
-                    self._hold_first(head, audio)
+                    self._hold_first(audio)
                     if self._cancelled.is_set():
                         return
                 for pcm, rate, words in audio:
@@ -704,16 +706,17 @@ class CpuStream:
                 self._inbox_chars = 0
             self._cutter = None
 
-    def _hold_first(self, head: _PieceJob, audio: list[tuple[np.ndarray, int, Any]]) -> None:
-        """Before a stream's first audio: wait while the piece after it is predicted to come after that
-        audio has played out, at most `FIRST_HOLD_S`. A listener who has started must keep hearing
-        (issue 14): on an engine whose runs take nearly as long as they speak (Kokoro at RTF 0.8-0.9 on
-        a busy 2-core box) a short first piece was a gap a second later; now it is a later start."""
+    def _hold_first(self, audio: list[tuple[np.ndarray, int, Any]]) -> None:
+        """Before a stream's first audio (a piece done, and out of `_jobs`): wait while the piece after
+        it is predicted to come after that audio has played out, at most `FIRST_HOLD_S`. A listener who
+        has started must keep hearing (issue 14): on an engine whose runs take nearly as long as they
+        speak (Kokoro at RTF 0.8-0.9 on a busy 2-core box) a short first piece was a gap a second later;
+        now it is a later start."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
         until = time.monotonic() + FIRST_HOLD_S
         with self._cond:
             while not self._cancelled.is_set():
-                following = next((j for j in self._jobs if j is not head), None)
+                following = self._jobs[0] if self._jobs else None
                 if following is None or following.audio or following.done:
                     return  # nothing after it yet (its text has not come), or it is here
                 piece = following.piece
