@@ -11,8 +11,13 @@ The canary speaks short utterances back to back (`input.text` + `input.done`, th
 `session.done`). `worst_wait_s` is the longest the canary waited for the server while an utterance
 was open: from `input.done` to the first message, and between any two messages after it. A frozen
 event loop, a starved engine worker or audio held behind a stalled store all show there. It also
-plays the audio in simulation (a player starting at the first byte, at real time) and sums the time
-that player would have run dry (`underrun_s`).
+plays the audio in simulation (a player starting at the first byte, at real time, each utterance
+after the one before) and sums the time that player would have run dry (`underrun_s`).
+
+Until an utterance's first audio, its listener may still be hearing the one before (the server sends
+audio faster than it plays): that time is no wait. The gateway tells the engine so (a continuation,
+`listener_buffer_s`), and a busy engine rightly makes that audio due when the listener runs dry rather
+than at once; the wait counted is from `input.done` or the end of the audio before, whichever is later.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ class Canary:
         self.errors: list[dict[str, Any]] = []
         self.failure: str | None = None
         self._ws: Any = None
+        self._plays_until = 0.0  # when (time.monotonic) the simulated player runs out of the audio received
         self._task: asyncio.Task[None] | None = None
         self._stop = False
         self._done = asyncio.Event()
@@ -136,17 +142,19 @@ class Canary:
         while True:
             msg = await asyncio.wait_for(ws.recv(), self.timeout)
             now = time.monotonic()
-            self.worst_wait = max(self.worst_wait, now - last)
+            since = last if play_start is not None else max(last, self._plays_until)  # the module doc
+            self.worst_wait = max(self.worst_wait, now - since)
             last = now
             if isinstance(msg, bytes):
                 seconds = len(msg) / 2 / self.rate
                 if play_start is None:
-                    play_start = now
+                    play_start = max(now, self._plays_until)  # after the utterance before has played
                 elif now - play_start > played:  # the player ran dry before this chunk came
                     self.underrun += now - play_start - played
                     play_start = now - played
                 played += seconds
                 self.audio_s += seconds
+                self._plays_until = play_start + played
                 continue
             ev = json.loads(msg)
             if ev["type"] == "error":

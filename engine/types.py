@@ -120,6 +120,7 @@ MAX_NAME_CHARS = 256  # voice and language names (the gateway's protocols bound 
 SEED_MAX = 2**63 - 1  # what every backend's generator takes (msgspec bounds must fit an int64)
 
 
+MAX_LISTENER_BUFFER_S = 3600.0  # a continuation's listener buffer: far more than any backlog bound lets through
 MAX_PHONEME_WORDS = 1000  # a lexicon's bound (sessions/lexicon.py)
 PhonemeWord = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
 PhonemeIpa = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^\S+$")]
@@ -150,11 +151,16 @@ class StreamRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     # word → IPA (a tenant lexicon's entries) for engines that phonemize text themselves (the CPU voices);
     # one that cannot take phonemes refuses the request (`phonemes_unsupported`): none goes unheard silently.
     phonemes: Annotated[dict[PhonemeWord, PhonemeIpa], msgspec.Meta(max_length=MAX_PHONEME_WORDS)] | None = None
+    # A continuation (issue 14): the seconds of audio its listener still has to hear when the stream opens
+    # (the session's earlier utterance playing), so its first audio is due by then and not as a newcomer's;
+    # None: the listener hears nothing now. A scheduling hint: an engine that orders its work by the
+    # listener (the CPU voices' pool) uses it, the others may ignore it; it never changes what is said.
+    listener_buffer_s: Annotated[float, msgspec.Meta(ge=0.0, le=MAX_LISTENER_BUFFER_S)] | None = None
 
     def options(self) -> dict[str, object]:
         """The `open_stream` keywords that say the same (those not at their default)."""
         out: dict[str, object] = {}
-        for name in ("sample_rate", "seed", "instructions"):
+        for name in ("sample_rate", "seed", "instructions", "listener_buffer_s"):
             if (value := getattr(self, name)) is not None:
                 out[name] = value
         if self.speed != 1.0:

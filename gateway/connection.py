@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 from litestar.exceptions import WebSocketDisconnect
 
 from engine import Engine, EngineError, Stream, StreamRequest
+from engine.types import MAX_LISTENER_BUFFER_S
 from gateway import metrics
 from gateway.admission import Admission
 from gateway.backlog import Backlog
@@ -308,8 +311,14 @@ class Connection:
 
     def open_stream(self, cfg: SessionConfig, voice: tuple[str | None, dict[str, Any]],
                     engine: Engine | None = None) -> Stream:  # fmt: skip
-        """`engine`: the model's the utterance began on (None: the session's now)."""
-        return open_request(self.engine if engine is None else engine, self._request(cfg, voice))
+        """`engine`: the model's the utterance began on (None: the session's now). Opened while the
+        client still plays this session's earlier audio, the stream is a continuation: the engine is told
+        how long that audio lasts (`listener_buffer_s`), so its first audio is due by then."""
+        request = self._request(cfg, voice)
+        if (dry_at := self.listener.runs_dry_at()) is not None:
+            left = min(MAX_LISTENER_BUFFER_S, dry_at - time.monotonic())
+            request = msgspec.structs.replace(request, listener_buffer_s=max(0.0, left))
+        return open_request(self.engine if engine is None else engine, request)
 
     def next_utterance_index(self) -> int:
         self.utterance_count += 1

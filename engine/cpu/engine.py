@@ -274,8 +274,10 @@ class CpuEngine:
         """
         request = stream_request(voice, language, options)
         chosen, lang = self._resolve(request)
+        continues_at = None if request.listener_buffer_s is None else time.monotonic() + request.listener_buffer_s
         stream = CpuStream(self, chosen, lang, request.sample_rate or OUTPUT_RATE, request.speed,
-                           request.word_timings, Pinned(request.phonemes) if request.phonemes else None)
+                           request.word_timings, Pinned(request.phonemes) if request.phonemes else None,
+                           continues_at)
         self._streams.add(stream)
         return stream
 
@@ -420,7 +422,8 @@ class CpuStream:
     """
 
     def __init__(self, engine: CpuEngine, voice: _Voice | None, language: str, sample_rate: int,
-                 speed: float, word_timings: bool = False, pinned: Pinned | None = None) -> None:
+                 speed: float, word_timings: bool = False, pinned: Pinned | None = None,
+                 continues_at: float | None = None) -> None:
         self._engine = engine
         self._word_timings = word_timings
         self._pinned = pinned  # a lexicon's IPA words
@@ -438,6 +441,10 @@ class CpuStream:
         self._jobs: deque[_PieceJob] = deque()  # submitted, undelivered, in order; the first is delivering
         self._finished = False
         self._first_put_at: float | None = None  # when the listener could start playing
+        # A continuation: when its listener runs out of the audio before this stream's (time.monotonic).
+        # Its pieces are due by that, the first one too: that listener has heard speech, and a gap now
+        # is a break in it, not a later start (issue 14).
+        self._continues_at = continues_at
         self._frames_put = 0
         self._notified = False  # a Waiting went out and no audio has followed it yet
         self._driver = threading.Thread(target=self._drive, name="cpu-stream", daemon=True)
@@ -509,10 +516,11 @@ class CpuStream:
         """`piece`, or its first part when it would run longer than `RAMP_SHARE` of the audio its
         listener has ahead of it (the rest goes back to the cutter, in order). A job is never preempted,
         so a long piece right behind a short one (the first clause, say) would leave its listener dry
-        while it runs: pieces grow with the audio buffered, as a codec decoder's chunk ramp does. The
-        stream's first piece is its first audio and is left as it is."""
+        while it runs: pieces grow with the audio buffered, as a codec decoder's chunk ramp does. A new
+        listener's first piece is its first audio and is left as it is (a continuation's is cut to the
+        audio its listener still has)."""
         with self._cond:
-            if self._first_put_at is None and not self._jobs:
+            if self._awaits_first_audio():
                 return piece
             slack = self._next_runs_out() - time.monotonic()
         budget_s = max(0.0, slack) * RAMP_SHARE / self._engine._rtf(piece.voice.backend)  # audio seconds
@@ -530,16 +538,17 @@ class CpuStream:
         return cut[0]
 
     def _submit(self, piece: _Piece) -> None:
-        """Hand one piece to the pool. A stream's first piece goes before all others (its listener has
-        heard nothing); the rest are ordered by when this stream's listener would run out of audio
-        without them: the end of the audio delivered so far (now, if none yet) plus the estimated
-        length of the pieces before it that are still undelivered."""
+        """Hand one piece to the pool. A new listener's first piece goes before all others (it has heard
+        nothing); the rest, and a continuation's first, are ordered by when this stream's listener would
+        run out of audio without them: the end of the audio delivered so far (now, if none yet; for a
+        continuation the end of the audio before it) plus the estimated length of the pieces before it
+        that are still undelivered."""
         job = _PieceJob(piece)
         with self._cond:
             if self._cancelled.is_set():
                 return
             deadline = self._deadline(self._jobs, piece)
-            first_audio = self._first_put_at is None and not self._jobs  # what its listener waits for
+            first_audio = self._awaits_first_audio()  # what its listener waits for
             self._jobs.append(job)
         try:
             job.future = self._engine._pool.submit(deadline, partial(self._run_job, job), owner=self,
@@ -579,9 +588,16 @@ class CpuStream:
         return self._runs_out() + sum(j.piece.seconds for j in (self._jobs if before is None else before))
 
     def _runs_out(self) -> float:
+        """Under `_cond`: when the listener runs out of the audio delivered (and, for a continuation, of
+        the audio before this stream's, which plays first)."""
+        before = self._continues_at
         if self._first_put_at is None:
-            return time.monotonic()
-        return self._first_put_at + self._frames_put / self.sample_rate
+            return time.monotonic() if before is None else before
+        return max(self._first_put_at, before or 0.0) + self._frames_put / self.sample_rate
+
+    def _awaits_first_audio(self) -> bool:
+        """Under `_cond`: nothing is out or submitted yet and the listener hears nothing (no continuation)."""
+        return self._first_put_at is None and not self._jobs and self._continues_at is None
 
     def _run_job(self, job: _PieceJob) -> None:
         with self._cond:
@@ -669,7 +685,9 @@ class CpuStream:
                         self._notify_waiting(head)
                     continue
                 seg = head.piece.segment
-                if audio and done and self._first_put_at is None:
+                if audio and done and self._first_put_at is None and self._continues_at is None:
+                    # A new listener's first audio (a continuation's listener is hearing the audio before
+                    # it: holding this back could only break that up).
                     self._fill()  # the look-ahead runs on while the first audio waits
                     self._hold_first(audio)
                     if self._cancelled.is_set():

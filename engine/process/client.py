@@ -278,7 +278,9 @@ class ProcessEngine:
             raise EngineError(*verdict)
 
     def _cached(self, request: StreamRequest) -> tuple[bytes, tuple[str, str] | None]:
-        key = hashlib.blake2b(wire.command_encoder.encode(request), digest_size=16).digest()
+        # A continuation's listener buffer is a scheduling hint, different at every open: no verdict turns on it.
+        judged = msgspec.structs.replace(request, listener_buffer_s=None)
+        key = hashlib.blake2b(wire.command_encoder.encode(judged), digest_size=16).digest()
         with self._lock:
             result = self._check_cache.get(key)
             if result is not None:

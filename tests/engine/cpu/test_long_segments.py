@@ -303,3 +303,42 @@ async def test_first_audio_waits_while_the_piece_after_it_would_come_after_it_ha
             assert ev == StreamEnd("done")
     assert first is not None and "Hi there." in ran and len(ran) >= 2, ran  # the rest: one piece or a few
     assert first >= min(t for text, t in ran.items() if text != "Hi there.")  # held until the next was made
+
+
+@pytest.mark.parametrize(("buffer_s", "first"), [(0.0, "continuation"), (60.0, "newcomer")])
+async def test_a_continuations_first_piece_is_due_by_its_listeners_audio_not_by_its_age(
+        piper2: Any, started: list[tuple[CpuStream, Any, float]], buffer_s: float, first: str) -> None:
+    # Sentence by sentence, each an utterance: the next one's stream opens while its listener still hears
+    # the one before. Queued as a newcomer, its first piece waited behind older newcomers' first audio
+    # and the listener heard a gap. Now it is due when that listener runs dry: before a newcomer when
+    # that is close, after it when the listener has a minute of audio left.
+    pool = piper2._pool
+    gate = threading.Event()
+    running = [threading.Event() for _ in range(piper2.workers)]
+    blockers = [pool.submit(float("-inf"), lambda e=e: (e.set(), gate.wait(30))) for e in running]
+    try:
+        assert all(e.wait(10) for e in running)  # every worker held: both first pieces queue
+        newcomer = piper2.open_stream("joe", "en")
+        newcomer.append("Hello there.")
+        newcomer.finish()
+        continuation = piper2.open_stream("joe", "en", listener_buffer_s=buffer_s)
+        continuation.append("And one more thing.")
+        continuation.finish()
+        deadline = time.monotonic() + 10
+        while len(pool._first) + len(pool._rest) < 2:
+            assert time.monotonic() < deadline, "the first pieces were not queued"
+            await asyncio.sleep(0.01)
+        assert [s for s in (newcomer, continuation) if s._jobs] == [newcomer, continuation]
+        assert len(pool._first) == 1  # the newcomer's first audio; the continuation's is due by its listener
+        gate.set()
+        heard: dict[str, list[float]] = {"newcomer": [], "continuation": []}
+        await asyncio.wait_for(asyncio.gather(_read(newcomer, heard["newcomer"]),
+                                              _read(continuation, heard["continuation"])), 60)
+    finally:
+        gate.set()
+    for b in blockers:
+        b.result(5)
+    order = [("newcomer" if s is newcomer else "continuation") for s, _, _ in started
+             if s in (newcomer, continuation)]
+    assert order[0] == first, order
+    assert sum(heard["newcomer"]) > 0 and sum(heard["continuation"]) > 0
