@@ -23,6 +23,10 @@ The rules (tts-pool's design):
   line, and its key before the other keys in the same place of the order (below or at their share). A
   listener who has started hearing speech must keep hearing it (issue 14), but not past the weights: a
   tenant whose own listeners need more than its share hears its newcomers wait, or be refused, first;
+- a slot passes on within a listener: when a stream ends while the next stream of the same listener
+  waits (a client sending sentence by sentence), that one takes the slot at once (`hand_over`), due or
+  not, as one long utterance would have kept it. Released, the slot went to whoever came first, and
+  the continuation then found none free when its listener ran low: a gap;
 - bounds: waiters per key, waiters in all (the model), and a maximum wait past which a waiter is
   refused (bound "wait") rather than started late.
 """
@@ -177,25 +181,53 @@ class FairQueue:
                 waiter = k.waiting.popleft()
             else:  # its listener is about to run dry: before the rest of its key's line
                 k.waiting.remove(waiter)  # bounded by the per-key bound
-            self._waiting -= 1
-            k.in_flight += 1
-            self._in_flight += 1
-            waiter.state, waiter.started_at = "admitted", now
-            waiter.charged_s = k.mean_s
-            k.service += k.mean_s / k.weight
+            self._admit(k, waiter, now)
             started.append(waiter)
         return started
 
+    def _admit(self, k: _Key, waiter: Waiter, now: float) -> None:
+        """`waiter`, out of its key's line, takes a slot."""
+        self._waiting -= 1
+        k.in_flight += 1
+        self._in_flight += 1
+        waiter.state, waiter.started_at = "admitted", now
+        waiter.charged_s = k.mean_s
+        k.service += k.mean_s / k.weight
+
+    def hand_over(self, waiter: Waiter, successor: Waiter, capacity: int) -> bool:
+        """An admitted waiter's stream ended while the next stream of the same listener waits: that one
+        takes its slot at once, due or not, and whatever the capacity now (the module doc, continuations),
+        while its key keeps within its weighted share of `capacity` or no other key waits. False, and
+        nothing changes, when it may not, or unless `waiter` is admitted and `successor` waits in its key."""
+        if waiter.state != "admitted" or successor.state != "waiting" or successor.key != waiter.key:
+            return False
+        k = self._keys[waiter.key]
+        others_wait = any(o.waiting for o in self._keys.values() if o is not k)
+        if others_wait and k.in_flight - 1 >= self._share(k, capacity):
+            return False  # past its share while another tenant waits: the slot goes in fair order
+        k.waiting.remove(successor)  # bounded by the per-key bound
+        self._admit(k, successor, self._clock())  # before the finish, which would forget an idle key
+        self.finish(waiter)
+        return True
+
+    def _total_weight(self) -> float:
+        return sum(k.weight for k in self._keys.values())
+
+    def _share(self, k: _Key, capacity: int, total: float | None = None) -> int:
+        """The slots `k` may hold while other keys want them: its weighted share of the capacity among
+        the active keys, rounded up (a share of 3.3 slots lets a key hold 4, or the heavier key would
+        lose the fraction)."""
+        total = self._total_weight() if total is None else total
+        return math.ceil(capacity * k.weight / total - 1e-9)
+
     def _next(self, capacity: int, now: float) -> tuple[_Key, Waiter | None]:
         """The key that starts a stream next, and its due continuation (None: its line's head goes)."""
-        total = sum(k.weight for k in self._keys.values())
+        total = self._total_weight()
         due = {name: _due(k, now + self.continuation_lead_s) for name, k in self._keys.items() if k.waiting}
 
         def order(name: str) -> tuple[bool, bool, float, int]:
             k = self._keys[name]
-            # Rounded up: a share of 3.3 slots lets a key hold 4, or the heavier key would lose the fraction.
-            at_share = k.in_flight >= math.ceil(capacity * k.weight / total - 1e-9)
-            return (at_share, due[name] is None, k.service, k.waiting[0].seq)
+            return (k.in_flight >= self._share(k, capacity, total), due[name] is None, k.service, k.waiting[0].seq)
 
         name = min(due, key=order)
         return self._keys[name], due[name]

@@ -37,6 +37,8 @@ log = logging.getLogger("voxgate.admission")
 RECHECK_S = 0.1  # while anyone waits: how often capacity is read again and overdue waits refused
 
 # When (time.monotonic) the listener a stream continues runs out of audio; None while it hears none.
+# It also names the listener: streams whose `runs_dry` are equal (one player's bound method) continue
+# the same one, and a slot passes from one to the next (`FairQueue.hand_over`).
 RunsDry = Callable[[], float | None]
 
 _BOUNDS = {
@@ -108,6 +110,7 @@ class Admission:
         )
         self._futures: dict[Waiter, asyncio.Future[None]] = {}
         self._listeners: dict[Waiter, RunsDry] = {}  # the waiting streams that may continue a listener
+        self._holders: dict[Waiter, RunsDry] = {}  # the admitted streams of a listener (bounded by capacity)
         self._timer: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._probe_failed = False
@@ -151,14 +154,17 @@ class Admission:
         at = None if runs_dry is None else runs_dry()
         return None if at is None else at + offset
 
-    def try_admit(self, tenant: str, weight: float) -> Ticket | None:
+    def try_admit(self, tenant: str, weight: float, *, runs_dry: RunsDry | None = None) -> Ticket | None:
         """A ticket at once when there is room and nobody waits who goes first; None otherwise (then
-        `admit` decides)."""
+        `admit` decides). `runs_dry` names the listener its stream speaks to (the slot passes on)."""
         capacity = self.capacity()
         if self._queue.waiting or self._queue.in_flight >= capacity:
             return None
         self._loop = asyncio.get_running_loop()
-        return Ticket(self, self._queue.push(tenant, weight, capacity))  # admitted by push: there is room
+        waiter = self._queue.push(tenant, weight, capacity)  # admitted by push: there is room
+        if runs_dry is not None:
+            self._holders[waiter] = runs_dry
+        return Ticket(self, waiter)
 
     def enqueue(self, tenant: str, weight: float, *, runs_dry: RunsDry | None = None) -> Place:
         """Take a place in the line now (or room at once); raises QueueFull. `wait(place)` returns its
@@ -174,6 +180,8 @@ class Admission:
         except Refused as e:
             raise QueueFull(e.bound, e.retry_after_s) from None
         if waiter.state != "waiting":
+            if runs_dry is not None:
+                self._holders[waiter] = runs_dry
             return Place(waiter, None)
         future = self._loop.create_future()
         self._futures[waiter] = future
@@ -206,8 +214,25 @@ class Admission:
         self._finish(place.waiter)
 
     def _finish(self, waiter: Waiter) -> None:
-        self._queue.withdraw(waiter)
+        """A place given up or a slot freed. A freed slot whose listener has its next stream waiting
+        passes to that one (the earliest), before anyone else looks."""
+        listener = self._holders.pop(waiter, None)
+        successor = None
+        if listener is not None:
+            successor = min((w for w, r in self._listeners.items() if r == listener), key=lambda w: w.seq, default=None)
+        if successor is not None and self._queue.hand_over(waiter, successor, self.capacity()):
+            self._started(successor)
+        else:
+            self._queue.withdraw(waiter)
         self._grant()
+
+    def _started(self, waiter: Waiter) -> None:
+        """A waiter the queue admitted: its wait resolves, and its listener now holds a slot."""
+        if (runs_dry := self._listeners.pop(waiter, None)) is not None:
+            self._holders[waiter] = runs_dry
+        future = self._futures.pop(waiter, None)
+        if future is not None and not future.done():
+            future.set_result(None)
 
     def _leaked(self, waiter: Waiter) -> None:
         log.warning("an admission ticket of %r was dropped without release", waiter.key)
@@ -220,10 +245,7 @@ class Admission:
             for waiter, runs_dry in self._listeners.items():
                 self._queue.relisten(waiter, self._continue_by(runs_dry, offset))
         for waiter in self._queue.grant(self.capacity()):
-            self._listeners.pop(waiter, None)
-            future = self._futures.pop(waiter, None)
-            if future is not None and not future.done():
-                future.set_result(None)
+            self._started(waiter)
 
     def _expire(self) -> None:
         for waiter in self._queue.expire():
@@ -354,7 +376,7 @@ class QueuedStream:
         self.failed: str | None = None  # the engine stream could not be opened
         self.failed_code = ""  # its EngineError's code (e.g. engine_unavailable)
         self._task: asyncio.Task[None] | None = None
-        ticket = admission.try_admit(tenant, weight)
+        ticket = admission.try_admit(tenant, weight, runs_dry=runs_dry)
         if ticket is not None:  # room and nobody waiting: open now, the first text goes straight in
             self._start(ticket)
             return

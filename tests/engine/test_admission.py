@@ -313,6 +313,55 @@ def test_a_continuation_with_time_to_spare_waits_its_fair_turn_until_it_is_due()
     assert q.grant(1) == [cont] and late.state == "waiting"
 
 
+def test_a_slot_passes_to_the_next_stream_of_its_listener_due_or_not() -> None:
+    # Sentence by sentence: a sentence's stream ends (its audio is made) while its listener still plays
+    # it for seconds, and the next sentence already waits. Given to whoever came first, the slot left
+    # the continuation none when its listener ran low. It passes on instead, at any capacity.
+    clock = Clock()
+    q = queue(clock)
+    holder = q.push("a", 1.0, 1)
+    newcomer = q.push("b", 1.0, 1)  # waiting first, another tenant
+    nxt = q.push("a", 1.0, 1, continue_by=clock.now + 10.0)  # not due: ten seconds still to play
+    clock.now += 1
+    assert q.hand_over(holder, nxt, 1)
+    assert holder.state == "finished" and nxt.state == "admitted" and nxt.waited_s == 1.0
+    assert newcomer.state == "waiting" and q.in_flight == 1 and q.waiting == 1
+    assert q.grant(1) == []  # nothing else starts: the slot was passed, not freed
+    assert not q.hand_over(nxt, newcomer, 1)  # only within a key (a listener is one tenant's)
+    assert not q.hand_over(holder, newcomer, 1)  # only from an admitted waiter
+    assert nxt.state == "admitted" and newcomer.state == "waiting"
+    q.finish(nxt)
+    assert q.grant(1) == [newcomer]
+
+
+def test_a_slot_is_not_passed_on_past_the_keys_share_while_another_key_waits() -> None:
+    clock = Clock()
+    q = queue(clock)
+    a1, a2 = q.push("a", 1.0, 2), q.push("a", 1.0, 2)  # "a" holds both slots: past its share of one
+    b = q.push("b", 1.0, 2)
+    nxt = q.push("a", 1.0, 2, continue_by=clock.now + 0.5)
+    assert not q.hand_over(a1, nxt, 2) and a1.state == "admitted" and nxt.state == "waiting"
+    q.finish(a1)
+    assert q.grant(2) == [b]  # in fair order, as without a listener
+    q.finish(a2)  # now "a" holds none of its share: its next stream is due and goes
+    assert q.grant(2) == [nxt]
+
+
+def test_a_handed_over_slot_keeps_the_key_active_and_its_account() -> None:
+    clock = Clock()
+    q = queue(clock)
+    holder = q.push("a", 1.0, 1)
+    nxt = q.push("a", 1.0, 1)
+    q.served(holder, 3.0)
+    before = q.service("a")
+    assert before is not None
+    assert q.hand_over(holder, nxt, 1)  # the key's only waiter and its only stream: it stays active
+    after = q.service("a")
+    assert after is not None and after >= before  # the next stream is charged as any start is
+    q.finish(nxt)
+    assert q.service("a") is None and q.in_flight == 0 and q.waiting == 0
+
+
 def test_a_waiter_whose_listener_begins_hearing_becomes_a_continuation_and_stays_one() -> None:
     clock = Clock()
     q = queue(clock)

@@ -26,6 +26,7 @@ from support.wsclient import open_session, until
 from engine import Capacity, Engine
 from gateway.admission import Admission, QueueFull
 from gateway.connection import Limits
+from gateway.playback import Playback
 from gateway.settings import Settings, load_settings
 from sessions import ApiKeys, hash_api_key
 
@@ -464,6 +465,36 @@ async def test_an_utterance_queued_before_its_listener_heard_anything_becomes_a_
     assert not newcomer.done()
     ticket.release()
     (await asyncio.wait_for(newcomer, 1.0)).release()
+    await admission.close()
+
+
+async def test_a_freed_slot_passes_to_the_waiting_next_utterance_of_the_same_listener() -> None:
+    # A sentence's stream ends while its listener hears it for seconds more and the next sentence of
+    # that session waits behind another session's newcomer: the slot passes on to the next sentence.
+    # Streams of another listener, or with none (HTTP), do not take it so.
+    admission = Admission(Judged(1), Settings(continuation_lead_s=2.0))  # type: ignore[arg-type]
+    player, other = Playback(), Playback()
+    player.add(10.0)  # ten seconds of audio sent: far from running dry, so not due
+    held = admission.try_admit("a", 1.0, runs_dry=player.runs_dry_at)
+    assert held is not None
+    newcomer = asyncio.create_task(admission.admit("b", 1.0, runs_dry=other.runs_dry_at))
+    await asyncio.sleep(0.01)
+    following = asyncio.create_task(admission.admit("a", 1.0, runs_dry=player.runs_dry_at))
+    await asyncio.sleep(0.01)
+    held.served(8.0)  # "a" has been served more than "b": in fair order "b" would go first
+    held.release()
+    ticket = await asyncio.wait_for(following, 1.0)
+    await asyncio.sleep(0.01)
+    assert not newcomer.done() and admission.admitted == 1
+    unrelated = asyncio.create_task(admission.admit("a", 1.0))  # no listener: waits in turn
+    await asyncio.sleep(0.01)
+    ticket.release()  # nothing of this listener waits: the slot is free, and goes in fair order
+    done, _ = await asyncio.wait({newcomer, unrelated}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+    assert len(done) == 1 and admission.admitted == 1
+    done.pop().result().release()
+    for task in (newcomer, unrelated):
+        (await asyncio.wait_for(task, 1.0)).release()
+    assert admission.admitted == 0 and admission.waiting == 0
     await admission.close()
 
 
