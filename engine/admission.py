@@ -25,7 +25,8 @@ The rules (tts-pool's design):
   tenant whose own listeners need more than its share hears its newcomers wait, or be refused, first;
 - a slot passes on within a listener: when a stream ends while the next stream of the same listener
   waits (a client sending sentence by sentence), that one takes the slot at once (`hand_over`), due or
-  not, as one long utterance would have kept it. Released, the slot went to whoever came first, and
+  not, as one long utterance would have kept it, unless the capacity has shrunk below the streams in
+  flight or its key holds its share while another key waits. Released, the slot went to whoever came first, and
   the continuation then found none free when its listener ran low: a gap;
 - bounds: waiters per key, waiters in all (the model), and a maximum wait past which a waiter is
   refused (bound "wait") rather than started late.
@@ -196,11 +197,14 @@ class FairQueue:
 
     def hand_over(self, waiter: Waiter, successor: Waiter, capacity: int) -> bool:
         """An admitted waiter's stream ended while the next stream of the same listener waits: that one
-        takes its slot at once, due or not, and whatever the capacity now (the module doc, continuations),
-        while its key keeps within its weighted share of `capacity` or no other key waits. False, and
-        nothing changes, when it may not, or unless `waiter` is admitted and `successor` waits in its key."""
+        takes its slot at once, due or not (the module doc, continuations), while the slot is one
+        `capacity` still has (an engine measured slower now gets fewer streams, not the same) and its key
+        keeps within its weighted share of `capacity` or no other key waits. False, and nothing changes,
+        when it may not, or unless `waiter` is admitted and `successor` waits in its key."""
         if waiter.state != "admitted" or successor.state != "waiting" or successor.key != waiter.key:
             return False
+        if self._in_flight > capacity:
+            return False  # the slot is not refilled: the continuation waits its turn, due first
         k = self._keys[waiter.key]
         others_wait = any(o.waiting for o in self._keys.values() if o is not k)
         if others_wait and k.in_flight - 1 >= self._share(k, capacity):

@@ -343,6 +343,7 @@ def test_a_slot_is_not_passed_on_past_the_keys_share_while_another_key_waits() -
     assert not q.hand_over(a1, nxt, 2) and a1.state == "admitted" and nxt.state == "waiting"
     q.finish(a1)
     assert q.grant(2) == [b]  # in fair order, as without a listener
+    assert not q.hand_over(a2, nxt, 1)  # the capacity shrank to one: the slot is not refilled at all
     q.finish(a2)  # now "a" holds none of its share: its next stream is due and goes
     assert q.grant(2) == [nxt]
 
