@@ -149,6 +149,13 @@ class Response:
     def audio_seconds(self) -> float:
         return sum(n for _, n in self.frames) / 2 / self.sample_rate
 
+    def played_out_at(self) -> float | None:
+        """When (run clock) a player that starts at the first frame and pauses when dry has played it all."""
+        end: float | None = None
+        for arrival, n in self.frames:
+            end = max(end if end is not None else arrival, arrival) + n / 2 / self.sample_rate
+        return end
+
 
 class Session:
     """One warm WebSocket session (a conversation); it carries one response at a time."""
@@ -398,6 +405,11 @@ async def run_one(spec: RunSpec, args: argparse.Namespace, texts: list[Text], ws
     async def serve(r: Response, s: Session) -> None:
         try:
             await s.run(r, args.units_per_s, args.response_timeout, args.onset_dbfs)
+            # The session's next reply comes once its listener has heard this one, as an agent's next turn
+            # does. Sooner, the gateway rightly treats it as a continuation (its audio plays after this
+            # reply's: due by then), while this harness plays every reply on its own from its first frame.
+            if (end := r.played_out_at()) is not None:
+                await clock.sleep_until(end)
         finally:
             pool.put(s)
 

@@ -337,7 +337,12 @@ class Connection:
         last = self.playout.last_of(context_id)
         for i, utt in enumerate(victims or ([last] if last is not None else [])):
             utt.played_ms = played_ms if i == 0 or played_ms is None else 0.0
-        return await self.playout.cancel(victims, notify)
+        cancelled = await self.playout.cancel(victims, notify)
+        if not self.playout.playing:
+            # A barge-in: the client drops what it was playing. The next utterance starts a listener
+            # afresh, not as the continuation of audio nobody hears (its first audio would wait for that).
+            self.listener.stop()
+        return cancelled
 
     @property
     def intake(self) -> TextIntake:

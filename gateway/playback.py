@@ -30,6 +30,11 @@ class Playback:
             self.started = now - self.queued  # playback resumes with this chunk
         self.queued += seconds
 
+    def stop(self) -> None:
+        """The client stopped playing (a barge-in): it hears nothing now, and starts again at the next audio."""
+        self.started = None
+        self.queued = 0.0
+
     def runs_dry_at(self) -> float | None:
         """When (time.monotonic) the listener runs out of the audio sent; None while it hears none."""
         if self.started is None:

@@ -60,3 +60,32 @@ async def test_the_next_utterance_opens_with_the_audio_its_listener_has_left(
     # It opened while the first sentence (about 5 s of speech) still played: some of it was left, and
     # no more than the first utterance's audio in all.
     assert isinstance(left, float) and 0.0 < left <= heard / 2 / 24000, (left, heard)
+
+
+async def test_after_a_barge_in_the_next_utterance_is_a_new_listeners(
+        opened: tuple[str, list[dict[str, object]]]) -> None:
+    # The client drops what it was playing at input.cancel: the reply to the interruption must not wait as
+    # the continuation of audio nobody hears.
+    addr, log = opened
+    ws, ready = await open_session(addr)
+    assert ready["type"] == "session.ready", ready
+    long = "This answer goes on and on, long enough that the listener interrupts it while it plays. " * 3
+    await ws.send(json.dumps({"type": "input.text", "text": long}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    while not isinstance(await asyncio.wait_for(ws.recv(), 30), bytes):
+        pass  # until its audio plays
+    await ws.send(json.dumps({"type": "input.cancel"}))
+    while True:
+        m = await asyncio.wait_for(ws.recv(), 30)
+        if isinstance(m, str) and json.loads(m)["type"] == "audio.cancelled":
+            break
+    await ws.send(json.dumps({"type": "input.text", "text": "Sorry, go ahead."}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    while True:
+        m = await asyncio.wait_for(ws.recv(), 30)
+        if isinstance(m, str) and (event := json.loads(m))["type"] == "session.done" and event.get(
+                "utterance_index") == 1:
+            break
+    await ws.close()
+    assert len(log) == 2, log
+    assert "listener_buffer_s" not in log[1], log[1]
