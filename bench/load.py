@@ -1135,7 +1135,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--api-key", default=os.environ.get("VOXGATE_API_KEY"), help="for a gateway run with --api-keys")
     p.add_argument("--units-per-s", type=float, default=20.0, help="LLM text pace, word/token pieces per second")
     p.add_argument("--sessions", type=int, default=4, help="warm sessions per language opened before arrivals")
-    p.add_argument("--max-inflight", type=int, default=32, help="most sessions at once; arrivals past it are shed")
+    p.add_argument("--max-inflight", type=int, default=64,
+                   help="most sessions at once (each held until its reply has played); arrivals past it are shed")
     p.add_argument("--max-requests", type=int, default=500, help="most responses per rate and mode")
     p.add_argument("--response-timeout", type=float, default=60.0)
     p.add_argument("--drain", type=float, default=30.0, help="most seconds to wait for in-flight responses")
