@@ -26,8 +26,8 @@ The rules (tts-pool's design):
 - a slot passes on within a listener: when a stream ends while the next stream of the same listener
   waits (a client sending sentence by sentence), that one takes the slot at once (`hand_over`), due or
   not, as one long utterance would have kept it, unless the capacity has shrunk below the streams in
-  flight or its key holds its share while another key waits. Released, the slot went to whoever came first, and
-  the continuation then found none free when its listener ran low: a gap;
+  flight or its key holds its share while another key waits. Released, the slot went to whoever came
+  first, and the continuation then found none free when its listener ran low: a gap;
 - bounds: waiters per key, waiters in all (the model), and a maximum wait past which a waiter is
   refused (bound "wait") rather than started late.
 """
