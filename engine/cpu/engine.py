@@ -552,7 +552,7 @@ class CpuStream:
             self._jobs.append(job)
         try:
             job.future = self._engine._pool.submit(deadline, partial(self._run_job, job), owner=self,
-                                                   first_audio=first_audio)
+                                                   first_audio=first_audio, run_s=self._run_s(piece))
         except RuntimeError:  # the pool is shut down: the engine is closing
             with self._cond:
                 job.error = EngineError("engine_closed", "the CPU engine is closed")
@@ -565,7 +565,11 @@ class CpuStream:
         """Under `_cond`: the latest `piece` may start, behind the undelivered jobs `before` it: its
         listener's run-out time less its own expected run time (jobs differ in length; ordering by the
         run-out time alone starts a long one too late)."""
-        return self._next_runs_out(before) - piece.seconds * self._engine._rtf(piece.voice.backend)
+        return self._next_runs_out(before) - self._run_s(piece)
+
+    def _run_s(self, piece: _Piece) -> float:
+        """How long `piece` is expected to run: its estimated length × its backend's measured RTF."""
+        return piece.seconds * self._engine._rtf(piece.voice.backend)
 
     def _reschedule(self) -> None:
         """Once a piece's audio is out, its real length stands for its estimate: the queued pieces

@@ -5,7 +5,9 @@ segments delay another stream's first audio; DESIGN §3 orders them instead, fro
 (issue 14: a listener who has started hearing speech must keep hearing it):
 
 1. a playing stream's job whose deadline (the time its listener runs out of audio) falls within
-   `guard_s` from now — it is about to run dry, or has: it runs before any newcomer;
+   `guard_s` from now, or within the expected run of the newcomer's job that would take the worker
+   instead (jobs are never preempted: a Kokoro first piece that runs 2 s would leave that listener
+   dry) — it is about to run dry, or has: it runs before any newcomer;
 2. `first_audio` jobs (a stream whose listener has heard nothing yet), oldest first;
 3. every other job, earliest deadline first.
 
@@ -27,7 +29,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-_Entry = tuple[float, int, Future[Any], Callable[[], Any], object]  # deadline, seq, future, fn, owner
+# deadline, seq, future, fn, owner, expected run seconds
+_Entry = tuple[float, int, Future[Any], Callable[[], Any], object, float]
 
 
 class UrgencyPool:
@@ -50,15 +53,16 @@ class UrgencyPool:
             t.start()
 
     def submit(self, deadline: float, fn: Callable[[], Any], owner: object = None, *,
-               first_audio: bool = False) -> Future[Any]:
+               first_audio: bool = False, run_s: float = 0.0) -> Future[Any]:
         """Run `fn` once a worker is free and no more urgent job waits (the order in the module doc).
         `deadline` is on the pool's clock; `owner` (say, the stream) only tells `ahead` whose jobs are
-        whose."""
+        whose; `run_s`: how long it is expected to run."""
         future: Future[Any] = Future()
         with self._cond:
             if self._shutdown:
                 raise RuntimeError("the pool is shut down")
-            heapq.heappush(self._first if first_audio else self._rest, (deadline, next(self._seq), future, fn, owner))
+            entry = (deadline, next(self._seq), future, fn, owner, run_s)
+            heapq.heappush(self._first if first_audio else self._rest, entry)
             self._cond.notify()
         return future
 
@@ -83,7 +87,11 @@ class UrgencyPool:
 
     def _pop(self) -> _Entry:
         """Under the lock, with a job queued: the most urgent one, out of its queue."""
-        if self._rest and (not self._first or self._rest[0][0] <= self._clock() + self.guard_s):
+        if not self._first:
+            return heapq.heappop(self._rest)
+        # A playing stream's job goes first if it falls due before the newcomer's job would be over.
+        horizon = self._clock() + max(self.guard_s, self._first[0][5])
+        if self._rest and self._rest[0][0] <= horizon:
             return heapq.heappop(self._rest)
         return heapq.heappop(self._first)
 
@@ -133,7 +141,7 @@ class UrgencyPool:
                 self._cond.wait_for(lambda: self._first or self._rest or self._shutdown)
                 if not (self._first or self._rest):
                     return  # shut down and drained
-                _, _, future, fn, _ = self._pop()
+                _, _, future, fn, _, _ = self._pop()
             if not future.set_running_or_notify_cancel():
                 continue  # cancelled while queued
             me = threading.get_ident()

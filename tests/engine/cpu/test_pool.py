@@ -44,6 +44,27 @@ def test_a_rescheduled_job_takes_its_new_place_and_only_queued_jobs_move() -> No
     pool.shutdown()
 
 
+@pytest.mark.parametrize(("first_run_s", "order"), [(3.0, ["playing", "new"]), (0.2, ["new", "playing"])])
+def test_a_long_first_audio_job_waits_while_a_playing_stream_would_run_dry_during_it(
+        first_run_s: float, order: list[str]) -> None:
+    # Jobs are never preempted. A newcomer's Kokoro piece that runs 3 s, started now, leaves a playing
+    # stream due in 2 s dry (a sentence-mode continuation heard a 2.4 s gap so): that stream goes first.
+    # A short newcomer's piece still goes before it, as the guard allows.
+    now = [100.0]
+    pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
+    gate, started = threading.Event(), threading.Event()
+    ran: list[str] = []
+    blocker = pool.submit(0.0, lambda: (started.set(), gate.wait(10)))
+    assert started.wait(5)
+    futures = [pool.submit(102.0, lambda: ran.append("playing"), run_s=0.3),
+               pool.submit(100.0, lambda: ran.append("new"), first_audio=True, run_s=first_run_s)]
+    gate.set()
+    for f in [blocker, *futures]:
+        f.result(timeout=5)
+    assert ran == order
+    pool.shutdown()
+
+
 def test_first_audio_jobs_run_before_playing_streams_that_have_time() -> None:
     # A listener that has heard nothing goes before one whose audio lasts past the guard (fake clock).
     now = [100.0]
