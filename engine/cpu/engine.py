@@ -689,9 +689,7 @@ class CpuStream:
                         self._notify_waiting(head)
                     continue
                 seg = head.piece.segment
-                if audio and done and self._first_put_at is None and self._continues_at is None:
-                    # A new listener's first audio (a continuation's listener is hearing the audio before
-                    # it: holding this back could only break that up).
+                if audio and done and self._first_put_at is None:
                     self._fill()  # the look-ahead runs on while the first audio waits
                     self._hold_first(audio)
                     if self._cancelled.is_set():
@@ -733,7 +731,7 @@ class CpuStream:
         it is predicted to come after that audio has played out, at most `FIRST_HOLD_S`. A listener who
         has started must keep hearing (issue 14): on an engine whose runs take nearly as long as they
         speak (Kokoro at RTF 0.8-0.9 on a busy 2-core box) a short first piece was a gap a second later;
-        now it is a later start."""
+        now it is a later start (for a continuation, a pause between its utterances, not inside one)."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
         until = time.monotonic() + FIRST_HOLD_S
         with self._cond:
@@ -745,7 +743,10 @@ class CpuStream:
                 run_s = piece.seconds * self._engine._rtf(piece.voice.backend)
                 now = time.monotonic()
                 ready = (following.started_at if following.started_at is not None else now) + run_s
-                late = ready - (now + have)
+                # It plays from now, or a continuation's from the end of the audio before it: one whose
+                # listener has seconds of that left never waits; one about to run dry waits as a new one.
+                plays_from = now if self._continues_at is None else max(now, self._continues_at)
+                late = ready - (plays_from + have)
                 if late <= HOLD_MARGIN_S or now >= until:
                     return
                 self._cond.wait(min(late, until - now))

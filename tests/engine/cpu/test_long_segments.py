@@ -342,3 +342,32 @@ async def test_a_continuations_first_piece_is_due_by_its_listeners_audio_not_by_
              if s in (newcomer, continuation)]
     assert order[0] == first, order
     assert sum(heard["newcomer"]) > 0 and sum(heard["continuation"]) > 0
+
+
+@pytest.mark.parametrize(("buffer_s", "held"), [(0.0, True), (60.0, False)])
+async def test_a_continuations_first_audio_is_held_only_when_its_listener_is_about_to_run_dry(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch, buffer_s: float, held: bool) -> None:
+    # The hold, on the listener's timeline: a continuation's audio plays after the audio before it. With
+    # a minute of that left, its first audio goes at once (holding it changes nothing the listener hears);
+    # with none left it waits as a new listener's does, so the gap falls between utterances, not inside one.
+    monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
+    monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
+    ran: dict[str, float] = {}
+    real = CpuStream._run_job
+
+    def timed(self: CpuStream, job: Any) -> None:
+        real(self, job)
+        ran[job.piece.text] = time.monotonic()
+
+    monkeypatch.setattr(CpuStream, "_run_job", timed)
+    stream = piper2.open_stream("joe", "en", listener_buffer_s=buffer_s)
+    stream.append("Hi there.")
+    stream.append("This sentence follows the greeting.")
+    stream.finish()
+    first: float | None = None
+    async for ev in stream.events():
+        if isinstance(ev, AudioChunk) and first is None:
+            first = time.monotonic()
+    assert first is not None and "Hi there." in ran and len(ran) >= 2, ran
+    next_made = min(t for text, t in ran.items() if text != "Hi there.")
+    assert (first >= next_made) == held, (first, ran)
