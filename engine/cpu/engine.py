@@ -739,10 +739,9 @@ class CpuStream:
                 following = self._jobs[0] if self._jobs else None
                 if following is None or following.audio or following.done:
                     return  # nothing after it yet (its text has not come), or it is here
-                piece = following.piece
-                run_s = piece.seconds * self._engine._rtf(piece.voice.backend)
                 now = time.monotonic()
-                ready = (following.started_at if following.started_at is not None else now) + run_s
+                started = following.started_at if following.started_at is not None else now
+                ready = started + self._run_s(following.piece)
                 # It plays from now, or a continuation's from the end of the audio before it: one whose
                 # listener has seconds of that left never waits; one about to run dry waits as a new one.
                 plays_from = now if self._continues_at is None else max(now, self._continues_at)
