@@ -742,10 +742,9 @@ class CpuStream:
                 now = time.monotonic()
                 started = following.started_at if following.started_at is not None else now
                 ready = started + self._run_s(following.piece)
-                # It plays from now, or a continuation's from the end of the audio before it: one whose
-                # listener has seconds of that left never waits; one about to run dry waits as a new one.
-                plays_from = now if self._continues_at is None else max(now, self._continues_at)
-                late = ready - (plays_from + have)
+                # It plays from now, or a continuation's from the end of the audio before it (`_runs_out`):
+                # one whose listener has seconds of that left never waits; one about to run dry waits.
+                late = ready - (max(now, self._runs_out()) + have)
                 if late <= HOLD_MARGIN_S or now >= until:
                     return
                 self._cond.wait(min(late, until - now))

@@ -334,20 +334,6 @@ def test_a_slot_passes_to_the_next_stream_of_its_listener_due_or_not() -> None:
     assert q.grant(1) == [newcomer]
 
 
-def test_a_slot_is_not_passed_on_past_the_keys_share_while_another_key_waits() -> None:
-    clock = Clock()
-    q = queue(clock)
-    a1, a2 = q.push("a", 1.0, 2), q.push("a", 1.0, 2)  # "a" holds both slots: past its share of one
-    b = q.push("b", 1.0, 2)
-    nxt = q.push("a", 1.0, 2, continue_by=clock.now + 0.5)
-    assert not q.hand_over(a1, nxt, 2) and a1.state == "admitted" and nxt.state == "waiting"
-    q.finish(a1)
-    assert q.grant(2) == [b]  # in fair order, as without a listener
-    assert not q.hand_over(a2, nxt, 1)  # the capacity shrank to one: the slot is not refilled at all
-    q.finish(a2)  # now "a" holds none of its share: its next stream is due and goes
-    assert q.grant(2) == [nxt]
-
-
 def test_a_handed_over_slot_keeps_the_key_active_and_its_account() -> None:
     clock = Clock()
     q = queue(clock)
@@ -380,13 +366,17 @@ def test_a_waiter_whose_listener_begins_hearing_becomes_a_continuation_and_stays
 
 
 def test_a_due_continuation_does_not_take_a_slot_past_its_keys_share() -> None:
+    # Nor is a slot passed on to it (`hand_over`) past that share while another key waits, or once the
+    # capacity has shrunk below the streams in flight.
     clock = Clock()
     q = queue(clock)
     a1, a2 = q.push("a", 1.0, 2), q.push("a", 1.0, 2)  # "a" holds both slots: past its share of one
     b = q.push("b", 1.0, 2)
     cont = q.push("a", 1.0, 2, continue_by=clock.now + 0.5)
+    assert not q.hand_over(a1, cont, 2) and a1.state == "admitted" and cont.state == "waiting"
     q.finish(a1)
     assert q.grant(2) == [b]  # the other tenant, below its share, goes first
+    assert not q.hand_over(a2, cont, 1)  # the capacity shrank to one: the slot is not refilled at all
     q.finish(a2)
     assert q.grant(2) == [cont]
 

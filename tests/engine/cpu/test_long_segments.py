@@ -281,6 +281,14 @@ async def test_first_audio_waits_while_the_piece_after_it_would_come_after_it_ha
         piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # An engine whose runs take longer than they speak (RTF 3 here; Kokoro at 0.8-0.9 on a busy box):
     # a short first piece would play out before the next is made, a gap. Its audio waits for the next.
+    first, next_made = await _first_audio_on_a_slow_box(piper2, monkeypatch)
+    assert first >= next_made  # held until the next was made
+
+
+async def _first_audio_on_a_slow_box(piper2: Any, monkeypatch: pytest.MonkeyPatch,
+                                     **options: Any) -> tuple[float, float]:
+    """At RTF 3, a stream of a short greeting and a sentence after it: when its first audio came, and
+    when the first piece after the greeting was made."""
     monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
     monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
     ran: dict[str, float] = {}
@@ -291,7 +299,7 @@ async def test_first_audio_waits_while_the_piece_after_it_would_come_after_it_ha
         ran[job.piece.text] = time.monotonic()
 
     monkeypatch.setattr(CpuStream, "_run_job", timed)
-    stream = piper2.open_stream("joe", "en")
+    stream = piper2.open_stream("joe", "en", **options)
     stream.append("Hi there.")
     stream.append("This sentence follows the greeting.")
     stream.finish()
@@ -302,7 +310,7 @@ async def test_first_audio_waits_while_the_piece_after_it_would_come_after_it_ha
         if isinstance(ev, StreamEnd):
             assert ev == StreamEnd("done")
     assert first is not None and "Hi there." in ran and len(ran) >= 2, ran  # the rest: one piece or a few
-    assert first >= min(t for text, t in ran.items() if text != "Hi there.")  # held until the next was made
+    return first, min(t for text, t in ran.items() if text != "Hi there.")
 
 
 @pytest.mark.parametrize(("buffer_s", "first"), [(0.0, "continuation"), (60.0, "newcomer")])
@@ -350,24 +358,5 @@ async def test_a_continuations_first_audio_is_held_only_when_its_listener_is_abo
     # The hold, on the listener's timeline: a continuation's audio plays after the audio before it. With
     # a minute of that left, its first audio goes at once (holding it changes nothing the listener hears);
     # with none left it waits as a new listener's does, so the gap falls between utterances, not inside one.
-    monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
-    monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
-    ran: dict[str, float] = {}
-    real = CpuStream._run_job
-
-    def timed(self: CpuStream, job: Any) -> None:
-        real(self, job)
-        ran[job.piece.text] = time.monotonic()
-
-    monkeypatch.setattr(CpuStream, "_run_job", timed)
-    stream = piper2.open_stream("joe", "en", listener_buffer_s=buffer_s)
-    stream.append("Hi there.")
-    stream.append("This sentence follows the greeting.")
-    stream.finish()
-    first: float | None = None
-    async for ev in stream.events():
-        if isinstance(ev, AudioChunk) and first is None:
-            first = time.monotonic()
-    assert first is not None and "Hi there." in ran and len(ran) >= 2, ran
-    next_made = min(t for text, t in ran.items() if text != "Hi there.")
-    assert (first >= next_made) == held, (first, ran)
+    first, next_made = await _first_audio_on_a_slow_box(piper2, monkeypatch, listener_buffer_s=buffer_s)
+    assert (first >= next_made) == held, (first, next_made)
