@@ -76,6 +76,7 @@ class PlayerStats:
     underruns: int = 0
     stall_s: float = 0.0
     stalls: list[tuple[float, float]] = field(default_factory=list)  # (when it ran dry, how long)
+    resumed_by: list[int] = field(default_factory=list)  # per stall: the index of the frame that ended it
 
 
 def pausing_player(arrivals: Sequence[float], sizes: Sequence[int], rate: int, start_sample: int = 0,
@@ -114,6 +115,7 @@ def pausing_player(arrivals: Sequence[float], sizes: Sequence[int], rate: int, s
                     stats.underruns += 1
                     stats.stall_s += gap
                     stats.stalls.append((dry_at, gap))
+                    stats.resumed_by.append(k)
     if playing:
         stats.end_time = play_t + (float(cum[-1]) - play_pos) / rate
     return stats

@@ -49,6 +49,7 @@ from urllib.parse import urlsplit
 import numpy as np
 from audio_metrics import (
     OnsetTracker,
+    PlayerStats,
     continuity,
     find_knee,
     frame_of_sample,
@@ -133,6 +134,11 @@ class Response:
     t_first_commit: float | None = None
     errors: list[str] = field(default_factory=list)
     refusal_bounds: list[str] = field(default_factory=list)
+    # Per utterance of the response, in order: when its `input.done` went out, and the index in `frames` of
+    # its first frame (absent: no audio). They tell a gap the server left from one the client's late
+    # text left (`stall_causes`).
+    sent_at: list[float] = field(default_factory=list)
+    first_frame: dict[int, int] = field(default_factory=dict)
     cancelled: bool = False
     timed_out: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -218,8 +224,11 @@ class Session:
                 kind = ev.get("type")
                 if kind == "segment.committed" and r.t_first_commit is None:
                     r.t_first_commit = now
-                elif kind == "audio.start" and ev.get("sample_rate"):
-                    r.sample_rate = int(ev["sample_rate"])
+                elif kind == "audio.start":
+                    # Audio never interleaves, so this is the utterance after the ones already done.
+                    r.first_frame.setdefault(r.utterances_done, len(r.frames))
+                    if ev.get("sample_rate"):
+                        r.sample_rate = int(ev["sample_rate"])
                 elif kind == "error":
                     r.errors.append(str(ev.get("code", "error")))
                     if ev.get("bound"):  # which queue refused it (queue_full)
@@ -271,6 +280,7 @@ class Session:
                         sent_upto = end
             else:
                 await self.ws.send(json.dumps({"type": "input.done"}))
+                r.sent_at.append(self.clock.now())
                 r.utterances_sent = 1
             r.t_last_text = self.clock.now()
             r.text_finished = True
@@ -292,6 +302,7 @@ class Session:
             return
         await self.ws.send(json.dumps({"type": "input.text", "text": text}))
         await self.ws.send(json.dumps({"type": "input.done"}))
+        r.sent_at.append(self.clock.now())
         r.utterances_sent += 1
 
     async def close(self) -> None:
@@ -537,12 +548,18 @@ def response_metrics(r: Response, prebuffer_s: float) -> dict[str, Any]:
         player = pausing_player(arrivals, samples, r.sample_rate, start_sample=onset, prebuffer_s=prebuffer_s)
         out["underruns"] = player.underruns
         out["stall_s"] = player.stall_s
-        # Where each gap fell: seconds of audio played before it, and how long it lasted (after the
-        # first piece, mid-reply, at the end: each points at a different cause).
+        causes = stall_causes(player, arrivals, r.first_frame, r.sent_at)
+        server = [(gap, c) for (_, gap), c in zip(player.stalls, causes, strict=True) if c.server]
+        out["server_underruns"] = len(server)
+        out["server_stall_s"] = sum(gap for gap, _ in server)
+        # Where each gap fell: seconds of audio played before it, how long it lasted (after the first
+        # piece, mid-reply, at the end: each points at a different cause), whose it was, and how long
+        # before the player ran dry the client had sent the utterance it waited for.
         played, stalls = 0.0, []
-        for dry_at, gap in player.stalls:
+        for (dry_at, gap), c in zip(player.stalls, causes, strict=True):
             assert player.start_time is not None
-            stalls.append([round(dry_at - player.start_time - played, 3), round(gap, 3)])
+            lead = None if c.lead_s is None else round(c.lead_s, 3)
+            stalls.append([round(dry_at - player.start_time - played, 3), round(gap, 3), c.whose, lead])
             played += gap
         out["stalls"] = stalls
         if player.end_time is not None and r.t_last_text is not None:
@@ -551,6 +568,37 @@ def response_metrics(r: Response, prebuffer_s: float) -> dict[str, Any]:
     out["vllm_underrun_events"] = c.underrun_events
     out["vllm_max_underrun_s"] = c.max_underrun_s
     out["vllm_continuous"] = c.is_continuous
+    return out
+
+
+@dataclass(frozen=True)
+class StallCause:
+    """Whose a gap was. A gap before a later utterance's first audio whose text the client sent only
+    after the player had run dry (sentence mode: an LLM still writing the next sentence) is the
+    client's ("text"): no server could have filled it, and its wait is that utterance's time to first
+    audio. Every other gap is the server's ("server"), however little time it had. `lead_s`: at an
+    utterance's start, how long before the player ran dry its text was sent (negative: after)."""
+
+    whose: str
+    lead_s: float | None = None
+
+    @property
+    def server(self) -> bool:
+        return self.whose == "server"
+
+
+def stall_causes(player: PlayerStats, arrivals: Sequence[float], first_frame: dict[int, int],
+                 sent_at: Sequence[float]) -> list[StallCause]:  # fmt: skip
+    starts = sorted((k, u) for u, k in first_frame.items())
+    out = []
+    for (dry_at, _), k in zip(player.stalls, player.resumed_by, strict=True):
+        u, first = max(((u, f) for f, u in starts if f <= k), default=(0, 0))
+        at_start = u >= 1 and u < len(sent_at) and arrivals[first] >= dry_at  # before u's audio began
+        if not at_start:
+            out.append(StallCause("server"))
+            continue
+        lead = dry_at - sent_at[u]
+        out.append(StallCause("text" if lead <= 0 else "server", lead))
     return out
 
 
@@ -597,6 +645,9 @@ def summarize_run(spec: RunSpec, args: argparse.Namespace, responses: list[Respo
         "stall_s_total": sum(m["stall_s"] for m in heard),
         "stall_s": summarize(col("stall_s")),
         "gap_free_share": (sum(1 for m in heard if m["underruns"] == 0) / len(heard)) if heard else None,
+        # The same without the gaps the client's late text left (StallCause): what the server is judged on.
+        "server_gap_free_share": (sum(1 for m in heard if m["server_underruns"] == 0) / len(heard)) if heard else None,
+        "server_stall_s_total": sum(m["server_stall_s"] for m in heard),
         "vllm_continuous_share": (sum(1 for m in ok if m["vllm_continuous"]) / len(ok)) if ok else None,
         "vllm_max_underrun_s": summarize(col("vllm_max_underrun_s")),
         "vllm_underrun_events_total": sum(m["vllm_underrun_events"] for m in ok),
@@ -632,6 +683,8 @@ def by_lang(per: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "audible_first_s": summarize([m["audible_first_s"] for m in heard]),
             "ttfa_last_s": summarize([m["ttfa_last_s"] for m in ok if "ttfa_last_s" in m]),
             "gap_free_share": (sum(1 for m in heard if m["underruns"] == 0) / len(heard)) if heard else None,
+            "server_gap_free_share": (sum(1 for m in heard if m["server_underruns"] == 0) / len(heard))
+            if heard else None,
             "stall_s_total": sum(m["stall_s"] for m in heard),
         }
     return out
@@ -713,9 +766,15 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
+def _gap_free(r: dict[str, Any]) -> str:
+    """The listener's gap-free share, and the server's (without the gaps late text left) where they differ."""
+    heard, server = r["gap_free_share"], r.get("server_gap_free_share", r["gap_free_share"])
+    return _pct(heard) if server == heard else f"{_pct(heard)} ({_pct(server)})"
+
+
 def table(runs: list[dict[str, Any]], axis: str) -> str:
     head = (f"| mode | {axis} | done/started | err | refused | TTFA first p50/p95/p99 ms | audible first p50/p95 ms | "
-            "TTFA last p50/p95 ms | gap-free | stalls (s) | vLLM continuous | vLLM max deficit p95 ms | "
+            "TTFA last p50/p95 ms | gap-free (server's) | stalls (s) | vLLM continuous | vLLM max deficit p95 ms | "
             "asked→produced audio s/s | in-flight mean/max | engine busy |")  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in runs:
@@ -725,7 +784,7 @@ def table(runs: list[dict[str, Any]], axis: str) -> str:
             f"| {r['mode']} | {r[axis]} | {r['completed']}/{r['started']} | {r['failed'] + r['shed_client_bound']} | "
             f"{r.get('refused', 0)} | {_ms(tf['p50'])}/{_ms(tf['p95'])}/{_ms(tf['p99'])} | "
             f"{_ms(au['p50'])}/{_ms(au['p95'])} | "
-            f"{_ms(tl['p50'])}/{_ms(tl['p95'])} | {_pct(r['gap_free_share'])} | "
+            f"{_ms(tl['p50'])}/{_ms(tl['p95'])} | {_gap_free(r)} | "
             f"{r['underruns_total']} ({r['stall_s_total']:.2f}) | {_pct(r['vllm_continuous_share'])} | "
             f"{_ms(r['vllm_max_underrun_s']['p95'])} | "
             f"{'-' if asked is None else f'{asked:.2f}'}→{r['produced_audio_s_per_s']:.2f} | "
@@ -735,14 +794,14 @@ def table(runs: list[dict[str, Any]], axis: str) -> str:
 
 
 def table_by_lang(runs: list[dict[str, Any]], axis: str) -> str:
-    lines = [f"| mode | {axis} | lang | done/started | audible first p50/p95 ms | TTFA last p50/p95 ms | gap-free | "
-             "stall s |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [f"| mode | {axis} | lang | done/started | audible first p50/p95 ms | TTFA last p50/p95 ms | "
+             "gap-free (server's) | stall s |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in runs:
         for lang, b in (r.get("by_lang") or by_lang(r["responses"])).items():
             au, tl = b["audible_first_s"], b["ttfa_last_s"]
             lines.append(f"| {r['mode']} | {r[axis]} | {lang} | {b['completed']}/{b['started']} | "
                          f"{_ms(au['p50'])}/{_ms(au['p95'])} | {_ms(tl['p50'])}/{_ms(tl['p95'])} | "
-                         f"{_pct(b['gap_free_share'])} | {b['stall_s_total']:.2f} |")  # fmt: skip
+                         f"{_gap_free(b)} | {b['stall_s_total']:.2f} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -1179,7 +1238,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         runs.append(run)
         label = f"rate {spec.rate}/s" if spec.rate is not None else f"concurrency {spec.concurrency}"
         print(f"  {spec.mode:8s} {label}: {run['completed']}/{run['started']} done, "
-              f"audible TTFA p95 {_ms(run['audible_first_s']['p95'])} ms, gap-free {_pct(run['gap_free_share'])} "
+              f"audible TTFA p95 {_ms(run['audible_first_s']['p95'])} ms, gap-free {_gap_free(run)} "
               f"({time.perf_counter() - t:.0f} s)", file=sys.stderr)  # fmt: skip
         await asyncio.sleep(0.5)  # let the server settle between runs
     add_asked(runs, args.duration)

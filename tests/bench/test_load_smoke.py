@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from load import llm_pieces, loopback_only, poisson_schedule
+from audio_metrics import pausing_player
+from load import llm_pieces, loopback_only, poisson_schedule, stall_causes
 from support.servers import serve
 
 from engine import Engine
@@ -44,6 +45,44 @@ def test_only_loopback_targets() -> None:
         loopback_only("ftp://127.0.0.1")
 
 
+# -- whose a gap was -----------------------------------------------------------------------------------
+
+
+def _two_utterances(second_arrives: float, second_sent: float) -> list[tuple[str, float | None]]:
+    # Utterance 0: one 0.5 s frame at t=0 (plays out at 0.5); utterance 1: one 0.5 s frame at `second_arrives`.
+    arrivals = [0.0, second_arrives]
+    player = pausing_player(arrivals, [500, 500], 1000)
+    assert player.resumed_by == [1] * len(player.stalls)
+    causes = stall_causes(player, arrivals, {0: 0, 1: 1}, [0.0, second_sent])
+    return [(c.whose, None if c.lead_s is None else round(c.lead_s, 3)) for c in causes]
+
+
+def test_a_gap_before_text_the_client_sent_late_is_the_clients() -> None:
+    # The listener ran dry at 0.5; the client sent the next sentence at 0.8: no server could fill 0.5–0.8.
+    assert _two_utterances(second_arrives=1.0, second_sent=0.8) == [("text", -0.3)]
+
+
+def test_a_gap_before_text_the_server_had_in_time_is_the_servers() -> None:
+    # The text went out at 0.2, 0.3 s before the listener ran dry: however short, the gap is the server's.
+    assert _two_utterances(second_arrives=1.0, second_sent=0.2) == [("server", 0.3)]
+    assert _two_utterances(second_arrives=0.4, second_sent=0.2) == []  # in time: no gap at all
+
+
+def test_a_gap_inside_an_utterance_is_always_the_servers() -> None:
+    arrivals = [0.0, 1.0, 1.2]  # utterance 0's second frame comes 0.5 s after the player ran dry
+    player = pausing_player(arrivals, [500, 500, 500], 1000)
+    causes = stall_causes(player, arrivals, {0: 0, 1: 2}, [0.0, 5.0])  # utterance 1's text even later
+    assert [(c.whose, c.lead_s) for c in causes] == [("server", None)]
+
+
+def test_an_utterance_with_no_audio_keeps_the_count_in_step() -> None:
+    # Utterance 1 spoke nothing (no audio.start); utterance 2's audio came after its late text.
+    arrivals = [0.0, 1.0]
+    player = pausing_player(arrivals, [500, 500], 1000)
+    causes = stall_causes(player, arrivals, {0: 0, 2: 1}, [0.0, 0.1, 0.7])
+    assert [(c.whose, round(c.lead_s or 0, 3)) for c in causes] == [("text", -0.2)]
+
+
 @pytest.mark.slow
 def test_load_smoke_against_piper(piper_gateway: str, tmp_path: Path) -> None:
     out = tmp_path / "load.json"
@@ -76,6 +115,11 @@ def test_load_smoke_against_piper(piper_gateway: str, tmp_path: Path) -> None:
     # `none` speaks only after input.done; sentence mode splits per sentence; auto starts mid-text.
     assert runs["none"]["ttfa_last_s"]["p50"] > 0
     assert all(x["utterances"] >= 2 for x in runs["sentence"]["responses"])
+    for r in runs.values():  # the server's share leaves out only the client's gaps
+        assert r["server_gap_free_share"] >= r["gap_free_share"]
+        assert r["server_stall_s_total"] <= r["stall_s_total"] + 1e-9
+        for x in r["responses"]:
+            assert all(whose in ("text", "server") for _, _, whose, _ in x.get("stalls", []))
     assert runs["auto"]["ttfa_last_s"]["p50"] < 0
     assert runs["auto"]["ttfa_first_s"]["p50"] < runs["none"]["ttfa_first_s"]["p50"]
     assert {k["mode"] for k in result["ratios_vs_auto"]} == {"none", "sentence"}
