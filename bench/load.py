@@ -139,6 +139,7 @@ class Response:
     # text left (`stall_causes`).
     sent_at: list[float] = field(default_factory=list)
     first_frame: dict[int, int] = field(default_factory=dict)
+    timings: dict[int, dict[str, Any]] = field(default_factory=dict)  # per utterance: session.done's `timing`
     cancelled: bool = False
     timed_out: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -234,6 +235,8 @@ class Session:
                     if ev.get("bound"):  # which queue refused it (queue_full)
                         r.refusal_bounds.append(str(ev["bound"]))
                 elif kind == "session.done":
+                    if isinstance(ev.get("timing"), dict):
+                        r.timings[r.utterances_done] = ev["timing"]
                     r.utterances_done += 1
                     self._maybe_done(r, now)
         except ConnectionClosed:
@@ -549,6 +552,7 @@ def response_metrics(r: Response, prebuffer_s: float) -> dict[str, Any]:
         out["underruns"] = player.underruns
         out["stall_s"] = player.stall_s
         causes = stall_causes(player, arrivals, r.first_frame, r.sent_at)
+        out["timings"] = [r.timings.get(u) for u in range(r.utterances_done)]
         server = [(gap, c) for (_, gap), c in zip(player.stalls, causes, strict=True) if c.server]
         out["server_underruns"] = len(server)
         out["server_stall_s"] = sum(gap for gap, _ in server)

@@ -23,11 +23,16 @@ The rules (tts-pool's design):
   line, and its key before the other keys in the same place of the order (below or at their share). A
   listener who has started hearing speech must keep hearing it (issue 14), but not past the weights: a
   tenant whose own listeners need more than its share hears its newcomers wait, or be refused, first;
-- a slot passes on within a listener: when a stream ends while the next stream of the same listener
-  waits (a client sending sentence by sentence), that one takes the slot at once (`hand_over`), due or
-  not, as one long utterance would have kept it, unless the capacity has shrunk below the streams in
-  flight or its key holds its share while another key waits. Released, the slot went to whoever came
-  first, and the continuation then found none free when its listener ran low: a gap;
+- a listener's next stream starts beside its current one (`admit_beside`): a client sending sentence
+  by sentence has its next sentence waiting while the one before is made, and a listener, however
+  many of its utterances are open, hears one at a time: its slot covers the one it hears and the
+  next, even past the capacity (an engine that orders work by its listeners, the CPU voices, makes the
+  next one due when the one before will have played: `StreamRequest.listener`). Given a slot only when
+  the stream before ended, a short sentence's successor had that sentence's fraction of a second to
+  make its first audio on a busy engine: a gap (issue 14). A listener holds at most two slots this
+  way; its key's share counts the two as one, and past that share while another key waits the next
+  stream waits in fair order. When a stream ends while the next of its listener still waits, that one
+  takes the slot (`hand_over`) on the same terms;
 - bounds: waiters per key, waiters in all (the model), and a maximum wait past which a waiter is
   refused (bound "wait") rather than started late.
 """
@@ -77,6 +82,10 @@ class Waiter:
     served_s: float = 0.0  # audio seconds served so far
     charged_s: float = 0.0  # audio seconds its key's service counts for it (≥ served_s while admitted)
     continue_by: float | None = None  # a continuation: when its listener runs out of audio (clock time)
+    # Admitted beside another stream of its listener (`admit_beside`): it rides that one's slot, until
+    # that one ends and it holds the slot itself. `rider` is the reverse link.
+    rides: Waiter | None = field(default=None, repr=False)
+    rider: Waiter | None = field(default=None, repr=False)
 
     @property
     def waited_s(self) -> float:
@@ -90,6 +99,12 @@ class _Key:
     mean_s: float  # the audio seconds a stream of this key is expected to be served
     waiting: deque[Waiter] = field(default_factory=deque)
     in_flight: int = 0
+    riding: int = 0  # of those in flight, admitted beside another of their listener: no slot of their own
+
+    @property
+    def slots(self) -> int:
+        """The slots it holds: a listener's two streams count once."""
+        return self.in_flight - self.riding
 
 
 class FairQueue:
@@ -195,24 +210,40 @@ class FairQueue:
         waiter.charged_s = k.mean_s
         k.service += k.mean_s / k.weight
 
+    def admit_beside(self, holder: Waiter, successor: Waiter, capacity: int) -> bool:
+        """The next stream of a listener whose one stream `holder` is admitted starts at once beside it,
+        riding its slot, past `capacity` if need be (the module doc, a listener's next stream), unless its
+        key holds its weighted share with other slots while another key waits. False, and nothing
+        changes, when it may not, or unless `holder` is admitted alone (no rider, riding none) and
+        `successor` waits in its key."""
+        if not self._passes(holder, successor, capacity) or holder.rides is not None or holder.rider is not None:
+            return False
+        k = self._keys[holder.key]
+        k.waiting.remove(successor)  # bounded by the per-key bound
+        self._admit(k, successor, self._clock())
+        successor.rides, holder.rider = holder, successor
+        k.riding += 1
+        return True
+
     def hand_over(self, waiter: Waiter, successor: Waiter, capacity: int) -> bool:
         """An admitted waiter's stream ended while the next stream of the same listener waits: that one
-        takes its slot at once, due or not (the module doc, continuations), while the slot is one
-        `capacity` still has (an engine measured slower now gets fewer streams, not the same) and its key
-        keeps within its weighted share of `capacity` or no other key waits. False, and nothing changes,
-        when it may not, or unless `waiter` is admitted and `successor` waits in its key."""
-        if waiter.state != "admitted" or successor.state != "waiting" or successor.key != waiter.key:
+        takes its slot at once, due or not (the module doc, continuations), on `admit_beside`'s terms."""
+        if not self._passes(waiter, successor, capacity):
             return False
-        if self._in_flight > capacity:
-            return False  # the slot is not refilled: the continuation waits its turn, due first
         k = self._keys[waiter.key]
-        others_wait = any(o.waiting for o in self._keys.values() if o is not k)
-        if others_wait and k.in_flight - 1 >= self._share(k, capacity):
-            return False  # past its share while another tenant waits: the slot goes in fair order
         k.waiting.remove(successor)  # bounded by the per-key bound
         self._admit(k, successor, self._clock())  # before the finish, which would forget an idle key
         self.finish(waiter)
         return True
+
+    def _passes(self, holder: Waiter, successor: Waiter, capacity: int) -> bool:
+        """Whether `holder`'s slot may serve `successor` too (the same key; `holder` admitted, `successor`
+        waiting): not while its key holds its share with its other slots and another key waits."""
+        if holder.state != "admitted" or successor.state != "waiting" or successor.key != holder.key:
+            return False
+        k = self._keys[holder.key]
+        others_wait = any(o.waiting for o in self._keys.values() if o is not k)
+        return not (others_wait and k.slots - 1 >= self._share(k, capacity))
 
     def _total_weight(self) -> float:
         return sum(k.weight for k in self._keys.values())
@@ -231,7 +262,7 @@ class FairQueue:
 
         def order(name: str) -> tuple[bool, bool, float, int]:
             k = self._keys[name]
-            return (k.in_flight >= self._share(k, capacity, total), due[name] is None, k.service, k.waiting[0].seq)
+            return (k.slots >= self._share(k, capacity, total), due[name] is None, k.service, k.waiting[0].seq)
 
         name = min(due, key=order)
         return self._keys[name], due[name]
@@ -286,6 +317,13 @@ class FairQueue:
         k = self._keys[waiter.key]
         k.in_flight -= 1
         self._in_flight -= 1
+        if waiter.rides is not None:  # ended before the stream whose slot it rode
+            waiter.rides.rider = None
+            k.riding -= 1
+        elif waiter.rider is not None:  # its rider holds the slot now
+            waiter.rider.rides = None
+            k.riding -= 1
+        waiter.rides = waiter.rider = None
         k.service -= (waiter.charged_s - waiter.served_s) / k.weight  # shorter than expected: refunded
         k.mean_s += SMOOTHING * (waiter.served_s - k.mean_s)
         self._stream_s += SMOOTHING * (waiter.served_s - self._stream_s)

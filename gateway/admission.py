@@ -38,7 +38,7 @@ RECHECK_S = 0.1  # while anyone waits: how often capacity is read again and over
 
 # When (time.monotonic) the listener a stream continues runs out of audio; None while it hears none.
 # It also names the listener: streams whose `runs_dry` are equal (one player's bound method) continue
-# the same one, and a slot passes from one to the next (`FairQueue.hand_over`).
+# the same one: the next starts beside the one heard (`FairQueue.admit_beside`) and takes its slot.
 RunsDry = Callable[[], float | None]
 
 _BOUNDS = {
@@ -187,7 +187,8 @@ class Admission:
         self._futures[waiter] = future
         if runs_dry is not None:
             self._listeners[waiter] = runs_dry
-        if self._timer is None or self._timer.done():
+            self._beside(runs_dry)
+        if waiter.state == "waiting" and (self._timer is None or self._timer.done()):
             self._timer = asyncio.create_task(self._recheck())
         return Place(waiter, future)
 
@@ -214,25 +215,40 @@ class Admission:
         self._finish(place.waiter)
 
     def _finish(self, waiter: Waiter) -> None:
-        """A place given up or a slot freed. A freed slot whose listener has its next stream waiting
-        passes to that one (the earliest), before anyone else looks."""
+        """A place given up or a slot freed. A freed slot stays its listener's: the stream riding it
+        holds it now (and that one's next may ride it), or the listener's next waiting stream (the
+        earliest) takes it, before anyone else looks."""
         listener = self._holders.pop(waiter, None)
         successor = None
-        if listener is not None:
+        if listener is not None and listener not in self._holders.values():
             successor = min((w for w, r in self._listeners.items() if r == listener), key=lambda w: w.seq, default=None)
         if successor is not None and self._queue.hand_over(waiter, successor, self.capacity()):
             self._started(successor)
         else:
             self._queue.withdraw(waiter)
+            if listener is not None:
+                self._beside(listener)
         self._grant()
 
     def _started(self, waiter: Waiter) -> None:
-        """A waiter the queue admitted: its wait resolves, and its listener now holds a slot."""
-        if (runs_dry := self._listeners.pop(waiter, None)) is not None:
-            self._holders[waiter] = runs_dry
+        """A waiter the queue admitted: its wait resolves, and its listener now holds a slot (and its
+        next stream, waiting, may start beside it)."""
         future = self._futures.pop(waiter, None)
         if future is not None and not future.done():
             future.set_result(None)
+        if (runs_dry := self._listeners.pop(waiter, None)) is not None:
+            self._holders[waiter] = runs_dry
+            self._beside(runs_dry)
+
+    def _beside(self, listener: RunsDry) -> None:
+        """While `listener` holds one admitted stream, its next waiting stream starts beside it
+        (engine/admission.py, a listener's next stream). At most two: the one heard and the next."""
+        held = [w for w, r in self._holders.items() if r == listener]  # bounded by the streams in flight
+        if len(held) != 1:
+            return
+        successor = min((w for w, r in self._listeners.items() if r == listener), key=lambda w: w.seq, default=None)
+        if successor is not None and self._queue.admit_beside(held[0], successor, self.capacity()):
+            self._started(successor)
 
     def _leaked(self, waiter: Waiter) -> None:
         log.warning("an admission ticket of %r was dropped without release", waiter.key)

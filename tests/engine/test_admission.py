@@ -366,8 +366,8 @@ def test_a_waiter_whose_listener_begins_hearing_becomes_a_continuation_and_stays
 
 
 def test_a_due_continuation_does_not_take_a_slot_past_its_keys_share() -> None:
-    # Nor is a slot passed on to it (`hand_over`) past that share while another key waits, or once the
-    # capacity has shrunk below the streams in flight.
+    # Nor is a slot passed on to it (`hand_over`) past that share while another key waits; it is at any
+    # capacity once nobody else waits (the listener keeps hearing: newcomers wait for the capacity).
     clock = Clock()
     q = queue(clock)
     a1, a2 = q.push("a", 1.0, 2), q.push("a", 1.0, 2)  # "a" holds both slots: past its share of one
@@ -376,9 +376,49 @@ def test_a_due_continuation_does_not_take_a_slot_past_its_keys_share() -> None:
     assert not q.hand_over(a1, cont, 2) and a1.state == "admitted" and cont.state == "waiting"
     q.finish(a1)
     assert q.grant(2) == [b]  # the other tenant, below its share, goes first
-    assert not q.hand_over(a2, cont, 1)  # the capacity shrank to one: the slot is not refilled at all
-    q.finish(a2)
-    assert q.grant(2) == [cont]
+    assert q.hand_over(a2, cont, 1)  # the capacity shrank to one: the listener keeps its slot all the same
+    assert a2.state == "finished" and cont.state == "admitted" and q.in_flight == 2
+    late = q.push("b", 1.0, 1)
+    q.finish(cont)
+    assert q.grant(1) == [] and late.state == "waiting"  # the newcomer waits until the capacity has room
+    q.finish(b)
+    assert q.grant(1) == [late]
+
+
+def test_a_listeners_next_stream_starts_beside_the_one_it_hears_within_its_keys_share() -> None:
+    # A client sending sentence by sentence: the next sentence waits while the one before is made. It
+    # starts at once beside it, past the capacity: the two are one listener's, heard one after the other.
+    clock = Clock()
+    q = queue(clock)
+    heard = q.push("a", 1.0, 1)
+    newcomer = q.push("b", 1.0, 1)
+    nxt = q.push("a", 1.0, 1)
+    clock.now += 0.5
+    assert q.admit_beside(heard, nxt, 1)  # the two count as one slot: within "a"'s share while "b" waits
+    assert heard.state == nxt.state == "admitted" and q.in_flight == 2 and nxt.waited_s == 0.5
+    assert not q.admit_beside(heard, nxt, 1)  # only a waiting one
+    assert not q.admit_beside(heard, newcomer, 1)  # only within a key
+    third = q.push("a", 1.0, 1)
+    assert not q.admit_beside(nxt, third, 1) and not q.admit_beside(heard, third, 1)  # two at most
+    q.finish(heard)
+    assert q.grant(1) == []  # the slot stays the listener's: its next stream holds it ...
+    assert q.admit_beside(nxt, third, 1)  # ... and the one after may ride it
+    q.finish(third)  # a rider may end first: its stream still holds the slot
+    assert nxt.state == "admitted" and q.in_flight == 1 and q.grant(1) == []
+    q.finish(nxt)
+    assert q.grant(1) == [newcomer]
+
+
+def test_a_listeners_next_stream_waits_in_fair_order_past_its_keys_share() -> None:
+    clock = Clock()
+    q = queue(clock)
+    heard, elsewhere = q.push("a", 1.0, 2), q.push("a", 1.0, 2)  # "a" holds both slots: its share is one
+    newcomer = q.push("b", 1.0, 2)
+    nxt = q.push("a", 1.0, 2)
+    assert not q.admit_beside(heard, nxt, 2) and nxt.state == "waiting"
+    q.withdraw(newcomer)  # nobody else waits now
+    assert q.admit_beside(heard, nxt, 2) and q.in_flight == 3
+    q.finish(elsewhere)
 
 
 def test_due_continuations_start_most_urgent_first_and_expire_like_others() -> None:

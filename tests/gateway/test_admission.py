@@ -468,10 +468,11 @@ async def test_an_utterance_queued_before_its_listener_heard_anything_becomes_a_
     await admission.close()
 
 
-async def test_a_freed_slot_passes_to_the_waiting_next_utterance_of_the_same_listener() -> None:
-    # A sentence's stream ends while its listener hears it for seconds more and the next sentence of
-    # that session waits behind another session's newcomer: the slot passes on to the next sentence.
-    # Streams of another listener, or with none (HTTP), do not take it so.
+async def test_a_listeners_next_utterance_starts_beside_the_one_it_hears_and_takes_its_slot() -> None:
+    # Sentence by sentence: the next sentence of a session asks while the one before is still made. It
+    # starts at once beside it, past the capacity, ahead of another session's newcomer; a third waits
+    # (a listener holds at most two) and takes the slot when the first ends. Streams of another
+    # listener, or with none (HTTP), never start so.
     admission = Admission(Judged(1), Settings(continuation_lead_s=2.0))  # type: ignore[arg-type]
     player, other = Playback(), Playback()
     player.add(10.0)  # ten seconds of audio sent: far from running dry, so not due
@@ -479,16 +480,19 @@ async def test_a_freed_slot_passes_to_the_waiting_next_utterance_of_the_same_lis
     assert held is not None
     newcomer = asyncio.create_task(admission.admit("b", 1.0, runs_dry=other.runs_dry_at))
     await asyncio.sleep(0.01)
-    following = asyncio.create_task(admission.admit("a", 1.0, runs_dry=player.runs_dry_at))
-    await asyncio.sleep(0.01)
-    held.served(8.0)  # "a" has been served more than "b": in fair order "b" would go first
-    held.release()
-    ticket = await asyncio.wait_for(following, 1.0)
-    await asyncio.sleep(0.01)
-    assert not newcomer.done() and admission.admitted == 1
+    following = await asyncio.wait_for(admission.admit("a", 1.0, runs_dry=player.runs_dry_at), 1.0)
+    assert admission.admitted == 2 and following.waited_s < 0.05  # at once
+    third = asyncio.create_task(admission.admit("a", 1.0, runs_dry=player.runs_dry_at))
     unrelated = asyncio.create_task(admission.admit("a", 1.0))  # no listener: waits in turn
     await asyncio.sleep(0.01)
-    ticket.release()  # nothing of this listener waits: the slot is free, and goes in fair order
+    assert not third.done() and not unrelated.done() and not newcomer.done()
+    held.served(8.0)  # "a" has been served more than "b": in fair order "b" would go first
+    held.release()
+    last = await asyncio.wait_for(third, 1.0)  # the slot passes on within the listener
+    await asyncio.sleep(0.01)
+    assert admission.admitted == 2 and not newcomer.done() and not unrelated.done()
+    following.release()
+    last.release()  # nothing of this listener waits: the slot is free, and goes in fair order
     done, _ = await asyncio.wait({newcomer, unrelated}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
     assert len(done) == 1 and admission.admitted == 1
     done.pop().result().release()
