@@ -117,6 +117,7 @@ class VoiceInfo:
 MAX_INSTRUCTIONS_CHARS = 2000  # prompt rows for the Qwen3 engine; the gateway's protocols allow 500
 MAX_REF_TEXT_CHARS = 2000  # a 30 s reference's transcript is a few hundred characters
 MAX_NAME_CHARS = 256  # voice and language names (the gateway's protocols bound them tighter)
+MAX_LISTENER_CHARS = 64  # a listener's name (StreamRequest.listener): the gateway's are 32 hex digits
 SEED_MAX = 2**63 - 1  # what every backend's generator takes (msgspec bounds must fit an int64)
 
 
@@ -156,11 +157,16 @@ class StreamRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     # None: the listener hears nothing now. A scheduling hint: an engine that orders its work by the
     # listener (the CPU voices' pool) uses it, the others may ignore it; it never changes what is said.
     listener_buffer_s: Annotated[float, msgspec.Meta(ge=0.0, le=MAX_LISTENER_BUFFER_S)] | None = None
+    # Names the listener (a session's player) across its streams: a stream opened while an earlier stream
+    # of the same listener is open continues it, its audio heard once that one's has played (a client
+    # sending sentence by sentence has its next sentence open while the one before is made). The same
+    # kind of hint, used by the same engines; None: a listener of its own.
+    listener: Annotated[str, msgspec.Meta(max_length=MAX_LISTENER_CHARS)] | None = None
 
     def options(self) -> dict[str, object]:
         """The `open_stream` keywords that say the same (those not at their default)."""
         out: dict[str, object] = {}
-        for name in ("sample_rate", "seed", "instructions", "listener_buffer_s"):
+        for name in ("sample_rate", "seed", "instructions", "listener_buffer_s", "listener"):
             if (value := getattr(self, name)) is not None:
                 out[name] = value
         if self.speed != 1.0:

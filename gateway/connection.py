@@ -311,10 +311,11 @@ class Connection:
 
     def open_stream(self, cfg: SessionConfig, voice: tuple[str | None, dict[str, Any]],
                     engine: Engine | None = None) -> Stream:  # fmt: skip
-        """`engine`: the model's the utterance began on (None: the session's now). Opened while the
-        client still plays this session's earlier audio, the stream is a continuation: the engine is told
-        how long that audio lasts (`listener_buffer_s`), so its first audio is due by then."""
-        request = self._request(cfg, voice)
+        """`engine`: the model's the utterance began on (None: the session's now). The engine is told
+        whose it is (`listener`: its streams are heard one after another, so one opened while the one
+        before is still made continues it), and, opened while the client still plays this session's
+        earlier audio, how long that audio lasts (`listener_buffer_s`): its first audio is due by then."""
+        request = msgspec.structs.replace(self._request(cfg, voice), listener=self.listener.name)
         if (dry_at := self.listener.runs_dry_at()) is not None:
             left = min(MAX_LISTENER_BUFFER_S, dry_at - time.monotonic())
             request = msgspec.structs.replace(request, listener_buffer_s=max(0.0, left))

@@ -7,6 +7,7 @@ underrun metric read.
 from __future__ import annotations
 
 import time
+import uuid
 
 from gateway import metrics
 
@@ -19,6 +20,9 @@ class Playback:
         self.started: float | None = None
         self.queued = 0.0  # seconds of audio sent
         self._count = count_underruns
+        # Its name to an engine (StreamRequest.listener): streams opened under one name are heard one after
+        # another. A barge-in starts a new one, as the player starts again.
+        self.name = uuid.uuid4().hex
 
     def add(self, seconds: float) -> None:
         now = time.monotonic()
@@ -34,6 +38,7 @@ class Playback:
         """The client stopped playing (a barge-in): it hears nothing now, and starts again at the next audio."""
         self.started = None
         self.queued = 0.0
+        self.name = uuid.uuid4().hex
 
     def runs_dry_at(self) -> float | None:
         """When (time.monotonic) the listener runs out of the audio sent; None while it hears none."""

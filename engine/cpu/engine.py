@@ -80,6 +80,9 @@ NOTICE_AFTER_S = 0.5
 # than HOLD_MARGIN_S after that audio has played out: a later start instead of a gap.
 FIRST_HOLD_S = 2.0
 HOLD_MARGIN_S = 0.05
+# How often a stream behind another of its listener (`CpuStream._after`) looks whether that one's text is
+# all cut: one such stream per listener at most (admission), so the cost is small.
+AFTER_POLL_S = 0.02
 BACKENDS = {"cpu": ("piper", "kokoro"), "piper": ("piper",), "kokoro": ("kokoro",)}
 
 
@@ -158,6 +161,10 @@ class CpuEngine:
         self._queue_size = queue_size
         self.max_pending_chars = max_pending_chars
         self._streams: weakref.WeakSet[CpuStream] = weakref.WeakSet()
+        # The newest open stream of each named listener (StreamRequest.listener): a stream opened while it
+        # is open continues it. Bounded by the open streams (a stream leaves as it ends).
+        self._heard: dict[str, CpuStream] = {}
+        self._heard_lock = threading.Lock()
         self._closed = False
         self.load_seconds = time.perf_counter() - t0
         self.warmup_seconds = self._warm_up() if warmup else 0.0
@@ -275,11 +282,21 @@ class CpuEngine:
         request = stream_request(voice, language, options)
         chosen, lang = self._resolve(request)
         continues_at = None if request.listener_buffer_s is None else time.monotonic() + request.listener_buffer_s
-        stream = CpuStream(self, chosen, lang, request.sample_rate or OUTPUT_RATE, request.speed,
-                           request.word_timings, Pinned(request.phonemes) if request.phonemes else None,
-                           continues_at)
+        with self._heard_lock:  # the stream before it of its listener, still open: it is heard after that one
+            after = None if request.listener is None else self._heard.get(request.listener)
+            stream = CpuStream(self, chosen, lang, request.sample_rate or OUTPUT_RATE, request.speed,
+                               request.word_timings, Pinned(request.phonemes) if request.phonemes else None,
+                               continues_at, after=after, listener=request.listener)
+            if request.listener is not None:
+                self._heard[request.listener] = stream
         self._streams.add(stream)
         return stream
+
+    def _ended(self, stream: CpuStream) -> None:
+        """`stream` is over: a stream of its listener opened from now on has nothing of it to follow."""
+        with self._heard_lock:
+            if stream.listener is not None and self._heard.get(stream.listener) is stream:
+                del self._heard[stream.listener]
 
     def capacity(self) -> Capacity:
         """How many streams the workers keep ahead of their listeners now, from the measured real-time
@@ -423,7 +440,8 @@ class CpuStream:
 
     def __init__(self, engine: CpuEngine, voice: _Voice | None, language: str, sample_rate: int,
                  speed: float, word_timings: bool = False, pinned: Pinned | None = None,
-                 continues_at: float | None = None) -> None:
+                 continues_at: float | None = None, *, after: CpuStream | None = None,
+                 listener: str | None = None) -> None:
         self._engine = engine
         self._word_timings = word_timings
         self._pinned = pinned  # a lexicon's IPA words
@@ -445,6 +463,12 @@ class CpuStream:
         # Its pieces are due by that, the first one too: that listener has heard speech, and a gap now
         # is a break in it, not a later start (issue 14).
         self._continues_at = continues_at
+        # The stream before it of the same listener, open when it opened (`StreamRequest.listener`): it is
+        # heard once that one has played. Until that one's text is all cut into pieces this one submits
+        # none (its pieces' deadlines follow that one's end, not yet known); once that one ends, its end
+        # is a `_continues_at` and the link is dropped (no chain of ended streams is kept).
+        self._after = after
+        self.listener = listener
         self._frames_put = 0
         self._notified = False  # a Waiting went out and no audio has followed it yet
         self._driver = threading.Thread(target=self._drive, name="cpu-stream", daemon=True)
@@ -495,22 +519,51 @@ class CpuStream:
         Runs on the driver thread: cutting is linear in the text but never on the event loop."""
         while True:
             with self._cond:
-                if self._cancelled.is_set() or len(self._jobs) >= self._engine.workers:
+                if self._cancelled.is_set() or len(self._jobs) >= self._engine.workers or self._behind():
                     return
-                segment = None
                 if self._cutter is None:
                     if not self._inbox:
                         return
-                    segment = self._inbox.popleft()
-                    self._inbox_chars -= len(segment[1])
-            if segment is not None:
-                self._cutter = self._engine._pieces(self._voice, self._language, *segment)
-            assert self._cutter is not None
-            piece = next(self._cutter, None)
+                    index, text = self._inbox.popleft()
+                    self._inbox_chars -= len(text)
+                    # A generator: set here, under the lock, so a stream behind this one sees the text is
+                    # still being cut (`_all_cut`); it cuts outside the lock, as it is consumed.
+                    self._cutter = self._engine._pieces(self._voice, self._language, index, text)
+                cutter = self._cutter
+            piece = next(cutter, None)
             if piece is None:
-                self._cutter = None
+                with self._cond:
+                    self._cutter = None
             else:
                 self._submit(self._ramped(piece))
+
+    def _behind(self) -> bool:
+        """Under `_cond`: whether the stream before it (`_after`) still has text not cut into pieces; so
+        this one waits to submit. Once that one has ended, its end is taken and the link dropped."""
+        before = self._after
+        if before is None:
+            return False
+        with before._cond:  # a stream only ever takes the lock of the one before it: no cycle
+            ended = before._bridge.ended
+            heard_until = before._heard_until()
+            all_cut = before._all_cut()
+        if not ended:
+            return not all_cut
+        if heard_until is not None:
+            self._continues_at = max(self._continues_at or heard_until, heard_until)
+        self._after = None
+        return False
+
+    def _all_cut(self) -> bool:
+        """Under `_cond`: its text is all in and cut into pieces (or it is over)."""
+        return self._cancelled.is_set() or (self._finished and not self._inbox and self._cutter is None)
+
+    def _heard_until(self) -> float | None:
+        """Under `_cond`: when its listener will have heard all of it that is known (the audio delivered and
+        the pieces submitted); None when that listener hears nothing of it, or before it."""
+        if self._first_put_at is None and not self._jobs and self._continues_at is None and self._after is None:
+            return None
+        return self._next_runs_out()
 
     def _ramped(self, piece: _Piece) -> _Piece:
         """`piece`, or its first part when it would run longer than `RAMP_SHARE` of the audio its
@@ -595,13 +648,19 @@ class CpuStream:
         """Under `_cond`: when the listener runs out of the audio delivered (and, for a continuation, of
         the audio before this stream's, which plays first)."""
         before = self._continues_at
+        if self._after is not None:  # it plays once the stream before it has
+            with self._after._cond:
+                until = self._after._heard_until()
+            if until is not None:
+                before = until if before is None else max(before, until)
         if self._first_put_at is None:
             return time.monotonic() if before is None else before
         return max(self._first_put_at, before or 0.0) + self._frames_put / self.sample_rate
 
     def _awaits_first_audio(self) -> bool:
-        """Under `_cond`: nothing is out or submitted yet and the listener hears nothing (no continuation)."""
-        return self._first_put_at is None and not self._jobs and self._continues_at is None
+        """Under `_cond`: nothing is out or submitted yet and the listener hears nothing (no continuation,
+        no stream before it)."""
+        return self._first_put_at is None and not self._jobs and self._continues_at is None and self._after is None
 
     def _run_job(self, job: _PieceJob) -> None:
         with self._cond:
@@ -639,7 +698,7 @@ class CpuStream:
             return True
         if self._jobs and (self._jobs[0].audio or self._jobs[0].done):
             return True
-        if len(self._jobs) < self._engine.workers and (self._inbox or self._cutter is not None):
+        if len(self._jobs) < self._engine.workers and (self._inbox or self._cutter is not None) and not self._behind():
             return True
         return self._finished and not self._jobs and not self._inbox and self._cutter is None
 
@@ -670,6 +729,8 @@ class CpuStream:
                 with self._cond:
                     due = self._notice_due()
                     timeout = 1.0 if due is None else min(1.0, max(0.005, due - time.monotonic()))
+                    if self._after is not None:  # the stream before it says nothing when its text is cut: look
+                        timeout = min(timeout, AFTER_POLL_S)
                     self._cond.wait_for(self._has_news, timeout)
                     if self._cancelled.is_set():
                         return
@@ -724,7 +785,9 @@ class CpuStream:
                 self._jobs.clear()
                 self._inbox.clear()
                 self._inbox_chars = 0
-            self._cutter = None
+                self._cutter = None
+                self._after = None
+            self._engine._ended(self)
 
     def _hold_first(self, audio: list[tuple[np.ndarray, int, Any]]) -> None:
         """Before a stream's first audio (a piece done, and out of `_jobs`): wait while the piece after

@@ -278,8 +278,8 @@ class ProcessEngine:
             raise EngineError(*verdict)
 
     def _cached(self, request: StreamRequest) -> tuple[bytes, tuple[str, str] | None]:
-        # A continuation's listener buffer is a scheduling hint, different at every open: no verdict turns on it.
-        judged = msgspec.structs.replace(request, listener_buffer_s=None)
+        # The listener hints schedule, differ at every open (or session), and no verdict turns on them.
+        judged = msgspec.structs.replace(request, listener_buffer_s=None, listener=None)
         key = hashlib.blake2b(wire.command_encoder.encode(judged), digest_size=16).digest()
         with self._lock:
             result = self._check_cache.get(key)

@@ -360,3 +360,54 @@ async def test_a_continuations_first_audio_is_held_only_when_its_listener_is_abo
     # with none left it waits as a new listener's does, so the gap falls between utterances, not inside one.
     first, next_made = await _first_audio_on_a_slow_box(piper2, monkeypatch, listener_buffer_s=buffer_s)
     assert (first >= next_made) == held, (first, next_made)
+
+
+async def test_a_stream_opened_behind_another_of_its_listener_is_made_to_be_heard_after_it(
+        piper2: Any, started: list[tuple[CpuStream, Any, float]]) -> None:
+    # Sentence by sentence, each an utterance: admission starts a listener's next sentence beside the one
+    # it hears. Its engine stream follows that one: it submits nothing until that one's text is all cut
+    # (its end is not known before), its first piece is not a newcomer's but due after that one's audio,
+    # and once that one ends the link is dropped. Another listener's stream is a newcomer as ever.
+    pool = piper2._pool
+    gate = threading.Event()
+    running = [threading.Event() for _ in range(piper2.workers)]
+    blockers = [pool.submit(float("-inf"), lambda e=e: (e.set(), gate.wait(30))) for e in running]
+    streams: list[Any] = []
+    try:
+        assert all(e.wait(10) for e in running)  # every worker held: every piece queues
+        heard = piper2.open_stream("joe", "en", listener="L")
+        heard.append("Doctor Smith.")
+        behind = piper2.open_stream("joe", "en", listener="L")
+        behind.append("Will see you at three o'clock this afternoon, in the room at the end of the hall.")
+        behind.finish()
+        other = piper2.open_stream("joe", "en", listener="M")
+        other.append("Hello there.")
+        other.finish()
+        streams = [heard, behind, other]
+        assert behind._after is heard and other._after is None
+        await asyncio.sleep(0.3)  # the stream before it is still open to text: nothing of it is queued
+        assert not [e for q in (pool._first, pool._rest) for e in q if e[4] is behind]
+        heard.finish()
+        deadline = time.monotonic() + 10
+        while not [e for e in pool._rest if e[4] is behind]:
+            assert time.monotonic() < deadline, "the stream behind never queued its piece"
+            await asyncio.sleep(0.01)
+        assert not [e for e in pool._first if e[4] is behind]  # not a newcomer: its listener hears "heard" first
+        mine = next(e for e in pool._rest if e[4] is behind)
+        first_of_heard = next(e for e in pool._first if e[4] is heard)
+        assert mine[0] + mine[5] >= first_of_heard[0] + 0.5  # due once "Doctor Smith." (~1 s) has played
+        assert [e for e in pool._first if e[4] is other]  # another listener: a newcomer's first audio
+    finally:
+        gate.set()
+        for b in blockers:
+            b.result(timeout=30)
+    results = await asyncio.gather(*(collect(s) for s in streams))
+    assert [end for _, end in results] == [StreamEnd("done")] * 3
+    assert behind._after is None  # the link dropped
+    deadline = time.monotonic() + 5
+    while piper2._heard:  # a driver leaves the engine's listeners just after its stream's end went out
+        assert time.monotonic() < deadline, piper2._heard
+        await asyncio.sleep(0.01)
+    late = piper2.open_stream("joe", "en", listener="L")  # opened after the others ended: nothing to follow
+    assert late._after is None
+    late.cancel()
