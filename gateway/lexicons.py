@@ -44,8 +44,11 @@ def ipa_entry_problem(word: str) -> str | None:
 
 def spoken_text(pronunciations: Pronunciations, text: str, language: str) -> str:
     """What the engine is given for a committed segment: the lexicon's respellings applied, then normalised
-    (so a respelling is normalised too, and an entry matches the text as the client wrote it)."""
-    return normalize_for_speech(pronunciations.apply(text), language)
+    (so a respelling is normalised too, and an entry matches the text as the client wrote it). Marks alone
+    ("……", "?!") say nothing: "" (no engine stream is opened, nor admitted, for them; a sentence-mode
+    client's lone "…" took its listener's second stream and the next sentence waited for a slot)."""
+    spoken = normalize_for_speech(pronunciations.apply(text), language)
+    return spoken if any(c.isalnum() for c in spoken) else ""
 
 
 async def tenant_lexicon(store: SessionStore, tenant: Tenant, name: str | None) -> Lexicon | None:

@@ -170,21 +170,22 @@ async def test_a_sentence_sent_while_the_one_before_waits_starts_with_it(shared:
     """Sentence by sentence at capacity one: both sentences of a session wait behind another tenant's
     stream. When the first is admitted the second starts beside it (its listener hears them one after
     the other), not once the first stream has ended: a short first sentence left the second only its
-    fraction of a second to make its first audio, a gap. Both play, in order, whole."""
+    fraction of a second to make its first audio, a gap. Both play, in order, whole. A lone "…" between
+    them (a sentence splitter's) says nothing and takes no stream: it would have taken the second's place."""
     holder = await hold(shared, "acme")
     speaker, ready = await open_session(shared, KEYS["beta"])
     assert ready["type"] == "session.ready", ready
     first_text = "Doctor Smith is ready for you now, and the room at the end of the hall is free. " * 2
-    await send(speaker, "input.text", text=first_text)
-    await send(speaker, "input.done")
-    await send(speaker, "input.text", text="Please bring your card with you.")
-    await send(speaker, "input.done")
-    await until(speaker, "audio.waiting")  # both wait behind the holder
+    for text in (first_text, "…", "Please bring your card with you."):
+        await send(speaker, "input.text", text=text)
+        await send(speaker, "input.done")
+    await until(speaker, "audio.waiting")  # they wait behind the holder
     await let_go(holder)
-    (events0, audio0), (events1, audio1) = await rest(speaker), await rest(speaker)
+    (events0, audio0), (marks, silence), (events1, audio1) = [await rest(speaker) for _ in range(3)]
     t0, t1 = first(events0, "session.done")["timing"], first(events1, "session.done")["timing"]
     assert first(events0, "audio.start")["utterance_index"] == 0 and audio0 > 0
-    assert first(events1, "audio.start")["utterance_index"] == 1 and audio1 > 0
+    assert [e["type"] for e in marks if e["type"] != "segment.committed"] == ["session.done"] and silence == 0
+    assert first(events1, "audio.start")["utterance_index"] == 2 and audio1 > 0
     # Admitted together: the second waited about as long as the first, not that plus the first's synthesis.
     assert t1["queue_wait_ms"] - t0["queue_wait_ms"] < t0["synthesis_ms"] / 2, (t0, t1)
     await speaker.close()
