@@ -29,8 +29,8 @@ The rules (tts-pool's design):
   next, even past the capacity (an engine that orders work by its listeners, the CPU voices, makes the
   next one due when the one before will have played: `StreamRequest.listener`). Given a slot only when
   the stream before ended, a short sentence's successor had that sentence's fraction of a second to
-  make its first audio on a busy engine: a gap (issue 14). A listener holds at most two slots this
-  way; its key's share counts the two as one, and past that share while another key waits the next
+  make its first audio on a busy engine: a gap (issue 14). A listener has at most two streams
+  admitted so; its key's share counts the two as one slot, and past that share while another key waits the next
   stream waits in fair order. When a stream ends while the next of its listener still waits, that one
   takes the slot (`hand_over`) on the same terms;
 - bounds: waiters per key, waiters in all (the model), and a maximum wait past which a waiter is

@@ -221,7 +221,7 @@ class Admission:
         listener = self._holders.pop(waiter, None)
         successor = None
         if listener is not None and listener not in self._holders.values():
-            successor = min((w for w, r in self._listeners.items() if r == listener), key=lambda w: w.seq, default=None)
+            successor = self._next_of(listener)
         if successor is not None and self._queue.hand_over(waiter, successor, self.capacity()):
             self._started(successor)
         else:
@@ -246,9 +246,13 @@ class Admission:
         held = [w for w, r in self._holders.items() if r == listener]  # bounded by the streams in flight
         if len(held) != 1:
             return
-        successor = min((w for w, r in self._listeners.items() if r == listener), key=lambda w: w.seq, default=None)
+        successor = self._next_of(listener)
         if successor is not None and self._queue.admit_beside(held[0], successor, self.capacity()):
             self._started(successor)
+
+    def _next_of(self, listener: RunsDry) -> Waiter | None:
+        """The listener's earliest waiting stream (a few dozen waiting at most: bounded)."""
+        return min((w for w, r in self._listeners.items() if r == listener), key=lambda w: w.seq, default=None)
 
     def _leaked(self, waiter: Waiter) -> None:
         log.warning("an admission ticket of %r was dropped without release", waiter.key)
