@@ -97,12 +97,17 @@ class Capacity:
     streams it can keep ahead of their listeners at once (those it serves included), `active` how many
     it serves. Admission starts a new stream only while `active < streams`. `busy_s`: seconds its
     workers have spent synthesising since it started, all workers together (None: not measured), and
-    `workers` how many there are — how loaded it is, for /metrics."""
+    `workers` how many there are — how loaded it is, for /metrics. `follows_listener`: it makes a stream
+    opened while another of its listener is open due after that one (`StreamRequest.listener`), so
+    admission may start a listener's next stream beside the one it hears; an engine that would run the
+    two at once (the Qwen3 core steps every row it holds) leaves it False, and the next stream waits
+    for the slot."""
 
     streams: int
     active: int
     busy_s: float | None = None
     workers: int = 1
+    follows_listener: bool = False
 
 
 @dataclass(frozen=True, slots=True)

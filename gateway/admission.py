@@ -141,6 +141,14 @@ class Admission:
             return self._ceiling
         return max(1, min(self._ceiling, streams))  # one stream always has room (never a deadlock)
 
+    def _follows_listener(self) -> bool:
+        """Whether the engine makes a listener's next stream due after the one before (Capacity)."""
+        try:
+            measured = self.engine_capacity()
+        except Exception:  # capacity() logs its failure once
+            return False
+        return measured is not None and measured.follows_listener
+
     def ahead(self, waiter: Waiter) -> int:
         return self._queue.ahead(waiter)
 
@@ -244,7 +252,7 @@ class Admission:
         """While `listener` holds one admitted stream, its next waiting stream starts beside it
         (engine/admission.py, a listener's next stream). At most two: the one heard and the next."""
         held = [w for w, r in self._holders.items() if r == listener]  # bounded by the streams in flight
-        if len(held) != 1:
+        if len(held) != 1 or not self._follows_listener():
             return
         successor = self._next_of(listener)
         if successor is not None and self._queue.admit_beside(held[0], successor, self.capacity()):

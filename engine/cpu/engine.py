@@ -305,7 +305,7 @@ class CpuEngine:
         streams = self.meter.streams(self.workers)
         if self._pool.strained():  # behind now: no newcomer until the streams it serves are ahead again
             streams = min(streams, active)
-        return Capacity(streams, active, self._pool.busy_seconds(), self.workers)
+        return Capacity(streams, active, self._pool.busy_seconds(), self.workers, follows_listener=True)
 
     def close(self) -> None:
         self._closed = True

@@ -132,7 +132,7 @@ class Telemetry(msgspec.Struct, frozen=True, omit_defaults=True):
 class Beat(_Msg, tag="beat"):
     """Alive, with the engine's capacity (None: it cannot tell), memory and telemetry, every `BEAT_S`."""
 
-    capacity: tuple[int, int, float | None, int] | None  # streams, active, busy_s, workers
+    capacity: tuple[int, int, float | None, int, bool] | None  # streams, active, busy_s, workers, follows_listener
     memory: Memory
     telemetry: Telemetry
 

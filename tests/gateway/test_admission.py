@@ -406,14 +406,15 @@ async def test_a_tenant_flooding_admission_is_refused_and_another_tenant_is_stil
 class Judged:
     """What admission reads of an engine: only its capacity() (a real engine's moves as it measures)."""
 
-    def __init__(self, streams: int) -> None:
+    def __init__(self, streams: int, follows_listener: bool = True) -> None:
         self.streams = streams
+        self.follows_listener = follows_listener
         self.fail = False
 
     def capacity(self) -> Capacity:
         if self.fail:
             raise RuntimeError("no measurement")
-        return Capacity(self.streams, 0)
+        return Capacity(self.streams, 0, follows_listener=self.follows_listener)
 
 
 async def test_capacity_growing_admits_waiters_without_any_release() -> None:
@@ -523,6 +524,27 @@ async def test_a_listeners_next_utterance_starts_beside_the_one_it_hears_and_tak
     done.pop().result().release()
     for task in (newcomer, unrelated):
         (await asyncio.wait_for(task, 1.0)).release()
+    assert admission.admitted == 0 and admission.waiting == 0
+    await admission.close()
+
+
+async def test_on_an_engine_that_runs_a_listeners_streams_at_once_the_next_waits_for_the_slot() -> None:
+    # The Qwen3 core steps every stream it holds from its start: a next sentence beside the one heard
+    # would slow every row. There it takes the slot when the one before ends, before anyone else.
+    admission = Admission(Judged(1, follows_listener=False), Settings())  # type: ignore[arg-type]
+    player, other = Playback(), Playback()
+    held = admission.try_admit("a", 1.0, runs_dry=player.runs_dry_at)
+    assert held is not None
+    newcomer = asyncio.create_task(admission.admit("b", 1.0, runs_dry=other.runs_dry_at))
+    await asyncio.sleep(0.01)
+    following = asyncio.create_task(admission.admit("a", 1.0, runs_dry=player.runs_dry_at))
+    await asyncio.sleep(0.05)
+    assert not following.done() and admission.admitted == 1
+    held.release()
+    ticket = await asyncio.wait_for(following, 1.0)
+    assert not newcomer.done()  # the slot passed on within the listener
+    ticket.release()
+    (await asyncio.wait_for(newcomer, 1.0)).release()
     assert admission.admitted == 0 and admission.waiting == 0
     await admission.close()
 
