@@ -26,8 +26,9 @@ The rules (tts-pool's design):
 - a listener's next stream starts beside its current one (`admit_beside`): a client sending sentence
   by sentence has its next sentence waiting while the one before is made, and a listener, however
   many of its utterances are open, hears one at a time: its slot covers the one it hears and the
-  next, even past the capacity (an engine that orders work by its listeners, the CPU voices, makes the
-  next one due when the one before will have played: `StreamRequest.listener`). Given a slot only when
+  next, even past the capacity. The gateway asks it only of an engine that makes the next one due
+  when the one before will have played (`Capacity.follows_listener`, `StreamRequest.listener`: the
+  CPU voices), not of one that would run both at once (the Qwen3 core). Given a slot only when
   the stream before ended, a short sentence's successor had that sentence's fraction of a second to
   make its first audio on a busy engine: a gap (issue 14). A listener has at most two streams
   admitted so; its key's share counts the two as one slot, and past that share while another key waits the next
