@@ -444,12 +444,15 @@ async def parked_slots(ctx: Context) -> dict[str, Any]:
 
 # Issue 14: one tenant floods admission with more sessions than the engine has room for, each speaking
 # utterances back to back. It is refused past its waiting bound (queue_full, the bound named) and waits
-# its turn (audio.waiting "queue"); another tenant (the canary's key) is still served in turn.
+# its turn (audio.waiting "queue"); another tenant (the canary's key) is still served in turn. With
+# `sentences` > 1 each turn sends that many utterances at once, as a sentence-by-sentence client does:
+# each listener then holds two streams (its next starts beside the one heard), never more.
 @attack("queue_flood")
 async def queue_flood(ctx: Context) -> dict[str, Any]:
     from canary import auth_headers, ws_url
 
     n, seconds = int(ctx.options.get("sockets", 8)), float(ctx.options.get("seconds", 6.0))
+    sentences = int(ctx.options.get("sentences", 1))
     headers = auth_headers(ctx.options.get("flood_key", ctx.key))
     text = "The flood asks for one more reply, and then another one."
 
@@ -461,9 +464,11 @@ async def queue_flood(ctx: Context) -> dict[str, Any]:
         end = time.monotonic() + seconds
         with contextlib.suppress(TimeoutError, websockets.ConnectionClosed):
             while time.monotonic() < end:
-                await ws.send(json.dumps({"type": "input.text", "text": text}))
-                await ws.send(json.dumps({"type": "input.done"}))
-                while True:
+                for _ in range(sentences):
+                    await ws.send(json.dumps({"type": "input.text", "text": text}))
+                    await ws.send(json.dumps({"type": "input.done"}))
+                done = 0
+                while done < sentences:
                     msg = await asyncio.wait_for(ws.recv(), 60)
                     if isinstance(msg, bytes):
                         continue
@@ -472,8 +477,7 @@ async def queue_flood(ctx: Context) -> dict[str, Any]:
                             "audio.waiting": f"waiting:{ev.get('reason')}"}.get(ev["type"], ev["type"])  # fmt: skip
                     if name == "session.done" or ":" in name:
                         seen[name] = seen.get(name, 0) + 1
-                    if ev["type"] == "session.done":
-                        break
+                    done += ev["type"] == "session.done"
         await ws.close()
         return seen
 

@@ -400,6 +400,23 @@ async def test_a_tenant_flooding_admission_is_refused_and_another_tenant_is_stil
     assert r.rss_growth_mb < 100, r
 
 
+async def test_a_tenant_flooding_admission_sentence_by_sentence_is_bounded_too(shared: str) -> None:
+    # Each flooding listener sends three sentences at once: two start (the one heard and the next beside
+    # it), the third waits or is refused. The canary's tenant is still served in turn.
+    r = await run(shared, "queue_flood", key=KEYS["canary"], flood_key=KEYS["acme"], sockets=6, seconds=5.0,
+                  sentences=3)  # fmt: skip
+    print(r)
+    assert r.seen.get("error:queue_full:tenant", 0) >= 1, r.seen  # 18 utterances asking, 4 places
+    errors = {k for k in r.seen if k.startswith("error:")}
+    assert errors <= {"error:queue_full:tenant", "error:queue_full:model"}, r.seen
+    assert r.seen["session.done"] >= 6, r.seen
+    c = r.canary
+    assert c.failure is None and not c.errors, c
+    assert c.worst_wait_s < 6.0, c  # one listener of the flood at most (its two streams heard in turn)
+    assert r.health_worst_s < 1.0 and set(r.health_statuses) == {"ok"}, r
+    assert r.rss_growth_mb < 100, r
+
+
 # -- Admission on the event loop, against an engine's capacity() (no server) ---------------------------
 
 
