@@ -526,6 +526,7 @@ def response_metrics(r: Response, prebuffer_s: float) -> dict[str, Any]:
         "index": r.index, "text_id": r.text.id, "lang": r.text.lang, "scheduled": round(r.scheduled, 4),
         "utterances": r.utterances_sent, "ok": r.ok, "errors": r.errors, "timed_out": r.timed_out,
         "audio_s": round(r.audio_seconds(), 4),
+        "timings": [r.timings.get(u) for u in range(r.utterances_done)],  # each utterance's, as the server saw it
     }  # fmt: skip
     if r.t_first_text is None or not r.frames:
         return out
@@ -552,7 +553,6 @@ def response_metrics(r: Response, prebuffer_s: float) -> dict[str, Any]:
         out["underruns"] = player.underruns
         out["stall_s"] = player.stall_s
         causes = stall_causes(player, arrivals, r.first_frame, r.sent_at)
-        out["timings"] = [r.timings.get(u) for u in range(r.utterances_done)]
         server = [(gap, c) for (_, gap), c in zip(player.stalls, causes, strict=True) if c.server]
         out["server_underruns"] = len(server)
         out["server_stall_s"] = sum(gap for gap, _ in server)
@@ -593,6 +593,7 @@ class StallCause:
 
 def stall_causes(player: PlayerStats, arrivals: Sequence[float], first_frame: dict[int, int],
                  sent_at: Sequence[float]) -> list[StallCause]:  # fmt: skip
+    """Whose each of `player`'s stalls was (StallCause), from each utterance's first frame and send time."""
     starts = sorted((k, u) for u, k in first_frame.items())
     out = []
     for (dry_at, _), k in zip(player.stalls, player.resumed_by, strict=True):
