@@ -607,6 +607,11 @@ def stall_causes(player: PlayerStats, arrivals: Sequence[float], first_frame: di
     return out
 
 
+def free_share(heard: list[dict[str, Any]], underruns: str) -> float | None:
+    """The share of heard responses with no gap counted in `underruns` (None: none heard)."""
+    return sum(1 for m in heard if m[underruns] == 0) / len(heard) if heard else None
+
+
 def summarize_run(spec: RunSpec, args: argparse.Namespace, responses: list[Response], shed: int,
                   inflight: list[tuple[float, int]], wall: float) -> dict[str, Any]:  # fmt: skip
     per = [response_metrics(r, args.prebuffer) for r in responses]
@@ -649,9 +654,9 @@ def summarize_run(spec: RunSpec, args: argparse.Namespace, responses: list[Respo
         "underruns_total": sum(m["underruns"] for m in heard),
         "stall_s_total": sum(m["stall_s"] for m in heard),
         "stall_s": summarize(col("stall_s")),
-        "gap_free_share": (sum(1 for m in heard if m["underruns"] == 0) / len(heard)) if heard else None,
+        "gap_free_share": free_share(heard, "underruns"),
         # The same without the gaps the client's late text left (StallCause): what the server is judged on.
-        "server_gap_free_share": (sum(1 for m in heard if m["server_underruns"] == 0) / len(heard)) if heard else None,
+        "server_gap_free_share": free_share(heard, "server_underruns"),
         "server_stall_s_total": sum(m["server_stall_s"] for m in heard),
         "vllm_continuous_share": (sum(1 for m in ok if m["vllm_continuous"]) / len(ok)) if ok else None,
         "vllm_max_underrun_s": summarize(col("vllm_max_underrun_s")),
@@ -687,9 +692,8 @@ def by_lang(per: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "completed": len(ok),
             "audible_first_s": summarize([m["audible_first_s"] for m in heard]),
             "ttfa_last_s": summarize([m["ttfa_last_s"] for m in ok if "ttfa_last_s" in m]),
-            "gap_free_share": (sum(1 for m in heard if m["underruns"] == 0) / len(heard)) if heard else None,
-            "server_gap_free_share": (sum(1 for m in heard if m["server_underruns"] == 0) / len(heard))
-            if heard else None,
+            "gap_free_share": free_share(heard, "underruns"),
+            "server_gap_free_share": free_share(heard, "server_underruns"),
             "stall_s_total": sum(m["stall_s"] for m in heard),
         }
     return out

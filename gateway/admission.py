@@ -129,25 +129,23 @@ class Admission:
 
     def capacity(self) -> int:
         """How many streams may be admitted now: the engine's judgement, capped by the setting."""
+        return self._slots(self._measured())
+
+    def _measured(self) -> Capacity | None:
+        """The engine's word on its capacity; None when it cannot tell or its probe fails (logged once)."""
         try:
-            measured = self.engine_capacity()
-            if measured is None:  # an engine that cannot tell: the setting alone
-                return self._ceiling
-            streams = measured.streams
+            return self.engine_capacity()
         except Exception:  # the engine's estimate is advice: never let it stop admission
             if not self._probe_failed:
                 log.exception("engine.capacity() failed; admitting up to max_active_streams")
                 self._probe_failed = True
-            return self._ceiling
-        return max(1, min(self._ceiling, streams))  # one stream always has room (never a deadlock)
+            return None
 
-    def _follows_listener(self) -> bool:
-        """Whether the engine makes a listener's next stream due after the one before (Capacity)."""
-        try:
-            measured = self.engine_capacity()
-        except Exception:  # capacity() logs its failure once
-            return False
-        return measured is not None and measured.follows_listener
+    def _slots(self, measured: Capacity | None) -> int:
+        """`measured` capped by the setting; the setting alone for an engine that cannot tell."""
+        if measured is None:
+            return self._ceiling
+        return max(1, min(self._ceiling, measured.streams))  # one stream always has room (never a deadlock)
 
     def ahead(self, waiter: Waiter) -> int:
         return self._queue.ahead(waiter)
@@ -252,10 +250,12 @@ class Admission:
         """While `listener` holds one admitted stream, its next waiting stream starts beside it
         (engine/admission.py, a listener's next stream). At most two: the one heard and the next."""
         held = [w for w, r in self._holders.items() if r == listener]  # bounded by the streams in flight
-        if len(held) != 1 or not self._follows_listener():
+        successor = self._next_of(listener) if len(held) == 1 else None
+        if successor is None:
             return
-        successor = self._next_of(listener)
-        if successor is not None and self._queue.admit_beside(held[0], successor, self.capacity()):
+        measured = self._measured()  # only an engine that makes the next one due after the one heard
+        if measured is not None and measured.follows_listener and \
+                self._queue.admit_beside(held[0], successor, self._slots(measured)):
             self._started(successor)
 
     def _next_of(self, listener: RunsDry) -> Waiter | None:

@@ -550,7 +550,8 @@ class CpuStream:
         if not ended:
             return not all_cut
         if heard_until is not None:
-            self._continues_at = max(self._continues_at or heard_until, heard_until)
+            before = self._continues_at
+            self._continues_at = heard_until if before is None else max(before, heard_until)
         self._after = None
         return False
 
