@@ -34,6 +34,13 @@ The rules (tts-pool's design):
   admitted so; its key's share counts the two as one slot, and past that share while another key waits the next
   stream waits in fair order. When a stream ends while the next of its listener still waits, that one
   takes the slot (`hand_over`) on the same terms;
+- costs: a stream costs what the engine spends to keep it ahead of its listener, in the capacity's
+  units (`Waiter.cost`; 1 each where the engine counts streams). A waiter starts while the cost in flight
+  and its own fit the capacity (one always starts when nothing is in flight), and shares are shares of
+  that cost. The CPU voices' Kokoro costs about ten Piper streams: counted as streams at their mixed
+  real-time factor, an English sentence waited out a whole Mandarin stream beside which it fitted many
+  times over (issue 14). The next in fair order waits for its room: a cheaper one behind it does not
+  pass it, or costly streams would starve. `max_in_flight` bounds the count beside the cost;
 - bounds: waiters per key, waiters in all (the model), and a maximum wait past which a waiter is
   refused (bound "wait") rather than started late.
 """
@@ -56,6 +63,7 @@ DEFAULT_HOLD_S = 2.0
 DEFAULT_STREAM_S = 2.0
 MAX_IDLE_KEYS = 4096  # idle keys whose service is remembered (keys are configured tenants: few)
 SMOOTHING = 0.2  # weight of the newest value in the running means
+EPS = 1e-9  # costs are sums of floats: what fits exactly must not be refused by a rounding error
 # A continuation is due once its listener would run dry within this long (the default of the
 # `continuation_lead_s` setting): about what a stream takes from admission to its first audio on a busy
 # engine, with a margin.
@@ -83,6 +91,7 @@ class Waiter:
     served_s: float = 0.0  # audio seconds served so far
     charged_s: float = 0.0  # audio seconds its key's service counts for it (≥ served_s while admitted)
     continue_by: float | None = None  # a continuation: when its listener runs out of audio (clock time)
+    cost: float = 1.0  # what it holds of the capacity while admitted (the module doc, costs)
     # Admitted beside another stream of its listener (`admit_beside`): it rides that one's slot, until
     # that one ends and it holds the slot itself. `rider` is the reverse link.
     rides: Waiter | None = field(default=None, repr=False)
@@ -100,12 +109,9 @@ class _Key:
     mean_s: float  # the audio seconds a stream of this key is expected to be served
     waiting: deque[Waiter] = field(default_factory=deque)
     in_flight: int = 0
-    riding: int = 0  # of those in flight, admitted beside another of their listener: no slot of their own
-
-    @property
-    def slots(self) -> int:
-        """The slots it holds: a listener's two streams count once."""
-        return self.in_flight - self.riding
+    # The cost of its admitted streams, less those riding another of their listener: a listener's two
+    # streams hold one slot, the one it hears (the rider's cost is the slot's once it holds it).
+    held: float = 0.0
 
 
 class FairQueue:
@@ -117,13 +123,19 @@ class FairQueue:
         max_wait_s: float,
         clock: Callable[[], float],
         continuation_lead_s: float = CONTINUATION_LEAD_S,
+        max_in_flight: int | None = None,
     ) -> None:
+        """`max_in_flight`: the most streams admitted at once whatever they cost (None: the capacity's
+        cost alone bounds them)."""
         if max_waiting_per_key < 0 or max_waiting < 0 or not max_wait_s > 0:
             raise ValueError("waiting bounds must be ≥ 0 and the maximum wait > 0")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError("max_in_flight must be ≥ 1")
         self.max_waiting_per_key = max_waiting_per_key
         self.max_waiting = max_waiting
         self.max_wait_s = max_wait_s
         self.continuation_lead_s = continuation_lead_s
+        self.max_in_flight = max_in_flight
         self._clock = clock
         self._keys: dict[str, _Key] = {}  # active keys only (waiting or in flight): bounded by the tenants
         self._idle: OrderedDict[str, float] = OrderedDict()  # an idle key's service, oldest first
@@ -131,6 +143,8 @@ class FairQueue:
         self._seq = itertools.count()
         self._waiting = 0
         self._in_flight = 0
+        self._load = 0.0  # the cost in flight
+        self._cost = 1.0  # a running mean of admitted streams' costs (how many a capacity holds)
         self._hold_s = DEFAULT_HOLD_S
         self._stream_s = DEFAULT_STREAM_S  # every key's streams: a newcomer's first estimate
 
@@ -144,6 +158,20 @@ class FairQueue:
     def in_flight(self) -> int:
         return self._in_flight
 
+    @property
+    def load(self) -> float:
+        """The cost of the streams in flight, in the capacity's units."""
+        return self._load
+
+    def fits(self, cost: float, capacity: float) -> bool:
+        """Whether a stream of `cost` has room now: it fits the capacity beside the cost in flight, or
+        nothing is in flight (one stream always has room: never a deadlock), within `max_in_flight`."""
+        if self._in_flight == 0:
+            return True
+        if self.max_in_flight is not None and self._in_flight >= self.max_in_flight:
+            return False
+        return self._load + cost <= capacity + EPS
+
     def service(self, key: str) -> float | None:
         """The key's weighted service, while it is active (None: idle)."""
         k = self._keys.get(key)
@@ -153,22 +181,27 @@ class FairQueue:
         """Waiters that arrived before this one (an estimate of who goes first: fairness may reorder)."""
         return sum(1 for k in self._keys.values() for w in k.waiting if w.seq < waiter.seq)
 
-    def retry_after(self, capacity: int) -> float:
+    def retry_after(self, capacity: float) -> float:
         """About when a slot is free for a newcomer: everyone waiting, then it, at the measured rate at
-        which slots free. At least 1 s, at most the maximum wait."""
-        estimate = (self._waiting + 1) * self._hold_s / max(1, capacity)
+        which slots free (as many at once as the capacity holds streams of the usual cost). At least
+        1 s, at most the maximum wait."""
+        estimate = (self._waiting + 1) * self._hold_s / max(1.0, capacity / self._cost)
         return min(max(1.0, estimate), self.max_wait_s)
 
     # -- transitions ------------------------------------------------------------------------------
 
-    def push(self, key: str, weight: float, capacity: int, *, continue_by: float | None = None) -> Waiter:
+    def push(self, key: str, weight: float, capacity: float, *, continue_by: float | None = None,
+             cost: float = 1.0) -> Waiter:
         """A stream for `key` asks to start: admitted at once while there is room and nobody waits,
         else queued; raises Refused("tenant" | "model") when it would wait past a bound. `continue_by`:
-        it continues a listener already hearing speech, whose audio runs out then (the module doc)."""
+        it continues a listener already hearing speech, whose audio runs out then (the module doc);
+        `cost`: what it holds of `capacity` (the module doc, costs)."""
         if not weight > 0:
             raise ValueError("a weight must be > 0")
+        if not (cost >= 0 and math.isfinite(cost)):
+            raise ValueError("a cost must be finite and ≥ 0")
         k = self._keys.get(key)
-        room = self._in_flight < capacity and not self._waiting
+        room = self.fits(cost, capacity) and not self._waiting
         if not room and k is not None and len(k.waiting) >= self.max_waiting_per_key:
             raise Refused("tenant", self.retry_after(capacity))
         if not room and self._waiting >= self.max_waiting:
@@ -179,39 +212,45 @@ class FairQueue:
             k = self._keys[key] = _Key(weight, max(floor, self._idle.pop(key, floor)), self._stream_s)
         k.weight = weight  # the configuration's latest word
         now = self._clock()
-        waiter = Waiter(key, now, next(self._seq), continue_by=continue_by)
+        waiter = Waiter(key, now, next(self._seq), continue_by=continue_by, cost=cost)
         k.waiting.append(waiter)
         self._waiting += 1
         if room:
             self._start(capacity, now)  # it alone waits: it starts, having waited 0 s
         return waiter
 
-    def grant(self, capacity: int) -> list[Waiter]:
-        """Start waiters while fewer than `capacity` are in flight, in fair order; returns them."""
+    def grant(self, capacity: float) -> list[Waiter]:
+        """Start waiters while they fit the capacity, in fair order; returns them."""
         return self._start(capacity, self._clock())
 
-    def _start(self, capacity: int, now: float) -> list[Waiter]:
+    def _start(self, capacity: float, now: float) -> list[Waiter]:
         started: list[Waiter] = []
-        while self._in_flight < capacity and self._waiting:
+        while self._waiting:
             k, waiter = self._next(capacity, now)
+            # The next in fair order waits for its room; nobody passes it (the module doc, costs).
+            if not self.fits((waiter or k.waiting[0]).cost, capacity):
+                break
             if waiter is None:
                 waiter = k.waiting.popleft()
             else:  # its listener is about to run dry: before the rest of its key's line
                 k.waiting.remove(waiter)  # bounded by the per-key bound
             self._admit(k, waiter, now)
+            k.held += waiter.cost
             started.append(waiter)
         return started
 
     def _admit(self, k: _Key, waiter: Waiter, now: float) -> None:
-        """`waiter`, out of its key's line, takes a slot."""
+        """`waiter`, out of its key's line, is in flight (the caller says whose slot it holds)."""
         self._waiting -= 1
         k.in_flight += 1
         self._in_flight += 1
+        self._load += waiter.cost
+        self._cost += SMOOTHING * (waiter.cost - self._cost)
         waiter.state, waiter.started_at = "admitted", now
         waiter.charged_s = k.mean_s
         k.service += k.mean_s / k.weight
 
-    def admit_beside(self, holder: Waiter, successor: Waiter, capacity: int) -> bool:
+    def admit_beside(self, holder: Waiter, successor: Waiter, capacity: float) -> bool:
         """The next stream of a listener whose one stream `holder` is admitted starts at once beside it,
         riding its slot, past `capacity` if need be (the module doc, a listener's next stream), unless its
         key holds its weighted share with other slots while another key waits. False, and nothing
@@ -223,10 +262,9 @@ class FairQueue:
         k.waiting.remove(successor)  # bounded by the per-key bound
         self._admit(k, successor, self._clock())
         successor.rides, holder.rider = holder, successor
-        k.riding += 1
         return True
 
-    def hand_over(self, waiter: Waiter, successor: Waiter, capacity: int) -> bool:
+    def hand_over(self, waiter: Waiter, successor: Waiter, capacity: float) -> bool:
         """An admitted waiter's stream ended while the next stream of the same listener waits: that one
         takes its slot at once, due or not (the module doc, continuations), on `admit_beside`'s terms."""
         if not self._passes(waiter, successor, capacity):
@@ -234,36 +272,41 @@ class FairQueue:
         k = self._keys[waiter.key]
         k.waiting.remove(successor)  # bounded by the per-key bound
         self._admit(k, successor, self._clock())  # before the finish, which would forget an idle key
+        if waiter.rides is None and waiter.rider is None:
+            successor.rides, waiter.rider = waiter, successor  # the finish passes the slot on
+        else:  # its slot is another's (or passes to its rider): the successor holds one of its own
+            k.held += successor.cost
         self.finish(waiter)
         return True
 
-    def _passes(self, holder: Waiter, successor: Waiter, capacity: int) -> bool:
+    def _passes(self, holder: Waiter, successor: Waiter, capacity: float) -> bool:
         """Whether `holder`'s slot may serve `successor` too (the same key; `holder` admitted, `successor`
         waiting): not while its key holds its share with its other slots and another key waits."""
         if holder.state != "admitted" or successor.state != "waiting" or successor.key != holder.key:
             return False
         k = self._keys[holder.key]
         others_wait = any(o.waiting for o in self._keys.values() if o is not k)
-        return not (others_wait and k.slots - 1 >= self._share(k, capacity))
+        return not (others_wait and self._at_share(k.held - holder.cost, k, capacity))
 
     def _total_weight(self) -> float:
         return sum(k.weight for k in self._keys.values())
 
-    def _share(self, k: _Key, capacity: int, total: float | None = None) -> int:
-        """The slots `k` may hold while other keys want them: its weighted share of the capacity among
-        the active keys, rounded up (a share of 3.3 slots lets a key hold 4, or the heavier key would
-        lose the fraction)."""
+    def _at_share(self, held: float, k: _Key, capacity: float, total: float | None = None) -> bool:
+        """Whether holding `held` of the capacity, `k` holds its share while other keys want room: its
+        weighted share of the capacity among the active keys. Counted in streams of one each, a share of
+        3.3 lets a key hold 4 (or the heavier key would lose the fraction): it is below its share while
+        it holds less."""
         total = self._total_weight() if total is None else total
-        return math.ceil(capacity * k.weight / total - 1e-9)
+        return held >= capacity * k.weight / total - EPS
 
-    def _next(self, capacity: int, now: float) -> tuple[_Key, Waiter | None]:
+    def _next(self, capacity: float, now: float) -> tuple[_Key, Waiter | None]:
         """The key that starts a stream next, and its due continuation (None: its line's head goes)."""
         total = self._total_weight()
         due = {name: _due(k, now + self.continuation_lead_s) for name, k in self._keys.items() if k.waiting}
 
         def order(name: str) -> tuple[bool, bool, float, int]:
             k = self._keys[name]
-            return (k.slots >= self._share(k, capacity, total), due[name] is None, k.service, k.waiting[0].seq)
+            return (self._at_share(k.held, k, capacity, total), due[name] is None, k.service, k.waiting[0].seq)
 
         name = min(due, key=order)
         return self._keys[name], due[name]
@@ -318,12 +361,16 @@ class FairQueue:
         k = self._keys[waiter.key]
         k.in_flight -= 1
         self._in_flight -= 1
+        self._load = max(0.0, self._load - waiter.cost) if self._in_flight else 0.0  # no float dust left
         if waiter.rides is not None:  # ended before the stream whose slot it rode
             waiter.rides.rider = None
-            k.riding -= 1
-        elif waiter.rider is not None:  # its rider holds the slot now
-            waiter.rider.rides = None
-            k.riding -= 1
+        else:
+            k.held -= waiter.cost
+            if waiter.rider is not None:  # its rider holds the slot now
+                waiter.rider.rides = None
+                k.held += waiter.rider.cost
+        if not k.in_flight:
+            k.held = 0.0
         waiter.rides = waiter.rider = None
         k.service -= (waiter.charged_s - waiter.served_s) / k.weight  # shorter than expected: refunded
         k.mean_s += SMOOTHING * (waiter.served_s - k.mean_s)

@@ -101,13 +101,23 @@ class Capacity:
     opened while another of its listener is open due after that one (`StreamRequest.listener`), so
     admission may start a listener's next stream beside the one it hears; an engine that would run the
     two at once (the Qwen3 core steps every row it holds) leaves it False, and the next stream waits
-    for the slot."""
+    for the slot.
+
+    `budget`: where streams differ in cost (the CPU voices: Kokoro costs about ten times Piper), the cost
+    of the streams it keeps ahead at once, in worker-seconds per audio second; `costs` what a stream costs
+    by language, spoken with that language's default voice, and `voice_costs` by the voice it names.
+    Admission then starts a stream while the cost of those it admitted and its own fit `budget`
+    (gateway/admission.py), not while fewer than `streams` run: counted at the mixed cost, a cheap stream
+    waited out a costly one it fitted beside. None: every stream costs one of `streams`."""
 
     streams: int
     active: int
     busy_s: float | None = None
     workers: int = 1
     follows_listener: bool = False
+    budget: float | None = None
+    costs: tuple[tuple[str, float], ...] = ()
+    voice_costs: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,9 @@ loop: `ticket = await admission.admit(tenant, weight)` returns once the engine's
 or raises `QueueFull` naming the bound that refused it. The ticket is released when the stream ends
 (idempotent) and told the audio seconds served (`served`), which is what fairness counts.
 
+A stream holds what it costs the engine (`Capacity.costs`, by its language and voice) of the capacity
+where the engine measures one (`Capacity.budget`: the CPU voices), and one of `streams` elsewhere.
+
 Room is looked for again when a ticket is released and on a short timer while anyone waits (capacity
 moves as the engine measures its cost, and waits past `max_queue_wait_s` are refused on that timer).
 
@@ -107,6 +110,7 @@ class Admission:
             max_wait_s=settings.max_queue_wait_s,
             continuation_lead_s=settings.continuation_lead_s,
             clock=clock,
+            max_in_flight=settings.max_active_streams,
         )
         self._futures: dict[Waiter, asyncio.Future[None]] = {}
         self._listeners: dict[Waiter, RunsDry] = {}  # the waiting streams that may continue a listener
@@ -127,9 +131,20 @@ class Admission:
         """The engine's own word on its capacity (None: it cannot tell); may raise."""
         return self._engine.capacity()
 
-    def capacity(self) -> int:
-        """How many streams may be admitted now: the engine's judgement, capped by the setting."""
+    @property
+    def load(self) -> float:
+        """The cost of the admitted streams, in the capacity's units."""
+        return self._queue.load
+
+    def capacity(self) -> float:
+        """What may be admitted now: the engine's judgement (the cost it carries, or how many streams),
+        capped by the setting (a count: `FairQueue.max_in_flight` keeps it beside a cost)."""
         return self._slots(self._measured())
+
+    def cost(self, language: str | None = None, voice: str | None = None) -> float:
+        """What a stream in `language` (`voice`: named by its session, None: the language's default)
+        would hold of the capacity now."""
+        return self._cost(self._measured(), language, voice)
 
     def _measured(self) -> Capacity | None:
         """The engine's word on its capacity; None when it cannot tell or its probe fails (logged once)."""
@@ -141,11 +156,27 @@ class Admission:
                 self._probe_failed = True
             return None
 
-    def _slots(self, measured: Capacity | None) -> int:
+    def _slots(self, measured: Capacity | None) -> float:
         """`measured` capped by the setting; the setting alone for an engine that cannot tell."""
         if measured is None:
             return self._ceiling
-        return max(1, min(self._ceiling, measured.streams))  # one stream always has room (never a deadlock)
+        if measured.budget is not None:
+            return max(0.0, measured.budget)  # one stream always has room (FairQueue.fits): never a deadlock
+        return max(1, min(self._ceiling, measured.streams))
+
+    @staticmethod
+    def _cost(measured: Capacity | None, language: str | None, voice: str | None) -> float:
+        """One stream where the engine counts streams. Else its language's cost (that language's default
+        voice's), or its voice's where that costs more (a voice that does not speak the language leaves
+        it to the default). A language or voice the engine does not cost ("auto" among them): the
+        costliest, as the engine may speak it with its costliest voice (never admitted for less)."""
+        if measured is None or measured.budget is None:
+            return 1.0
+        by_language, by_voice = dict(measured.costs), dict(measured.voice_costs)
+        default = voice in (None, "default", "auto")  # StreamRequest.voice: the language's default
+        if language not in by_language or not (default or voice in by_voice):
+            return max((*by_language.values(), *by_voice.values()), default=measured.budget)  # none told: all
+        return by_language[language] if default else max(by_language[language], by_voice[voice])
 
     def ahead(self, waiter: Waiter) -> int:
         return self._queue.ahead(waiter)
@@ -160,29 +191,36 @@ class Admission:
         at = None if runs_dry is None else runs_dry()
         return None if at is None else at + offset
 
-    def try_admit(self, tenant: str, weight: float, *, runs_dry: RunsDry | None = None) -> Ticket | None:
+    def try_admit(self, tenant: str, weight: float, *, runs_dry: RunsDry | None = None,
+                  language: str | None = None, voice: str | None = None) -> Ticket | None:
         """A ticket at once when there is room and nobody waits who goes first; None otherwise (then
-        `admit` decides). `runs_dry` names the listener its stream speaks to (the slot passes on)."""
-        capacity = self.capacity()
-        if self._queue.waiting or self._queue.in_flight >= capacity:
+        `admit` decides). `runs_dry` names the listener its stream speaks to (the slot passes on);
+        `language` and `voice` what it speaks (its cost)."""
+        measured = self._measured()
+        capacity, cost = self._slots(measured), self._cost(measured, language, voice)
+        if self._queue.waiting or not self._queue.fits(cost, capacity):
             return None
         self._loop = asyncio.get_running_loop()
-        waiter = self._queue.push(tenant, weight, capacity)  # admitted by push: there is room
+        waiter = self._queue.push(tenant, weight, capacity, cost=cost)  # admitted by push: there is room
         if runs_dry is not None:
             self._holders[waiter] = runs_dry
         return Ticket(self, waiter)
 
-    def enqueue(self, tenant: str, weight: float, *, runs_dry: RunsDry | None = None) -> Place:
+    def enqueue(self, tenant: str, weight: float, *, runs_dry: RunsDry | None = None,
+                language: str | None = None, voice: str | None = None) -> Place:
         """Take a place in the line now (or room at once); raises QueueFull. `wait(place)` returns its
         ticket. Synchronous, so the place is known (`ahead`) from the moment the stream asks. `runs_dry`:
         when the listener this stream continues runs out of audio, None while it hears none
         (engine/admission.py: it goes first in its tenant's line once that is near), asked again at
         every look while it waits: an utterance queued before the audio ahead of it began (a client
-        sending sentence by sentence) becomes a continuation once its listener hears it."""
+        sending sentence by sentence) becomes a continuation once its listener hears it. `language` and
+        `voice`: what it speaks, which is what it costs (`cost`, read as it asks)."""
         self._loop = asyncio.get_running_loop()
         try:
             continue_by = self._continue_by(runs_dry, self._offset())
-            waiter = self._queue.push(tenant, weight, self.capacity(), continue_by=continue_by)
+            measured = self._measured()
+            waiter = self._queue.push(tenant, weight, self._slots(measured), continue_by=continue_by,
+                                      cost=self._cost(measured, language, voice))
         except Refused as e:
             raise QueueFull(e.bound, e.retry_after_s) from None
         if waiter.state != "waiting":
@@ -209,9 +247,10 @@ class Admission:
                 raise
         return Ticket(self, place.waiter)
 
-    async def admit(self, tenant: str, weight: float, *, runs_dry: RunsDry | None = None) -> Ticket:
+    async def admit(self, tenant: str, weight: float, *, runs_dry: RunsDry | None = None,
+                    language: str | None = None, voice: str | None = None) -> Ticket:
         """Wait until the stream may start; raises QueueFull. A cancelled wait is withdrawn."""
-        return await self.wait(self.enqueue(tenant, weight, runs_dry=runs_dry))
+        return await self.wait(self.enqueue(tenant, weight, runs_dry=runs_dry, language=language, voice=voice))
 
     def withdraw(self, place: Place) -> None:
         """Give a place up whose ticket nobody holds: withdrawn, or, admitted just now, its slot given
@@ -387,6 +426,8 @@ class QueuedStream:
         on_admitted: Callable[[Ticket], None] | None = None,
         frame_rate_hz: float = 12.5,
         runs_dry: RunsDry | None = None,
+        language: str | None = None,
+        voice: str | None = None,
     ) -> None:
         self._admission = admission
         self._open_stream = open_stream
@@ -404,13 +445,13 @@ class QueuedStream:
         self.failed: str | None = None  # the engine stream could not be opened
         self.failed_code = ""  # its EngineError's code (e.g. engine_unavailable)
         self._task: asyncio.Task[None] | None = None
-        ticket = admission.try_admit(tenant, weight, runs_dry=runs_dry)
+        ticket = admission.try_admit(tenant, weight, runs_dry=runs_dry, language=language, voice=voice)
         if ticket is not None:  # room and nobody waiting: open now, the first text goes straight in
             self._start(ticket)
             return
         refusal: QueueFull | None = None
         try:  # its place is taken now, so `ahead` knows it before the admission task first runs
-            self._place = admission.enqueue(tenant, weight, runs_dry=runs_dry)
+            self._place = admission.enqueue(tenant, weight, runs_dry=runs_dry, language=language, voice=voice)
         except QueueFull as e:  # told through the task, as a refusal after a wait is (the held text named)
             refusal = e
         self._task = asyncio.create_task(self._admit(refusal))

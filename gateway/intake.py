@@ -162,7 +162,8 @@ class TextIntake:
         # asked while it waits, so one queued before the audio ahead of it began counts once it plays.
         return QueuedStream(conn.admission, tenant.name, tenant.weight, lambda: conn.open_stream(cfg, voice, engine),
                             on_lost=lambda e, indexes: self._lost(utt, e, indexes), on_admitted=admitted,
-                            frame_rate_hz=frame_rate, runs_dry=conn.listener.runs_dry_at)  # fmt: skip
+                            frame_rate_hz=frame_rate, runs_dry=conn.listener.runs_dry_at,
+                            language=cfg.language, voice=voice[0])  # fmt: skip
 
     async def _lost(self, utt: Utterance, e: ProtocolError | EngineError, engine_indexes: list[int]) -> None:
         """Admission refused the stream after its text was taken: the segments it held are named."""

@@ -148,15 +148,18 @@ async def speech_pcm(
         stream.cancel()  # a no-op once the stream has ended
 
 
-async def admitted(admission: Admission | None, tenant: Tenant, request: Request | None = None) -> Ticket | None:
-    """Waits until the engine has room and it is this tenant's turn (QueueFull: a 429). With `request`,
-    a client that leaves while it waits gives its place up at once (client_disconnected) instead of
-    holding a place in the line and then starting a stream for nobody."""
+async def admitted(admission: Admission | None, tenant: Tenant, speaks: StreamRequest,
+                   request: Request | None = None) -> Ticket | None:
+    """Waits until the engine has room for a stream of `speaks` (its language and voice are its cost)
+    and it is this tenant's turn (QueueFull: a 429). With `request`, a client that leaves while it waits
+    gives its place up at once (client_disconnected) instead of holding a place in the line and then
+    starting a stream for nobody."""
     if admission is None:
         return None
+    waits = admission.admit(tenant.name, tenant.weight, language=speaks.language, voice=speaks.voice)
     if request is None:
-        return await admission.admit(tenant.name, tenant.weight)
-    turn, left = await while_connected(request, admission.admit(tenant.name, tenant.weight))  # cancelled: withdrawn
+        return await waits
+    turn, left = await while_connected(request, waits)  # cancelled: withdrawn
     if left:
         if not turn.cancelled() and turn.exception() is None:
             turn.result().release()  # admitted in the same instant: the slot goes to the next in line
@@ -278,7 +281,7 @@ async def create_speech(
     engine, admission = cast(Engine, model.served), model.admission
     stream_req, pronunciations = await speech_request(data, engine, store, tenant, settings.voice_aliases)
     rate = stream_req.sample_rate or engine.sample_rate
-    ticket = await admitted(admission, tenant, request)
+    ticket = await admitted(admission, tenant, stream_req, request)
     clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
     trim = trim_for(rate, settings.limits)
     chunks = speech_pcm(ticketed(engine, ticket), stream_req, data.input, trim, clock, pronunciations)

@@ -90,5 +90,9 @@ class RtfMeter:
 
     def streams(self, workers: int) -> int:
         """How many speaking streams `workers` workers keep ahead of their listeners, at least 1."""
-        rtf = self.rtf()
-        return max(1, math.floor(workers / max(rtf, 1e-6) * self.headroom))
+        return max(1, math.floor(self.budget(workers) / max(self.rtf(), 1e-6)))
+
+    def budget(self, workers: int) -> float:
+        """What `workers` workers promise listeners: worker-seconds per second, of which a stream of a
+        backend costs that backend's RTF."""
+        return workers * self.headroom

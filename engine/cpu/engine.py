@@ -300,12 +300,19 @@ class CpuEngine:
 
     def capacity(self) -> Capacity:
         """How many streams the workers keep ahead of their listeners now, from the measured real-time
-        factor (engine/cpu/capacity.py), and how many are open and not ended. Cheap, any thread."""
+        factor (engine/cpu/capacity.py), and how many are open and not ended; the worker-seconds per
+        second they promise (`budget`) and what a stream costs of it, by language (its default voice's)
+        and by voice: its voice's backend's RTF (Piper's and Kokoro's differ about tenfold). Cheap, any
+        thread."""
         active = sum(1 for s in list(self._streams) if not s._bridge.ended)
-        streams = self.meter.streams(self.workers)
+        streams, budget = self.meter.streams(self.workers), self.meter.budget(self.workers)
         if self._pool.strained():  # behind now: no newcomer until the streams it serves are ahead again
-            streams = min(streams, active)
-        return Capacity(streams, active, self._pool.busy_seconds(), self.workers, follows_listener=True)
+            streams, budget = min(streams, active), 0.0
+        cost = {backend: self._rtf(backend) for backend in {v.backend for v in self._voices.values()}}
+        return Capacity(streams, active, self._pool.busy_seconds(), self.workers, follows_listener=True,
+                        budget=budget,
+                        costs=tuple((lang, cost[self._voices[name].backend]) for lang, name in self._defaults.items()),
+                        voice_costs=tuple((name, cost[v.backend]) for name, v in self._voices.items()))
 
     def close(self) -> None:
         self._closed = True

@@ -224,7 +224,8 @@ class EngineServer:
         if probe is not None:
             with contextlib.suppress(Exception):  # advice only: a failing probe says "cannot tell"
                 if (c := probe()) is not None:
-                    capacity = (c.streams, c.active, c.busy_s, c.workers, c.follows_listener)
+                    capacity = (c.streams, c.active, c.busy_s, c.workers, c.follows_listener, c.budget, c.costs,
+                                c.voice_costs)
         if self.outbox.blocked:  # the gateway is not reading: a beat would only queue behind the rest
             return
         now = time.monotonic()

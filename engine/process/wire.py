@@ -23,6 +23,8 @@ HWM = 100_000  # zmq high-water mark, messages, both sockets: far above streams 
 BEAT_S = 0.1  # the child's heartbeat (capacity, telemetry) period
 MEMORY_EVERY_S = 1.0  # the engine's memory() is asked this often (sizes: they change at a load, not a cycle)
 
+Costs = tuple[tuple[str, float], ...]  # engine.types.Capacity's costs and voice_costs
+
 
 class _Msg(msgspec.Struct, tag_field="t", array_like=True, frozen=True):
     pass
@@ -132,7 +134,8 @@ class Telemetry(msgspec.Struct, frozen=True, omit_defaults=True):
 class Beat(_Msg, tag="beat"):
     """Alive, with the engine's capacity (None: it cannot tell), memory and telemetry, every `BEAT_S`."""
 
-    capacity: tuple[int, int, float | None, int, bool] | None  # streams, active, busy_s, workers, follows_listener
+    # engine.types.Capacity's fields: streams, active, busy_s, workers, follows_listener, budget, costs, voice_costs
+    capacity: tuple[int, int, float | None, int, bool, float | None, Costs, Costs] | None
     memory: Memory
     telemetry: Telemetry
 

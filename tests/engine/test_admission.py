@@ -454,3 +454,84 @@ def test_back_to_back_continuations_keep_the_weights(capacity: int) -> None:
     served = saturate(queue(clock), clock, {"a": 2.0, "b": 1.0}, {"a": 3.0, "b": 3.0}, capacity, seconds=600,
                       continue_in_s=1.0)
     assert served["a"] / served["b"] == pytest.approx(2.0, rel=0.05), served
+
+
+# -- costs: streams that cost the engine differently (the CPU voices' Kokoro and Piper) ----------------
+
+# Worker-seconds per audio second on two workers promising 0.8 of their time: a Mandarin (Kokoro) stream
+# fills most of it, an English (Piper) one a sliver.
+KOKORO, PIPER, BUDGET = 1.2, 0.1, 1.6
+
+
+def test_a_cheap_stream_starts_beside_a_costly_one_where_a_second_costly_one_waits() -> None:
+    q = queue(Clock())
+    mandarin = q.push("a", 1.0, BUDGET, cost=KOKORO)
+    english = q.push("b", 1.0, BUDGET, cost=PIPER)
+    assert mandarin.state == english.state == "admitted" and q.load == pytest.approx(KOKORO + PIPER)
+    another = q.push("c", 1.0, BUDGET, cost=KOKORO)  # 2.5 of 1.6: it waits ...
+    assert another.state == "waiting" and q.grant(BUDGET) == []
+    q.finish(english)
+    assert q.grant(BUDGET) == []  # ... until the costly one's cost is free, not any stream's
+    q.finish(mandarin)
+    assert q.grant(BUDGET) == [another] and q.load == pytest.approx(KOKORO)
+
+
+def test_the_next_in_fair_order_waits_for_its_room_and_a_cheaper_one_does_not_pass_it() -> None:
+    # Passing it would starve costly streams for as long as cheap ones keep coming.
+    q = queue(Clock())
+    held = q.push("a", 1.0, BUDGET, cost=KOKORO)
+    costly = q.push("b", 1.0, BUDGET, cost=KOKORO)
+    cheap = q.push("c", 1.0, BUDGET, cost=PIPER)  # it would fit, but came after
+    assert costly.state == cheap.state == "waiting" and q.grant(BUDGET) == []
+    q.finish(held)
+    assert q.grant(BUDGET) == [costly, cheap]
+
+
+def test_a_stream_costlier_than_the_whole_capacity_starts_alone() -> None:
+    # One stream always has room: an engine measured slower than real time still speaks, one at a time.
+    q = queue(Clock())
+    alone = q.push("a", 1.0, 0.5, cost=KOKORO)
+    after = q.push("a", 1.0, 0.5, cost=PIPER)
+    assert alone.state == "admitted" and after.state == "waiting"
+    q.finish(alone)
+    assert q.grant(0.5) == [after]
+    assert q.grant(0.0) == [] and q.push("b", 1.0, 0.0, cost=PIPER).state == "waiting"  # a strained engine
+
+
+def test_max_in_flight_bounds_the_count_whatever_the_streams_cost() -> None:
+    q = FairQueue(max_waiting_per_key=10, max_waiting=10, max_wait_s=60, clock=Clock(), max_in_flight=2)
+    streams = [q.push("a", 1.0, BUDGET, cost=0.01) for _ in range(3)]
+    assert [w.state for w in streams] == ["admitted", "admitted", "waiting"]
+    q.finish(streams[0])
+    assert q.grant(BUDGET) == [streams[2]]
+    with pytest.raises(ValueError):
+        FairQueue(max_waiting_per_key=1, max_waiting=1, max_wait_s=1, clock=Clock(), max_in_flight=0)
+    with pytest.raises(ValueError):
+        q.push("a", 1.0, BUDGET, cost=float("nan"))
+
+
+def test_a_share_is_a_share_of_the_cost() -> None:
+    # Counted in streams, a key holding one Mandarin stream is below a half share of two; it holds most of
+    # the engine, so the other key's stream goes first although it came later.
+    q = queue(Clock())
+    q.push("a", 1.0, BUDGET, cost=KOKORO)
+    blocker = q.push("b", 1.0, BUDGET, cost=KOKORO)
+    a_next = q.push("a", 1.0, BUDGET, cost=PIPER)
+    b_next = q.push("b", 1.0, BUDGET, cost=PIPER)
+    q.withdraw(blocker)
+    assert q.grant(BUDGET) == [b_next, a_next]
+
+
+def test_a_slot_handed_on_holds_the_cost_of_the_stream_that_holds_it() -> None:
+    q = queue(Clock())
+    heard = q.push("a", 1.0, BUDGET, cost=KOKORO)
+    other = q.push("b", 1.0, BUDGET, cost=KOKORO)
+    rider = q.push("a", 1.0, BUDGET, cost=PIPER)
+    assert q.admit_beside(heard, rider, BUDGET) and q.load == pytest.approx(KOKORO + PIPER)
+    q.finish(heard)  # the rider holds the slot now, at its own cost
+    assert q.load == pytest.approx(PIPER) and q.grant(BUDGET) == [other]
+    then = q.push("a", 1.0, BUDGET, cost=KOKORO)
+    assert q.hand_over(rider, then, BUDGET) and q.load == pytest.approx(2 * KOKORO)
+    for w in (other, then):
+        q.finish(w)
+    assert q.load == 0.0 and q.in_flight == 0

@@ -58,6 +58,28 @@ def gateway(piper_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 @pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A gateway on the CPU voices' Piper (English) and Kokoro (Mandarin), their costs held where a busy
+    2-core box has them: Kokoro 1.2 worker-seconds per audio second, Piper 0.1, and two workers promising
+    1.6. Counted as streams at the mixed cost (Kokoro's), that is one stream."""
+    pytest.importorskip("onnxruntime", reason="CPU voices need the cpu extra")
+    from engine import load_engine
+
+    engine = load_engine("cpu", workers=2)
+    limits = Limits(utterance_idle_timeout=20.0, utterance_idle_under_pressure=20.0)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(engine.meter, "_rtf", {"piper": 0.1, "kokoro": 1.2})
+            patch.setattr(engine.meter, "_share", {"piper": 0.0, "kokoro": 1.0})
+            patch.setattr(engine.meter, "record", lambda *a: None)  # keep the busy box's costs
+            assert engine.capacity().streams == 1
+            yield from serve(engine, limits, model="cpu", api_keys=str(keys_file(tmp_path_factory.mktemp("mixed"))),
+                             max_active_streams=8, max_queue_wait_s=30.0)  # fmt: skip
+    finally:
+        engine.close()
+
+
+@pytest.fixture(scope="module")
 def impatient(piper_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     directory = tmp_path_factory.mktemp("impatient")
     yield from gateway_with(piper_engine, directory, max_waiting_per_tenant=4, max_queue_wait_s=1.0)
@@ -189,6 +211,33 @@ async def test_a_sentence_sent_while_the_one_before_waits_starts_with_it(shared:
     # Admitted together: the second waited about as long as the first, not that plus the first's synthesis.
     assert t1["queue_wait_ms"] - t0["queue_wait_ms"] < t0["synthesis_ms"] / 2, (t0, t1)
     await speaker.close()
+
+
+async def test_an_english_reply_starts_beside_a_mandarin_one_where_a_second_mandarin_one_waits(mixed: str) -> None:
+    """Admission charges each stream what it costs: a Kokoro stream most of the engine, a Piper one a
+    sliver. Counted as streams at the mixed cost, the English reply waited out the whole Mandarin one it
+    fitted beside many times over (issue 14: the `cpu` model's en-support gap). A second Mandarin reply
+    does not fit and waits its turn; it speaks once the first lets go."""
+    zh = {"voice": "jf_gongitsune", "language": "zh"}
+    holder, ready = await open_session(mixed, KEYS["acme"], **zh)
+    assert ready["type"] == "session.ready", ready
+    await send(holder, "input.text", text="好的，我正在占用引擎。")
+    await until(holder, "audio.start")
+    english = await ask(mixed, "beta", "Sure, the English answer goes ahead.")
+    events, audio = await rest(english)
+    assert "audio.waiting" not in [e["type"] for e in events] and audio > 8000
+    assert first(events, "session.done")["timing"]["queue_wait_ms"] < 1000
+    mandarin, ready = await open_session(mixed, KEYS["gamma"], **zh)
+    assert ready["type"] == "session.ready", ready
+    await send(mandarin, "input.text", text="我也想说话。")
+    await send(mandarin, "input.done")
+    waiting = (await until(mandarin, "audio.waiting"))[-1]
+    assert waiting["reason"] == "queue", waiting
+    await let_go(holder)
+    events, audio = await rest(mandarin)
+    assert audio > 8000 and first(events, "session.done")["timing"]["queue_wait_ms"] > 0
+    for ws in (english, mandarin):
+        await ws.close()
 
 
 async def test_past_the_tenant_bound_an_utterance_is_refused_named_and_the_session_goes_on(gateway: str) -> None:
@@ -423,15 +472,20 @@ async def test_a_tenant_flooding_admission_sentence_by_sentence_is_bounded_too(s
 class Judged:
     """What admission reads of an engine: only its capacity() (a real engine's moves as it measures)."""
 
-    def __init__(self, streams: int, follows_listener: bool = True) -> None:
+    def __init__(self, streams: int, follows_listener: bool = True, budget: float | None = None,
+                 costs: dict[str, float] | None = None, voice_costs: dict[str, float] | None = None) -> None:
         self.streams = streams
         self.follows_listener = follows_listener
+        self.budget = budget
+        self.costs = costs or {}
+        self.voice_costs = voice_costs or {}
         self.fail = False
 
     def capacity(self) -> Capacity:
         if self.fail:
             raise RuntimeError("no measurement")
-        return Capacity(self.streams, 0, follows_listener=self.follows_listener)
+        return Capacity(self.streams, 0, follows_listener=self.follows_listener, budget=self.budget,
+                        costs=tuple(self.costs.items()), voice_costs=tuple(self.voice_costs.items()))
 
 
 async def test_capacity_growing_admits_waiters_without_any_release() -> None:
@@ -460,6 +514,35 @@ async def test_the_setting_caps_the_engine_and_stands_in_when_it_cannot_tell() -
     engine.fail = True
     assert admission.capacity() == 3  # advice that fails is not a stop
     assert Admission(object(), Settings(max_active_streams=5)).capacity() == 5  # type: ignore[arg-type]
+
+
+async def test_where_the_engine_tells_costs_a_stream_holds_its_languages_cost() -> None:
+    # The CPU voices: Kokoro (Mandarin) about ten times Piper (English). An English stream starts beside a
+    # Mandarin one that a second Mandarin one waits behind. A voice named costs its own where that is more
+    # (one that does not speak the language leaves it to the default); a language or voice the engine did
+    # not cost ("auto" among them) costs the costliest: it may be spoken with that voice.
+    engine = Judged(1, budget=1.6, costs={"en": 0.1, "zh": 1.2}, voice_costs={"joe": 0.1, "jf_alpha": 1.2})
+    admission = Admission(engine, Settings(max_active_streams=8))  # type: ignore[arg-type]
+    assert admission.capacity() == 1.6
+    assert admission.cost("en") == admission.cost("en", "default") == admission.cost("en", "joe") == 0.1
+    assert admission.cost("zh") == admission.cost("en", "jf_alpha") == admission.cost("zh", "joe") == 1.2
+    assert admission.cost("auto") == admission.cost("en", "nobody") == admission.cost("fr") == 1.2
+    mandarin = await admission.admit("a", 1.0, language="zh")
+    english = admission.try_admit("b", 1.0, language="en")
+    assert english is not None and admission.load == pytest.approx(1.3)
+    assert admission.try_admit("c", 1.0, language="zh") is None
+    waiting = asyncio.create_task(admission.admit("c", 1.0, language="zh"))
+    await asyncio.sleep(0.05)
+    english.release()
+    await asyncio.sleep(0.25)  # the timer looked again: 0.1 freed is not room for 1.2
+    assert not waiting.done()
+    mandarin.release()
+    (await asyncio.wait_for(waiting, 1.0)).release()
+    engine.costs = engine.voice_costs = {}  # costs untold: a stream fills the budget, one at a time
+    assert admission.cost("en") == 1.6
+    engine.budget = None  # an engine that counts streams: one each
+    assert admission.cost("zh") == 1.0 and admission.capacity() == 1
+    await admission.close()
 
 
 async def test_a_cancelled_wait_is_withdrawn_and_a_wait_past_its_bound_refused() -> None:

@@ -127,6 +127,8 @@ async def test_capacity_after_real_synthesis(piper: Any) -> None:
     cap = piper.capacity()
     assert cap.active == 0
     assert cap.streams == max(1, int(2 / piper.meter.rtf() * 0.8)) and 1 <= cap.streams < 1000
+    rtf = piper.meter.backend_rtf("piper")
+    assert cap.budget == pytest.approx(2 * 0.8) and cap.costs == (("en", rtf),) and cap.voice_costs == (("joe", rtf),)
     assert piper._pool.guard_s >= 0.5
 
 
@@ -147,6 +149,7 @@ async def test_capacity_admits_nobody_new_while_the_pool_is_behind(piper: Any) -
         threading.Event().wait(0.01)
     cap = piper.capacity()
     assert cap.active == 1 and cap.streams == 1 and piper.meter.streams(piper.workers) >= 1
+    assert cap.budget == 0.0  # what it costs: nothing new fits
     for g in gates:
         g.set()
     events, end = await collect(stream, 60)
@@ -155,6 +158,21 @@ async def test_capacity_admits_nobody_new_while_the_pool_is_behind(piper: Any) -
         b.result(timeout=5)
     cap = piper.capacity()
     assert cap.streams == piper.meter.streams(piper.workers) and cap.busy_s is not None and cap.busy_s > 0
+    assert cap.budget == pytest.approx(piper.meter.budget(piper.workers))
+
+
+def test_a_stream_costs_its_languages_voice_and_the_budget_is_the_promised_worker_time(cpu_engine: Any) -> None:
+    # Piper (English) and Kokoro (Mandarin) differ about tenfold: admission charges each stream its own.
+    cap = cpu_engine.capacity()
+    costs = dict(cap.costs)
+    assert set(costs) == {"en", "zh"}
+    assert costs["en"] == cpu_engine._rtf("piper") and costs["zh"] == cpu_engine._rtf("kokoro")
+    voices = dict(cap.voice_costs)
+    assert voices["joe"] == costs["en"] and voices["jf_alpha"] == costs["zh"]
+    assert len(voices) == len(cpu_engine.voices())
+    assert cap.budget == pytest.approx(cpu_engine.workers * cpu_engine.meter.headroom)
+    # A stream at the mixed cost fits `streams` times: the count an engine without costs would give.
+    assert cap.streams == max(1, int(cap.budget / cpu_engine.meter.rtf()))
 
 
 def test_the_job_time_follows_long_jobs_at_once_and_short_ones_slowly() -> None:

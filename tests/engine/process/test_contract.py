@@ -93,7 +93,8 @@ async def test_codec_tokens_come_as_codec_frames(tiny: Any) -> None:
         frame += ev.codes.shape[0]
 
 
-def test_the_child_declares_what_the_engine_declares(tiny_pair: dict[str, Any], piper_pair: dict[str, Any]) -> None:
+async def test_the_child_declares_what_the_engine_declares(tiny_pair: dict[str, Any],
+                                                           piper_pair: dict[str, Any]) -> None:
     for pair in (tiny_pair, piper_pair):
         inproc, child = pair["inproc"], pair["process"]
         assert child.voices() == inproc.voices()
@@ -102,7 +103,14 @@ def test_the_child_declares_what_the_engine_declares(tiny_pair: dict[str, Any], 
         assert child.supports_cloning == inproc.supports_cloning
         assert child.codec_info() == inproc.codec_info()
         assert isinstance(child, Engine) and child.state == "ready" and child.pid != os.getpid()
+        await eventually(lambda: child.memory()["rss_bytes"] is not None)  # the first beat after ready
         assert child.memory()["rss_bytes"] > 10 * 2**20
+    # What admission weighs a stream by crosses too: the CPU voices' cost per language and their budget.
+    inproc, child = piper_pair["inproc"], piper_pair["process"]
+    own, told = inproc.capacity(), child.capacity()
+    assert told is not None and told.follows_listener and told.budget == own.budget
+    assert [lang for lang, _ in told.costs] == ["en"] and [name for name, _ in told.voice_costs] == ["joe"]
+    assert all(isinstance(c, float) for _, c in told.costs + told.voice_costs)
 
 
 @pytest.mark.parametrize(("voice", "language", "options", "code"), [
