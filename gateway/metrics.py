@@ -118,6 +118,10 @@ class _Families:
         self.state = g("voxgate_model_state", "1 for the model's current state", ["model", "state"])
         self.waiting = g("voxgate_admission_waiting", "streams waiting for the model's engine")
         self.admitted = g("voxgate_admission_admitted", "streams admitted and not ended")
+        self.load = g("voxgate_admission_load", "the cost of the streams admitted: streams, or worker-seconds "
+                      "per second where the engine tells costs (voxgate_engine_capacity_budget)")  # fmt: skip
+        self.budget = g("voxgate_engine_capacity_budget",
+                        "the cost of the streams the engine keeps ahead at once, where its streams differ in cost")
         self.capacity = g("voxgate_engine_capacity_streams",
                           "streams the engine says it can keep ahead of their listeners now")  # fmt: skip
         self.active = g("voxgate_engine_active_streams", "streams the engine serves now")
@@ -140,10 +144,13 @@ class _Families:
             return
         self.waiting.add_metric([name], handle.admission.waiting)
         self.admitted.add_metric([name], handle.admission.admitted)
+        self.load.add_metric([name], handle.admission.load)
         if capacity is not None:
             self.capacity.add_metric([name], capacity.streams)
             self.active.add_metric([name], capacity.active)
             self.workers.add_metric([name], capacity.workers)
+            if capacity.budget is not None:
+                self.budget.add_metric([name], capacity.budget)
             if capacity.busy_s is not None:
                 self.busy.add_metric([name], capacity.busy_s)
         engine = handle.engine
@@ -156,7 +163,8 @@ class _Families:
 
     def all(self) -> Iterator[Metric]:
         yield self.state
-        yield from (self.waiting, self.admitted, self.capacity, self.active, self.workers, self.busy, self.restarts)
+        yield from (self.waiting, self.admitted, self.load, self.capacity, self.budget, self.active, self.workers,
+                    self.busy, self.restarts)
         yield from self.telemetry.values()
 
 

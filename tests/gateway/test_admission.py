@@ -679,5 +679,6 @@ def test_metrics_show_admission_and_the_engines_load(gateway: str) -> None:
     with urllib.request.urlopen(f"http://{gateway}/metrics", timeout=10) as r:
         text = r.read().decode()
     for name in ("voxgate_admission_waiting", "voxgate_admission_admitted", "voxgate_engine_capacity_streams",
-                 "voxgate_engine_active_streams", "voxgate_engine_workers", "voxgate_engine_busy_seconds_total"):
+                 "voxgate_engine_active_streams", "voxgate_engine_workers", "voxgate_engine_busy_seconds_total",
+                 "voxgate_admission_load", "voxgate_engine_capacity_budget"):
         assert re.search(rf"^{name}[ {{]", text, re.M), name  # labelled by model
