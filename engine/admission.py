@@ -40,7 +40,10 @@ The rules (tts-pool's design):
   that cost. The CPU voices' Kokoro costs about ten Piper streams: counted as streams at their mixed
   real-time factor, an English sentence waited out a whole Mandarin stream beside which it fitted many
   times over (issue 14). The next in fair order waits for its room: a cheaper one behind it does not
-  pass it, or costly streams would starve. `max_in_flight` bounds the count beside the cost;
+  pass it, or costly streams would starve. A waiter's `kind` says what it is (the gateway: its
+  language and voice), and `recost` re-reads every waiter's cost by it, those in flight too: a cost is
+  measured and moves (a busier box slows every voice), and a stream held at what it cost when it was
+  admitted would let newcomers in on top of it. `max_in_flight` bounds the count beside the cost;
 - bounds: waiters per key, waiters in all (the model), and a maximum wait past which a waiter is
   refused (bound "wait") rather than started late.
 """
@@ -92,6 +95,7 @@ class Waiter:
     charged_s: float = 0.0  # audio seconds its key's service counts for it (≥ served_s while admitted)
     continue_by: float | None = None  # a continuation: when its listener runs out of audio (clock time)
     cost: float = 1.0  # what it holds of the capacity while admitted (the module doc, costs)
+    kind: object = None  # what its cost is re-read by (`recost`)
     # Admitted beside another stream of its listener (`admit_beside`): it rides that one's slot, until
     # that one ends and it holds the slot itself. `rider` is the reverse link.
     rides: Waiter | None = field(default=None, repr=False)
@@ -144,6 +148,7 @@ class FairQueue:
         self._waiting = 0
         self._in_flight = 0
         self._load = 0.0  # the cost in flight
+        self._admitted: dict[Waiter, None] = {}  # in flight, in order of admission (bounded by the capacity)
         self._cost = 1.0  # a running mean of admitted streams' costs (how many a capacity holds)
         self._hold_s = DEFAULT_HOLD_S
         self._stream_s = DEFAULT_STREAM_S  # every key's streams: a newcomer's first estimate
@@ -191,15 +196,14 @@ class FairQueue:
     # -- transitions ------------------------------------------------------------------------------
 
     def push(self, key: str, weight: float, capacity: float, *, continue_by: float | None = None,
-             cost: float = 1.0) -> Waiter:
+             cost: float = 1.0, kind: object = None) -> Waiter:
         """A stream for `key` asks to start: admitted at once while there is room and nobody waits,
         else queued; raises Refused("tenant" | "model") when it would wait past a bound. `continue_by`:
         it continues a listener already hearing speech, whose audio runs out then (the module doc);
-        `cost`: what it holds of `capacity` (the module doc, costs)."""
+        `cost`: what it holds of `capacity`, and `kind` what `recost` re-reads it by (the module doc)."""
         if not weight > 0:
             raise ValueError("a weight must be > 0")
-        if not (cost >= 0 and math.isfinite(cost)):
-            raise ValueError("a cost must be finite and ≥ 0")
+        _check_cost(cost)
         k = self._keys.get(key)
         room = self.fits(cost, capacity) and not self._waiting
         if not room and k is not None and len(k.waiting) >= self.max_waiting_per_key:
@@ -212,12 +216,26 @@ class FairQueue:
             k = self._keys[key] = _Key(weight, max(floor, self._idle.pop(key, floor)), self._stream_s)
         k.weight = weight  # the configuration's latest word
         now = self._clock()
-        waiter = Waiter(key, now, next(self._seq), continue_by=continue_by, cost=cost)
+        waiter = Waiter(key, now, next(self._seq), continue_by=continue_by, cost=cost, kind=kind)
         k.waiting.append(waiter)
         self._waiting += 1
         if room:
             self._start(capacity, now)  # it alone waits: it starts, having waited 0 s
         return waiter
+
+    def recost(self, cost_of: Callable[[object], float]) -> None:
+        """Every waiter's cost as it is now, by its `kind`: waiting, and in flight (a key's share and the
+        load follow). Bounded by the waiters and the streams in flight."""
+        self._load = 0.0
+        for k in self._keys.values():
+            k.held = 0.0
+            for w in k.waiting:
+                w.cost = _check_cost(cost_of(w.kind))
+        for w in self._admitted:
+            w.cost = _check_cost(cost_of(w.kind))
+            self._load += w.cost
+            if w.rides is None:  # a rider's cost is its slot's only once it holds the slot
+                self._keys[w.key].held += w.cost
 
     def grant(self, capacity: float) -> list[Waiter]:
         """Start waiters while they fit the capacity, in fair order; returns them."""
@@ -245,6 +263,7 @@ class FairQueue:
         k.in_flight += 1
         self._in_flight += 1
         self._load += waiter.cost
+        self._admitted[waiter] = None
         self._cost += SMOOTHING * (waiter.cost - self._cost)
         waiter.state, waiter.started_at = "admitted", now
         waiter.charged_s = k.mean_s
@@ -362,6 +381,7 @@ class FairQueue:
         k.in_flight -= 1
         self._in_flight -= 1
         self._load = max(0.0, self._load - waiter.cost) if self._in_flight else 0.0  # no float dust left
+        del self._admitted[waiter]
         if waiter.rides is not None:  # ended before the stream whose slot it rode
             waiter.rides.rider = None
         else:
@@ -388,6 +408,12 @@ class FairQueue:
                 self._idle.popitem(last=False)
             if not self._keys:
                 self._floor = k.service  # the last active key's service: the minimum until one comes
+
+
+def _check_cost(cost: float) -> float:
+    if not (cost >= 0 and math.isfinite(cost)):
+        raise ValueError(f"a cost must be finite and ≥ 0, not {cost!r}")
+    return cost
 
 
 def _due(k: _Key, horizon: float) -> Waiter | None:

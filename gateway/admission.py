@@ -8,6 +8,7 @@ or raises `QueueFull` naming the bound that refused it. The ticket is released w
 
 A stream holds what it costs the engine (`Capacity.costs`, by its language and voice) of the capacity
 where the engine measures one (`Capacity.budget`: the CPU voices), and one of `streams` elsewhere.
+Costs are measured and move, so every look re-reads them for every stream, admitted ones too (`_look`).
 
 Room is looked for again when a ticket is released and on a short timer while anyone waits (capacity
 moves as the engine measures its cost, and waits past `max_queue_wait_s` are refused on that timer).
@@ -26,7 +27,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from engine import AudioChunk, Capacity, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamEvent
 from engine.admission import Bound, FairQueue, Refused, Waiter
@@ -43,6 +44,9 @@ RECHECK_S = 0.1  # while anyone waits: how often capacity is read again and over
 # It also names the listener: streams whose `runs_dry` are equal (one player's bound method) continue
 # the same one: the next starts beside the one heard (`FairQueue.admit_beside`) and takes its slot.
 RunsDry = Callable[[], float | None]
+
+# What a stream speaks, (language, voice), None where unsaid: what its cost is read by (`FairQueue`'s kind).
+Speaks = tuple[str | None, str | None]
 
 _BOUNDS = {
     "tenant": "too many streams of this tenant are waiting for the engine",
@@ -156,6 +160,14 @@ class Admission:
                 self._probe_failed = True
             return None
 
+    def _look(self) -> tuple[Capacity | None, float]:
+        """The engine's word now and the capacity it gives, with every waiting and admitted stream's
+        cost re-read from it (bounded by those streams): a stream held at what it cost when admitted
+        would let newcomers in on top of it once the box got busier."""
+        measured = self._measured()
+        self._queue.recost(lambda kind: self._cost(measured, *cast(Speaks, kind)))
+        return measured, self._slots(measured)
+
     def _slots(self, measured: Capacity | None) -> float:
         """`measured` capped by the setting; the setting alone for an engine that cannot tell."""
         if measured is None:
@@ -196,12 +208,13 @@ class Admission:
         """A ticket at once when there is room and nobody waits who goes first; None otherwise (then
         `admit` decides). `runs_dry` names the listener its stream speaks to (the slot passes on);
         `language` and `voice` what it speaks (its cost)."""
-        measured = self._measured()
-        capacity, cost = self._slots(measured), self._cost(measured, language, voice)
+        measured, capacity = self._look()
+        cost = self._cost(measured, language, voice)
         if self._queue.waiting or not self._queue.fits(cost, capacity):
             return None
         self._loop = asyncio.get_running_loop()
-        waiter = self._queue.push(tenant, weight, capacity, cost=cost)  # admitted by push: there is room
+        # admitted by push: there is room
+        waiter = self._queue.push(tenant, weight, capacity, cost=cost, kind=(language, voice))
         if runs_dry is not None:
             self._holders[waiter] = runs_dry
         return Ticket(self, waiter)
@@ -218,9 +231,9 @@ class Admission:
         self._loop = asyncio.get_running_loop()
         try:
             continue_by = self._continue_by(runs_dry, self._offset())
-            measured = self._measured()
-            waiter = self._queue.push(tenant, weight, self._slots(measured), continue_by=continue_by,
-                                      cost=self._cost(measured, language, voice))
+            measured, capacity = self._look()
+            waiter = self._queue.push(tenant, weight, capacity, continue_by=continue_by,
+                                      cost=self._cost(measured, language, voice), kind=(language, voice))
         except Refused as e:
             raise QueueFull(e.bound, e.retry_after_s) from None
         if waiter.state != "waiting":
@@ -267,7 +280,7 @@ class Admission:
         successor = None
         if listener is not None and listener not in self._holders.values():
             successor = self._next_of(listener)
-        if successor is not None and self._queue.hand_over(waiter, successor, self.capacity()):
+        if successor is not None and self._queue.hand_over(waiter, successor, self._look()[1]):
             self._started(successor)
         else:
             self._queue.withdraw(waiter)
@@ -311,7 +324,7 @@ class Admission:
             offset = self._offset()
             for waiter, runs_dry in self._listeners.items():
                 self._queue.relisten(waiter, self._continue_by(runs_dry, offset))
-        for waiter in self._queue.grant(self.capacity()):
+        for waiter in self._queue.grant(self._look()[1]):
             self._started(waiter)
 
     def _expire(self) -> None:

@@ -535,3 +535,21 @@ def test_a_slot_handed_on_holds_the_cost_of_the_stream_that_holds_it() -> None:
     for w in (other, then):
         q.finish(w)
     assert q.load == 0.0 and q.in_flight == 0
+
+
+def test_costs_are_reread_for_the_streams_in_flight_too() -> None:
+    # A cost is measured and moves: held at what it cost when admitted, a Mandarin stream whose voice got
+    # slower on a busier box would let an English one in on top of it that no longer fits.
+    q = queue(Clock())
+    cost = {"zh": KOKORO, "en": PIPER}
+    mandarin = q.push("a", 1.0, BUDGET, cost=cost["zh"], kind="zh")
+    waiting = q.push("b", 1.0, BUDGET, cost=cost["zh"], kind="zh")
+    cost["zh"] = 1.55  # the box got busier
+    q.recost(cost.__getitem__)
+    assert mandarin.cost == waiting.cost == 1.55 and q.load == pytest.approx(1.55)
+    assert not q.fits(cost["en"], BUDGET)
+    cost["zh"] = KOKORO
+    q.recost(cost.__getitem__)
+    assert q.fits(cost["en"], BUDGET) and q.load == pytest.approx(KOKORO)
+    with pytest.raises(ValueError):
+        q.recost(lambda kind: -1.0)

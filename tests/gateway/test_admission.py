@@ -536,6 +536,9 @@ async def test_where_the_engine_tells_costs_a_stream_holds_its_languages_cost() 
     english.release()
     await asyncio.sleep(0.25)  # the timer looked again: 0.1 freed is not room for 1.2
     assert not waiting.done()
+    engine.costs["zh"] = engine.voice_costs["jf_alpha"] = 1.55  # the box got busier: Mandarin costs more
+    assert admission.try_admit("b", 1.0, language="en") is None  # (c waits: it goes first)
+    assert admission.load == pytest.approx(1.55)  # that look held the admitted one at its cost now
     mandarin.release()
     (await asyncio.wait_for(waiting, 1.0)).release()
     engine.costs = engine.voice_costs = {}  # costs untold: a stream fills the budget, one at a time

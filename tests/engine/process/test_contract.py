@@ -103,7 +103,7 @@ async def test_the_child_declares_what_the_engine_declares(tiny_pair: dict[str, 
         assert child.supports_cloning == inproc.supports_cloning
         assert child.codec_info() == inproc.codec_info()
         assert isinstance(child, Engine) and child.state == "ready" and child.pid != os.getpid()
-        await eventually(lambda: child.memory()["rss_bytes"] is not None)  # the first beat after ready
+        await eventually(lambda c=child: c.memory()["rss_bytes"] is not None)  # the first beat after ready
         assert child.memory()["rss_bytes"] > 10 * 2**20
     # What admission weighs a stream by crosses too: the CPU voices' cost per language and their budget.
     inproc, child = piper_pair["inproc"], piper_pair["process"]
