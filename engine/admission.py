@@ -112,10 +112,18 @@ class _Key:
     service: float  # audio seconds served / weight
     mean_s: float  # the audio seconds a stream of this key is expected to be served
     waiting: deque[Waiter] = field(default_factory=deque)
-    in_flight: int = 0
-    # The cost of its admitted streams, less those riding another of their listener: a listener's two
-    # streams hold one slot, the one it hears (the rider's cost is the slot's once it holds it).
-    held: float = 0.0
+    admitted: dict[Waiter, None] = field(default_factory=dict)  # in flight, in order (bounded by the capacity)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.admitted)
+
+    @property
+    def held(self) -> float:
+        """The cost of its admitted streams, less those riding another of their listener: a listener's
+        two streams hold one slot, the one it hears (a rider's cost is the slot's once it holds it).
+        Summed when asked, so a cost re-read (`recost`) or a slot passed on needs no bookkeeping."""
+        return sum(w.cost for w in self.admitted if w.rides is None)
 
 
 class FairQueue:
@@ -147,8 +155,6 @@ class FairQueue:
         self._seq = itertools.count()
         self._waiting = 0
         self._in_flight = 0
-        self._load = 0.0  # the cost in flight
-        self._admitted: dict[Waiter, None] = {}  # in flight, in order of admission (bounded by the capacity)
         self._cost = 1.0  # a running mean of admitted streams' costs (how many a capacity holds)
         self._hold_s = DEFAULT_HOLD_S
         self._stream_s = DEFAULT_STREAM_S  # every key's streams: a newcomer's first estimate
@@ -165,8 +171,8 @@ class FairQueue:
 
     @property
     def load(self) -> float:
-        """The cost of the streams in flight, in the capacity's units."""
-        return self._load
+        """The cost of the streams in flight, in the capacity's units (summed: bounded by the streams)."""
+        return sum(w.cost for k in self._keys.values() for w in k.admitted)
 
     def fits(self, cost: float, capacity: float) -> bool:
         """Whether a stream of `cost` has room now: it fits the capacity beside the cost in flight, or
@@ -175,7 +181,7 @@ class FairQueue:
             return True
         if self.max_in_flight is not None and self._in_flight >= self.max_in_flight:
             return False
-        return self._load + cost <= capacity + EPS
+        return self.load + cost <= capacity + EPS
 
     def service(self, key: str) -> float | None:
         """The key's weighted service, while it is active (None: idle)."""
@@ -226,16 +232,9 @@ class FairQueue:
     def recost(self, cost_of: Callable[[object], float]) -> None:
         """Every waiter's cost as it is now, by its `kind`: waiting, and in flight (a key's share and the
         load follow). Bounded by the waiters and the streams in flight."""
-        self._load = 0.0
         for k in self._keys.values():
-            k.held = 0.0
-            for w in k.waiting:
+            for w in itertools.chain(k.waiting, k.admitted):
                 w.cost = _check_cost(cost_of(w.kind))
-        for w in self._admitted:
-            w.cost = _check_cost(cost_of(w.kind))
-            self._load += w.cost
-            if w.rides is None:  # a rider's cost is its slot's only once it holds the slot
-                self._keys[w.key].held += w.cost
 
     def grant(self, capacity: float) -> list[Waiter]:
         """Start waiters while they fit the capacity, in fair order; returns them."""
@@ -253,17 +252,14 @@ class FairQueue:
             else:  # its listener is about to run dry: before the rest of its key's line
                 k.waiting.remove(waiter)  # bounded by the per-key bound
             self._admit(k, waiter, now)
-            k.held += waiter.cost
             started.append(waiter)
         return started
 
     def _admit(self, k: _Key, waiter: Waiter, now: float) -> None:
-        """`waiter`, out of its key's line, is in flight (the caller says whose slot it holds)."""
+        """`waiter`, out of its key's line, takes a slot."""
         self._waiting -= 1
-        k.in_flight += 1
+        k.admitted[waiter] = None
         self._in_flight += 1
-        self._load += waiter.cost
-        self._admitted[waiter] = None
         self._cost += SMOOTHING * (waiter.cost - self._cost)
         waiter.state, waiter.started_at = "admitted", now
         waiter.charged_s = k.mean_s
@@ -291,10 +287,6 @@ class FairQueue:
         k = self._keys[waiter.key]
         k.waiting.remove(successor)  # bounded by the per-key bound
         self._admit(k, successor, self._clock())  # before the finish, which would forget an idle key
-        if waiter.rides is None and waiter.rider is None:
-            successor.rides, waiter.rider = waiter, successor  # the finish passes the slot on
-        else:  # its slot is another's (or passes to its rider): the successor holds one of its own
-            k.held += successor.cost
         self.finish(waiter)
         return True
 
@@ -378,19 +370,12 @@ class FairQueue:
             return
         waiter.state = "finished"
         k = self._keys[waiter.key]
-        k.in_flight -= 1
+        del k.admitted[waiter]
         self._in_flight -= 1
-        self._load = max(0.0, self._load - waiter.cost) if self._in_flight else 0.0  # no float dust left
-        del self._admitted[waiter]
         if waiter.rides is not None:  # ended before the stream whose slot it rode
             waiter.rides.rider = None
-        else:
-            k.held -= waiter.cost
-            if waiter.rider is not None:  # its rider holds the slot now
-                waiter.rider.rides = None
-                k.held += waiter.rider.cost
-        if not k.in_flight:
-            k.held = 0.0
+        elif waiter.rider is not None:  # its rider holds the slot now
+            waiter.rider.rides = None
         waiter.rides = waiter.rider = None
         k.service -= (waiter.charged_s - waiter.served_s) / k.weight  # shorter than expected: refunded
         k.mean_s += SMOOTHING * (waiter.served_s - k.mean_s)

@@ -47,6 +47,27 @@ RunsDry = Callable[[], float | None]
 
 # What a stream speaks, (language, voice), None where unsaid: what its cost is read by (`FairQueue`'s kind).
 Speaks = tuple[str | None, str | None]
+Price = Callable[[str | None, str | None], float]  # (language, voice) → what such a stream costs
+
+
+def _price(measured: Capacity | None) -> Price:
+    """What a stream costs by the engine's word `measured` (its tables read once, for every stream of a
+    look). One stream where the engine counts streams. Else its language's cost (that language's
+    default voice's), or its voice's where that costs more (a voice that does not speak the language
+    leaves it to the default). A language or voice the engine does not cost ("auto" among them): the
+    costliest, as the engine may speak it with its costliest voice (never admitted for less)."""
+    if measured is None or measured.budget is None:
+        return lambda language, voice: 1.0
+    by_language, by_voice = dict(measured.costs), dict(measured.voice_costs)
+    costliest = max((*by_language.values(), *by_voice.values()), default=measured.budget)  # none told: all
+
+    def price(language: str | None, voice: str | None) -> float:
+        default = voice in (None, "default", "auto")  # StreamRequest.voice: the language's default
+        if language not in by_language or not (default or voice in by_voice):
+            return costliest
+        return by_language[language] if default else max(by_language[language], by_voice[cast(str, voice)])
+
+    return price
 
 _BOUNDS = {
     "tenant": "too many streams of this tenant are waiting for the engine",
@@ -148,7 +169,7 @@ class Admission:
     def cost(self, language: str | None = None, voice: str | None = None) -> float:
         """What a stream in `language` (`voice`: named by its session, None: the language's default)
         would hold of the capacity now."""
-        return self._cost(self._measured(), language, voice)
+        return _price(self._measured())(language, voice)
 
     def _measured(self) -> Capacity | None:
         """The engine's word on its capacity; None when it cannot tell or its probe fails (logged once)."""
@@ -160,13 +181,14 @@ class Admission:
                 self._probe_failed = True
             return None
 
-    def _look(self) -> tuple[Capacity | None, float]:
-        """The engine's word now and the capacity it gives, with every waiting and admitted stream's
-        cost re-read from it (bounded by those streams): a stream held at what it cost when admitted
-        would let newcomers in on top of it once the box got busier."""
+    def _look(self) -> tuple[Price, float]:
+        """What a stream costs now and the capacity, by the engine's word now, with every waiting and
+        admitted stream's cost re-read from it (bounded by those streams): a stream held at what it
+        cost when admitted would let newcomers in on top of it once the box got busier."""
         measured = self._measured()
-        self._queue.recost(lambda kind: self._cost(measured, *cast(Speaks, kind)))
-        return measured, self._slots(measured)
+        price = _price(measured)
+        self._queue.recost(lambda kind: price(*cast(Speaks, kind)))
+        return price, self._slots(measured)
 
     def _slots(self, measured: Capacity | None) -> float:
         """`measured` capped by the setting; the setting alone for an engine that cannot tell."""
@@ -175,20 +197,6 @@ class Admission:
         if measured.budget is not None:
             return max(0.0, measured.budget)  # one stream always has room (FairQueue.fits): never a deadlock
         return max(1, min(self._ceiling, measured.streams))
-
-    @staticmethod
-    def _cost(measured: Capacity | None, language: str | None, voice: str | None) -> float:
-        """One stream where the engine counts streams. Else its language's cost (that language's default
-        voice's), or its voice's where that costs more (a voice that does not speak the language leaves
-        it to the default). A language or voice the engine does not cost ("auto" among them): the
-        costliest, as the engine may speak it with its costliest voice (never admitted for less)."""
-        if measured is None or measured.budget is None:
-            return 1.0
-        by_language, by_voice = dict(measured.costs), dict(measured.voice_costs)
-        default = voice in (None, "default", "auto")  # StreamRequest.voice: the language's default
-        if language not in by_language or not (default or voice in by_voice):
-            return max((*by_language.values(), *by_voice.values()), default=measured.budget)  # none told: all
-        return by_language[language] if default else max(by_language[language], by_voice[voice])
 
     def ahead(self, waiter: Waiter) -> int:
         return self._queue.ahead(waiter)
@@ -208,8 +216,8 @@ class Admission:
         """A ticket at once when there is room and nobody waits who goes first; None otherwise (then
         `admit` decides). `runs_dry` names the listener its stream speaks to (the slot passes on);
         `language` and `voice` what it speaks (its cost)."""
-        measured, capacity = self._look()
-        cost = self._cost(measured, language, voice)
+        price, capacity = self._look()
+        cost = price(language, voice)
         if self._queue.waiting or not self._queue.fits(cost, capacity):
             return None
         self._loop = asyncio.get_running_loop()
@@ -231,9 +239,9 @@ class Admission:
         self._loop = asyncio.get_running_loop()
         try:
             continue_by = self._continue_by(runs_dry, self._offset())
-            measured, capacity = self._look()
+            price, capacity = self._look()
             waiter = self._queue.push(tenant, weight, capacity, continue_by=continue_by,
-                                      cost=self._cost(measured, language, voice), kind=(language, voice))
+                                      cost=price(language, voice), kind=(language, voice))
         except Refused as e:
             raise QueueFull(e.bound, e.retry_after_s) from None
         if waiter.state != "waiting":
