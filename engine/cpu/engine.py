@@ -7,7 +7,8 @@ streams and sized to the cores: a stream's first piece before all others, then e
 first (the deadline: when that stream's listener would run out of audio; engine/cpu/pool.py). A job
 is never preempted, so the bound on a piece is what bounds a new stream's wait for a worker, however
 long the segments of others. Several pieces of one stream may synthesise at once, at most `workers`
-including the one being delivered. A small driver thread per stream cuts its segments, submits their
+including the one being delivered (a new listener's first piece alone where the cores are
+oversubscribed: `first_runs_alone`). A small driver thread per stream cuts its segments, submits their
 pieces and hands their audio, strictly in order, to the stream's `EventBridge`; only that driver ever
 blocks on a slow consumer, never a pool worker, and while it blocks its stream synthesises nothing
 past the look-ahead. Espeak runs on its own thread (engine/cpu/espeak.py).
@@ -154,6 +155,12 @@ class CpuEngine:
             self._defaults.setdefault("en", KOKORO_DEFAULT)
         self.workers = workers or os.cpu_count() or 1
         self.threads = threads
+        #: a new listener's first piece runs with no other piece of its stream beside it where the runs'
+        #: threads outnumber the cores (settable). Measured on 2 cores (2 workers × 2 threads, load
+        #: average 9; bench/results/zh_first_audio_cut.md): a Kokoro first piece ran 4.6-5.1 s alone and
+        #: 11-14 s with its own second piece started 50 ms after it. That piece now starts once the first
+        #: is done, and `_hold_first` keeps the first audio until it is due: no gap either way.
+        self.first_runs_alone = self.workers * threads > (os.cpu_count() or 1)
         self._pool = UrgencyPool(self.workers, "cpu-voice")
         #: measured cost of synthesis (real-time factor per backend): what `capacity()` is judged from
         self.meter = RtfMeter()
@@ -464,6 +471,8 @@ class CpuStream:
         self._inbox_chars = 0
         self._cutter: Iterator[_Piece] | None = None  # the segment being cut (the driver's only)
         self._jobs: deque[_PieceJob] = deque()  # submitted, undelivered, in order; the first is delivering
+        self._alone: _PieceJob | None = None  # a new listener's first piece, running alone (`_room`)
+        self._held_s: float | None = None  # the first audio's length while `_hold_first` keeps it
         self._finished = False
         self._first_put_at: float | None = None  # when the listener could start playing
         # A continuation: when its listener runs out of the audio before this stream's (time.monotonic).
@@ -526,7 +535,7 @@ class CpuStream:
         Runs on the driver thread: cutting is linear in the text but never on the event loop."""
         while True:
             with self._cond:
-                if self._cancelled.is_set() or len(self._jobs) >= self._engine.workers or self._behind():
+                if self._cancelled.is_set() or not self._room() or self._behind():
                     return
                 if self._cutter is None:
                     if not self._inbox:
@@ -538,11 +547,19 @@ class CpuStream:
                     self._cutter = self._engine._pieces(self._voice, self._language, index, text)
                 cutter = self._cutter
             piece = next(cutter, None)
-            if piece is None:
+            if piece is not None:
+                piece = self._ramped(piece)
+                self._submit(piece)
+            if piece is None or piece.last:  # the segment is all cut (seen now, not at the next look)
                 with self._cond:
                     self._cutter = None
-            else:
-                self._submit(self._ramped(piece))
+
+    def _room(self) -> bool:
+        """Under `_cond`: whether another piece may be submitted: at most `workers` are in flight, and
+        none beside a new listener's first piece while it runs (`CpuEngine.first_runs_alone`)."""
+        if self._alone is not None and not self._alone.done:
+            return False
+        return len(self._jobs) < self._engine.workers
 
     def _behind(self) -> bool:
         """Under `_cond`: whether the stream before it (`_after`) still has text not cut into pieces; so
@@ -569,7 +586,7 @@ class CpuStream:
     def _heard_until(self) -> float | None:
         """Under `_cond`: when its listener will have heard all of it that is known (the audio delivered and
         the pieces submitted); None when that listener hears nothing of it, or before it."""
-        if self._first_put_at is None and not self._jobs and self._continues_at is None and self._after is None:
+        if self._awaits_first_audio():
             return None
         return self._next_runs_out()
 
@@ -610,6 +627,8 @@ class CpuStream:
                 return
             deadline = self._deadline(self._jobs, piece)
             first_audio = self._awaits_first_audio()  # what its listener waits for
+            if first_audio and self._engine.first_runs_alone:
+                self._alone = job
             self._jobs.append(job)
         try:
             job.future = self._engine._pool.submit(deadline, partial(self._run_job, job), owner=self,
@@ -662,13 +681,16 @@ class CpuStream:
             if until is not None:
                 before = until if before is None else max(before, until)
         if self._first_put_at is None:
-            return time.monotonic() if before is None else before
+            if self._held_s is None:
+                return time.monotonic() if before is None else before
+            return max(time.monotonic(), before or 0.0) + self._held_s  # played from its release: now, soonest
         return max(self._first_put_at, before or 0.0) + self._frames_put / self.sample_rate
 
     def _awaits_first_audio(self) -> bool:
         """Under `_cond`: nothing is out or submitted yet and the listener hears nothing (no continuation,
-        no stream before it)."""
-        return self._first_put_at is None and not self._jobs and self._continues_at is None and self._after is None
+        no stream before it) and no first audio is held (`_hold_first`)."""
+        return (self._first_put_at is None and self._held_s is None and not self._jobs
+                and self._continues_at is None and self._after is None)
 
     def _run_job(self, job: _PieceJob) -> None:
         with self._cond:
@@ -706,7 +728,7 @@ class CpuStream:
             return True
         if self._jobs and (self._jobs[0].audio or self._jobs[0].done):
             return True
-        if len(self._jobs) < self._engine.workers and (self._inbox or self._cutter is not None) and not self._behind():
+        if self._room() and (self._inbox or self._cutter is not None) and not self._behind():
             return True
         return self._finished and not self._jobs and not self._inbox and self._cutter is None
 
@@ -759,7 +781,6 @@ class CpuStream:
                     continue
                 seg = head.piece.segment
                 if audio and done and self._first_put_at is None:
-                    self._fill()  # the look-ahead runs on while the first audio waits
                     self._hold_first(audio)
                     if self._cancelled.is_set():
                         return
@@ -795,6 +816,7 @@ class CpuStream:
                 self._inbox_chars = 0
                 self._cutter = None
                 self._after = None
+                self._alone = None
             self._engine._ended(self)
 
     def _hold_first(self, audio: list[tuple[np.ndarray, int, Any]]) -> None:
@@ -804,6 +826,9 @@ class CpuStream:
         speak (Kokoro at RTF 0.8-0.9 on a busy 2-core box) a short first piece was a gap a second later;
         now it is a later start (for a continuation, a pause between its utterances, not inside one)."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
+        with self._cond:
+            self._held_s = have  # the pieces after it are cut and due by this audio's end
+        self._fill()  # the look-ahead runs on while the first audio waits
         until = time.monotonic() + FIRST_HOLD_S
         with self._cond:
             while not self._cancelled.is_set():
@@ -813,9 +838,10 @@ class CpuStream:
                 now = time.monotonic()
                 started = following.started_at if following.started_at is not None else now
                 ready = started + self._run_s(following.piece)
-                # It plays from now, or a continuation's from the end of the audio before it (`_runs_out`):
-                # one whose listener has seconds of that left never waits; one about to run dry waits.
-                late = ready - (max(now, self._runs_out()) + have)
+                # It plays from now, or a continuation's from the end of the audio before it: its listener
+                # runs out at `_runs_out` (that, plus `have`). One whose listener has seconds of the audio
+                # before left never waits; one about to run dry waits.
+                late = ready - self._runs_out()
                 if late <= HOLD_MARGIN_S or now >= until:
                     return
                 self._cond.wait(min(late, until - now))

@@ -411,3 +411,43 @@ async def test_a_stream_opened_behind_another_of_its_listener_is_made_to_be_hear
     late = piper2.open_stream("joe", "en", listener="L")  # opened after the others ended: nothing to follow
     assert late._after is None
     late.cancel()
+
+
+@pytest.mark.parametrize("alone", [True, False])
+async def test_a_new_listeners_first_piece_runs_alone_where_the_cores_are_oversubscribed(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch, alone: bool) -> None:
+    # On 2 cores, 2 workers × 2 threads: the stream's own second piece, started beside its first, made
+    # that first run (its listener's wait) 2.6× as long. Where threads outnumber cores it waits instead.
+    monkeypatch.setattr(piper2, "first_runs_alone", alone)
+    spans: dict[str, tuple[float, float]] = {}
+    real = piper2._synthesise
+
+    def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
+        start = time.monotonic()
+        if text == "Hi there.":
+            time.sleep(0.5)  # a slow first run: long enough for any piece submitted beside it to start
+        yield from real(voice, lang, text, *args)
+        spans[text] = (start, time.monotonic())
+
+    monkeypatch.setattr(piper2, "_synthesise", timed)
+    firsts: list[bool] = []  # each piece's rank: a newcomer's first audio or not
+    submit = piper2._pool.submit
+
+    def ranked(*args: Any, first_audio: bool = False, **kwargs: Any) -> Any:
+        firsts.append(first_audio)
+        return submit(*args, first_audio=first_audio, **kwargs)
+
+    monkeypatch.setattr(piper2._pool, "submit", ranked)
+    stream = piper2.open_stream("joe", "en")
+    stream.append("Hi there.")
+    stream.append("This sentence follows the greeting.")
+    stream.append("And this one follows that sentence.")
+    stream.finish()
+    events, end = await collect(stream, timeout=60)
+    assert end == StreamEnd("done") and events
+    # the pieces cut while the greeting's audio is held are its listener's next audio, not a newcomer's
+    assert firsts[0] and not any(firsts[1:]), firsts
+    first_over = spans.pop("Hi there.")[1]
+    assert spans, "the pieces after the greeting never ran"
+    beside = [text for text, (start, _) in spans.items() if start < first_over]
+    assert bool(beside) is not alone, (alone, spans, first_over)
