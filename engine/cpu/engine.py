@@ -7,8 +7,7 @@ streams and sized to the cores: a stream's first piece before all others, then e
 first (the deadline: when that stream's listener would run out of audio; engine/cpu/pool.py). A job
 is never preempted, so the bound on a piece is what bounds a new stream's wait for a worker, however
 long the segments of others. Several pieces of one stream may synthesise at once, at most `workers`
-including the one being delivered (a new listener's first piece alone where the cores are
-oversubscribed: `first_runs_alone`). A small driver thread per stream cuts its segments, submits their
+including the one being delivered. A small driver thread per stream cuts its segments, submits their
 pieces and hands their audio, strictly in order, to the stream's `EventBridge`; only that driver ever
 blocks on a slow consumer, never a pool worker, and while it blocks its stream synthesises nothing
 past the look-ahead. Espeak runs on its own thread (engine/cpu/espeak.py).
@@ -155,12 +154,6 @@ class CpuEngine:
             self._defaults.setdefault("en", KOKORO_DEFAULT)
         self.workers = workers or os.cpu_count() or 1
         self.threads = threads
-        #: a new listener's first piece runs with no other piece of its stream beside it where the runs'
-        #: threads outnumber the cores (settable). Measured on 2 cores (2 workers × 2 threads, load
-        #: average 9; bench/results/zh_first_audio_cut.md): a Kokoro first piece ran 4.6-5.1 s alone and
-        #: 11-14 s with its own second piece started 50 ms after it. That piece now starts once the first
-        #: is done, and `_hold_first` keeps the first audio until it is due: no gap either way.
-        self.first_runs_alone = self.workers * threads > (os.cpu_count() or 1)
         self._pool = UrgencyPool(self.workers, "cpu-voice")
         #: measured cost of synthesis (real-time factor per backend): what `capacity()` is judged from
         self.meter = RtfMeter()
@@ -471,7 +464,6 @@ class CpuStream:
         self._inbox_chars = 0
         self._cutter: Iterator[_Piece] | None = None  # the segment being cut (the driver's only)
         self._jobs: deque[_PieceJob] = deque()  # submitted, undelivered, in order; the first is delivering
-        self._alone: _PieceJob | None = None  # a new listener's first piece, running alone (`_room`)
         self._held_s: float | None = None  # the first audio's length while `_hold_first` keeps it
         self._finished = False
         self._first_put_at: float | None = None  # when the listener could start playing
@@ -535,7 +527,7 @@ class CpuStream:
         Runs on the driver thread: cutting is linear in the text but never on the event loop."""
         while True:
             with self._cond:
-                if self._cancelled.is_set() or not self._room() or self._behind():
+                if self._cancelled.is_set() or len(self._jobs) >= self._engine.workers or self._behind():
                     return
                 if self._cutter is None:
                     if not self._inbox:
@@ -553,13 +545,6 @@ class CpuStream:
             if piece is None or piece.last:  # the segment is all cut (seen now, not at the next look)
                 with self._cond:
                     self._cutter = None
-
-    def _room(self) -> bool:
-        """Under `_cond`: whether another piece may be submitted: at most `workers` are in flight, and
-        none beside a new listener's first piece while it runs (`CpuEngine.first_runs_alone`)."""
-        if self._alone is not None and not self._alone.done:
-            return False
-        return len(self._jobs) < self._engine.workers
 
     def _behind(self) -> bool:
         """Under `_cond`: whether the stream before it (`_after`) still has text not cut into pieces; so
@@ -627,8 +612,6 @@ class CpuStream:
                 return
             deadline = self._deadline(self._jobs, piece)
             first_audio = self._awaits_first_audio()  # what its listener waits for
-            if first_audio and self._engine.first_runs_alone:
-                self._alone = job
             self._jobs.append(job)
         try:
             job.future = self._engine._pool.submit(deadline, partial(self._run_job, job), owner=self,
@@ -728,7 +711,7 @@ class CpuStream:
             return True
         if self._jobs and (self._jobs[0].audio or self._jobs[0].done):
             return True
-        if self._room() and (self._inbox or self._cutter is not None) and not self._behind():
+        if len(self._jobs) < self._engine.workers and (self._inbox or self._cutter is not None) and not self._behind():
             return True
         return self._finished and not self._jobs and not self._inbox and self._cutter is None
 
@@ -816,7 +799,6 @@ class CpuStream:
                 self._inbox_chars = 0
                 self._cutter = None
                 self._after = None
-                self._alone = None
             self._engine._ended(self)
 
     def _hold_first(self, audio: list[tuple[np.ndarray, int, Any]]) -> None:

@@ -413,23 +413,12 @@ async def test_a_stream_opened_behind_another_of_its_listener_is_made_to_be_hear
     late.cancel()
 
 
-@pytest.mark.parametrize("alone", [True, False])
-async def test_a_new_listeners_first_piece_runs_alone_where_the_cores_are_oversubscribed(
-        piper2: Any, monkeypatch: pytest.MonkeyPatch, alone: bool) -> None:
-    # On 2 cores, 2 workers × 2 threads: the stream's own second piece, started beside its first, made
-    # that first run (its listener's wait) 2.6× as long. Where threads outnumber cores it waits instead.
-    monkeypatch.setattr(piper2, "first_runs_alone", alone)
-    spans: dict[str, tuple[float, float]] = {}
-    real = piper2._synthesise
-
-    def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
-        start = time.monotonic()
-        if text == "Hi there.":
-            time.sleep(0.5)  # a slow first run: long enough for any piece submitted beside it to start
-        yield from real(voice, lang, text, *args)
-        spans[text] = (start, time.monotonic())
-
-    monkeypatch.setattr(piper2, "_synthesise", timed)
+async def test_the_pieces_made_while_the_first_audio_is_held_are_its_listeners_next_audio(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # With no piece in flight as the first audio is held (a look-ahead of one piece here; on any engine,
+    # text that comes as the first piece ends), the next piece was ranked as a newcomer's first audio:
+    # before every playing stream's, and not cut to the audio ahead of it.
+    monkeypatch.setattr(piper2, "workers", 1)  # each stream's look-ahead; the pool keeps its two threads
     firsts: list[bool] = []  # each piece's rank: a newcomer's first audio or not
     submit = piper2._pool.submit
 
@@ -445,9 +434,4 @@ async def test_a_new_listeners_first_piece_runs_alone_where_the_cores_are_oversu
     stream.finish()
     events, end = await collect(stream, timeout=60)
     assert end == StreamEnd("done") and events
-    # the pieces cut while the greeting's audio is held are its listener's next audio, not a newcomer's
-    assert firsts[0] and not any(firsts[1:]), firsts
-    first_over = spans.pop("Hi there.")[1]
-    assert spans, "the pieces after the greeting never ran"
-    beside = [text for text, (start, _) in spans.items() if start < first_over]
-    assert bool(beside) is not alone, (alone, spans, first_over)
+    assert len(firsts) >= 3 and firsts[0] and not any(firsts[1:]), firsts
