@@ -68,6 +68,9 @@ CORPUS_COPY = REPO / "tests" / "data" / "segmentation_cases.jsonl"  # for checko
 MODES = ("none", "sentence", "auto")
 WS_PATH = "/v1/audio/speech/stream"
 API_KEY: list[str | None] = [None]  # set once from --api-key; sent as a bearer token
+# set once from --session-language: what session.config says ("auto": voxgate's default and what clients that
+# name no language get); None: each text's own language
+SESSION_LANGUAGE: list[str | None] = [None]
 # Error codes that are an explicit refusal (admission: a full queue, or HTTP 429), not a failure: the
 # response was turned away before it played, so it is counted apart and not judged for gaps.
 REFUSAL_CODES = frozenset({"queue_full", "http_429"})
@@ -186,7 +189,8 @@ class Session:
         headers = {"Authorization": f"Bearer {key}"} if key else None
         ws = await connect(ws_url, compression=None, max_size=2**24, open_timeout=10, additional_headers=headers)
         config: dict[str, Any] = {
-            "type": "session.config", "language": lang, "response_format": "pcm", "stream_audio": True,
+            "type": "session.config", "language": SESSION_LANGUAGE[0] or lang, "response_format": "pcm",
+            "stream_audio": True,
             "split_granularity": "auto" if mode == "auto" else "none",
         }  # fmt: skip
         if voice:
@@ -1200,6 +1204,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--languages", default="auto", help="en,zh or auto (those the server accepts)")
     p.add_argument("--texts", default="own,corpus", help="own (bench/data) and/or corpus (../shared/corpus)")
     p.add_argument("--voice", default=None)
+    p.add_argument("--session-language", default=None,
+                   help="what each session.config names (auto: the server reads it from the text); default: the text's")
     p.add_argument("--api-key", default=os.environ.get("VOXGATE_API_KEY"), help="for a gateway run with --api-keys")
     p.add_argument("--units-per-s", type=float, default=20.0, help="LLM text pace, word/token pieces per second")
     p.add_argument("--sessions", type=int, default=4, help="warm sessions per language opened before arrivals")
@@ -1234,6 +1240,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     ws_url, http_base = loopback_only(args.url)
     API_KEY[0] = args.api_key
+    SESSION_LANGUAGE[0] = args.session_language
     model, langs, texts = await prepare_target(ws_url, http_base, args)
     runs_total = len(args.modes) * len(args.concurrency or args.rates)
     bound = runs_total * (args.duration + args.drain + 5)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, cast
 from engine import AudioChunk, Capacity, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamEvent
 from engine.admission import Bound, FairQueue, Refused, Waiter
 from gateway.protocol import ProtocolError
+from segmentation.chars import HAN_RE
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -48,6 +49,17 @@ RunsDry = Callable[[], float | None]
 # What a stream speaks, (language, voice), None where unsaid: what its cost is read by (`FairQueue`'s kind).
 Speaks = tuple[str | None, str | None]
 Price = Callable[[str | None, str | None], float]  # (language, voice) → what such a stream costs
+
+
+def spoken_language(language: str | None, text: str) -> str | None:
+    """The language a stream asked to speak `language` speaks `text` in, as its cost goes: the language
+    given, or for "auto" (the protocol's default) the text's: Mandarin where it holds a Han character
+    (the CPU voices give such a segment a Mandarin voice), else English. Priced as "auto", every such
+    stream cost the costliest voice: on `cpu`, an English reply was charged Kokoro's cost, ten times
+    Piper's."""
+    if language not in (None, "auto"):
+        return language
+    return "zh" if HAN_RE.search(text) else "en"
 
 
 def _price(measured: Capacity | None) -> Price:
@@ -449,8 +461,12 @@ class QueuedStream:
         runs_dry: RunsDry | None = None,
         language: str | None = None,
         voice: str | None = None,
+        text: str = "",
     ) -> None:
         self._admission = admission
+        # What it speaks, its cost: "auto" is read from its text, its first (`text`) and later appends'.
+        self._reads_text = language in (None, "auto")
+        self._speaks: Speaks = (spoken_language(language, text), voice)
         self._open_stream = open_stream
         self._on_lost = on_lost
         self._on_admitted = on_admitted
@@ -466,13 +482,17 @@ class QueuedStream:
         self.failed: str | None = None  # the engine stream could not be opened
         self.failed_code = ""  # its EngineError's code (e.g. engine_unavailable)
         self._task: asyncio.Task[None] | None = None
+        language = self._speaks[0]
+        self._waiter: Waiter | None = None  # its place in the admission queue, waiting or admitted
         ticket = admission.try_admit(tenant, weight, runs_dry=runs_dry, language=language, voice=voice)
         if ticket is not None:  # room and nobody waiting: open now, the first text goes straight in
+            self._waiter = ticket._waiter
             self._start(ticket)
             return
         refusal: QueueFull | None = None
         try:  # its place is taken now, so `ahead` knows it before the admission task first runs
             self._place = admission.enqueue(tenant, weight, runs_dry=runs_dry, language=language, voice=voice)
+            self._waiter = self._place.waiter
         except QueueFull as e:  # told through the task, as a refusal after a wait is (the held text named)
             refusal = e
         self._task = asyncio.create_task(self._admit(refusal))
@@ -546,12 +566,21 @@ class QueuedStream:
     # -- the Stream protocol ------------------------------------------------------------------------
 
     def append(self, text: str) -> None:
+        self._read(text)
         if self.stream is not None:
             self.stream.append(text)
         elif self.refused is not None:
             raise RefusedAppend(self.refused)
         elif not self._cancelled and self.failed is None:  # a failed one names its text as it ends
             self._held.append(text)
+
+    def _read(self, text: str) -> None:
+        """An "auto" stream read as English so far that now speaks Han text costs Mandarin's cost, from
+        admission's next look on (it re-reads every stream's cost by its `kind`), waiting or admitted."""
+        if self._reads_text and self._speaks[0] != "zh" and spoken_language(None, text) == "zh":
+            self._speaks = ("zh", self._speaks[1])
+            if self._waiter is not None:
+                self._waiter.kind = self._speaks
 
     def finish(self) -> None:
         self._finished = True

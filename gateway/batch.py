@@ -126,7 +126,7 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
         engine = cast(Engine, model.served)
         stream_req, respelled = await speech_request(req, engine, who.store, who.tenant, who.settings.voice_aliases)
         rate = stream_req.sample_rate or engine.sample_rate
-        ticket = await admitted(model.admission, who.tenant, stream_req)  # as POST /v1/audio/speech
+        ticket = await admitted(model.admission, who.tenant, stream_req, req.input)  # as POST /v1/audio/speech
         clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
         trim = trim_for(rate, who.settings.limits)
         async with asyncio.timeout(ITEM_TIMEOUT_BASE_S + ITEM_TIMEOUT_S_PER_CHAR * len(req.input)):

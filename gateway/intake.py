@@ -117,27 +117,27 @@ class TextIntake:
             spoken = spoken_text(conn.pronunciations, text, conn.config.language)
         if not spoken or utt.cancelled:
             return
-        await self._open(utt)
+        await self._open(utt, spoken)
         assert utt.stream is not None
         utt.engine_segments.append(index)  # a refused append spends its engine index all the same
         utt.stream.append(spoken + " ")  # may raise the engine's own backstop (queue_full)
         conn.backlog.committed(utt, index, len(spoken))
 
-    async def _open(self, utt: Utterance) -> None:
-        """The utterance's engine stream, opened with its first speakable segment."""
+    async def _open(self, utt: Utterance, text: str) -> None:
+        """The utterance's engine stream, opened with its first speakable segment (`text`)."""
         if utt.stream is not None:
             return
         conn = self.conn
         utt.slot = await conn.session.acquire_slot()
         try:
-            utt.stream = self._admitted_stream(utt)
+            utt.stream = self._admitted_stream(utt, text)
         except BaseException:
             await conn.playout.release_slot(utt)
             raise
         conn.session.begin(utt.index)
         utt.pump = conn.playout.start(utt)
 
-    def _admitted_stream(self, utt: Utterance) -> Stream:
+    def _admitted_stream(self, utt: Utterance, text: str) -> Stream:
         """The engine stream, opened once admission lets it (gateway/admission.py). Never waits: the
         wait runs in its own task, so the reader still reads (a cancel withdraws the wait), and the
         utterance's pump tells the client `audio.waiting {reason: "queue"}` when its turn comes first."""
@@ -163,7 +163,7 @@ class TextIntake:
         return QueuedStream(conn.admission, tenant.name, tenant.weight, lambda: conn.open_stream(cfg, voice, engine),
                             on_lost=lambda e, indexes: self._lost(utt, e, indexes), on_admitted=admitted,
                             frame_rate_hz=frame_rate, runs_dry=conn.listener.runs_dry_at,
-                            language=cfg.language, voice=voice[0])  # fmt: skip
+                            language=cfg.language, voice=voice[0], text=text)  # fmt: skip
 
     async def _lost(self, utt: Utterance, e: ProtocolError | EngineError, engine_indexes: list[int]) -> None:
         """Admission refused the stream after its text was taken: the segments it held are named."""

@@ -22,7 +22,7 @@ from litestar.params import JSONBody
 from litestar.response import Stream as StreamResponse
 
 from engine import AudioChunk, Engine, Stream, StreamEnd, StreamRequest
-from gateway.admission import Admission, Ticket, ticketed
+from gateway.admission import Admission, Ticket, spoken_language, ticketed
 from gateway.audio import MEDIA_TYPES, OPUS_RATES, Resampler, encode_file, encode_frames, wav_stream_header
 from gateway.errors import ApiError
 from gateway.lexicons import NO_LEXICON, spoken_text, spoken_with, tenant_lexicon
@@ -148,15 +148,16 @@ async def speech_pcm(
         stream.cancel()  # a no-op once the stream has ended
 
 
-async def admitted(admission: Admission | None, tenant: Tenant, speaks: StreamRequest,
+async def admitted(admission: Admission | None, tenant: Tenant, speaks: StreamRequest, text: str,
                    request: Request | None = None) -> Ticket | None:
-    """Waits until the engine has room for a stream of `speaks` (its language and voice are its cost)
-    and it is this tenant's turn (QueueFull: a 429). With `request`, a client that leaves while it waits
-    gives its place up at once (client_disconnected) instead of holding a place in the line and then
-    starting a stream for nobody."""
+    """Waits until the engine has room for a stream of `speaks` saying `text` (its language, "auto" read
+    from the text, and its voice are its cost) and it is this tenant's turn (QueueFull: a 429). With
+    `request`, a client that leaves while it waits gives its place up at once (client_disconnected)
+    instead of holding a place in the line and then starting a stream for nobody."""
     if admission is None:
         return None
-    waits = admission.admit(tenant.name, tenant.weight, language=speaks.language, voice=speaks.voice)
+    language = spoken_language(speaks.language, text)
+    waits = admission.admit(tenant.name, tenant.weight, language=language, voice=speaks.voice)
     if request is None:
         return await waits
     turn, left = await while_connected(request, waits)  # cancelled: withdrawn
@@ -281,7 +282,7 @@ async def create_speech(
     engine, admission = cast(Engine, model.served), model.admission
     stream_req, pronunciations = await speech_request(data, engine, store, tenant, settings.voice_aliases)
     rate = stream_req.sample_rate or engine.sample_rate
-    ticket = await admitted(admission, tenant, stream_req, request)
+    ticket = await admitted(admission, tenant, stream_req, data.input, request)
     clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
     trim = trim_for(rate, settings.limits)
     chunks = speech_pcm(ticketed(engine, ticket), stream_req, data.input, trim, clock, pronunciations)

@@ -240,6 +240,54 @@ async def test_an_english_reply_starts_beside_a_mandarin_one_where_a_second_mand
         await ws.close()
 
 
+async def test_an_auto_language_reply_costs_what_its_text_is_spoken_in(mixed: str) -> None:
+    """"auto" is the protocol's default language and OpenAI's clients send none. Priced as the costliest
+    voice, an English reply in such a session waited out the Mandarin stream it fitted beside many times
+    over; read from its text, it costs Piper's sliver and starts at once, over WS and over HTTP."""
+    zh = {"voice": "jf_gongitsune", "language": "zh"}
+    holder, ready = await open_session(mixed, KEYS["acme"], **zh)
+    assert ready["type"] == "session.ready", ready
+    await send(holder, "input.text", text="好的，我正在占用引擎。")
+    await until(holder, "audio.start")
+    english, ready = await open_session(mixed, KEYS["beta"], language="auto")
+    assert ready["type"] == "session.ready", ready
+    await send(english, "input.text", text="Sure, the English answer goes ahead.")
+    await send(english, "input.done")
+    events, audio = await rest(english)
+    assert "audio.waiting" not in [e["type"] for e in events] and audio > 8000
+    assert first(events, "session.done")["timing"]["queue_wait_ms"] < 1000
+    client = openai.OpenAI(base_url=f"http://{mixed}/v1", api_key=KEYS["gamma"], max_retries=0, timeout=20)
+    speech = await asyncio.to_thread(client.audio.speech.with_raw_response.create, model="cpu", voice="joe",
+                                     input="And the HTTP answer too.", response_format="pcm")  # fmt: skip
+    assert int(speech.headers["x-queue-wait-ms"]) < 1000 and len(speech.content) > 8000
+    await let_go(holder)
+    await english.close()
+
+
+async def test_an_auto_language_stream_that_turns_to_mandarin_costs_mandarin_from_then_on(mixed: str) -> None:
+    """An "auto" reply read as English when it began, admitted at Piper's cost, then speaks Han text: its
+    cost is Kokoro's from the next look on. Held at Piper's, a Mandarin stream would be let in beside it
+    on a box that keeps one Kokoro stream ahead of its listener."""
+    mixed_reply, ready = await open_session(mixed, KEYS["acme"], language="auto")
+    assert ready["type"] == "session.ready", ready
+    await send(mixed_reply, "input.text", text="Let me check that for you. ")
+    await until(mixed_reply, "audio.start")
+    await send(mixed_reply, "input.text", text="好的，我来查一下您的订单，请稍等。")
+    committed = []
+    while not any(re.search("[\u4e00-\u9fff]", e["text"]) for e in committed):
+        committed = [e for e in await until(mixed_reply, "segment.committed") if e["type"] == "segment.committed"]
+    mandarin, ready = await open_session(mixed, KEYS["gamma"], voice="jf_gongitsune", language="zh")
+    assert ready["type"] == "session.ready", ready
+    await send(mandarin, "input.text", text="我也想说话。")
+    await send(mandarin, "input.done")
+    waiting = (await until(mandarin, "audio.waiting"))[-1]
+    assert waiting["reason"] == "queue", waiting
+    await let_go(mixed_reply)
+    events, audio = await rest(mandarin)
+    assert audio > 8000 and first(events, "session.done")["timing"]["queue_wait_ms"] > 0
+    await mandarin.close()
+
+
 async def test_past_the_tenant_bound_an_utterance_is_refused_named_and_the_session_goes_on(gateway: str) -> None:
     holder = await hold(gateway, "acme")
     waiter = await ask(gateway, "beta")
