@@ -80,6 +80,11 @@ NOTICE_AFTER_S = 0.5
 # than HOLD_MARGIN_S after that audio has played out: a later start instead of a gap.
 FIRST_HOLD_S = 2.0
 HOLD_MARGIN_S = 0.05
+# The piece after it is taken to run this much longer than its measured RTF predicts. The RTF is a mean
+# over pieces; a short piece, or one run beside another, costs more. Kokoro on 2 cores, a lone stream
+# (bench/results/overload_s10.md §3): pieces ran 7-40 % past the prediction, and with no margin the
+# first audio of "你好，" was let go 0.1-0.47 s early: its listener heard that as a gap.
+HOLD_ERROR = 0.25
 # How often a stream behind another of its listener (`CpuStream._after`) looks whether that one's text is
 # all cut: one such stream per listener at most (admission), so the cost is small.
 AFTER_POLL_S = 0.02
@@ -819,7 +824,7 @@ class CpuStream:
                     return  # nothing after it yet (its text has not come), or it is here
                 now = time.monotonic()
                 started = following.started_at if following.started_at is not None else now
-                ready = started + self._run_s(following.piece)
+                ready = started + self._run_s(following.piece) * (1 + HOLD_ERROR)
                 # It plays from now, or a continuation's from the end of the audio before it: its listener
                 # runs out at `_runs_out` (that, plus `have`). One whose listener has seconds of the audio
                 # before left never waits; one about to run dry waits.
