@@ -15,7 +15,11 @@ frame; p50/p95), audible first audio (the first sustained onset above `--onset-d
 commit, the first segment's length, and the gaps a pausing player starting at the onset would
 hear. Prints a table; `--json` writes every response and the summary. Loopback targets only; every
 wait is bounded. `--cancel-after S` barges in after S seconds of audio (first audio does not depend on
-the rest, and a loaded box takes long to speak every reply whole).
+the rest, and a loaded box takes long to speak every reply whole). A response that is not cancelled is
+played out (its first frame, its length and its stalls) before the next is sent: sent sooner, the
+gateway rightly takes it for a continuation of the reply still playing (its audio due after that one's,
+its first audio not held), while this harness would judge it from its own first frame (runs before
+2026-12-03 did, and counted gaps no player hears).
 
 `--offline` needs no server: in one process, the first commit on a virtual clock plus each stage of the
 first model run (phonemes, the ONNX run with its CPU time, the trim, the resampler; the audio decoded
@@ -162,6 +166,9 @@ async def respond(s: Session, text: Text, row: Row, units_per_s: float, onset_db
             row.audible_s = arrivals[k]
             player = pausing_player(arrivals, sizes, s.sample_rate, start_sample=onset.onset)
             row.underruns, row.stall_s = player.underruns, player.stall_s
+        if not cancelled:  # the next response comes once this one has played, as an agent's next turn does
+            played_at = t0 + arrivals[0] + row.audio_s + (row.stall_s or 0.0)
+            await asyncio.sleep(max(0.0, played_at - time.perf_counter()))
     return row
 
 
