@@ -227,7 +227,14 @@ async def test_an_english_reply_starts_beside_a_mandarin_one_where_a_second_mand
     events, audio = await rest(english)
     assert "audio.waiting" not in [e["type"] for e in events] and audio > 8000
     assert first(events, "session.done")["timing"]["queue_wait_ms"] < 1000
-    mandarin, ready = await open_session(mixed, KEYS["gamma"], **zh)
+    await a_second_mandarin_reply_waits_for(mixed, holder)
+    await english.close()
+
+
+async def a_second_mandarin_reply_waits_for(addr: str, holder: Any) -> None:
+    """A Mandarin reply does not fit beside `holder`'s stream: it waits its turn, and speaks once that
+    one lets go."""
+    mandarin, ready = await open_session(addr, KEYS["gamma"], voice="jf_gongitsune", language="zh")
     assert ready["type"] == "session.ready", ready
     await send(mandarin, "input.text", text="我也想说话。")
     await send(mandarin, "input.done")
@@ -236,8 +243,7 @@ async def test_an_english_reply_starts_beside_a_mandarin_one_where_a_second_mand
     await let_go(holder)
     events, audio = await rest(mandarin)
     assert audio > 8000 and first(events, "session.done")["timing"]["queue_wait_ms"] > 0
-    for ws in (english, mandarin):
-        await ws.close()
+    await mandarin.close()
 
 
 async def test_an_auto_language_reply_costs_what_its_text_is_spoken_in(mixed: str) -> None:
@@ -276,16 +282,7 @@ async def test_an_auto_language_stream_that_turns_to_mandarin_costs_mandarin_fro
     committed = []
     while not any(re.search("[\u4e00-\u9fff]", e["text"]) for e in committed):
         committed = [e for e in await until(mixed_reply, "segment.committed") if e["type"] == "segment.committed"]
-    mandarin, ready = await open_session(mixed, KEYS["gamma"], voice="jf_gongitsune", language="zh")
-    assert ready["type"] == "session.ready", ready
-    await send(mandarin, "input.text", text="我也想说话。")
-    await send(mandarin, "input.done")
-    waiting = (await until(mandarin, "audio.waiting"))[-1]
-    assert waiting["reason"] == "queue", waiting
-    await let_go(mixed_reply)
-    events, audio = await rest(mandarin)
-    assert audio > 8000 and first(events, "session.done")["timing"]["queue_wait_ms"] > 0
-    await mandarin.close()
+    await a_second_mandarin_reply_waits_for(mixed, mixed_reply)
 
 
 async def test_past_the_tenant_bound_an_utterance_is_refused_named_and_the_session_goes_on(gateway: str) -> None:
