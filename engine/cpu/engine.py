@@ -82,7 +82,7 @@ FIRST_HOLD_S = 2.0
 HOLD_MARGIN_S = 0.05
 # The piece after it is taken to run this much longer than its measured RTF predicts. The RTF is a mean
 # over pieces; a short piece, or one run beside another, costs more. Kokoro on 2 cores, a lone stream
-# (bench/results/overload_s10.md §3): pieces ran 7-40 % past the prediction, and with no margin the
+# (bench/results/overload_s10.md §2): pieces ran 7-40 % past the prediction, and with no margin the
 # first audio of "你好，" was let go 0.1-0.47 s early: its listener heard that as a gap.
 HOLD_ERROR = 0.25
 # How often a stream behind another of its listener (`CpuStream._after`) looks whether that one's text is
