@@ -53,11 +53,11 @@ Price = Callable[[str | None, str | None], float]  # (language, voice) → what 
 
 def spoken_language(language: str | None, text: str) -> str | None:
     """The language a stream asked to speak `language` speaks `text` in, as its cost goes: the language
-    given, or for "auto" (the protocol's default) the text's: Mandarin where it holds a Han character
-    (the CPU voices give such a segment a Mandarin voice), else English. Priced as "auto", every such
-    stream cost the costliest voice: on `cpu`, an English reply was charged Kokoro's cost, ten times
-    Piper's."""
-    if language not in (None, "auto"):
+    given, or for "auto" (the protocol's default; vLLM-Omni's clients send "Auto") the text's: Mandarin
+    where it holds a Han character (the CPU voices give such a segment a Mandarin voice), else English.
+    Priced as "auto", every such stream cost the costliest voice: on `cpu`, an English reply was charged
+    Kokoro's cost, ten times Piper's."""
+    if language is not None and language.strip().lower() != "auto":
         return language
     return "zh" if HAN_RE.search(text) else "en"
 

@@ -24,7 +24,7 @@ from support.servers import serve
 from support.wsclient import open_session, until
 
 from engine import Capacity, Engine
-from gateway.admission import Admission, QueueFull
+from gateway.admission import Admission, QueueFull, spoken_language
 from gateway.connection import Limits
 from gateway.playback import Playback
 from gateway.settings import Settings, load_settings
@@ -244,6 +244,16 @@ async def a_second_mandarin_reply_waits_for(addr: str, holder: Any) -> None:
     events, audio = await rest(mandarin)
     assert audio > 8000 and first(events, "session.done")["timing"]["queue_wait_ms"] > 0
     await mandarin.close()
+
+
+@pytest.mark.parametrize(("language", "text", "spoken"), [
+    ("auto", "Sure, the English answer.", "en"), (None, "好的，我来查一下。", "zh"),
+    ("Auto", "Of course，我来查一下。", "zh"),  # vLLM-Omni's clients capitalise it
+    (" AUTO ", "Hello.", "en"), ("zh", "Hello.", "zh"), ("English", "好的。", "English"),  # as given
+])
+def test_auto_is_read_from_the_text_and_a_language_given_is_kept(language: str | None, text: str,
+                                                                 spoken: str) -> None:
+    assert spoken_language(language, text) == spoken
 
 
 async def test_an_auto_language_reply_costs_what_its_text_is_spoken_in(mixed: str) -> None:
