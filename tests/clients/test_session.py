@@ -20,6 +20,9 @@ from voxgate_client import Audio, AudioCancelled, AudioStart, SegmentCommitted, 
 ROOT = Path(__file__).resolve().parents[2]
 LONG = ("This is a long answer that keeps going for a while, so that a listener can interrupt it. "
         "It has several sentences, each of them long enough to take a few seconds to say out loud.")  # fmt: skip
+# A cancel cuts only what is not sent yet. Piper (RTF ~0.13 here) makes LONG's ~10 s in ~1.3 s, so a cancel
+# sent 0.3 s after its first audio can come after its last: an answer several times as long cannot.
+INTERRUPTIBLE = " ".join([LONG] * 6)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +75,7 @@ async def test_audio_frames_carry_their_utterance_and_offsets(gateway: str) -> N
 
 async def test_cancel_with_the_playback_position_drops_queued_audio_and_is_answered(gateway: str) -> None:
     async with await open_session(gateway) as session:
-        speech = await session.say(LONG)
+        speech = await session.say(INTERRUPTIBLE)
         async for item in speech:  # wait for the first audio, then "play" for a moment
             if isinstance(item, Audio):
                 break
@@ -176,10 +179,10 @@ def test_the_client_messages_agree_with_the_servers() -> None:
 async def test_contexts_interleave_on_one_socket_and_a_cancel_leaves_the_other(gateway: str) -> None:
     async with await open_session(gateway) as session:
         a, b = session.speech(context_id="a"), session.speech(context_id="b")
-        for piece_a, piece_b in zip(LONG.split(" "), "The other context speaks on, whole.".split(" "), strict=False):
+        for piece_a, piece_b in zip(INTERRUPTIBLE.split(" "), "The other context speaks on, whole.".split(" "), strict=False):
             await a.send(piece_a + " ")
             await b.send(piece_b + " ")
-        await a.send(" ".join(LONG.split(" ")[6:]))
+        await a.send(" ".join(INTERRUPTIBLE.split(" ")[6:]))
         await a.done()
         await b.done()
         async for item in a:  # a plays first (it opened first); cancel it once its audio flows
