@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import msgspec
 
+from engine.languages import canonical_language
 from engine.types import EngineError, StreamRequest
 
 
@@ -54,7 +55,10 @@ def stream_request(voice: object, language: object, options: Mapping[str, object
         names = [shown(k) for k in unknown[:5]]
         raise EngineError("invalid_option", f"no stream option {names}; known: {OPTION_NAMES}")
     fields: dict[str, object] = {k: v for k, v in options.items() if v is not None and not k.startswith("ref_")}
-    fields["voice"], fields["language"] = voice, "auto" if language is None else language
+    # The language's canonical name (engine/languages.py): every engine and admission's costs speak it.
+    fields["voice"] = voice
+    fields["language"] = (
+        "auto" if language is None else canonical_language(language) if isinstance(language, str) else language)
     if options.get("ref_audio") is not None:
         fields["reference"] = {"audio": options["ref_audio"], "text": options.get("ref_text")}
     elif options.get("ref_text") is not None:

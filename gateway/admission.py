@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, cast
 
 from engine import AudioChunk, Capacity, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamEvent
 from engine.admission import Bound, FairQueue, Refused, Waiter
+from engine.languages import canonical_language, text_language
 from gateway.protocol import ProtocolError
-from segmentation.chars import HAN_RE
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -51,15 +51,14 @@ Speaks = tuple[str | None, str | None]
 Price = Callable[[str | None, str | None], float]  # (language, voice) → what such a stream costs
 
 
-def spoken_language(language: str | None, text: str) -> str | None:
+def spoken_language(language: str | None, text: str) -> str:
     """The language a stream asked to speak `language` speaks `text` in, as its cost goes: the language
-    given, or for "auto" (the protocol's default; vLLM-Omni's clients send "Auto") the text's: Mandarin
-    where it holds a Han character (the CPU voices give such a segment a Mandarin voice), else English.
-    Priced as "auto", every such stream cost the costliest voice: on `cpu`, an English reply was charged
-    Kokoro's cost, ten times Piper's."""
-    if language is not None and language.strip().lower() != "auto":
-        return language
-    return "zh" if HAN_RE.search(text) else "en"
+    given, by its canonical name ("English", "en-US" → "en"; the cost tables are keyed so), or for "auto"
+    (the protocol's default; vLLM-Omni's clients send "Auto") the text's (`text_language`: Mandarin where
+    it holds a Han character, as the CPU voices choose). Priced as the costliest voice, every such stream
+    on `cpu` was charged Kokoro's cost, ten times Piper's, for an English reply."""
+    lang = canonical_language(language or "")
+    return text_language(text) if lang == "auto" else lang
 
 
 def _price(measured: Capacity | None) -> Price:
@@ -465,7 +464,7 @@ class QueuedStream:
     ) -> None:
         self._admission = admission
         # What it speaks, its cost: "auto" is read from its text, its first (`text`) and later appends'.
-        self._reads_text = language in (None, "auto")
+        self._reads_text = canonical_language(language or "") == "auto"
         self._speaks: Speaks = (spoken_language(language, text), voice)
         self._open_stream = open_stream
         self._on_lost = on_lost
@@ -577,7 +576,7 @@ class QueuedStream:
     def _read(self, text: str) -> None:
         """An "auto" stream read as English so far that now speaks Han text costs Mandarin's cost, from
         admission's next look on (it re-reads every stream's cost by its `kind`), waiting or admitted."""
-        if self._reads_text and self._speaks[0] != "zh" and spoken_language(None, text) == "zh":
+        if self._reads_text and self._speaks[0] != "zh" and text_language(text) == "zh":
             self._speaks = ("zh", self._speaks[1])
             if self._waiter is not None:
                 self._waiter.kind = self._speaks

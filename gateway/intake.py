@@ -72,7 +72,7 @@ class TextIntake:
         if len(conn.playout.playing) >= conn.limits.max_open_utterances:
             raise ProtocolError("too_many_utterances", "too many utterances waiting to play; wait or cancel")
         assert conn.config is not None
-        self.current = self._new(StreamSegmenter(conn.config.language, conn.config.split_granularity))
+        self.current = self._new(StreamSegmenter(conn.config.language_code, conn.config.split_granularity))
         metrics.UTTERANCES.inc()
         return self.current
 
@@ -112,9 +112,9 @@ class TextIntake:
         conn = self.conn
         assert conn.config is not None
         if len(text) > NORMALIZE_INLINE_CHARS:
-            spoken = await asyncio.to_thread(spoken_text, conn.pronunciations, text, conn.config.language)
+            spoken = await asyncio.to_thread(spoken_text, conn.pronunciations, text, conn.config.language_code)
         else:
-            spoken = spoken_text(conn.pronunciations, text, conn.config.language)
+            spoken = spoken_text(conn.pronunciations, text, conn.config.language_code)
         if not spoken or utt.cancelled:
             return
         await self._open(utt, spoken)
@@ -163,7 +163,7 @@ class TextIntake:
         return QueuedStream(conn.admission, tenant.name, tenant.weight, lambda: conn.open_stream(cfg, voice, engine),
                             on_lost=lambda e, indexes: self._lost(utt, e, indexes), on_admitted=admitted,
                             frame_rate_hz=frame_rate, runs_dry=conn.listener.runs_dry_at,
-                            language=cfg.language, voice=voice[0], text=text)  # fmt: skip
+                            language=cfg.language_code, voice=voice[0], text=text)  # fmt: skip
 
     async def _lost(self, utt: Utterance, e: ProtocolError | EngineError, engine_indexes: list[int]) -> None:
         """Admission refused the stream after its text was taken: the segments it held are named."""

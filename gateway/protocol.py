@@ -14,6 +14,7 @@ from typing import Annotated, Literal, NamedTuple
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from engine.languages import canonical_language
 from gateway.audio import FILE_FORMATS, STREAM_FORMATS
 from gateway.timing import Timing
 
@@ -93,6 +94,12 @@ class SessionConfig(msgspec.Struct, forbid_unknown_fields=False):
     @property
     def voice_name(self) -> str | None:
         return self.voice or self.speaker
+
+    @property
+    def language_code(self) -> str:
+        """`language` by its canonical name ("English", "en-US" → "en"; engine/languages.py), as the
+        segmenter, the normaliser and admission read it; `session.ready` echoes it as sent."""
+        return canonical_language(self.language)
 
     @property
     def omni_timestamps(self) -> bool:

@@ -36,7 +36,8 @@ from engine.cache import cache_dir
 from engine.cpu.capacity import RtfMeter
 from engine.cpu.espeak import Espeak, Pinned
 from engine.cpu.pool import UrgencyPool
-from engine.cpu.text import canonical_language, cost, detect_language, estimate_seconds, pieces, strip_han
+from engine.cpu.text import cost, estimate_seconds, pieces, strip_han
+from engine.languages import text_language
 from engine.options import stream_request
 from engine.resample import Resampler, trim_bounds
 from engine.stream import EventBridge
@@ -248,8 +249,8 @@ class CpuEngine:
         if request.reference is not None:
             raise EngineError("voice_cloning_unsupported", "the CPU voices cannot clone voices")
         known = self.languages()
-        lang = canonical_language(request.language)
-        if lang is None or lang not in known:
+        lang = request.language  # canonical (engine/languages.py)
+        if lang not in known:
             raise EngineError("unsupported_language",
                               f"the CPU voices speak no language {_shown(request.language)}; available: {known}")
         voice = (request.voice or "").strip()
@@ -350,7 +351,7 @@ class CpuEngine:
     def _pick(self, chosen: _Voice | None, lang: str, text: str) -> tuple[_Voice, str]:
         """The voice and language for one segment: a named voice where it speaks the segment's
         language, else that language's default (so mixed text goes segment by segment)."""
-        seg_lang = detect_language(text) if lang == "auto" else lang
+        seg_lang = text_language(text) if lang == "auto" else lang
         if chosen is not None and seg_lang in chosen.info.languages:
             return chosen, seg_lang
         name = self._defaults.get(seg_lang)

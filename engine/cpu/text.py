@@ -26,29 +26,6 @@ FIRST_CLAUSE_SYLLABLES = 2
 # A Han character is a syllable: spoken, about as long as three Latin letters.
 _HAN_COST = 3
 
-LANGUAGE_ALIASES: dict[str, str] = {
-    "auto": "auto",
-    "en": "en", "en-us": "en", "en_us": "en", "en-gb": "en", "eng": "en", "english": "en",
-    "zh": "zh", "zh-cn": "zh", "zh_cn": "zh", "zh-hans": "zh", "cmn": "zh", "chinese": "zh",
-    "mandarin": "zh",
-}
-
-
-def canonical_language(language: str | None) -> str | None:
-    """"English", "en-US", "Chinese", "zh-CN", "Auto"… → "en" / "zh" / "auto"; None when unknown."""
-    if language is None or not language.strip():
-        return "auto"
-    return LANGUAGE_ALIASES.get(language.strip().lower())
-
-
-def detect_language(text: str) -> str:
-    """"zh" when the segment holds any Han character, else "en".
-
-    Any Han decides it because the Mandarin voices read embedded Latin words too (through English
-    phonemes), while the English voice cannot read Han at all.
-    """
-    return "zh" if _HAN_RE.search(text) else "en"
-
 
 def strip_han(text: str) -> str:
     return _HAN_RE.sub(" ", text)

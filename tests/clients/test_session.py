@@ -179,7 +179,8 @@ def test_the_client_messages_agree_with_the_servers() -> None:
 async def test_contexts_interleave_on_one_socket_and_a_cancel_leaves_the_other(gateway: str) -> None:
     async with await open_session(gateway) as session:
         a, b = session.speech(context_id="a"), session.speech(context_id="b")
-        for piece_a, piece_b in zip(INTERRUPTIBLE.split(" "), "The other context speaks on, whole.".split(" "), strict=False):
+        other = "The other context speaks on, whole."
+        for piece_a, piece_b in zip(INTERRUPTIBLE.split(" "), other.split(" "), strict=False):
             await a.send(piece_a + " ")
             await b.send(piece_b + " ")
         await a.send(" ".join(INTERRUPTIBLE.split(" ")[6:]))
@@ -194,7 +195,7 @@ async def test_contexts_interleave_on_one_socket_and_a_cancel_leaves_the_other(g
         assert audio_b and isinstance(events_b[-1], SessionDone) and events_b[-1].context_id == "b"
         assert all(e.context_id == "b" for e in events_b)
         committed = "".join(e.text for e in events_b if isinstance(e, SegmentCommitted))
-        assert words_of(committed) == words_of("The other context speaks on, whole.")
+        assert words_of(committed) == words_of(other)
         assert a.result is answer and not any(isinstance(i, Audio) for i in [x async for x in a])
 
 

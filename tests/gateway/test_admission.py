@@ -213,22 +213,27 @@ async def test_a_sentence_sent_while_the_one_before_waits_starts_with_it(shared:
     await speaker.close()
 
 
-async def test_an_english_reply_starts_beside_a_mandarin_one_where_a_second_mandarin_one_waits(mixed: str) -> None:
+@pytest.mark.parametrize(("mandarin", "english"), [("zh", "en"), ("Chinese", "en-US")])
+async def test_an_english_reply_starts_beside_a_mandarin_one_where_a_second_mandarin_one_waits(
+        mixed: str, mandarin: str, english: str) -> None:  # fmt: skip
     """Admission charges each stream what it costs: a Kokoro stream most of the engine, a Piper one a
     sliver. Counted as streams at the mixed cost, the English reply waited out the whole Mandarin one it
     fitted beside many times over (issue 14: the `cpu` model's en-support gap). A second Mandarin reply
-    does not fit and waits its turn; it speaks once the first lets go."""
-    zh = {"voice": "jf_gongitsune", "language": "zh"}
-    holder, ready = await open_session(mixed, KEYS["acme"], **zh)
+    does not fit and waits its turn; it speaks once the first lets go. A language named by another
+    spelling ("en-US", as many clients send it) costs the same: priced as the costliest voice, it waited."""
+    holder, ready = await open_session(mixed, KEYS["acme"], voice="jf_gongitsune", language=mandarin)
     assert ready["type"] == "session.ready", ready
     await send(holder, "input.text", text="好的，我正在占用引擎。")
     await until(holder, "audio.start")
-    english = await ask(mixed, "beta", "Sure, the English answer goes ahead.")
-    events, audio = await rest(english)
+    reply, ready = await open_session(mixed, KEYS["beta"], language=english)
+    assert ready["type"] == "session.ready", ready
+    await send(reply, "input.text", text="Sure, the English answer goes ahead.")
+    await send(reply, "input.done")
+    events, audio = await rest(reply)
     assert "audio.waiting" not in [e["type"] for e in events] and audio > 8000
     assert first(events, "session.done")["timing"]["queue_wait_ms"] < 1000
     await a_second_mandarin_reply_waits_for(mixed, holder)
-    await english.close()
+    await reply.close()
 
 
 async def a_second_mandarin_reply_waits_for(addr: str, holder: Any) -> None:
@@ -249,7 +254,8 @@ async def a_second_mandarin_reply_waits_for(addr: str, holder: Any) -> None:
 @pytest.mark.parametrize(("language", "text", "spoken"), [
     ("auto", "Sure, the English answer.", "en"), (None, "好的，我来查一下。", "zh"),
     ("Auto", "Of course，我来查一下。", "zh"),  # vLLM-Omni's clients capitalise it
-    (" AUTO ", "Hello.", "en"), ("zh", "Hello.", "zh"), ("English", "好的。", "English"),  # as given
+    (" AUTO ", "Hello.", "en"), ("zh", "Hello.", "zh"),
+    ("English", "好的。", "en"), ("zh-CN", "Hello.", "zh"),  # as given, by its canonical name
 ])
 def test_auto_is_read_from_the_text_and_a_language_given_is_kept(language: str | None, text: str,
                                                                  spoken: str) -> None:

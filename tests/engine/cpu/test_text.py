@@ -1,30 +1,10 @@
-"""Per-segment language detection and sentence cutting for the CPU voices."""
+"""Sentence cutting and pieces for the CPU voices."""
 
 from __future__ import annotations
 
 import time
 
-import pytest
-
-from engine.cpu.text import canonical_language, cost, detect_language, han_latin_runs, pieces, sentences, split_long
-
-
-@pytest.mark.parametrize(
-    ("text", "lang"),
-    [("Hello there.", "en"), ("你好。", "zh"), ("我用iPhone打电话。", "zh"), ("Call 好吗", "zh"),
-     ("3.14", "en")],
-)
-def test_detect_language_any_han_means_mandarin(text: str, lang: str) -> None:
-    assert detect_language(text) == lang
-
-
-@pytest.mark.parametrize(
-    ("given", "canonical"),
-    [("English", "en"), ("en-US", "en"), ("Chinese", "zh"), ("zh-CN", "zh"), ("Auto", "auto"), ("", "auto"),
-     ("fr", None)],
-)
-def test_language_aliases(given: str, canonical: str | None) -> None:
-    assert canonical_language(given) == canonical
+from engine.cpu.text import cost, han_latin_runs, pieces, sentences, split_long
 
 
 def test_sentences_keep_decimals_whole_and_cut_han_marks() -> None:
