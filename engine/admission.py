@@ -39,8 +39,13 @@ The rules (tts-pool's design):
   and its own fit the capacity (one always starts when nothing is in flight), and shares are shares of
   that cost. The CPU voices' Kokoro costs about ten Piper streams: counted as streams at their mixed
   real-time factor, an English sentence waited out a whole Mandarin stream beside which it fitted many
-  times over (issue 14). The next in fair order waits for its room: a cheaper one behind it does not
-  pass it, or costly streams would starve. A waiter's `kind` says what it is (the gateway: its
+  times over (issue 14). The next in fair order waits for its room, and a cheaper one behind it
+  passes it only in the room it leaves (backfilling with a reservation): the streams that passed it
+  and the newcomer, with its own cost, must fit the capacity. So it starts once the streams it waited
+  for have ended, however many cheap ones keep coming (passing it freely would starve costly
+  streams), and meanwhile an English reply is not held behind a Mandarin one it fits beside: on
+  `cpu` at 1 reply/s, English replies had waited 9 s (p50) in a mixed line. A key at its share passes
+  nobody while another key waits. A waiter's `kind` says what it is (the gateway: its
   language and voice), and `recost` re-reads every waiter's cost by it, those in flight too: a cost is
   measured and moves (a busier box slows every voice), and a stream held at what it cost when it was
   admitted would let newcomers in on top of it. `max_in_flight` bounds the count beside the cost;
@@ -100,6 +105,7 @@ class Waiter:
     # that one ends and it holds the slot itself. `rider` is the reverse link.
     rides: Waiter | None = field(default=None, repr=False)
     rider: Waiter | None = field(default=None, repr=False)
+    passed: bool = False  # admitted past the next in fair order, in the room it leaves (`_pass`)
 
     @property
     def waited_s(self) -> float:
@@ -244,8 +250,9 @@ class FairQueue:
         started: list[Waiter] = []
         while self._waiting:
             k, waiter = self._next(capacity, now)
-            # The next in fair order waits for its room; nobody passes it (the module doc, costs).
-            if not self.fits((waiter or k.waiting[0]).cost, capacity):
+            # The next in fair order waits for its room; others pass it only in the room it leaves.
+            if not self.fits((head := waiter or k.waiting[0]).cost, capacity):
+                started += self._pass(head, capacity, now)
                 break
             if waiter is None:
                 waiter = k.waiting.popleft()
@@ -254,6 +261,34 @@ class FairQueue:
             self._admit(k, waiter, now)
             started.append(waiter)
         return started
+
+    def _pass(self, head: Waiter, capacity: float, now: float) -> list[Waiter]:
+        """While `head` (the next in fair order) waits for its room: admit those behind it, in fair order
+        (a key's line in its order), that fit now and in what `head` leaves of the capacity beside the
+        streams that passed before (the module doc, costs). One pass: bounded by the waiters."""
+        room = capacity - head.cost - sum(w.cost for k in self._keys.values() for w in k.admitted if w.passed)
+        if room <= EPS:
+            return []
+        total = self._total_weight()
+        waiting = [(name, k) for name, k in self._keys.items() if k.waiting]
+
+        def order(item: tuple[str, _Key]) -> tuple[bool, float, int]:
+            k = item[1]
+            return (self._at_share(k.held, k, capacity, total), k.service, k.waiting[0].seq)
+
+        passed: list[Waiter] = []
+        for _, k in sorted(waiting, key=order):
+            if len(waiting) > 1 and self._at_share(k.held, k, capacity, total):
+                continue  # at its share while another key waits: it takes no room ahead of anyone
+            line, k.waiting = k.waiting, deque()
+            for w in line:
+                if w is not head and w.cost <= room + EPS and self.fits(w.cost, capacity):
+                    self._admit(k, w, now)
+                    w.passed, room = True, room - w.cost
+                    passed.append(w)
+                else:
+                    k.waiting.append(w)
+        return passed
 
     def _admit(self, k: _Key, waiter: Waiter, now: float) -> None:
         """`waiter`, out of its key's line, takes a slot."""
@@ -277,6 +312,7 @@ class FairQueue:
         k.waiting.remove(successor)  # bounded by the per-key bound
         self._admit(k, successor, self._clock())
         successor.rides, holder.rider = holder, successor
+        successor.passed = holder.passed  # its slot's: room a waiter ahead left stays counted so
         return True
 
     def hand_over(self, waiter: Waiter, successor: Waiter, capacity: float) -> bool:
@@ -287,6 +323,7 @@ class FairQueue:
         k = self._keys[waiter.key]
         k.waiting.remove(successor)  # bounded by the per-key bound
         self._admit(k, successor, self._clock())  # before the finish, which would forget an idle key
+        successor.passed = waiter.passed
         self.finish(waiter)
         return True
 

@@ -264,6 +264,8 @@ class Admission:
         if runs_dry is not None:
             self._listeners[waiter] = runs_dry
             self._beside(runs_dry)
+        if waiter.state == "waiting" and self._queue.fits(waiter.cost, capacity):
+            self._grant()  # it may pass those ahead of it in the room they leave: at once, not at the next look
         if waiter.state == "waiting" and (self._timer is None or self._timer.done()):
             self._timer = asyncio.create_task(self._recheck())
         return Place(waiter, future)

@@ -476,15 +476,61 @@ def test_a_cheap_stream_starts_beside_a_costly_one_where_a_second_costly_one_wai
     assert q.grant(BUDGET) == [another] and q.load == pytest.approx(KOKORO)
 
 
-def test_the_next_in_fair_order_waits_for_its_room_and_a_cheaper_one_does_not_pass_it() -> None:
-    # Passing it would starve costly streams for as long as cheap ones keep coming.
+def test_a_cheaper_stream_passes_the_next_in_fair_order_only_in_the_room_it_leaves() -> None:
+    # 1.1 of the capacity is free now, but the waiting stream will need 1.5 of it: one 0.1 may pass.
     q = queue(Clock())
-    held = q.push("a", 1.0, BUDGET, cost=KOKORO)
+    held = q.push("a", 1.0, BUDGET, cost=0.5)
+    costly = q.push("b", 1.0, BUDGET, cost=1.5)
+    cheap = [q.push("c", 1.0, BUDGET, cost=PIPER) for _ in range(3)]
+    assert costly.state == "waiting" and q.grant(BUDGET) == [cheap[0]] and cheap[0].passed
+    assert q.grant(BUDGET) == []
+    q.finish(held)  # what it waited for has ended: it starts, the one that passed it still running
+    assert q.grant(BUDGET) == [costly] and q.load == pytest.approx(1.5 + PIPER)
+    q.finish(cheap[0])
+    assert q.grant(BUDGET) == [cheap[1]]
+
+
+def test_cheap_streams_passing_without_end_never_starve_the_costly_one() -> None:
+    # Passing freely, replies of 0.1 would fill each 0.6 the two held streams free as they end, and hold
+    # the Mandarin one (1.2) back for as long as they came. In the room it leaves, they take 0.4 in all.
+    q = queue(Clock())
+    held = [q.push("a", 1.0, BUDGET, cost=0.6) for _ in range(2)]
     costly = q.push("b", 1.0, BUDGET, cost=KOKORO)
-    cheap = q.push("c", 1.0, BUDGET, cost=PIPER)  # it would fit, but came after
-    assert costly.state == cheap.state == "waiting" and q.grant(BUDGET) == []
-    q.finish(held)
-    assert q.grant(BUDGET) == [costly, cheap]
+    running: list[Waiter] = []
+    for i in range(60):
+        if i in (20, 40):
+            q.finish(held[i // 20 - 1])
+        q.push("c", 1.0, BUDGET, cost=PIPER)
+        started = q.grant(BUDGET)
+        if costly in started:
+            break
+        running += started
+        while len(running) > 8:  # each cheap reply speaks a while, then ends
+            q.finish(running.pop(0))
+    assert i == 40 and costly.state == "admitted"  # as the last stream it waited for ended
+    assert running  # and cheap ones went by all along
+
+
+def test_a_key_at_its_share_passes_nobody_while_another_key_waits() -> None:
+    q = queue(Clock())
+    q.push("a", 1.0, BUDGET, cost=KOKORO)  # "a" holds more than half: its share of two keys
+    costly = q.push("b", 1.0, BUDGET, cost=KOKORO)
+    mine = q.push("a", 1.0, BUDGET, cost=PIPER)
+    assert q.grant(BUDGET) == [] and costly.state == mine.state == "waiting"
+    newcomer = q.push("c", 1.0, BUDGET, cost=PIPER)  # a third key, below its share, goes by
+    assert q.grant(BUDGET) == [newcomer]
+
+
+def test_the_room_a_passer_took_stays_counted_when_its_slot_is_handed_on() -> None:
+    q = queue(Clock())
+    q.push("a", 1.0, BUDGET, cost=0.6)
+    q.push("b", 1.0, BUDGET, cost=KOKORO)  # it leaves 0.4
+    passer = q.push("c", 1.0, BUDGET, cost=0.4)
+    assert q.grant(BUDGET) == [passer]
+    successor = q.push("c", 1.0, BUDGET, cost=0.4)
+    assert q.hand_over(passer, successor, BUDGET) and successor.passed
+    late = q.push("d", 1.0, BUDGET, cost=PIPER)  # it would fit now (1.1 of 1.6), not in the room left
+    assert q.grant(BUDGET) == [] and late.state == "waiting"
 
 
 def test_a_stream_costlier_than_the_whole_capacity_starts_alone() -> None:

@@ -251,6 +251,31 @@ async def a_second_mandarin_reply_waits_for(addr: str, holder: Any) -> None:
     await mandarin.close()
 
 
+async def test_an_english_reply_passes_a_waiting_mandarin_one_in_the_room_it_leaves(mixed: str) -> None:
+    """One tenant's line (a bench's, a single agent's): a Mandarin reply waits for the Mandarin stream
+    ahead of it, and an English reply behind it fits the room it leaves (0.4 of 1.6: Piper's 0.1). It
+    starts at once; it had waited out the whole Mandarin stream (English first audio 9 s p50 on `cpu`
+    at 1 reply/s). The Mandarin one still starts once the stream it waited for lets go."""
+    holder, ready = await open_session(mixed, KEYS["acme"], voice="jf_gongitsune", language="zh")
+    assert ready["type"] == "session.ready", ready
+    await send(holder, "input.text", text="好的，我正在占用引擎。")
+    await until(holder, "audio.start")
+    mandarin, ready = await open_session(mixed, KEYS["acme"], voice="jf_gongitsune", language="zh")
+    assert ready["type"] == "session.ready", ready
+    await send(mandarin, "input.text", text="我也想说话。")
+    await send(mandarin, "input.done")
+    assert (await until(mandarin, "audio.waiting"))[-1]["reason"] == "queue"
+    english = await ask(mixed, "acme", "Sure, the English answer goes ahead.")
+    events, audio = await rest(english)
+    assert "audio.waiting" not in [e["type"] for e in events] and audio > 8000
+    assert first(events, "session.done")["timing"]["queue_wait_ms"] < 1000
+    await let_go(holder)
+    events, audio = await rest(mandarin)
+    assert audio > 8000 and first(events, "session.done")["timing"]["queue_wait_ms"] > 0
+    await mandarin.close()
+    await english.close()
+
+
 @pytest.mark.parametrize(("language", "text", "spoken"), [
     ("auto", "Sure, the English answer.", "en"), (None, "好的，我来查一下。", "zh"),
     ("Auto", "Of course，我来查一下。", "zh"),  # vLLM-Omni's clients capitalise it
