@@ -35,7 +35,7 @@ import numpy as np
 from engine.cache import cache_dir
 from engine.cpu.capacity import RtfMeter
 from engine.cpu.espeak import Espeak, Pinned
-from engine.cpu.pool import UrgencyPool
+from engine.cpu.pool import Preempted, UrgencyPool
 from engine.cpu.text import cost, estimate_seconds, pieces, strip_han
 from engine.languages import text_language
 from engine.options import stream_request
@@ -432,6 +432,8 @@ class _PieceJob:
         self.started_at: float | None = None  # when a worker took it
         self.run_options = run_options()
         self.future: Future[None] | None = None
+        self.made = 0  # model runs whose audio it has put out (a Piper piece may take several)
+        self.preempted = False  # it gives its worker up (`CpuStream._yield_job`): its run stops, runs again
 
     @property
     def started(self) -> bool:
@@ -621,7 +623,8 @@ class CpuStream:
             self._jobs.append(job)
         try:
             job.future = self._engine._pool.submit(deadline, partial(self._run_job, job), owner=self,
-                                                   first_audio=first_audio, run_s=self._run_s(piece))
+                                                   first_audio=first_audio, run_s=self._run_s(piece),
+                                                   yield_to=partial(self._yield_job, job))
         except RuntimeError:  # the pool is shut down: the engine is closing
             with self._cond:
                 job.error = EngineError("engine_closed", "the CPU engine is closed")
@@ -684,7 +687,9 @@ class CpuStream:
     def _run_job(self, job: _PieceJob) -> None:
         with self._cond:
             job.started_at = time.monotonic()
-        if self._cancelled.is_set():
+            if job.preempted:  # it gave its worker up before: it runs again, whole
+                job.preempted, job.run_options.terminate = False, False
+        if self._cancelled.is_set():  # set before any abort: a terminate it clears above is not lost
             return
         p = job.piece
         t0, made = time.perf_counter(), 0.0
@@ -693,20 +698,47 @@ class CpuStream:
                                                   job.run_options, self._pinned):
                 made += audio[0].size / audio[1]
                 with self._cond:
+                    if job.preempted:  # asked before this run was over: its audio comes from the next
+                        break
+                    job.made += 1
                     job.audio.append(audio)
                     self._cond.notify_all()
+            self._gave_up(job)
             if not self._cancelled.is_set():  # a cut-short run says nothing of the cost
                 self._engine._measured(p.voice.backend, time.perf_counter() - t0, made)
+        except Preempted:
+            raise
         except Exception as exc:  # reported by the driver, in order, as StreamEnd("error")
+            self._gave_up(job)  # an aborted run raises
             if not self._cancelled.is_set():
                 log.exception("CPU voice synthesis failed for segment %d", p.segment)
                 with self._cond:
                     job.error = exc
 
+    def _yield_job(self, job: _PieceJob) -> bool:
+        """The pool asks `job` to give its worker up to a more urgent job (engine/cpu/pool.py). Only a
+        run that has put out no audio yet can: its model run is aborted, and it runs again, whole, when
+        its turn comes back."""
+        with self._cond:
+            if job.done or job.made or job.preempted or self._cancelled.is_set():
+                return False
+            job.preempted = True
+        job.run_options.terminate = True
+        return True
+
+    def _gave_up(self, job: _PieceJob) -> None:
+        """In `job`'s run: if it was asked to give its worker up, it is queued again (`Preempted`)."""
+        with self._cond:
+            if not job.preempted:
+                return
+            job.started_at = None
+        raise Preempted
+
     def _job_over(self, job: _PieceJob, future: Future[None]) -> None:
         """The future's done-callback: run, failed or cancelled before it ran, the job is over."""
         with self._cond:
-            if future.cancelled() and not self._cancelled.is_set() and job.error is None:
+            shut = future.cancelled() or future.exception() is not None  # a job's own failure is job.error
+            if shut and not self._cancelled.is_set() and job.error is None:
                 job.error = EngineError("engine_closed", "the CPU engine is closed")  # the pool shut down
             job.done = True
             self._cond.notify_all()

@@ -14,9 +14,19 @@ segments delay another stream's first audio; DESIGN §3 orders them instead, fro
 So a newcomer's first piece goes first only while no playing stream is about to run dry. Under
 overload (admission in front, gateway/admission.py, keeps the engine below its measured capacity, so
 this is the exception) newcomers wait to start rather than playing streams breaking up. Jobs are meant
-to be short (a bounded piece of a segment): a job is never preempted, so the longest one bounds how
-long an urgent job waits for a worker. `guard_s` should be about one job's run time or more: a job
+to be short (a bounded piece of a segment). `guard_s` should be about one job's run time or more: a job
 started later than that before its deadline finishes after it.
+
+**A look-ahead run gives its worker up to an urgent job** (`yield_to`). With every worker busy, the
+longest running job bounded how long an urgent one waited: a Kokoro look-ahead piece runs 3–7 s on a
+busy 2-core box, and an English reply admitted beside a Mandarin one (its Piper piece a tenth of that)
+played with a gap while both workers ran Kokoro. Now, when the job that goes next is urgent (a playing
+stream's, due within `guard_s`, or a newcomer's first audio) and every worker is busy, the running job
+with the most time to spare gives its worker up, if it can still run again, whole, after the urgent one
+and start by its own deadline (less `guard_s`), and would not be over within `YIELD_MIN_S` anyway. Its
+run is aborted (it has made no audio yet: only its owner can say, `yield_to`), and it goes back in line
+at its old place. A job yields at most once, so no work is thrown away twice. Checked as a job is
+queued and every `WATCH_S` while any is queued (a job falls due as time passes).
 """
 
 from __future__ import annotations
@@ -27,10 +37,31 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
-# deadline, seq, future, fn, owner, expected run seconds
-_Entry = tuple[float, int, Future[Any], Callable[[], Any], object, float]
+WATCH_S = 0.05  # how often the jobs queued are looked at for one that cannot wait (`_watch`)
+YIELD_MIN_S = 0.2  # a run expected to be over within this long keeps its worker: waiting costs less
+
+
+class Preempted(Exception):
+    """Raised by a job that gave its worker up (`yield_to`): the pool puts it back in line to run again."""
+
+
+@dataclass(eq=False)
+class _Job:
+    future: Future[Any]
+    fn: Callable[[], Any]
+    owner: object
+    run_s: float  # how long it is expected to run
+    first: bool  # a first-audio job
+    yield_to: Callable[[], bool] | None  # asks a running job to give its worker up; True: it will
+    started: float | None = None  # when it last started (the pool's clock), while it runs
+    asked: bool = False  # asked to give its worker up (once: then it keeps it, whatever it answered)
+
+
+# deadline, seq (ties run in submission order, and a job is never compared), the job
+_Entry = tuple[float, int, _Job]
 
 
 class UrgencyPool:
@@ -38,32 +69,40 @@ class UrgencyPool:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._first: list[_Entry] = []  # first_audio jobs
         self._rest: list[_Entry] = []  # jobs of streams already playing (or with no listener tier)
-        self._seq = itertools.count()  # ties (equal deadlines) run in submission order
+        self._seq = itertools.count()
         self._cond = threading.Condition()
         self._shutdown = False
         #: a playing stream's job due within this many seconds goes before first-audio jobs (settable:
         #: the CPU engine keeps it at about two measured job run times)
         self.guard_s = guard_s
         self._clock = clock
+        self._workers = workers
         self._busy_s = 0.0  # run time of the jobs finished so far, all workers together
-        self._running: dict[int, float] = {}  # worker thread id → when its current job started
+        self._running: dict[int, tuple[float, _Entry]] = {}  # worker thread id → (perf_counter start, its job)
+        self._queued = threading.Event()  # wakes the watcher
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
                          for i in range(workers)]
+        self._threads.append(threading.Thread(target=self._watch, name=f"{name}-watch", daemon=True))
         for t in self._threads:
             t.start()
 
     def submit(self, deadline: float, fn: Callable[[], Any], owner: object = None, *,
-               first_audio: bool = False, run_s: float = 0.0) -> Future[Any]:
+               first_audio: bool = False, run_s: float = 0.0,
+               yield_to: Callable[[], bool] | None = None) -> Future[Any]:
         """Run `fn` once a worker is free and no more urgent job waits (the order in the module doc).
         `deadline` is on the pool's clock; `owner` (say, the stream) only tells `ahead` whose jobs are
-        whose; `run_s`: how long it is expected to run."""
+        whose; `run_s`: how long it is expected to run. `yield_to`: while `fn` runs, asks it to give its
+        worker up (the module doc); True if it will: its run stops and `fn` raises `Preempted`."""
         future: Future[Any] = Future()
         with self._cond:
             if self._shutdown:
                 raise RuntimeError("the pool is shut down")
-            entry = (deadline, next(self._seq), future, fn, owner, run_s)
-            heapq.heappush(self._first if first_audio else self._rest, entry)
+            job = _Job(future, fn, owner, run_s, first_audio, yield_to)
+            heapq.heappush(self._first if first_audio else self._rest, (deadline, next(self._seq), job))
             self._cond.notify()
+            victim = self._victim()
+        self._queued.set()
+        self._preempt(victim)
         return future
 
     def reschedule(self, future: Future[Any], deadline: float) -> bool:
@@ -72,7 +111,7 @@ class UrgencyPool:
         place is its age). O(queued jobs), a few dozen."""
         with self._cond:
             for i, entry in enumerate(self._rest):
-                if entry[2] is future:
+                if entry[2].future is future:
                     if entry[0] != deadline:
                         self._rest[i] = (deadline, *entry[1:])
                         heapq.heapify(self._rest)
@@ -85,15 +124,59 @@ class UrgencyPool:
             return (1, entry[0], entry[1])
         return (0 if entry[0] <= now + self.guard_s else 2, entry[0], entry[1])
 
-    def _pop(self) -> _Entry:
-        """Under the lock, with a job queued: the most urgent one, out of its queue."""
+    def _next(self) -> list[_Entry] | None:
+        """Under the lock: the queue whose head is the most urgent job (None: nothing queued)."""
         if not self._first:
-            return heapq.heappop(self._rest)
+            return self._rest or None
         # A playing stream's job goes first if it falls due before the newcomer's job would be over.
-        horizon = self._clock() + max(self.guard_s, self._first[0][5])
-        if self._rest and self._rest[0][0] <= horizon:
-            return heapq.heappop(self._rest)
-        return heapq.heappop(self._first)
+        horizon = self._clock() + max(self.guard_s, self._first[0][2].run_s)
+        return self._rest if self._rest and self._rest[0][0] <= horizon else self._first
+
+    def _victim(self) -> _Entry | None:
+        """Under the lock: the running job that gives its worker up to the job that goes next, if that one
+        cannot wait (the module doc): every worker busy, it urgent, the victim able to run again after it
+        by its own deadline, and not about to be over. The one with the most time to spare."""
+        queue = self._next()
+        if queue is None or len(self._running) < self._workers:
+            return None
+        deadline, _, urgent = queue[0]
+        now = self._clock()
+        if not (urgent.first or deadline <= now + self.guard_s):
+            return None
+        best: _Entry | None = None
+        for _, entry in self._running.values():  # bounded by the workers
+            job = entry[2]
+            if job.yield_to is None or job.asked or job.started is None:
+                continue
+            left = job.run_s - (now - job.started)
+            if left <= YIELD_MIN_S or now + urgent.run_s + self.guard_s > entry[0]:
+                continue  # about to be over, or it would start again too late
+            if best is None or entry[0] > best[0]:
+                best = entry
+        if best is not None:
+            best[2].asked = True
+        return best
+
+    @staticmethod
+    def _preempt(victim: _Entry | None) -> None:
+        """Outside the lock (it takes its owner's): ask `victim` to give its worker up."""
+        if victim is not None and victim[2].yield_to is not None:
+            victim[2].yield_to()
+
+    def _watch(self) -> None:
+        """A queued job falls due as time passes, with no event to tell: look every `WATCH_S` while any
+        is queued, else sleep until one is."""
+        while True:
+            self._queued.wait()
+            with self._cond:
+                if self._shutdown:
+                    return
+                if not (self._first or self._rest):
+                    self._queued.clear()
+                    continue
+                victim = self._victim()
+            self._preempt(victim)
+            time.sleep(WATCH_S)
 
     def ahead(self, future: Future[Any]) -> int | None:
         """How many other owners have a job queued to run before `future`'s; None once it is not queued."""
@@ -101,11 +184,11 @@ class UrgencyPool:
             now = self._clock()
             ranked = [(self._rank(e, first, now), e) for first, q in ((True, self._first), (False, self._rest))
                       for e in q]
-            mine = next((r for r, e in ranked if e[2] is future), None)
+            mine = next((r for r, e in ranked if e[2].future is future), None)
             if mine is None:
                 return None
-            owner = next(e[4] for _, e in ranked if e[2] is future)
-            return len({id(e[4]) for r, e in ranked if r < mine and e[4] is not owner})
+            owner = next(e[2].owner for _, e in ranked if e[2].future is future)
+            return len({id(e[2].owner) for r, e in ranked if r < mine and e[2].owner is not owner})
 
     def strained(self) -> bool:
         """Whether the pool is behind now: a stream's first audio waits for a worker, or a playing
@@ -119,7 +202,7 @@ class UrgencyPool:
         """Seconds the workers have spent running jobs so far (the jobs running now included)."""
         now = time.perf_counter()
         with self._cond:
-            return self._busy_s + sum(now - t for t in self._running.values())
+            return self._busy_s + sum(now - t for t, _ in self._running.values())
 
     def shutdown(self, wait: bool = True) -> None:
         """Cancel the jobs not started; with `wait`, join the workers (running jobs finish)."""
@@ -129,28 +212,47 @@ class UrgencyPool:
             self._first.clear()
             self._rest.clear()
             self._cond.notify_all()
-        for future in queued:  # outside the lock: a future's done-callbacks may take their owner's locks
-            future.cancel()
+        self._queued.set()
+        for job in queued:  # outside the lock: a future's done-callbacks may take their owner's locks
+            if job.future.running():  # it gave its worker up: running, it can no longer be cancelled
+                job.future.set_exception(RuntimeError("the pool is shut down"))
+            else:
+                job.future.cancel()
         if wait:
             for t in self._threads:
                 t.join()
 
     def _work(self) -> None:
+        me = threading.get_ident()
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._first or self._rest or self._shutdown)
-                if not (self._first or self._rest):
+                queue = self._next()
+                if queue is None:
                     return  # shut down and drained
-                _, _, future, fn, _, _ = self._pop()
-            if not future.set_running_or_notify_cancel():
+                entry = heapq.heappop(queue)
+            job = entry[2]
+            # One that gave its worker up is running already (and can no longer be cancelled).
+            if not job.future.running() and not job.future.set_running_or_notify_cancel():
                 continue  # cancelled while queued
-            me = threading.get_ident()
             with self._cond:
-                self._running[me] = time.perf_counter()
+                job.started = self._clock()
+                self._running[me] = (time.perf_counter(), entry)
+            requeue = False
             try:
-                future.set_result(fn())
+                job.future.set_result(job.fn())
+            except Preempted:  # it gave its worker up: back in line, in its old place
+                requeue = True
             except BaseException as exc:  # delivered through the future, like concurrent.futures
-                future.set_exception(exc)
+                job.future.set_exception(exc)
             finally:
                 with self._cond:
-                    self._busy_s += time.perf_counter() - self._running.pop(me)
+                    self._busy_s += time.perf_counter() - self._running.pop(me)[0]
+                    job.started = None
+                    if requeue and not self._shutdown:
+                        heapq.heappush(self._first if job.first else self._rest, entry)
+                        self._cond.notify()
+                    elif requeue:
+                        job.future.set_exception(RuntimeError("the pool is shut down"))
+            if requeue:
+                self._queued.set()

@@ -386,17 +386,17 @@ async def test_a_stream_opened_behind_another_of_its_listener_is_made_to_be_hear
         streams = [heard, behind, other]
         assert behind._after is heard and other._after is None
         await asyncio.sleep(0.3)  # the stream before it is still open to text: nothing of it is queued
-        assert not [e for q in (pool._first, pool._rest) for e in q if e[4] is behind]
+        assert not [e for q in (pool._first, pool._rest) for e in q if e[2].owner is behind]
         heard.finish()
         deadline = time.monotonic() + 10
-        while not [e for e in pool._rest if e[4] is behind]:
+        while not [e for e in pool._rest if e[2].owner is behind]:
             assert time.monotonic() < deadline, "the stream behind never queued its piece"
             await asyncio.sleep(0.01)
-        assert not [e for e in pool._first if e[4] is behind]  # not a newcomer: its listener hears "heard" first
-        mine = next(e for e in pool._rest if e[4] is behind)
-        first_of_heard = next(e for e in pool._first if e[4] is heard)
-        assert mine[0] + mine[5] >= first_of_heard[0] + 0.5  # due once "Doctor Smith." (~1 s) has played
-        assert [e for e in pool._first if e[4] is other]  # another listener: a newcomer's first audio
+        assert not [e for e in pool._first if e[2].owner is behind]  # not a newcomer: its listener hears "heard" first
+        mine = next(e for e in pool._rest if e[2].owner is behind)
+        first_of_heard = next(e for e in pool._first if e[2].owner is heard)
+        assert mine[0] + mine[2].run_s >= first_of_heard[0] + 0.5  # due once "Doctor Smith." (~1 s) has played
+        assert [e for e in pool._first if e[2].owner is other]  # another listener: a newcomer's first audio
     finally:
         gate.set()
         for b in blockers:

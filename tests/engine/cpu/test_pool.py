@@ -1,12 +1,13 @@
-"""UrgencyPool: earliest deadline first, cancellation, shutdown."""
+"""UrgencyPool: earliest deadline first, a look-ahead giving its worker up, cancellation, shutdown."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
-from engine.cpu.pool import UrgencyPool
+from engine.cpu.pool import Preempted, UrgencyPool
 
 
 def test_queued_jobs_run_earliest_deadline_first() -> None:
@@ -47,9 +48,10 @@ def test_a_rescheduled_job_takes_its_new_place_and_only_queued_jobs_move() -> No
 @pytest.mark.parametrize(("first_run_s", "order"), [(3.0, ["playing", "new"]), (0.2, ["new", "playing"])])
 def test_a_long_first_audio_job_waits_while_a_playing_stream_would_run_dry_during_it(
         first_run_s: float, order: list[str]) -> None:
-    # Jobs are never preempted. A newcomer's Kokoro piece that runs 3 s, started now, leaves a playing
-    # stream due in 2 s dry (a sentence-mode continuation heard a 2.4 s gap so): that stream goes first.
-    # A short newcomer's piece still goes before it, as the guard allows.
+    # A job that cannot give its worker up (no yield_to) runs to its end. A newcomer's Kokoro piece
+    # that runs 3 s, started now, leaves a playing stream due in 2 s dry (a sentence-mode continuation
+    # heard a 2.4 s gap so): that stream goes first. A short newcomer's piece still goes before it, as
+    # the guard allows.
     now = [100.0]
     pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
     gate, started = threading.Event(), threading.Event()
@@ -143,4 +145,93 @@ def test_the_pool_is_strained_while_first_audio_or_a_due_job_waits_and_counts_bu
     for f in (blocker, newcomer):
         f.result(timeout=5)
     assert pool.busy_seconds() > 0
+    pool.shutdown()
+
+
+class LookAhead:
+    """A running job that gives its worker up when asked (as a Kokoro look-ahead run aborts): the first
+    run stops and raises Preempted; the next runs whole."""
+
+    def __init__(self, answer: bool = True) -> None:
+        self.answer, self.runs, self.started = answer, 0, threading.Event()
+        self.stop, self.finish = threading.Event(), threading.Event()
+
+    def __call__(self) -> str:
+        self.runs += 1
+        self.started.set()
+        while not self.finish.is_set():
+            if self.stop.is_set() and self.runs == 1:
+                raise Preempted
+            self.stop.wait(0.01)
+        return "whole"
+
+    def yield_to(self) -> bool:
+        if self.answer:
+            self.stop.set()
+        return self.answer
+
+
+def pool_with_a_running(job: LookAhead, deadline: float, run_s: float = 3.0) -> tuple[UrgencyPool, list[float]]:
+    now = [100.0]
+    pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
+    future = pool.submit(deadline, job, run_s=run_s, yield_to=job.yield_to)
+    assert job.started.wait(5)
+    job.future = future  # type: ignore[attr-defined]
+    return pool, now
+
+
+def test_a_running_look_ahead_gives_its_worker_up_to_an_urgent_job_and_runs_again_whole() -> None:
+    job = LookAhead()
+    pool, _ = pool_with_a_running(job, deadline=110.0)  # seconds to spare
+    ran: list[str] = []
+    urgent = pool.submit(100.5, lambda: ran.append("urgent"), run_s=0.3)
+    assert urgent.result(timeout=5) is None and ran == ["urgent"]
+    job.finish.set()
+    assert job.future.result(timeout=5) == "whole" and job.runs == 2  # type: ignore[attr-defined]
+    pool.shutdown()
+
+
+@pytest.mark.parametrize(("deadline", "run_s", "answer", "why"), [
+    (101.0, 3.0, True, "it could not start again by its own deadline"),
+    (110.0, 0.1, True, "it is about to be over"),
+    (110.0, 3.0, False, "it has made audio already: it cannot"),
+])  # fmt: skip
+def test_a_running_job_keeps_its_worker(deadline: float, run_s: float, answer: bool, why: str) -> None:
+    job = LookAhead(answer)
+    pool, _ = pool_with_a_running(job, deadline, run_s)
+    ran: list[str] = []
+    urgent = pool.submit(100.5, lambda: ran.append("urgent"), run_s=0.3)
+    time.sleep(0.2)  # the watcher looks too
+    assert not urgent.done() and job.runs == 1, why
+    job.finish.set()
+    urgent.result(timeout=5)
+    assert job.runs == 1 and job.future.result(timeout=5) == "whole"  # type: ignore[attr-defined]
+    pool.shutdown()
+
+
+def test_a_job_with_time_to_spare_waits_and_the_watcher_frees_a_worker_once_it_falls_due() -> None:
+    job = LookAhead()
+    pool, now = pool_with_a_running(job, deadline=120.0, run_s=10.0)
+    later = pool.submit(105.0, lambda: "later", run_s=0.3)  # due in 5 s: it waits its turn
+    time.sleep(0.2)
+    assert not later.done() and job.runs == 1
+    now[0] = 104.5  # now it falls due, with no event to say so
+    assert later.result(timeout=5) == "later"
+    job.finish.set()
+    assert job.future.result(timeout=5) == "whole" and job.runs == 2  # type: ignore[attr-defined]
+    pool.shutdown()
+
+
+def test_a_job_gives_its_worker_up_once() -> None:
+    job = LookAhead()
+    pool, _ = pool_with_a_running(job, deadline=110.0)
+    first = pool.submit(100.5, lambda: "first", run_s=0.3)
+    assert first.result(timeout=5) == "first"
+    assert job.started.wait(5)  # running again
+    time.sleep(0.05)
+    second = pool.submit(100.5, lambda: "second", run_s=0.3)
+    time.sleep(0.2)
+    assert not second.done()  # it is not asked twice
+    job.finish.set()
+    assert second.result(timeout=5) == "second" and job.runs == 2
     pool.shutdown()

@@ -1,0 +1,55 @@
+"""A Kokoro run gives its worker up to a more urgent job (engine/cpu/pool.py, `CpuStream._yield_job`):
+its model run is really aborted (onnxruntime's terminate), and the piece runs again, whole, so its
+listener hears all of it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+SENTENCE = "我们的系统会自动根据您的使用习惯推荐最合适的套餐方案。"
+
+
+async def test_a_piece_that_gives_its_worker_up_runs_again_whole(cpu_engine: Any, collect: Any,
+                                                                pcm: Any, monkeypatch: Any) -> None:
+    runs: list[str] = []  # how each model run of the piece ended
+    real = cpu_engine._synthesise
+
+    def synthesise(*args: Any) -> Any:
+        try:
+            yield from real(*args)
+            runs.append("whole")
+        except Exception as exc:
+            runs.append(type(exc).__name__)
+            raise
+
+    monkeypatch.setattr(cpu_engine, "_synthesise", synthesise)
+    stream = cpu_engine.open_stream("jf_gongitsune", "zh")
+    stream.append(SENTENCE)
+    stream.finish()
+    deadline = time.monotonic() + 20
+    while not (stream._jobs and stream._jobs[0].started_at is not None):
+        assert time.monotonic() < deadline, "its piece never started"
+        await asyncio.sleep(0.005)
+    job = stream._jobs[0]
+    assert stream._yield_job(job)  # a Kokoro run puts its audio out only at its end: it can
+    assert not stream._yield_job(job)  # once
+    chunks, end = await collect(stream)
+    assert end.reason == "done" and runs[0] != "whole" and runs[1:] == ["whole"]
+    assert pcm(chunks).size / chunks[0].sample_rate > 2.0  # the whole sentence, not a cut one
+    assert job.made >= 1  # its runs put their audio out once, in the run that went whole
+
+
+def test_a_piece_that_has_put_audio_out_keeps_its_worker(cpu_engine: Any) -> None:
+    # A Piper piece of several sentences puts out each run's audio as it comes: run again, it would be
+    # heard twice. Once any is out, it keeps its worker.
+    from engine.cpu.engine import _PieceJob
+
+    stream = cpu_engine.open_stream("joe", "en")
+    try:
+        job = _PieceJob(next(cpu_engine._pieces(None, "en", 0, "Hello there. How are you?")))
+        job.made = 1
+        assert not stream._yield_job(job) and not job.preempted
+    finally:
+        stream.cancel()
