@@ -6,8 +6,8 @@ segments delay another stream's first audio; DESIGN §3 orders them instead, fro
 
 1. a playing stream's job whose deadline (the time its listener runs out of audio) falls within
    `guard_s` from now, or within the expected run of the newcomer's job that would take the worker
-   instead (jobs are never preempted: a Kokoro first piece that runs 2 s would leave that listener
-   dry) — it is about to run dry, or has: it runs before any newcomer;
+   instead (a job runs to its end unless it can give its worker up, below: a Kokoro first piece that
+   runs 2 s would leave that listener dry) — it is about to run dry, or has: it runs before any newcomer;
 2. `first_audio` jobs (a stream whose listener has heard nothing yet), oldest first;
 3. every other job, earliest deadline first.
 
