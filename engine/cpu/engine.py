@@ -7,11 +7,11 @@ streams and sized to the cores: a stream's first piece before all others, then e
 first (the deadline: when that stream's listener would run out of audio; engine/cpu/pool.py). A job
 runs to its end unless it gives its worker up to an urgent one (a look-ahead run with time to spare
 that has put out no audio yet; engine/cpu/pool.py), so the bound on a piece bounds a new stream's wait
-for a worker, however long the segments of others. Several pieces of one stream may synthesise at once, at most `workers`
-including the one being delivered. A small driver thread per stream cuts its segments, submits their
-pieces and hands their audio, strictly in order, to the stream's `EventBridge`; only that driver ever
-blocks on a slow consumer, never a pool worker, and while it blocks its stream synthesises nothing
-past the look-ahead. Espeak runs on its own thread (engine/cpu/espeak.py).
+for a worker, however long the segments of others. Several pieces of one stream may synthesise at
+once, at most `workers` including the one being delivered. A small driver thread per stream cuts its
+segments, submits their pieces and hands their audio, strictly in order, to the stream's
+`EventBridge`; only that driver ever blocks on a slow consumer, never a pool worker, and while it
+blocks its stream synthesises nothing past the look-ahead. Espeak runs on its own thread (engine/cpu/espeak.py).
 """
 
 from __future__ import annotations
@@ -587,8 +587,8 @@ class CpuStream:
     def _ramped(self, piece: _Piece) -> _Piece:
         """`piece`, or its first part when it would run longer than `RAMP_SHARE` of the audio its
         listener has ahead of it (the rest goes back to the cutter, in order). A job due soon never
-        gives its worker up, so a long piece right behind a short one (the first clause, say) would leave its listener dry
-        while it runs: pieces grow with the audio buffered, as a codec decoder's chunk ramp does. A new
+        gives its worker up, so a long piece right behind a short one (the first clause, say) would leave
+        its listener dry while it runs: pieces grow with the audio buffered, as a codec decoder's chunk ramp does. A new
         listener's first piece is its first audio and is left as it is (a continuation's is cut to the
         audio its listener still has)."""
         with self._cond:
