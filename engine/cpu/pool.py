@@ -23,7 +23,8 @@ busy 2-core box, and an English reply admitted beside a Mandarin one (its Piper 
 played with a gap while both workers ran Kokoro. Now, when the job that goes next is urgent (a playing
 stream's, due within `guard_s`, or a newcomer's first audio) and every worker is busy, the running job
 with the most time to spare gives its worker up, if it can still run again, whole, after the urgent one
-and start by its own deadline (less `guard_s`), and would not be over within `YIELD_MIN_S` anyway. Its
+and start by its own deadline (less `guard_s`), would not be over before the urgent one must start
+(nor within `YIELD_MIN_S`), and has not run half its expected time (more would be thrown away). Its
 run is aborted (it has made no audio yet: only its owner can say, `yield_to`), and it goes back in line
 at its old place. A job yields at most once, so no work is thrown away twice. Checked as a job is
 queued and every `WATCH_S` while any is queued (a job falls due as time passes).
@@ -148,9 +149,13 @@ class UrgencyPool:
             job = entry[2]
             if job.yield_to is None or job.asked or job.started is None:
                 continue
-            left = job.run_s - (now - job.started)
-            if left <= YIELD_MIN_S or now + urgent.run_s + self.guard_s > entry[0]:
-                continue  # about to be over, or it would start again too late
+            ran = now - job.started
+            left = job.run_s - ran
+            can_wait = 0.0 if urgent.first else max(0.0, deadline - now)  # the urgent one, for a worker
+            if left <= max(YIELD_MIN_S, can_wait) or ran > left:
+                continue  # over before the urgent one must start, or past half its run: not thrown away
+            if now + urgent.run_s + self.guard_s > entry[0]:
+                continue  # it would start again too late
             if best is None or entry[0] > best[0]:
                 best = entry
         if best is not None:

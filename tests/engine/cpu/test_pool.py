@@ -191,16 +191,20 @@ def test_a_running_look_ahead_gives_its_worker_up_to_an_urgent_job_and_runs_agai
     pool.shutdown()
 
 
-@pytest.mark.parametrize(("deadline", "run_s", "answer", "why"), [
-    (101.0, 3.0, True, "it could not start again by its own deadline"),
-    (110.0, 0.1, True, "it is about to be over"),
-    (110.0, 3.0, False, "it has made audio already: it cannot"),
+@pytest.mark.parametrize(("deadline", "run_s", "answer", "now", "due", "why"), [
+    (101.0, 3.0, True, 100.0, 100.5, "it could not start again by its own deadline"),
+    (110.0, 0.1, True, 100.0, 100.5, "it is about to be over"),
+    (110.0, 1.0, True, 100.0, 101.0, "it is over before the urgent one must start"),
+    (110.0, 3.0, True, 101.6, 102.1, "it has run past half its time: more would be thrown away"),
+    (110.0, 3.0, False, 100.0, 100.5, "it has made audio already: it cannot"),
 ])  # fmt: skip
-def test_a_running_job_keeps_its_worker(deadline: float, run_s: float, answer: bool, why: str) -> None:
+def test_a_running_job_keeps_its_worker(deadline: float, run_s: float, answer: bool, now: float, due: float,
+                                        why: str) -> None:
     job = LookAhead(answer)
-    pool, _ = pool_with_a_running(job, deadline, run_s)
+    pool, clock = pool_with_a_running(job, deadline, run_s)
+    clock[0] = now
     ran: list[str] = []
-    urgent = pool.submit(100.5, lambda: ran.append("urgent"), run_s=0.3)
+    urgent = pool.submit(due, lambda: ran.append("urgent"), run_s=0.3)
     time.sleep(0.2)  # the watcher looks too
     assert not urgent.done() and job.runs == 1, why
     job.finish.set()
