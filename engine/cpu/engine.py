@@ -82,6 +82,8 @@ NOTICE_AFTER_S = 0.5
 # than HOLD_MARGIN_S after that audio has played out: a later start instead of a gap.
 FIRST_HOLD_S = 2.0
 HOLD_MARGIN_S = 0.05
+# While the first audio is held, how often the pool is asked again when the next piece will start.
+HOLD_LOOK_S = 0.1
 # The piece after it is taken to run this much longer than its measured RTF predicts. The RTF is a mean
 # over pieces; a short piece, or one run beside another, costs more. Kokoro on 2 cores, a lone stream
 # (bench/results/overload_s10.md §2): pieces ran 7-40 % past the prediction, and with no margin the
@@ -851,21 +853,29 @@ class CpuStream:
             self._held_s = have  # the pieces after it are cut and due by this audio's end
         self._fill()  # the look-ahead runs on while the first audio waits
         until = time.monotonic() + FIRST_HOLD_S
-        with self._cond:
-            while not self._cancelled.is_set():
+        pool = self._engine._pool
+        while True:
+            with self._cond:
                 following = self._jobs[0] if self._jobs else None
-                if following is None or following.audio or following.done:
+                if self._cancelled.is_set() or following is None or following.audio or following.done:
                     return  # nothing after it yet (its text has not come), or it is here
+                started, future = following.started_at, following.future
+            # Not started: when a worker is expected to take it, after the jobs that go before it (it
+            # had been taken to start at once, and waited a second behind Kokoro runs: a gap). Asked
+            # outside the stream's lock, as every call into the pool.
+            if started is None and future is not None:
+                started = pool.expected_start(future)
+            with self._cond:
                 now = time.monotonic()
-                started = following.started_at if following.started_at is not None else now
-                ready = started + self._run_s(following.piece) * (1 + HOLD_ERROR)
+                begin = now if started is None else started  # a started one's start, else the pool's word
+                ready = begin + self._run_s(following.piece) * (1 + HOLD_ERROR)
                 # It plays from now, or a continuation's from the end of the audio before it: its listener
                 # runs out at `_runs_out` (that, plus `have`). One whose listener has seconds of the audio
                 # before left never waits; one about to run dry waits.
                 late = ready - self._runs_out()
                 if late <= HOLD_MARGIN_S or now >= until:
                     return
-                self._cond.wait(min(late, until - now))
+                self._cond.wait(min(late, until - now, HOLD_LOOK_S))
 
     def _put_words(self, seg: int, words: list[tuple[str, int, int]], seg_frame: int, seg_in: int,
                    rate: int) -> bool:

@@ -183,6 +183,26 @@ class UrgencyPool:
             self._preempt(victim)
             time.sleep(WATCH_S)
 
+    def expected_start(self, future: Future[Any]) -> float | None:
+        """When (the pool's clock) `future`'s queued job is expected to take a worker: the jobs that go
+        before it, in the order they would be taken now, each on the worker free soonest, from when each
+        running job is expected to be over. None once it is not queued (running or over). O(queued log
+        workers), a few dozen: a stream's first audio asks it while it waits (`CpuStream._hold_first`)."""
+        with self._cond:
+            now = self._clock()
+            ranked = sorted((self._rank(e, first, now), e) for first, q in ((True, self._first), (False, self._rest))
+                            for e in q)
+            if not any(e[2].future is future for _, e in ranked):
+                return None
+            running = [now + max(0.0, e[2].run_s - (now - (e[2].started or now))) for _, e in self._running.values()]
+            free = sorted(running + [now] * (self._workers - len(running)))
+            for _, (_, _, job) in ranked:
+                start = heapq.heappop(free)
+                if job.future is future:
+                    return start
+                heapq.heappush(free, start + job.run_s)
+        return None
+
     def ahead(self, future: Future[Any]) -> int | None:
         """How many other owners have a job queued to run before `future`'s; None once it is not queued."""
         with self._cond:

@@ -465,3 +465,46 @@ async def test_first_audio_waits_for_a_next_piece_that_runs_longer_than_predicte
     assert first is not None
     heard_until = first + made["Hi there."][1]  # the first audio played out
     assert next_made <= heard_until + 0.15, (next_made - heard_until)  # no gap (a real run's time allowed)
+
+
+@pytest.fixture(scope="module")
+def piper1() -> Iterator[Any]:
+    """Piper with one worker: a long run on it holds every other piece back."""
+    pytest.importorskip("onnxruntime", reason="CPU voices need the cpu extra")
+    engine = load_engine("piper", workers=1)
+    yield engine
+    engine.close()
+
+
+async def test_first_audio_waits_for_a_next_piece_queued_behind_a_long_run(piper1: Any,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # The next piece was taken to start at once. On a busy pool it waited behind a Kokoro run for a worker
+    # (an English reply beside Mandarin ones: its first audio was let go, then a 0.36 s gap). Its start is
+    # now the pool's word (`expected_start`): the first audio waits until it is made in time.
+    made: dict[str, float] = {}  # text → when its audio was yielded
+    real = piper1._synthesise
+
+    def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
+        if text == "Hi there.":
+            time.sleep(0.3)  # time for the long run to queue before this piece is over
+        for audio in real(voice, lang, text, *args):
+            made.setdefault(text, time.monotonic())
+            yield audio
+
+    monkeypatch.setattr(piper1, "_synthesise", timed)
+    stream = piper1.open_stream("joe", "en")
+    stream.append("Hi there.")
+    stream.append("Then more.")
+    stream.finish()
+    deadline = time.monotonic() + 10
+    while not (stream._jobs and stream._jobs[0].started_at is not None):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.002)
+    long_run = piper1._pool.submit(float("-inf"), lambda: time.sleep(1.5), run_s=1.5)  # goes next: due
+    events, end = await collect(stream, timeout=60)
+    long_run.result(timeout=10)
+    assert end == StreamEnd("done")
+    first_s = sum(e.pcm.size for e in events if isinstance(e, AudioChunk) and e.segment == 0) / stream.sample_rate
+    assert stream._first_put_at is not None and first_s < 1.5
+    heard_until = stream._first_put_at + first_s  # the first audio played out
+    assert made["Then more."] <= heard_until + 0.15, made["Then more."] - heard_until  # no gap

@@ -239,3 +239,22 @@ def test_a_job_gives_its_worker_up_once() -> None:
     job.finish.set()
     assert second.result(timeout=5) == "second" and job.runs == 2
     pool.shutdown()
+
+
+def test_a_queued_job_is_expected_to_start_once_the_jobs_before_it_have_run() -> None:
+    now = [100.0]
+    pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
+    gate, started = threading.Event(), threading.Event()
+    running = pool.submit(0.0, lambda: (started.set(), gate.wait(10)), run_s=2.0)
+    assert started.wait(5)
+    later = pool.submit(105.0, lambda: None, run_s=0.3)
+    due = pool.submit(100.5, lambda: None, run_s=0.5)  # queued after, goes before: it is due
+    now[0] = 100.5  # the running job has 1.5 s left
+    assert pool.expected_start(due) == pytest.approx(102.0)
+    assert pool.expected_start(later) == pytest.approx(102.5)
+    assert pool.expected_start(running) is None  # not queued
+    gate.set()
+    for f in (running, later, due):
+        f.result(timeout=5)
+    assert pool.expected_start(later) is None
+    pool.shutdown()
