@@ -23,13 +23,17 @@ from engine.resample import to_int16, trim_silence
 from engine.types import AudioChunk, StreamEnd, Waiting
 
 
+def piper_with(workers: int) -> Iterator[Any]:
+    pytest.importorskip("onnxruntime", reason="CPU voices need the cpu extra")
+    engine = load_engine("piper", workers=workers)
+    yield engine
+    engine.close()
+
+
 @pytest.fixture(scope="module")
 def piper2() -> Iterator[Any]:
     """Piper with exactly two workers, so two long streams saturate the pool on any machine."""
-    pytest.importorskip("onnxruntime", reason="CPU voices need the cpu extra")
-    engine = load_engine("piper", workers=2)
-    yield engine
-    engine.close()
+    yield from piper_with(2)
 
 
 @pytest.fixture
@@ -455,10 +459,7 @@ async def test_first_audio_waits_for_a_next_piece_that_runs_longer_than_predicte
             yield audio
 
     monkeypatch.setattr(piper2, "_synthesise", slow)
-    stream = piper2.open_stream("joe", "en")
-    stream.append("Hi there.")
-    stream.append("Then more.")
-    stream.finish()
+    stream = hi_then_more(piper2)
     events, end = await collect(stream, timeout=60)
     assert end == StreamEnd("done") and events
     first, (next_made, _) = stream._first_put_at, made["Then more."]
@@ -467,13 +468,19 @@ async def test_first_audio_waits_for_a_next_piece_that_runs_longer_than_predicte
     assert next_made <= heard_until + 0.15, (next_made - heard_until)  # no gap (a real run's time allowed)
 
 
+def hi_then_more(engine: Any) -> Any:
+    """A short first sentence and one after it: the first audio, and the piece that must follow it in time."""
+    stream = engine.open_stream("joe", "en")
+    stream.append("Hi there.")
+    stream.append("Then more.")
+    stream.finish()
+    return stream
+
+
 @pytest.fixture(scope="module")
 def piper1() -> Iterator[Any]:
     """Piper with one worker: a long run on it holds every other piece back."""
-    pytest.importorskip("onnxruntime", reason="CPU voices need the cpu extra")
-    engine = load_engine("piper", workers=1)
-    yield engine
-    engine.close()
+    yield from piper_with(1)
 
 
 async def test_first_audio_waits_for_a_next_piece_queued_behind_a_long_run(piper1: Any,
@@ -492,10 +499,7 @@ async def test_first_audio_waits_for_a_next_piece_queued_behind_a_long_run(piper
             yield audio
 
     monkeypatch.setattr(piper1, "_synthesise", timed)
-    stream = piper1.open_stream("joe", "en")
-    stream.append("Hi there.")
-    stream.append("Then more.")
-    stream.finish()
+    stream = hi_then_more(piper1)
     deadline = time.monotonic() + 10
     while not (stream._jobs and stream._jobs[0].started_at is not None):
         assert time.monotonic() < deadline
