@@ -274,10 +274,11 @@ class UrgencyPool:
                 with self._cond:
                     self._busy_s += time.perf_counter() - self._running.pop(me)[0]
                     job.started = None
-                    if requeue and not self._shutdown:
+                    closed = self._shutdown
+                    if requeue and not closed:
                         heapq.heappush(self._first if job.first else self._rest, entry)
                         self._cond.notify()
-                    elif requeue:
-                        job.future.set_exception(RuntimeError("the pool is shut down"))
-            if requeue:
+            if requeue and closed:  # outside the lock, as in `shutdown`: its done-callbacks take their owner's
+                job.future.set_exception(RuntimeError("the pool is shut down"))
+            elif requeue:
                 self._queued.set()
