@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import os
 import threading
 import time
@@ -622,7 +623,10 @@ class CpuStream:
             if self._cancelled.is_set():
                 return
             deadline = self._deadline(self._jobs, piece)
-            first_audio = self._awaits_first_audio()  # what its listener waits for
+            # What its listener waits for: its first piece, and the pieces after it while nothing is out
+            # (the first audio waits for them, `_hold_first`). Ranked as a playing stream's by a deadline
+            # counted from now, its second piece ran before its own first, and the third came late.
+            first_audio = self._hears_nothing()
             self._jobs.append(job)
         try:
             job.future = self._engine._pool.submit(deadline, partial(self._run_job, job), owner=self,
@@ -681,11 +685,16 @@ class CpuStream:
             return max(time.monotonic(), before or 0.0) + self._held_s  # played from its release: now, soonest
         return max(self._first_put_at, before or 0.0) + self._frames_put / self.sample_rate
 
-    def _awaits_first_audio(self) -> bool:
-        """Under `_cond`: nothing is out or submitted yet and the listener hears nothing (no continuation,
-        no stream before it) and no first audio is held (`_hold_first`)."""
-        return (self._first_put_at is None and self._held_s is None and not self._jobs
+    def _hears_nothing(self) -> bool:
+        """Under `_cond`: its listener hears nothing yet: no audio out, none held (`_hold_first`), no
+        continuation, no stream before it."""
+        return (self._first_put_at is None and self._held_s is None
                 and self._continues_at is None and self._after is None)
+
+    def _awaits_first_audio(self) -> bool:
+        """Under `_cond`: its listener hears nothing yet, and nothing is submitted: the next piece is its
+        first audio."""
+        return self._hears_nothing() and not self._jobs
 
     def _run_job(self, job: _PieceJob) -> None:
         with self._cond:
@@ -843,8 +852,8 @@ class CpuStream:
             self._engine._ended(self)
 
     def _hold_first(self, audio: list[tuple[np.ndarray, int, Any]]) -> None:
-        """Before a stream's first audio (a piece done, and out of `_jobs`): wait while the piece after
-        it is predicted to come after that audio has played out, at most `FIRST_HOLD_S`. A listener who
+        """Before a stream's first audio (a piece done, and out of `_jobs`): wait while a piece after it
+        is predicted to come after the audio before it has played out, at most `FIRST_HOLD_S`. A listener who
         has started must keep hearing (issue 14): on an engine whose runs take nearly as long as they
         speak (Kokoro at RTF 0.8-0.9 on a busy 2-core box) a short first piece was a gap a second later;
         now it is a later start (for a continuation, a pause between its utterances, not inside one)."""
@@ -856,23 +865,28 @@ class CpuStream:
         pool = self._engine._pool
         while True:
             with self._cond:
-                following = self._jobs[0] if self._jobs else None
-                if self._cancelled.is_set() or following is None or following.audio or following.done:
-                    return  # nothing after it yet (its text has not come), or it is here
-                started, future = following.started_at, following.future
-            # Not started: when a worker is expected to take it, after the jobs that go before it (it
+                if self._cancelled.is_set():
+                    return
+                after = [(job, job.started_at, job.future) for job in self._jobs]  # at most `workers`
+            if not after:
+                return  # nothing after it yet: its text has not come
+            # One not started: when a worker is expected to take it, after the jobs that go before it (it
             # had been taken to start at once, and waited a second behind Kokoro runs: a gap). Asked
             # outside the stream's lock, as every call into the pool.
-            if started is None and future is not None:
-                started = pool.expected_start(future)
+            starts = [s if s is not None or f is None else pool.expected_start(f) for _, s, f in after]
             with self._cond:
                 now = time.monotonic()
-                begin = now if started is None else started  # a started one's start, else the pool's word
-                ready = begin + self._run_s(following.piece) * (1 + HOLD_ERROR)
                 # It plays from now, or a continuation's from the end of the audio before it: its listener
-                # runs out at `_runs_out` (that, plus `have`). One whose listener has seconds of the audio
-                # before left never waits; one about to run dry waits.
-                late = ready - self._runs_out()
+                # runs out at `_runs_out` (that, plus `have`), then of each piece after it in turn. Every
+                # piece counts: the one after it may be made while the one after that waits for a worker.
+                ahead, late = self._runs_out(), -math.inf
+                for (job, _, _), start in zip(after, starts, strict=True):
+                    if job.done:
+                        ahead += sum(pcm.size / rate for pcm, rate, _ in job.audio)
+                        continue
+                    begin = now if start is None else start  # a started one's start, else the pool's word
+                    late = max(late, begin + self._run_s(job.piece) * (1 + HOLD_ERROR) - ahead)
+                    ahead += job.piece.seconds
                 if late <= HOLD_MARGIN_S or now >= until:
                     return
                 self._cond.wait(min(late, until - now, HOLD_LOOK_S))

@@ -108,14 +108,23 @@ class UrgencyPool:
 
     def reschedule(self, future: Future[Any], deadline: float) -> bool:
         """Move a queued job's deadline (its owner learnt better: the audio before it came out shorter
-        than estimated, say). False when it is not queued (running, done, or a first-audio job, whose
-        place is its age). O(queued jobs), a few dozen."""
+        than estimated, say). A first-audio job moves to the playing streams' line with it: its owner's
+        audio is out, so its listener hears now (a stream's pieces after its first are first-audio jobs
+        until then). False when it is not queued (running or done). O(queued jobs), a few dozen."""
         with self._cond:
             for i, entry in enumerate(self._rest):
                 if entry[2].future is future:
                     if entry[0] != deadline:
                         self._rest[i] = (deadline, *entry[1:])
                         heapq.heapify(self._rest)
+                    return True
+            for i, entry in enumerate(self._first):
+                if entry[2].future is future:
+                    self._first[i] = self._first[-1]
+                    self._first.pop()
+                    heapq.heapify(self._first)
+                    entry[2].first = False
+                    heapq.heappush(self._rest, (deadline, *entry[1:]))
                     return True
         return False
 

@@ -512,3 +512,67 @@ async def test_first_audio_waits_for_a_next_piece_queued_behind_a_long_run(piper
     assert stream._first_put_at is not None and first_s < 1.5
     heard_until = stream._first_put_at + first_s  # the first audio played out
     assert made["Then more."] <= heard_until + 0.15, made["Then more."] - heard_until  # no gap
+
+
+def three_sentences(engine: Any) -> Any:
+    stream = engine.open_stream("joe", "en")
+    for text in ("Are you sure?", "Yes!", "Then let's go."):
+        stream.append(text)
+    stream.finish()
+    return stream
+
+
+async def test_a_streams_pieces_wait_behind_its_own_first(piper2: Any, started: list[Any],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Measured (cpu at 1/s, a long guard from Kokoro's runs): "Yes!" was ranked a playing stream's job due
+    # within the guard, by a deadline counted from now, and ran before "Are you sure?", a newcomer's.
+    monkeypatch.setattr(piper2, "_guard_s", lambda: 3.0)
+    monkeypatch.setattr(piper2._pool, "guard_s", 3.0)
+    gates, held = [threading.Event(), threading.Event()], [threading.Event(), threading.Event()]
+    blockers = [piper2._pool.submit(float("-inf"), lambda g=g, h=h: (h.set(), g.wait(10)))
+                for g, h in zip(gates, held, strict=True)]
+    assert all(h.wait(5) for h in held)  # every worker is busy: the stream's pieces queue
+    stream = three_sentences(piper2)
+    deadline = time.monotonic() + 10
+    while len(stream._jobs) < piper2.workers:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    gates[0].set()  # one worker frees: it takes the piece the listener needs first
+    while not [job for s, job, _ in started if s is stream]:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.005)
+    gates[1].set()
+    for b in blockers:
+        b.result(timeout=10)
+    _, end = await collect(stream, timeout=60)
+    assert end == StreamEnd("done")
+    assert [job.piece.text for s, job, _ in started if s is stream] == ["Are you sure?", "Yes!", "Then let's go."]
+
+
+async def test_first_audio_waits_for_every_piece_after_it_not_just_the_next(piper2: Any,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # "Yes!" was made in time, and the first audio went; "Then let's go." then waited 1.5 s for a worker
+    # behind Kokoro runs, and its listener heard a gap after "Yes!" (cpu at 1/s, every time at one point).
+    made: dict[str, tuple[float, float]] = {}  # text → (when its audio was yielded, its seconds)
+    real = piper2._synthesise
+
+    def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
+        if text != "Then let's go.":
+            time.sleep(0.3)  # time for the long runs to queue while these two run
+        for audio in real(voice, lang, text, *args):
+            made.setdefault(text, (time.monotonic(), audio[0].size / audio[1]))
+            yield audio
+
+    monkeypatch.setattr(piper2, "_synthesise", timed)
+    stream = three_sentences(piper2)
+    deadline = time.monotonic() + 10
+    while not (len(stream._jobs) == 2 and all(j.started_at is not None for j in stream._jobs)):
+        assert time.monotonic() < deadline, "its first two pieces never ran together"
+        await asyncio.sleep(0.002)
+    long_runs = [piper2._pool.submit(float("-inf"), lambda: time.sleep(1.5), run_s=1.5) for _ in range(2)]
+    _, end = await collect(stream, timeout=60)
+    for run in long_runs:
+        run.result(timeout=10)
+    assert end == StreamEnd("done") and stream._first_put_at is not None
+    heard_until = stream._first_put_at + made["Are you sure?"][1] + made["Yes!"][1]
+    assert made["Then let's go."][0] <= heard_until + 0.15, made["Then let's go."][0] - heard_until  # no gap

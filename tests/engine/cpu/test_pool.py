@@ -36,11 +36,11 @@ def test_a_rescheduled_job_takes_its_new_place_and_only_queued_jobs_move() -> No
     first = pool.submit(100.0, lambda: order.append("first"), first_audio=True)
     assert pool.reschedule(late, 100.5)  # its owner learnt it is due sooner
     assert not pool.reschedule(blocker, 0.0)  # running: no place in line to move
-    assert not pool.reschedule(first, 0.0)  # a first-audio job's place is its age
+    assert pool.reschedule(first, 103.0)  # its owner's audio is out: it joins the playing streams' line
     gate.set()
     for f in (blocker, mid, late, first):
         f.result(timeout=5)
-    assert order == ["late", "first", "mid"]  # due within the guard: before the first audio, too
+    assert order == ["late", "first", "mid"]  # due within the guard first; then by deadline
     assert not pool.reschedule(late, 0.0)  # done
     pool.shutdown()
 
