@@ -270,15 +270,10 @@ class FairQueue:
         if room <= EPS:
             return []
         total = self._total_weight()
-        waiting = [(name, k) for name, k in self._keys.items() if k.waiting]
-
-        def order(item: tuple[str, _Key]) -> tuple[bool, float, int]:
-            k = item[1]
-            return (self._at_share(k.held, k, capacity, total), k.service, k.waiting[0].seq)
-
+        waiting = [(self._at_share(k.held, k, capacity, total), k) for k in self._keys.values() if k.waiting]
         passed: list[Waiter] = []
-        for _, k in sorted(waiting, key=order):
-            if len(waiting) > 1 and self._at_share(k.held, k, capacity, total):
+        for at_share, k in sorted(waiting, key=lambda e: (e[0], e[1].service, e[1].waiting[0].seq)):
+            if at_share and len(waiting) > 1:
                 continue  # at its share while another key waits: it takes no room ahead of anyone
             line, k.waiting = k.waiting, deque()
             for w in line:

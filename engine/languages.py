@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 
-# A Han character (the CJK unified ideographs, extension A, the compatibility block).
-_HAN_RE = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# A Han character (the CJK unified ideographs, extension A, the compatibility block), as a character
+# class: the CPU voices cut and count text by it (engine/cpu/text.py).
+HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+HAN_RE = re.compile(f"[{HAN}]")
 _TAG = re.compile(r"([a-z]{2,3})(?:[-_][a-z0-9]{1,8})+")  # a BCP 47 tag: its primary subtag names the language
 
 # Language names and ISO 639-2/3 codes → ISO 639-1 (what the engines and admission's costs speak).
@@ -49,4 +51,4 @@ def text_language(text: str) -> str:
     Any Han decides it because the Mandarin voices read embedded Latin words too (through English
     phonemes), while the English voice cannot read Han at all. The CPU voices choose a segment's voice by
     it, and admission prices an "auto" stream by it (gateway/admission.py)."""
-    return "zh" if _HAN_RE.search(text) else "en"
+    return "zh" if HAN_RE.search(text) else "en"

@@ -23,6 +23,7 @@ from typing import Any
 
 from engine.cache import cache_dir
 from engine.core import CoreConfig, EngineCore, StreamOptions, TextLedger
+from engine.languages import canonical_language
 from engine.options import shown, stream_request
 from engine.qwen3.edge import decoder_id
 from engine.qwen3.model import Qwen3TTSModel, SamplingParams
@@ -34,12 +35,6 @@ log = logging.getLogger("voxgate.engine.qwen3")
 
 MIN_TOKENS_PER_REQUEST = 16  # the prompt must leave at least this much text room in a request
 PROMPT_ROWS_BESIDES_INSTRUCTIONS = 12  # role 3, codec prefix ≤ 6 with a speaker, the first text token: ≤ 10
-#: ISO 639-1 codes (what the gateway speaks) for the model's language names.
-ISO_LANGUAGES = {
-    "chinese": "zh", "english": "en", "german": "de", "italian": "it", "portuguese": "pt", "spanish": "es",
-    "japanese": "ja", "korean": "ko", "french": "fr", "russian": "ru",
-}
-
 
 #: Tiny checkpoints by model name: the CustomVoice layout (named speakers), Base (cloned voices only).
 TINY_MODELS = {"tiny": "custom_voice", "tiny-base": "base"}
@@ -154,16 +149,16 @@ class Qwen3Engine:
         return [VoiceInfo(s, langs, description="Qwen3-TTS preset speaker") for s in self.model.speakers]
 
     def languages(self) -> list[str]:
-        return ["auto", *[ISO_LANGUAGES.get(name, name) for name in self.model.languages if name != "auto"]]
+        return ["auto", *[canonical_language(name) for name in self.model.languages if name != "auto"]]
 
     def _model_language(self, language: str) -> str:
-        lang = (language or "auto").strip().lower()
+        """The model's name ("chinese") for a request's language, canonical already ("zh": the request's
+        check made it so, engine/languages.py)."""
         names = self.model.languages
-        if lang in names:
-            return lang
-        base = lang.replace("_", "-").split("-")[0]
+        if language in names:
+            return language
         for name in names:
-            if ISO_LANGUAGES.get(name) == base:
+            if canonical_language(name) == language:
                 return name
         raise EngineError("unsupported_language", f"this model speaks no language {shown(language)}; "
                                                   f"available: {self.languages()}")

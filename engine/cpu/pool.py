@@ -134,6 +134,10 @@ class UrgencyPool:
             return (1, entry[0], entry[1])
         return (0 if entry[0] <= now + self.guard_s else 2, entry[0], entry[1])
 
+    def _ranked(self, now: float) -> list[tuple[tuple[int, float, int], _Entry]]:
+        """Under the lock: every queued job with its place in line now (`_rank`), unsorted."""
+        return [(self._rank(e, first, now), e) for first, q in ((True, self._first), (False, self._rest)) for e in q]
+
     def _next(self) -> list[_Entry] | None:
         """Under the lock: the queue whose head is the most urgent job (None: nothing queued)."""
         if not self._first:
@@ -199,8 +203,7 @@ class UrgencyPool:
         workers), a few dozen: a stream's first audio asks it while it waits (`CpuStream._hold_first`)."""
         with self._cond:
             now = self._clock()
-            ranked = sorted((self._rank(e, first, now), e) for first, q in ((True, self._first), (False, self._rest))
-                            for e in q)
+            ranked = sorted(self._ranked(now))
             if not any(e[2].future is future for _, e in ranked):
                 return None
             running = [now + max(0.0, e[2].run_s - (now - (e[2].started or now))) for _, e in self._running.values()]
@@ -215,9 +218,7 @@ class UrgencyPool:
     def ahead(self, future: Future[Any]) -> int | None:
         """How many other owners have a job queued to run before `future`'s; None once it is not queued."""
         with self._cond:
-            now = self._clock()
-            ranked = [(self._rank(e, first, now), e) for first, q in ((True, self._first), (False, self._rest))
-                      for e in q]
+            ranked = self._ranked(self._clock())
             mine = next((r for r, e in ranked if e[2].future is future), None)
             if mine is None:
                 return None

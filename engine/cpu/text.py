@@ -1,13 +1,14 @@
-"""Text handling the CPU voices need: per-segment language, bounded pieces, sentences, Han/Latin runs."""
+"""Text handling the CPU voices need: bounded pieces, sentences, Han/Latin runs (a segment's language:
+engine/languages.py)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
 
-_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_HAN_RE = re.compile(f"[{_HAN}]")
-_RUNS = re.compile(f"([{_HAN}][{_HAN}\\s，。！？、；：“”‘’（）《》…—·0-9０-９%％]*)|([^{_HAN}]+)")
+from engine.languages import HAN, HAN_RE
+
+_RUNS = re.compile(f"([{HAN}][{HAN}\\s，。！？、；：“”‘’（）《》…—·0-9０-９%％]*)|([^{HAN}]+)")
 # A sentence ends at . ! ? … (ASCII ones only before a space or the end, so "3.14" stays whole) or
 # at the Han marks, which need no space after them. The lookbehinds and possessive runs make a match
 # start only at the first mark of a run and never backtrack into it: `.+?(?:[.!?…]+…)` took 0.5 s for
@@ -28,7 +29,7 @@ _HAN_COST = 3
 
 
 def strip_han(text: str) -> str:
-    return _HAN_RE.sub(" ", text)
+    return HAN_RE.sub(" ", text)
 
 
 def han_latin_runs(text: str) -> list[tuple[bool, str]]:
@@ -81,7 +82,7 @@ def split_long(phonemes: str, limit: int) -> list[str]:
 
 def cost(text: str) -> int:
     """Length in Latin-letter equivalents (a Han character counts `_HAN_COST`): what bounds a piece."""
-    return len(text) + (_HAN_COST - 1) * len(_HAN_RE.findall(text))
+    return len(text) + (_HAN_COST - 1) * len(HAN_RE.findall(text))
 
 
 def pieces(text: str, limit: int, *, first: bool = False) -> Iterator[str]:
@@ -118,13 +119,13 @@ def first_clause_end(text: str, limit: int) -> int:
     if sentence_end is not None and sentence_end.start() < clause.start():
         return 0  # the first sentence has no clause mark: it is short enough to go whole
     head, rest = text[:end], text[end : end + limit]
-    syllables = len(_HAN_RE.findall(head)) + len(_LATIN_WORD.findall(head))
+    syllables = len(HAN_RE.findall(head)) + len(_LATIN_WORD.findall(head))
     if syllables < FIRST_CLAUSE_SYLLABLES or cost(head) > limit:
         return 0
     # Something speakable must follow in the same sentence: "好的，。" is one clause, not two.
     after = _SENTENCE_END.search(rest)
     tail = rest[: after.start()] if after is not None else rest
-    if not (_HAN_RE.search(tail) or _LATIN_WORD.search(tail)):
+    if not (HAN_RE.search(tail) or _LATIN_WORD.search(tail)):
         return 0
     return end
 
@@ -172,12 +173,12 @@ def _cut_sentence(sentence: str, limit: int) -> Iterator[str]:
 def _reach(text: str, start: int, limit: int) -> int:
     """The furthest end such that `text[start:end]` costs at most `limit` (and at least one character)."""
     end = min(len(text), start + limit)
-    if not _HAN_RE.search(text, start, end):
+    if not HAN_RE.search(text, start, end):
         return end
     budget = limit
     i = start
     while i < len(text):
-        budget -= _HAN_COST if _HAN_RE.match(text, i) else 1
+        budget -= _HAN_COST if HAN_RE.match(text, i) else 1
         if budget < 0:
             break
         i += 1
@@ -195,7 +196,7 @@ def _best_cut(window: str) -> int:
     spaces = [m.start() for m in _SPACE.finditer(window, floor)]
     if spaces and spaces[-1] > 0:
         return spaces[-1]
-    if _HAN_RE.search(window):
+    if HAN_RE.search(window):
         bounds = [b for b in _word_bounds(window) if floor <= b < len(window)]
         if bounds:
             return bounds[-1]  # not the window's end: its last word may run on past it
@@ -217,6 +218,6 @@ def _word_bounds(text: str) -> list[int]:
 
 def estimate_seconds(text: str) -> float:
     """Rough spoken length, for scheduling only: about 4.5 Han syllables or 3 English words a second."""
-    han = len(_HAN_RE.findall(text))
+    han = len(HAN_RE.findall(text))
     words = len(strip_han(text).split())
     return han / 4.5 + words / 3.0
