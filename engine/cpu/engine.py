@@ -813,8 +813,11 @@ class CpuStream:
                         self._notify_waiting(head)
                     continue
                 seg = head.piece.segment
-                if audio and done and self._first_put_at is None:
-                    self._hold_first(audio)
+                # Its run need not be over: the audio is put out before the job's end is (a worker hands
+                # it over, then finishes the job), and a Piper piece puts out each sentence as it is made.
+                # Held only once the piece was done, most first audio went unheld (22 of 26 at 1/s).
+                if audio and self._first_put_at is None:
+                    self._hold_first(audio, None if done else head)
                     if self._cancelled.is_set():
                         return
                 for pcm, rate, words in audio:
@@ -851,12 +854,13 @@ class CpuStream:
                 self._after = None
             self._engine._ended(self)
 
-    def _hold_first(self, audio: list[tuple[np.ndarray, int, Any]]) -> None:
-        """Before a stream's first audio (a piece done, and out of `_jobs`): wait while a piece after it
-        is predicted to come after the audio before it has played out, at most `FIRST_HOLD_S`. A listener who
-        has started must keep hearing (issue 14): on an engine whose runs take nearly as long as they
-        speak (Kokoro at RTF 0.8-0.9 on a busy 2-core box) a short first piece was a gap a second later;
-        now it is a later start (for a continuation, a pause between its utterances, not inside one)."""
+    def _hold_first(self, audio: list[tuple[np.ndarray, int, Any]], head: _PieceJob | None) -> None:
+        """Before a stream's first audio (`audio`, from a piece out of `_jobs` once done, or from `head`,
+        still in `_jobs` while its run goes on): wait while the rest is predicted to come after the audio
+        before it has played out, at most `FIRST_HOLD_S`. A listener who has started must keep hearing
+        (issue 14): on an engine whose runs take nearly as long as they speak (Kokoro at RTF 0.8-0.9 on
+        a busy 2-core box) a short first piece was a gap a second later; now it is a later start (for a
+        continuation, a pause between its utterances, not inside one)."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
         with self._cond:
             self._held_s = have  # the pieces after it are cut and due by this audio's end
@@ -886,7 +890,7 @@ class CpuStream:
                         continue
                     begin = now if start is None else start  # a started one's start, else the pool's word
                     late = max(late, begin + self._run_s(job.piece) * (1 + HOLD_ERROR) - ahead)
-                    ahead += job.piece.seconds
+                    ahead += job.piece.seconds - (have if job is head else 0.0)  # the head's rest
                 if late <= HOLD_MARGIN_S or now >= until:
                     return
                 self._cond.wait(min(late, until - now, HOLD_LOOK_S))

@@ -576,3 +576,45 @@ async def test_first_audio_waits_for_every_piece_after_it_not_just_the_next(pipe
     assert end == StreamEnd("done") and stream._first_put_at is not None
     heard_until = stream._first_put_at + made["Are you sure?"][1] + made["Yes!"][1]
     assert made["Then let's go."][0] <= heard_until + 0.15, made["Then let's go."][0] - heard_until  # no gap
+
+
+async def test_first_audio_is_held_though_the_job_that_made_it_is_not_over_yet(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A worker puts a run's audio out, then ends its job (measures the run, completes the future). The
+    # driver woke on the audio, found the job not done, and let the first audio go unheld: at 1/s on cpu
+    # 22 of 26 first audios were never held, and a reply whose next piece came late played with a gap.
+    real = piper2._measured
+
+    def slow_to_end(*args: Any) -> None:
+        time.sleep(0.3)  # the job is over some time after its audio is out
+        real(*args)
+
+    monkeypatch.setattr(piper2, "_measured", slow_to_end)
+    first, next_made = await _first_audio_on_a_slow_box(piper2, monkeypatch)
+    assert first >= next_made  # held until the next was made
+
+
+async def test_first_audio_from_a_piece_of_several_runs_waits_for_the_rest_of_its_piece(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One segment of two sentences is one piece and two Piper runs; the first run's audio is out while the
+    # second runs. On a box whose runs take three times what they speak, that second run ends after the
+    # first sentence has played: the first audio waits for it.
+    monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
+    monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
+    made: list[tuple[float, float]] = []  # each run: (when its audio was yielded, its seconds)
+    real = piper2._synthesise
+
+    def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
+        for audio in real(voice, lang, text, *args):
+            if made:
+                time.sleep(0.3)  # the second run takes a while
+            made.append((time.monotonic(), audio[0].size / audio[1]))
+            yield audio
+
+    monkeypatch.setattr(piper2, "_synthesise", timed)
+    stream = piper2.open_stream("joe", "en")
+    stream.append("Hi there. This sentence follows the greeting.")
+    stream.finish()
+    _, end = await collect(stream, timeout=60)
+    assert end == StreamEnd("done") and len(made) == 2, made
+    assert stream._first_put_at is not None and stream._first_put_at >= made[1][0]
