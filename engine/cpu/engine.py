@@ -90,6 +90,11 @@ HOLD_LOOK_S = 0.1
 # (bench/results/overload_s10.md §2): pieces ran 7-40 % past the prediction, and with no margin the
 # first audio of "你好，" was let go 0.1-0.47 s early: its listener heard that as a gap.
 HOLD_ERROR = 0.25
+# While nothing is cut after the first audio and the stream's text is not all in, the next piece is taken
+# to be this long (the least `_ramped` cuts, RAMP_MIN_COST: 8 Han characters, 1.8 s, or about 5 English
+# words) and to start the moment it comes. Kokoro's first piece was out before the rest of its sentence had
+# come; let go, it played out 0.9-1.5 s before the rest was made (the `no-punct` reply, alone).
+NEXT_MIN_S = 1.5
 # How often a stream behind another of its listener (`CpuStream._after`) looks whether that one's text is
 # all cut: one such stream per listener at most (admission), so the cost is small.
 AFTER_POLL_S = 0.02
@@ -817,7 +822,7 @@ class CpuStream:
                 # it over, then finishes the job), and a Piper piece puts out each sentence as it is made.
                 # Held only once the piece was done, most first audio went unheld (22 of 26 at 1/s).
                 if audio and self._first_put_at is None:
-                    self._hold_first(audio, None if done else head)
+                    self._hold_first(audio, head)
                     if self._cancelled.is_set():
                         return
                 for pcm, rate, words in audio:
@@ -854,26 +859,26 @@ class CpuStream:
                 self._after = None
             self._engine._ended(self)
 
-    def _hold_first(self, audio: list[tuple[np.ndarray, int, Any]], head: _PieceJob | None) -> None:
-        """Before a stream's first audio (`audio`, from a piece out of `_jobs` once done, or from `head`,
-        still in `_jobs` while its run goes on): wait while the rest is predicted to come after the audio
-        before it has played out, at most `FIRST_HOLD_S`. A listener who has started must keep hearing
+    def _hold_first(self, audio: list[tuple[np.ndarray, int, Any]], head: _PieceJob) -> None:
+        """Before a stream's first audio (`audio`, from `head`: out of `_jobs` once done, else still in
+        it while its run goes on): wait while the rest is predicted to come after the audio before it has
+        played out, or, while nothing is cut after it, a next piece would (`NEXT_MIN_S`), at most
+        `FIRST_HOLD_S`. A listener who has started must keep hearing
         (issue 14): on an engine whose runs take nearly as long as they speak (Kokoro at RTF 0.8-0.9 on
         a busy 2-core box) a short first piece was a gap a second later; now it is a later start (for a
         continuation, a pause between its utterances, not inside one)."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
         with self._cond:
             self._held_s = have  # the pieces after it are cut and due by this audio's end
-        self._fill()  # the look-ahead runs on while the first audio waits
         until = time.monotonic() + FIRST_HOLD_S
         pool = self._engine._pool
+        next_run_s = NEXT_MIN_S * self._engine._rtf(head.piece.voice.backend)
         while True:
+            self._fill()  # the look-ahead runs on while the first audio waits, text that comes meanwhile too
             with self._cond:
                 if self._cancelled.is_set():
                     return
                 after = [(job, job.started_at, job.future) for job in self._jobs]  # at most `workers`
-            if not after:
-                return  # nothing after it yet: its text has not come
             # One not started: when a worker is expected to take it, after the jobs that go before it (it
             # had been taken to start at once, and waited a second behind Kokoro runs: a gap). Asked
             # outside the stream's lock, as every call into the pool.
@@ -890,7 +895,9 @@ class CpuStream:
                         continue
                     begin = now if start is None else start  # a started one's start, else the pool's word
                     late = max(late, begin + self._run_s(job.piece) * (1 + HOLD_ERROR) - ahead)
-                    ahead += job.piece.seconds - (have if job is head else 0.0)  # the head's rest
+                    ahead += job.piece.seconds - (have if job is head else 0.0)  # the running head's rest
+                if not self._all_cut():  # text still to come (or to cut): one more piece, from now, soonest
+                    late = max(late, now + next_run_s * (1 + HOLD_ERROR) - ahead)
                 if late <= HOLD_MARGIN_S or now >= until:
                     return
                 self._cond.wait(min(late, until - now, HOLD_LOOK_S))
