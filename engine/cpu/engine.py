@@ -539,12 +539,15 @@ class CpuStream:
         for job in jobs:  # outside the lock: a cancelled future's callback takes it
             job.abort()
 
-    def _fill(self) -> None:
-        """Cut segments into pieces and submit them until `workers` pieces are in flight (the look-ahead).
+    def _fill(self, held: _PieceJob | None = None) -> None:
+        """Cut segments into pieces and submit them until `workers` pieces are in flight (the look-ahead),
+        besides `held`, the piece whose audio is the first audio `_hold_first` holds (kept in `_jobs` while
+        the hold lasts, it took the look-ahead's place: the text that came meanwhile waited out the hold).
         Runs on the driver thread: cutting is linear in the text but never on the event loop."""
         while True:
             with self._cond:
-                if self._cancelled.is_set() or len(self._jobs) >= self._engine.workers or self._behind():
+                in_flight = len(self._jobs) - (held is not None and held in self._jobs)
+                if self._cancelled.is_set() or in_flight >= self._engine.workers or self._behind():
                     return
                 if self._cutter is None:
                     if not self._inbox:
@@ -874,7 +877,7 @@ class CpuStream:
         pool = self._engine._pool
         next_run_s = NEXT_MIN_S * self._engine._rtf(head.piece.voice.backend)
         while True:
-            self._fill()  # the look-ahead runs on while the first audio waits, text that comes meanwhile too
+            self._fill(head)  # the look-ahead runs on while the first audio waits, on text that comes too
             with self._cond:
                 if self._cancelled.is_set():
                     return

@@ -6,6 +6,7 @@ worker is told so (`Waiting`)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -650,3 +651,40 @@ async def test_first_audio_waits_for_no_text_a_next_piece_would_be_made_in_time_
     stream.finish()
     _, end = await collect(stream, timeout=60)
     assert end == StreamEnd("done")
+
+
+async def test_text_that_comes_while_the_first_audio_is_held_is_made_meanwhile(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The held piece stays in the stream's pieces in flight while its job is not over, and took the
+    # look-ahead's place: a sentence that came during the hold waited it out (2 s), and the hold waited
+    # for that text to be cut (zh-booking, alone: its first audio 2 s late, then a gap of 1.2 s).
+    monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
+    monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
+    real_measured, real_submit = piper2._measured, piper2._pool.submit
+    submitted: dict[str, float] = {}
+
+    def slow_to_end(*args: Any) -> None:
+        if not submitted.get("ended"):
+            submitted["ended"] = 1.0
+            time.sleep(0.3)  # the first job is over after its audio is out: it is still in flight then
+        real_measured(*args)
+
+    def recording(deadline: float, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        submitted[fn.args[0].piece.text] = time.monotonic()
+        return real_submit(deadline, fn, *args, **kwargs)
+
+    monkeypatch.setattr(piper2, "_measured", slow_to_end)
+    monkeypatch.setattr(piper2._pool, "submit", recording)
+    stream = piper2.open_stream("joe", "en")
+    stream.append("Hi there.")
+    stream.append("This sentence follows.")
+    deadline = time.monotonic() + 10
+    while stream._held_s is None:  # the first audio is held
+        assert time.monotonic() < deadline, "the first audio was not held"
+        await asyncio.sleep(0.005)
+    stream.append("And this one came while it waited.")
+    stream.finish()
+    _, end = await collect(stream, timeout=60)
+    assert end == StreamEnd("done") and stream._first_put_at is not None, submitted
+    third = min((t for text, t in submitted.items() if text.startswith("And this one")), default=math.inf)
+    assert third < stream._first_put_at, submitted  # its first piece (the ramp cuts it to the audio ahead)
