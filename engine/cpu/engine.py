@@ -865,11 +865,11 @@ class CpuStream:
     def _hold_first(self, audio: list[tuple[np.ndarray, int, Any]], head: _PieceJob) -> None:
         """Before a stream's first audio (`audio`, from `head`: out of `_jobs` once done, else still in
         it while its run goes on): wait while the rest is predicted to come after the audio before it has
-        played out, or, while nothing is cut after it, a next piece would (`NEXT_MIN_S`), at most
-        `FIRST_HOLD_S`. A listener who has started must keep hearing
-        (issue 14): on an engine whose runs take nearly as long as they speak (Kokoro at RTF 0.8-0.9 on
-        a busy 2-core box) a short first piece was a gap a second later; now it is a later start (for a
-        continuation, a pause between its utterances, not inside one)."""
+        played out, or, while text is still to come, a next piece would (`NEXT_MIN_S`), at most
+        `FIRST_HOLD_S`. A listener who has started must keep hearing (issue 14): on an engine whose runs
+        take nearly as long as they speak (Kokoro at RTF 0.8-0.9 on a busy 2-core box) a short first piece
+        was a gap a second later; now it is a later start (for a continuation, a pause between its
+        utterances, not inside one)."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
         with self._cond:
             self._held_s = have  # the pieces after it are cut and due by this audio's end
