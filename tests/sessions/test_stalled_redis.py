@@ -56,7 +56,8 @@ async def test_a_stall_is_noticed_without_traffic_and_then_costs_nobody_a_wait(
     ):
         with pytest.raises(StateUnavailable):
             await op
-    assert time.monotonic() - t0 < 0.1  # fail fast: no op waits out a timeout while the circuit is open
+    # Fail fast: no op waits out the 0.5 s op timeout while the circuit is open (half of it: a loaded box).
+    assert time.monotonic() - t0 < 0.25
     redis_server.resume()
     back = await _until(lambda: store.health().status == "ok", 3.0)
     assert back < 2.0  # probes back off to at most 1 s
@@ -77,7 +78,7 @@ async def test_spoken_log_written_during_a_stall_lands_in_order_after_it(
         s.begin_utterance(i)
         s.record_utterance(i, f"during {i}.", cancelled=i == 2)
     s.update(config={"language": "de"})
-    assert time.monotonic() - t0 < 0.01  # returns at once
+    assert time.monotonic() - t0 < 0.25  # returns at once: well inside the 0.5 s op timeout
     await _until(lambda: not holder.breaker.is_closed, 2.0)
     assert len(holder.write_behind) == 7
     await asyncio.sleep(0.5)
@@ -108,7 +109,7 @@ async def test_stream_slots_fall_back_to_this_replicas_count_and_enter_redis_aft
     t0 = time.monotonic()
     with pytest.raises(StreamLimitExceeded):  # the limit still holds, counted here
         await store.acquire_stream("acme", 2, local_fallback=True)
-    assert time.monotonic() - t0 < 0.05
+    assert time.monotonic() - t0 < 0.25  # no op timeout (0.5 s) paid again
     local.start_keepalive(0.2)
     redis_server.resume()
     await store.breaker.wait_closed(3.0)
@@ -130,7 +131,7 @@ async def test_releases_during_a_stall_are_queued_and_land_after_it(
     t0 = time.monotonic()
     assert await slot.release()
     await s.close()
-    assert time.monotonic() - t0 < 0.1
+    assert time.monotonic() - t0 < 0.25  # queued, not waiting out the 0.5 s op timeout
     redis_server.resume()
     assert await store.write_behind.flush(3.0)
     assert await other.active_streams("acme") == 0
