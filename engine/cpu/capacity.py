@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import deque
 
 #: Share of the measured throughput that is promised to listeners.
 HEADROOM = 0.8
@@ -35,6 +36,12 @@ PRIOR_RTF = 0.5
 #: Jobs that made less audio than this are timed but not weighed as much: a one-word piece is mostly
 #: per-run overhead, and listeners rarely hear a whole stream of them.
 SHORT_AUDIO_S = 0.5
+#: How many of a backend's latest runs `overrun` reads (about the last minute at 1 reply/s), and the
+#: least it needs before it says anything.
+OVERRUN_WINDOW = 64
+OVERRUN_MIN_RUNS = 8
+#: The share of runs that may run past `overrun`'s answer.
+OVERRUN_QUANTILE = 0.9
 
 
 class RtfMeter:
@@ -49,15 +56,19 @@ class RtfMeter:
         self._rtf: dict[str, float] = {}  # backend → EWMA real-time factor
         self._share: dict[str, float] = {}  # backend → EWMA of its audio seconds per job
         self._job_s = 0.0  # EWMA of one job's run time (how long a newcomer waits for a busy worker)
+        self._overruns: dict[str, deque[float]] = {}  # backend → its latest runs' run time / prediction
         self._lock = threading.Lock()
 
-    def record(self, backend: str, run_s: float, audio_s: float) -> None:
-        """One job of `backend` ran `run_s` seconds and made `audio_s` seconds of audio."""
+    def record(self, backend: str, run_s: float, audio_s: float, predicted_s: float = 0.0) -> None:
+        """One job of `backend` ran `run_s` seconds and made `audio_s` seconds of audio; `predicted_s`
+        (if > 0): how long it was expected to run when it started (its `overrun`)."""
         if not (math.isfinite(run_s) and math.isfinite(audio_s)) or run_s < 0 or audio_s <= 0:
             return  # nothing made (cancelled, failed): no cost to learn from
         rtf = run_s / audio_s
         weight = min(1.0, audio_s / SHORT_AUDIO_S)
         with self._lock:
+            if predicted_s > 0 and math.isfinite(predicted_s):
+                self._overruns.setdefault(backend, deque(maxlen=OVERRUN_WINDOW)).append(run_s / predicted_s)
             old = self._rtf.get(backend)
             a = (self.alpha_up if old is not None and rtf > old else self.alpha) * weight
             self._rtf[backend] = rtf if old is None else old + a * (rtf - old)
@@ -82,6 +93,19 @@ class RtfMeter:
     def backend_rtf(self, backend: str) -> float | None:
         with self._lock:
             return self._rtf.get(backend)
+
+    def overrun(self, backend: str) -> float | None:
+        """How much longer than predicted `backend`'s runs take: the `OVERRUN_QUANTILE` of run time over
+        prediction among its latest `OVERRUN_WINDOW` runs (None before `OVERRUN_MIN_RUNS`). The RTF is a
+        mean; a run's own cost is not. Under load on 2 cores (bench/results/overload_s13.md) Kokoro ran
+        at 1.0× its prediction at the median and 1.35× at p90: a short piece is mostly per-run overhead,
+        and two runs side by side share the cores that one alone had."""
+        with self._lock:
+            runs = self._overruns.get(backend)
+            if runs is None or len(runs) < OVERRUN_MIN_RUNS:
+                return None
+            ordered = sorted(runs)
+        return ordered[min(len(ordered) - 1, int(OVERRUN_QUANTILE * len(ordered)))]
 
     @property
     def job_s(self) -> float:

@@ -85,11 +85,13 @@ FIRST_HOLD_S = 2.0
 HOLD_MARGIN_S = 0.05
 # While the first audio is held, how often the pool is asked again when the next piece will start.
 HOLD_LOOK_S = 0.1
-# The piece after it is taken to run this much longer than its measured RTF predicts. The RTF is a mean
-# over pieces; a short piece, or one run beside another, costs more. Kokoro on 2 cores, a lone stream
-# (bench/results/overload_s10.md §2): pieces ran 7-40 % past the prediction, and with no margin the
-# first audio of "你好，" was let go 0.1-0.47 s early: its listener heard that as a gap.
+# The piece after it is taken to run longer than its measured RTF predicts: by what its backend's latest
+# runs took past their prediction (`RtfMeter.overrun`, their 90th percentile), never less than HOLD_ERROR
+# nor more than HOLD_ERROR_MAX. The RTF is a mean over pieces; a short piece, or one run beside another,
+# costs more. A fixed 25 % (a lone Kokoro stream, bench/results/overload_s10.md §2: 7-40 % past) left
+# gaps of up to 0.1 s at 1 reply/s, where Kokoro's p90 was 1.35× (bench/results/overload_s13.md).
 HOLD_ERROR = 0.25
+HOLD_ERROR_MAX = 1.0
 # While nothing is cut after the first audio and the stream's text is not all in, the next piece is taken
 # to be this long (the least `_ramped` cuts, RAMP_MIN_COST: 8 Han characters, 1.8 s, or about 5 English
 # words) and to start the moment it comes. Kokoro's first piece was out before the rest of its sentence had
@@ -337,9 +339,9 @@ class CpuEngine:
 
     # ---- used by streams ----
 
-    def _measured(self, backend: str, run_s: float, audio_s: float) -> None:
-        """A pool job's cost, from its worker."""
-        self.meter.record(backend, run_s, audio_s)
+    def _measured(self, backend: str, run_s: float, audio_s: float, predicted_s: float = 0.0) -> None:
+        """A pool job's cost, from its worker (`predicted_s`: its expected run time when it started)."""
+        self.meter.record(backend, run_s, audio_s, predicted_s)
         self._pool.guard_s = self._guard_s()
         streams = self.meter.streams(self.workers)
         if streams != self._logged_streams:  # a change of capacity is worth a line; the EWMA's noise is not
@@ -351,6 +353,11 @@ class CpuEngine:
         """The backend's measured real-time factor (the prior before any of its jobs ran)."""
         rtf = self.meter.backend_rtf(backend)
         return self.meter.prior_rtf if rtf is None else max(rtf, 1e-3)
+
+    def _hold_error(self, backend: str) -> float:
+        """How much longer than predicted the first-audio hold takes a run of `backend` to be (HOLD_ERROR)."""
+        overrun = self.meter.overrun(backend)
+        return HOLD_ERROR if overrun is None else min(HOLD_ERROR_MAX, max(HOLD_ERROR, overrun - 1.0))
 
     def _guard_s(self) -> float:
         """How close to running dry a playing stream may come before its job goes ahead of newcomers:
@@ -712,7 +719,7 @@ class CpuStream:
         if self._cancelled.is_set():  # set before any abort: a terminate it clears above is not lost
             return
         p = job.piece
-        t0, made = time.perf_counter(), 0.0
+        t0, made, predicted_s = time.perf_counter(), 0.0, self._run_s(p)
         try:
             for audio in self._engine._synthesise(p.voice, p.lang, p.text, self._speed, self._cancelled,
                                                   job.run_options, self._pinned):
@@ -725,7 +732,7 @@ class CpuStream:
                     self._cond.notify_all()
             self._gave_up(job)
             if not self._cancelled.is_set():  # a cut-short run says nothing of the cost
-                self._engine._measured(p.voice.backend, time.perf_counter() - t0, made)
+                self._engine._measured(p.voice.backend, time.perf_counter() - t0, made, predicted_s)
         except Preempted:
             raise
         except Exception as exc:  # reported by the driver, in order, as StreamEnd("error")
@@ -874,8 +881,9 @@ class CpuStream:
         with self._cond:
             self._held_s = have  # the pieces after it are cut and due by this audio's end
         until = time.monotonic() + FIRST_HOLD_S
-        pool = self._engine._pool
-        next_run_s = NEXT_MIN_S * self._engine._rtf(head.piece.voice.backend)
+        engine, backend = self._engine, head.piece.voice.backend
+        pool = engine._pool
+        next_run_s = NEXT_MIN_S * engine._rtf(backend) * (1 + engine._hold_error(backend))
         while True:
             self._fill(head)  # the look-ahead runs on while the first audio waits, on text that comes too
             with self._cond:
@@ -897,10 +905,11 @@ class CpuStream:
                         ahead += sum(pcm.size / rate for pcm, rate, _ in job.audio)
                         continue
                     begin = now if start is None else start  # a started one's start, else the pool's word
-                    late = max(late, begin + self._run_s(job.piece) * (1 + HOLD_ERROR) - ahead)
+                    run_s = self._run_s(job.piece) * (1 + engine._hold_error(job.piece.voice.backend))
+                    late = max(late, begin + run_s - ahead)
                     ahead += job.piece.seconds - (have if job is head else 0.0)  # the running head's rest
                 if not self._all_cut():  # text still to come (or to cut): one more piece, from now, soonest
-                    late = max(late, now + next_run_s * (1 + HOLD_ERROR) - ahead)
+                    late = max(late, now + next_run_s - ahead)
                 if late <= HOLD_MARGIN_S or now >= until:
                     return
                 self._cond.wait(min(late, until - now, HOLD_LOOK_S))
