@@ -359,6 +359,11 @@ class CpuEngine:
         overrun = self.meter.overrun(backend)
         return HOLD_ERROR if overrun is None else min(HOLD_ERROR_MAX, max(HOLD_ERROR, overrun - 1.0))
 
+    def _stretch(self) -> float:
+        """How much longer than predicted the hold takes any job of the pool to run (the costliest error
+        of the backends loaded): the jobs a stream's next piece waits behind are other streams'."""
+        return 1.0 + max(self._hold_error(backend) for backend in {v.backend for v in self._voices.values()})
+
     def _guard_s(self) -> float:
         """How close to running dry a playing stream may come before its job goes ahead of newcomers:
         about two job run times (one to wait for a worker, one to run), never under half a second."""
@@ -891,9 +896,13 @@ class CpuStream:
                     return
                 after = [(job, job.started_at, job.future) for job in self._jobs]  # at most `workers`
             # One not started: when a worker is expected to take it, after the jobs that go before it (it
-            # had been taken to start at once, and waited a second behind Kokoro runs: a gap). Asked
-            # outside the stream's lock, as every call into the pool.
-            starts = [s if s is not None or f is None else pool.expected_start(f) for _, s, f in after]
+            # had been taken to start at once, and waited a second behind Kokoro runs: a gap). A piece of
+            # text still to come: when a worker is expected free (taken to start at once, an English
+            # reply's next sentence waited 0.3-1.5 s behind two Kokoro runs). Asked outside the stream's
+            # lock, as every call into the pool.
+            stretch = engine._stretch()
+            starts = [s if s is not None or f is None else pool.expected_start(f, stretch) for _, s, f in after]
+            free_at = pool.expected_free(stretch)
             with self._cond:
                 now = time.monotonic()
                 # It plays from now, or a continuation's from the end of the audio before it: its listener
@@ -909,7 +918,7 @@ class CpuStream:
                     late = max(late, begin + run_s - ahead)
                     ahead += job.piece.seconds - (have if job is head else 0.0)  # the running head's rest
                 if not self._all_cut():  # text still to come (or to cut): one more piece, from now, soonest
-                    late = max(late, now + next_run_s - ahead)
+                    late = max(late, max(now, free_at) + next_run_s - ahead)
                 if late <= HOLD_MARGIN_S or now >= until:
                     return
                 self._cond.wait(min(late, until - now, HOLD_LOOK_S))

@@ -196,24 +196,38 @@ class UrgencyPool:
             self._preempt(victim)
             time.sleep(WATCH_S)
 
-    def expected_start(self, future: Future[Any]) -> float | None:
+    def expected_start(self, future: Future[Any], stretch: float = 1.0) -> float | None:
         """When (the pool's clock) `future`'s queued job is expected to take a worker: the jobs that go
         before it, in the order they would be taken now, each on the worker free soonest, from when each
-        running job is expected to be over. None once it is not queued (running or over). O(queued log
-        workers), a few dozen: a stream's first audio asks it while it waits (`CpuStream._hold_first`)."""
+        running job is expected to be over. Every job is taken to run `stretch` × its expected run time
+        (a run goes past its estimate: `RtfMeter.overrun`). None once it is not queued (running or over).
+        O(queued log workers), a few dozen: a stream's first audio asks it while it waits
+        (`CpuStream._hold_first`)."""
         with self._cond:
             now = self._clock()
             ranked = sorted(self._ranked(now))
             if not any(e[2].future is future for _, e in ranked):
                 return None
-            running = [now + max(0.0, e[2].run_s - (now - (e[2].started or now))) for _, e in self._running.values()]
-            free = sorted(running + [now] * (self._workers - len(running)))
+            free = self._free_at(now, stretch)
             for _, (_, _, job) in ranked:
                 start = heapq.heappop(free)
                 if job.future is future:
                     return start
-                heapq.heappush(free, start + job.run_s)
+                heapq.heappush(free, start + job.run_s * stretch)
         return None
+
+    def expected_free(self, stretch: float = 1.0) -> float:
+        """When (the pool's clock) a worker is expected to be free for a job that goes before every one
+        queued (a playing stream's about to run dry): now if one is idle, else when the running job
+        expected to be over soonest is, each taken to run `stretch` × its expected run time."""
+        with self._cond:
+            return self._free_at(self._clock(), stretch)[0]
+
+    def _free_at(self, now: float, stretch: float) -> list[float]:
+        """Under the lock: when each worker is expected to be free, soonest first (a heap)."""
+        running = [now + max(0.0, e[2].run_s * stretch - (now - (e[2].started or now)))
+                   for _, e in self._running.values()]
+        return sorted(running + [now] * (self._workers - len(running)))
 
     def ahead(self, future: Future[Any]) -> int | None:
         """How many other owners have a job queued to run before `future`'s; None once it is not queued."""

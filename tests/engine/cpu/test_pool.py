@@ -258,3 +258,27 @@ def test_a_queued_job_is_expected_to_start_once_the_jobs_before_it_have_run() ->
         f.result(timeout=5)
     assert pool.expected_start(later) is None
     pool.shutdown()
+
+
+def test_a_worker_is_expected_free_when_the_soonest_running_job_is_over_each_stretched() -> None:
+    # A next piece of text still to come waits for a worker too; runs go past their estimates.
+    now = [100.0]
+    pool = UrgencyPool(2, guard_s=1.0, clock=lambda: now[0])
+    assert pool.expected_free() == 100.0  # idle
+    gate, started = threading.Event(), threading.Semaphore(0)
+    long = pool.submit(0.0, lambda: (started.release(), gate.wait(10)), run_s=2.0)
+    assert started.acquire(timeout=5)
+    assert pool.expected_free() == 100.0  # one worker still idle
+    short = pool.submit(0.0, lambda: (started.release(), gate.wait(10)), run_s=1.0)
+    assert started.acquire(timeout=5)
+    now[0] = 100.5
+    assert pool.expected_free() == pytest.approx(101.0)  # the 1 s run, half over
+    assert pool.expected_free(stretch=1.5) == pytest.approx(101.5)  # taken to run 1.5 s
+    queued = pool.submit(0.0, lambda: None, run_s=1.0)
+    assert pool.expected_start(queued, stretch=1.5) == pytest.approx(101.5)
+    now[0] = 102.5  # both past their estimates and not yet over: a worker is taken to be free at once
+    assert pool.expected_free(stretch=1.5) == pytest.approx(102.5)
+    gate.set()
+    for f in (long, short, queued):
+        f.result(timeout=5)
+    pool.shutdown()
