@@ -545,6 +545,47 @@ async def test_first_audio_waits_for_a_next_piece_queued_behind_a_long_run(piper
     assert made["Then more."] <= heard_until + 0.15, made["Then more."] - heard_until  # no gap
 
 
+async def test_first_audio_waits_for_a_worker_for_text_still_to_come(piper1: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # Text still to come was taken to be made the moment it came. Under load its piece waited for a worker
+    # behind other streams' runs (an English reply at 1/s beside Kokoro runs: its first audio let go at
+    # once, then a 0.3 s gap). Now it starts when a worker is expected free (`UrgencyPool.expected_free`).
+    made: dict[str, float] = {}  # text → when its audio was yielded
+    real = piper1._synthesise
+
+    def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
+        if text == "Hi there.":
+            time.sleep(0.3)  # time for the long run to queue before this piece is over
+        for audio in real(voice, lang, text, *args):
+            made.setdefault(text, time.monotonic())
+            yield audio
+
+    monkeypatch.setattr(piper1, "_synthesise", timed)
+    stream = piper1.open_stream("joe", "en")
+    stream.append("Hi there.")  # the rest of the reply is still being written
+    deadline = time.monotonic() + 10
+    while not (stream._jobs and stream._jobs[0].started_at is not None):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.002)
+    long_run = piper1._pool.submit(float("-inf"), lambda: time.sleep(1.5), run_s=1.5)  # another stream's
+
+    async def rest_of_the_reply() -> None:
+        while "Hi there." not in made:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.1)
+        stream.append("Then more.")
+        stream.finish()
+
+    (events, end), _ = await asyncio.gather(collect(stream, timeout=60), rest_of_the_reply())
+    long_run.result(timeout=10)
+    assert end == StreamEnd("done")
+    first_s = sum(e.pcm.size for e in events if isinstance(e, AudioChunk) and e.segment == 0) / stream.sample_rate
+    assert stream._first_put_at is not None and first_s < 1.5
+    heard_until = stream._first_put_at + first_s  # the first audio played out
+    assert made["Then more."] <= heard_until + 0.15, made["Then more."] - heard_until  # no gap
+
+
 def three_sentences(engine: Any) -> Any:
     stream = engine.open_stream("joe", "en")
     for text in ("Are you sure?", "Yes!", "Then let's go."):
