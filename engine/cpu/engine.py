@@ -171,11 +171,6 @@ class CpuEngine:
             self._defaults.setdefault("en", KOKORO_DEFAULT)
         self.workers = workers or os.cpu_count() or 1
         self.threads = threads
-        #: a new listener's first piece runs with no other piece of its stream beside it where the runs'
-        #: threads outnumber the cores (settable). Two Kokoro runs side by side on 2 cores (2 workers × 2
-        #: threads) each take about twice as long as one alone (bench/results/overload_s13.md): the second
-        #: piece, started 0.1-0.2 s after the first, halved the speed of the run the listener waits for.
-        self.first_runs_alone = self.workers * threads > (os.cpu_count() or 1)
         self._pool = UrgencyPool(self.workers, "cpu-voice")
         #: measured cost of synthesis (real-time factor per backend): what `capacity()` is judged from
         self.meter = RtfMeter()
@@ -498,7 +493,6 @@ class CpuStream:
         self._inbox_chars = 0
         self._cutter: Iterator[_Piece] | None = None  # the segment being cut (the driver's only)
         self._jobs: deque[_PieceJob] = deque()  # submitted, undelivered, in order; the first is delivering
-        self._alone: _PieceJob | None = None  # a new listener's first piece, run alone (`first_runs_alone`)
         self._held_s: float | None = None  # the first audio's length while `_hold_first` keeps it
         self._finished = False
         self._first_put_at: float | None = None  # when the listener could start playing
@@ -564,7 +558,8 @@ class CpuStream:
         Runs on the driver thread: cutting is linear in the text but never on the event loop."""
         while True:
             with self._cond:
-                if self._cancelled.is_set() or not self._room(held) or self._behind():
+                in_flight = len(self._jobs) - (held is not None and held in self._jobs)
+                if self._cancelled.is_set() or in_flight >= self._engine.workers or self._behind():
                     return
                 if self._cutter is None:
                     if not self._inbox:
@@ -652,8 +647,6 @@ class CpuStream:
             # (the first audio waits for them, `_hold_first`). Ranked as a playing stream's by a deadline
             # counted from now, its second piece ran before its own first, and the third came late.
             first_audio = self._hears_nothing()
-            if self._engine.first_runs_alone and self._awaits_first_audio():
-                self._alone = job
             self._jobs.append(job)
         try:
             job.future = self._engine._pool.submit(deadline, partial(self._run_job, job), owner=self,
@@ -717,13 +710,6 @@ class CpuStream:
         continuation, no stream before it."""
         return (self._first_put_at is None and self._held_s is None
                 and self._continues_at is None and self._after is None)
-
-    def _room(self, held: _PieceJob | None = None) -> bool:
-        """Under `_cond`: whether another piece may be submitted: fewer than `workers` are in flight besides
-        `held` (`_fill`), and no new listener's first piece runs alone (`CpuEngine.first_runs_alone`)."""
-        if self._alone is not None and not self._alone.done:
-            return False
-        return len(self._jobs) - (held is not None and held in self._jobs) < self._engine.workers
 
     def _awaits_first_audio(self) -> bool:
         """Under `_cond`: its listener hears nothing yet, and nothing is submitted: the next piece is its
@@ -795,7 +781,7 @@ class CpuStream:
             return True
         if self._jobs and (self._jobs[0].audio or self._jobs[0].done):
             return True
-        if self._room() and (self._inbox or self._cutter is not None) and not self._behind():
+        if len(self._jobs) < self._engine.workers and (self._inbox or self._cutter is not None) and not self._behind():
             return True
         return self._finished and not self._jobs and not self._inbox and self._cutter is None
 

@@ -586,33 +586,6 @@ async def test_first_audio_waits_for_a_worker_for_text_still_to_come(piper1: Any
     assert made["Then more."] <= heard_until + 0.15, made["Then more."] - heard_until  # no gap
 
 
-@pytest.mark.parametrize("alone", [True, False])
-async def test_a_new_listeners_first_piece_runs_alone_where_the_cores_are_oversubscribed(
-        piper2: Any, started: list[Any], monkeypatch: pytest.MonkeyPatch, alone: bool) -> None:
-    # On 2 cores (2 workers × 2 threads) two runs side by side each take about twice as long as one alone:
-    # the second piece, started as its text came, halved the speed of the run the listener waits for.
-    monkeypatch.setattr(piper2, "first_runs_alone", alone)
-    over: dict[str, float] = {}  # text → when its run was over
-    real = piper2._synthesise
-
-    def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
-        if text == "Are you sure?":
-            time.sleep(0.4)  # time for the rest to come and be cut while it runs
-        yield from real(voice, lang, text, *args)
-        over[text] = time.monotonic()
-
-    monkeypatch.setattr(piper2, "_synthesise", timed)
-    stream = three_sentences(piper2)
-    events, end = await collect(stream, timeout=60)
-    assert end == StreamEnd("done") and events
-    starts = {job.piece.text: at for s, job, at in started if s is stream}
-    assert set(starts) == {"Are you sure?", "Yes!", "Then let's go."}
-    if alone:  # nothing of it beside its first piece; then the look-ahead, both workers
-        assert min(starts["Yes!"], starts["Then let's go."]) >= over["Are you sure?"] - 0.01
-    else:
-        assert starts["Yes!"] < over["Are you sure?"] - 0.2
-
-
 def three_sentences(engine: Any) -> Any:
     stream = engine.open_stream("joe", "en")
     for text in ("Are you sure?", "Yes!", "Then let's go."):
@@ -627,7 +600,6 @@ async def test_a_streams_pieces_wait_behind_its_own_first(piper2: Any, started: 
     # within the guard, by a deadline counted from now, and ran before "Are you sure?", a newcomer's.
     monkeypatch.setattr(piper2, "_guard_s", lambda: 3.0)
     monkeypatch.setattr(piper2._pool, "guard_s", 3.0)
-    monkeypatch.setattr(piper2, "first_runs_alone", False)  # its pieces queue together, as on a box of many cores
     gates, held = [threading.Event(), threading.Event()], [threading.Event(), threading.Event()]
     blockers = [piper2._pool.submit(float("-inf"), lambda g=g, h=h: (h.set(), g.wait(10)))
                 for g, h in zip(gates, held, strict=True)]
