@@ -94,8 +94,9 @@ HOLD_ERROR = 0.25
 HOLD_ERROR_MAX = 1.0
 # While nothing is cut after the first audio and the stream's text is not all in, the next piece is taken
 # to be this long (the least `_ramped` cuts, RAMP_MIN_COST: 8 Han characters, 1.8 s, or about 5 English
-# words) and to start the moment it comes. Kokoro's first piece was out before the rest of its sentence had
-# come; let go, it played out 0.9-1.5 s before the rest was made (the `no-punct` reply, alone).
+# words) and to start the moment it comes, or when a worker is expected free if later. Kokoro's first piece
+# was out before the rest of its sentence had come; let go, it played out 0.9-1.5 s before the rest was made
+# (the `no-punct` reply, alone).
 NEXT_MIN_S = 1.5
 # How often a stream behind another of its listener (`CpuStream._after`) looks whether that one's text is
 # all cut: one such stream per listener at most (admission), so the cost is small.
