@@ -186,8 +186,9 @@ async def test_cancel_aborts_a_model_run_in_progress(cpu_engine: Any, monkeypatc
     while not job.future.done() and time.perf_counter() < deadline:
         await asyncio.sleep(0.005)
     assert job.future.done()
-    # The run in progress was stopped by its terminate flag, not run to its end; no audio came of it.
-    assert len(outcomes) == 1 and "terminate" in outcomes[0], outcomes
+    # The run in progress was stopped by its terminate flag, not run to its end; no audio came of it. (A run
+    # may also have given its worker up to another test's urgent job before: aborted the same way, rerun.)
+    assert outcomes and all("terminate" in o for o in outcomes), outcomes
     assert job.made == 0 and not job.audio
     assert [ev async for ev in stream.events()] == [StreamEnd("cancelled")]
 
