@@ -360,10 +360,9 @@ class CpuEngine:
         overrun = self.meter.overrun(backend)
         return HOLD_ERROR if overrun is None else min(HOLD_ERROR_MAX, max(HOLD_ERROR, overrun - 1.0))
 
-    def _stretch(self) -> float:
-        """How much longer than predicted the hold takes any job of the pool to run (the costliest error
-        of the backends loaded): the jobs a stream's next piece waits behind are other streams'."""
-        return 1.0 + max(self._hold_error(backend) for backend in {v.backend for v in self._voices.values()})
+    def _hold_errors(self) -> dict[str, float]:
+        """`_hold_error` of every backend loaded, read once per look of the hold (each sorts its window)."""
+        return {backend: self._hold_error(backend) for backend in {v.backend for v in self._voices.values()}}
 
     def _guard_s(self) -> float:
         """How close to running dry a playing stream may come before its job goes ahead of newcomers:
@@ -896,12 +895,15 @@ class CpuStream:
                 if self._cancelled.is_set():
                     return
                 after = [(job, job.started_at, job.future) for job in self._jobs]  # at most `workers`
+            # Each piece runs past its prediction by its backend's error; a job it waits behind (another
+            # stream's, of either backend) by the costliest backend's.
+            errors = engine._hold_errors()
+            stretch = 1.0 + max(errors.values())
             # One not started: when a worker is expected to take it, after the jobs that go before it (it
             # had been taken to start at once, and waited a second behind Kokoro runs: a gap). A piece of
             # text still to come: when a worker is expected free (taken to start at once, an English
             # reply's next sentence waited 0.3-1.5 s behind two Kokoro runs). Asked outside the stream's
             # lock, as every call into the pool.
-            stretch = engine._stretch()
             starts = [s if s is not None or f is None else pool.expected_start(f, stretch) for _, s, f in after]
             free_at = pool.expected_free(stretch)
             with self._cond:
@@ -915,7 +917,7 @@ class CpuStream:
                         ahead += sum(pcm.size / rate for pcm, rate, _ in job.audio)
                         continue
                     begin = now if start is None else start  # a started one's start, else the pool's word
-                    run_s = self._run_s(job.piece) * (1 + engine._hold_error(job.piece.voice.backend))
+                    run_s = self._run_s(job.piece) * (1 + errors[job.piece.voice.backend])
                     late = max(late, begin + run_s - ahead)
                     ahead += job.piece.seconds - (have if job is head else 0.0)  # the running head's rest
                 if not self._all_cut():  # text still to come (or to cut): one more piece, from now, soonest
