@@ -28,8 +28,8 @@ from typing import Literal
 from segmentation import chars
 from segmentation.chars import CLOSERS, DASH, ELLIPSIS, HAN_CLASS, HAN_CLAUSE_MARKS, HAN_SENTENCE_ENDS, is_han
 
-# "word": the first piece of a Mandarin utterance, cut inside its first clause at a jieba word (see
-# SegmentPolicy.first_cut_han).
+# "word": Mandarin cut inside a clause at a jieba word: an utterance's first piece (SegmentPolicy.first_cut_han),
+# or a long run with no mark that commits (SegmentPolicy.run_cut_han).
 Reason = Literal["sentence", "clause", "word", "forced", "timeout", "flush"]
 Granularity = Literal["none", "sentence", "clause", "auto"]
 GRANULARITIES = ("none", "sentence", "clause", "auto")
@@ -66,6 +66,16 @@ class SegmentPolicy:
     # hears as one, and a model run a quarter of a 10-character clause's (0: never cut).
     first_cut_han: int = 4
     first_cut_hold: float = 0.1
+    # auto and clause, Mandarin: once `run_cut_han + run_cut_look` Han characters have come with no mark
+    # among them, the pending text is cut at the last jieba word boundary within the run's first
+    # `run_cut_han` (reason "word"); the look is the context jieba needs, and the least left for the
+    # next piece. Punctuated text keeps each mode's clause rules. A reply's long sentence with no comma
+    # was spoken only once it had all come: the model then ran all of it while the first piece's second
+    # of audio played out, a gap under load (bench/results/overload_s14.md). Sixteen characters are
+    # about 3.5 s of speech, a breath's phrase; the CPU voices cut a longer segment at words anyway
+    # (0: never cut).
+    run_cut_han: int = 16
+    run_cut_look: int = 8
     auto_clause_words: int = 12  # auto, later: only long sentences break at clauses
     auto_clause_han: int = 20
     idle_timeout: float = 1.0  # seconds without input before poll() commits a clean tail
@@ -83,6 +93,8 @@ class SegmentPolicy:
             raise ValueError("pysbd_every and pysbd_burst must be at least 1")
         if self.first_cut_han < 0 or self.first_cut_hold < 0:
             raise ValueError("first_cut_han and first_cut_hold must not be negative")
+        if self.run_cut_han < 0 or self.run_cut_look < 1:
+            raise ValueError("need run_cut_han >= 0 and run_cut_look >= 1")
 
 
 # Titles that precede a name: never a sentence end before a capital ("Dr. Smith", "St. Louis").
@@ -211,6 +223,13 @@ class StreamSegmenter:
         self._pysbd_due = 0  # source offset the pysbd budget is paid up to (a GCRA over characters)
         self._first_at: float | None = None  # when this utterance's first text came (the first-cut hold)
         self._word_cut = False  # the first piece was cut at a word (`_first_cut`)
+        # The run with no mark in the pending text (`_run_cut`): the source offset it starts at, the source
+        # offsets of its first Han characters (at most run_cut_han + run_cut_look), and the source offset
+        # they were looked for up to.
+        self._run_from = 0
+        self._han: list[int] = []
+        self._han_to = 0
+        self._no_run_cut = -1  # the first Han character (source offset) of a run with no word to cut at
 
     @property
     def pending(self) -> str:
@@ -263,6 +282,12 @@ class StreamSegmenter:
             if i < self._pos:
                 m = (_FENCE_END if self._in_fence else _MARKS[self.granularity]).search(buf, self._pos)
                 i = m.start() if m else n
+            # A long Mandarin run is cut before the bound is reached; both look at the text before the bound
+            # only, so which comes first does not depend on how much of it has arrived.
+            if (cut := self._run_cut(min(i, self._start + limit + 1))) is not None:
+                out.append(self._commit(cut, "word"))
+                self._pos = max(self._pos, self._start)  # i is still the next mark, as below
+                continue
             if i - self._start > limit:
                 # A forced cut leaves _pos before i, so i is still the next mark: no rescan per cut.
                 out.append(self._forced_cut(self._start + limit))
@@ -283,6 +308,7 @@ class StreamSegmenter:
             if reason is not None and end > self._start:
                 out.append(self._commit(end, reason))
             self._pos = resume
+            self._run_from = self._base + resume  # a mark, committed or not, ends a run
 
     def _decide(self, i: int) -> tuple[Reason | None, int, int] | None:
         """Decide the mark at `i`: None to wait (or, past the bound, to cut), else (reason or None,
@@ -495,27 +521,78 @@ class StreamSegmenter:
             han += i - lo
         return None
 
+    # -- a long Mandarin run -------------------------------------------------------------------
+
+    def _run_cut(self, end: int) -> int | None:
+        """auto and clause: where to cut the pending text once the run with no mark before buf[end] (the
+        next mark, or the end of the text) holds `run_cut_han + run_cut_look` Han characters
+        (SegmentPolicy.run_cut_han); None while it holds fewer, or when no word boundary lies within its
+        first `run_cut_han`. The cut depends only on the text up to the last of those characters, so not
+        on how it was chopped."""
+        p = self.policy
+        if (not p.run_cut_han or self.granularity not in ("auto", "clause") or self.language == "en"
+                or self._in_fence):  # fmt: skip
+            return None
+        han = self._run_han(end, p.run_cut_han + p.run_cut_look)
+        base = self._base
+        if len(han) < p.run_cut_han + p.run_cut_look or self._no_run_cut == han[0]:
+            return None
+        # A piece ends at most just past its run_cut_han-th Han character, or the particle after it (one that
+        # leans on the word before it goes with that word); jieba sees up to the last character counted.
+        limit = han[p.run_cut_han - 1] - base + 1
+        limit += self._buf[limit] in _CLITICS
+        cut = self._word_end(limit, han[-1] - base + 1)
+        if cut is None:  # no word boundary: the run waits for a mark, or max_chars (asked once per run)
+            self._no_run_cut = han[0]
+        return cut
+
+    def _run_han(self, end: int, need: int) -> list[int]:
+        """The source offsets of the first `need` Han characters of the run with no mark, before buf[end]
+        (fewer if it holds fewer). Each character is looked at once: a mark or a commit drops those before
+        it, and the look resumes where it stopped."""
+        start = max(self._base + self._start, self._run_from)
+        han = self._han
+        if han and han[0] < start:
+            han = self._han = [o for o in han if o >= start]
+        at = max(self._han_to, start)
+        if len(han) < need and self._base + end > at:
+            base = self._base
+            for m in chars.HAN_RE.finditer(self._buf, at - base, end):
+                han.append(base + m.start())
+                if len(han) == need:
+                    at = base + m.end()
+                    break
+            else:
+                at = base + end
+            self._han_to = at
+        return han
+
     # -- commits ----------------------------------------------------------------------------
 
     def _forced_cut(self, limit: int) -> Segment:
         """Cut the pending run at the last word boundary at or before `limit` (text up to and
         including buf[limit] has arrived: the caller cuts only once the run is past the bound)."""
+        cut = self._word_end(limit, limit + 1)
+        # limit: one token longer than max_chars, no word to keep whole
+        return self._commit(limit if cut is None else cut, "forced")
+
+    def _word_end(self, limit: int, hi: int) -> int | None:
+        """The last word boundary after the pending text's start and at or before `limit`, looking at
+        no text at or past buf[hi] (hi > limit); None if none."""
         buf, start = self._buf, self._start
-        self._hi = limit + 1  # _han_word_cut looks no further, whatever else has arrived
+        self._hi = hi  # _han_word_cut looks no further, whatever else has arrived
         floor = max(start, limit - _MAX_WORD)
         window = buf[floor : limit + 1][::-1]  # candidate j is at x = limit - j
-        cut, x = limit, 0  # limit: one token longer than max_chars, no word to keep whole
+        x = 0
         while (m := _CUT_CANDIDATE.search(window, x)) is not None:
             j = limit - m.start()
             if not (is_han(buf[j - 1]) and is_han(buf[j])):
-                cut = j
-                break
+                return j
             lo, han_cut = self._han_word_cut(j)
             if han_cut > start:
-                cut = han_cut
-                break
+                return han_cut
             x = limit - lo  # no word boundary inside this Han run: look before it
-        return self._commit(cut, "forced")
+        return None
 
     def _han_word_cut(self, j: int) -> tuple[int, int]:
         """(start of the Han run around `j`, its last jieba word boundary at or before `j`, or 0)."""
@@ -526,8 +603,10 @@ class StreamSegmenter:
         hi = j
         while hi < self._hi and is_han(buf[hi]) and hi - j < 16:
             hi += 1
-        # The run's last word may still be arriving, so the run's end is not a boundary.
-        cuts = [lo + e for e in _jieba_cuts(buf[lo:hi]) if lo + e <= j and lo + e < hi]
+        # The run's last word may still be arriving, so the run's end is not a boundary. A particle that
+        # leans on the word before it (`_CLITICS`) goes with that word: the cut moves past it.
+        ends = (lo + e + (buf[lo + e] in _CLITICS) for e in _jieba_cuts(buf[lo:hi]) if lo + e < hi)
+        cuts = sorted(c for c in ends if c <= j and c < hi)
         return lo, (cuts[-1] if cuts and cuts[-1] > lo else 0)
 
     def _commit(self, end: int, reason: Reason) -> Segment:

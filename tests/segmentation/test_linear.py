@@ -26,7 +26,8 @@ from segmentation import chars as chars_module
 from segmentation import segmenter as segmenter_module
 
 SEGMENTATION_DIR = str(Path(segmentation.__file__).parent)
-POLICY = {"max_chars": 16, "max_buffer_chars": 32}
+# A long Mandarin run is cut every few characters too (`run_cut_han`), well inside max_chars.
+POLICY = {"max_chars": 16, "max_buffer_chars": 32, "run_cut_han": 4, "run_cut_look": 2}
 N = 512
 
 
