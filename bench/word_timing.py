@@ -50,7 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine.words import HAN, key, words  # noqa: E402
+from engine.languages import HAN_RE as HAN  # noqa: E402
+from engine.words import key, words  # noqa: E402
 
 EN = [
     "Thank you for calling, how can I help you today?",

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 
-_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+from engine.languages import HAN as _HAN
+
 _LETTER = f"(?:(?![{_HAN}])[^\\W_])"
 WORD = re.compile(f"[{_HAN}]|{_LETTER}+(?:['’\\-]{_LETTER}+)*")
-HAN = re.compile(f"[{_HAN}]")
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:

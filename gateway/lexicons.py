@@ -18,7 +18,8 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 
 from engine import Engine, EngineError, StreamRequest
-from engine.words import HAN, WORD
+from engine.languages import HAN_RE
+from engine.words import WORD
 from gateway.errors import ApiError
 from segmentation import normalize_for_speech
 from segmentation.lexicon import Pronunciations
@@ -35,7 +36,7 @@ def ipa_entry_problem(word: str) -> str | None:
     """Why `word` cannot carry IPA, or None. The engine finds it among the words of the text it is given
     (engine/words.py) after normalisation, so it must be one such word, of a spaced script (espeak reads
     no Han), that the normaliser leaves as it is ("GPT4" becomes "GPT four": give it a respelling)."""
-    if WORD.fullmatch(word) is None or HAN.search(word):
+    if WORD.fullmatch(word) is None or HAN_RE.search(word):
         return "an IPA entry's word must be one word of letters and digits (not Han): use say for phrases"
     if normalize_for_speech(word, "en") != word:
         return f"the normaliser speaks {word[:64]!r} as other words, so IPA cannot be given for it: use say"

@@ -9,9 +9,9 @@ Every committed word gets a span exactly once, so `audio.words` covers the text 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
+from engine.languages import HAN_RE as _HAN
 from engine.words import key, word_spans
 from gateway.protocol import WordTime
 
@@ -20,7 +20,6 @@ _LOOKAHEAD = 4  # committed words an engine word may skip to find its match (the
 # and ~4.5 Han syllables a second (what engine/cpu/text.py estimate_seconds assumes).
 _MS_PER_CHAR = 66.0
 _MS_PER_HAN = 220.0
-_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 
 @dataclass(slots=True)

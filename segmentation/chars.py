@@ -13,7 +13,8 @@ HAN_CLAUSE_MARKS = frozenset("，、；：")
 LATIN_CLAUSE_MARKS = frozenset(",;:")
 DASH = "—"
 
-# Han ideographs (CJK Unified + Extension A + compatibility). Han punctuation is not Han text.
+# Han ideographs (CJK Unified + Extension A + compatibility). Han punctuation is not Han text. The engine
+# has the same class (engine/languages.py HAN): the segmenter and the engine import nothing of each other.
 HAN_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # the ranges of is_han, for character classes
 HAN_RE = re.compile(f"[{HAN_CLASS}]")
 LATIN_WORD_RE = re.compile(r"[A-Za-z0-9\u00c0-\u024f]+(?:['’][A-Za-z]+)?")

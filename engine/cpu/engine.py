@@ -92,6 +92,11 @@ HOLD_LOOK_S = 0.1
 # gaps of up to 0.1 s at 1 reply/s, where Kokoro's p90 was 1.35× (bench/results/overload_s13.md).
 HOLD_ERROR = 0.25
 HOLD_ERROR_MAX = 1.0
+# Until a backend's runs are measured (`OVERRUN_MIN_RUNS`, a server just started), its margin is this: its RTF
+# is then the prior or the mean of a few runs, and less sure than any window's. Half again, above the p90
+# measured under load (1.34-1.36x), where the fixed 25 % let a fresh server's first reply gap at 1 reply/s
+# (bench/results/overload_s13.md §3, set 2).
+HOLD_ERROR_COLD = 0.5
 # While nothing is cut after the first audio and the stream's text is not all in, the next piece is taken
 # to be this long (the least `_ramped` cuts, RAMP_MIN_COST: 8 Han characters, 1.8 s, or about 5 English
 # words) and to start the moment it comes, or when a worker is expected free if later. Kokoro's first piece
@@ -358,7 +363,7 @@ class CpuEngine:
     def _hold_error(self, backend: str) -> float:
         """How much longer than predicted the first-audio hold takes a run of `backend` to be (HOLD_ERROR)."""
         overrun = self.meter.overrun(backend)
-        return HOLD_ERROR if overrun is None else min(HOLD_ERROR_MAX, max(HOLD_ERROR, overrun - 1.0))
+        return HOLD_ERROR_COLD if overrun is None else min(HOLD_ERROR_MAX, max(HOLD_ERROR, overrun - 1.0))
 
     def _hold_errors(self) -> dict[str, float]:
         """`_hold_error` of every backend loaded, read once per look of the hold (each sorts its window)."""

@@ -10,7 +10,7 @@ import pytest
 from support.streams import collect
 
 from engine.cpu.capacity import OVERRUN_MIN_RUNS, OVERRUN_WINDOW, RtfMeter
-from engine.cpu.engine import HOLD_ERROR, HOLD_ERROR_MAX
+from engine.cpu.engine import HOLD_ERROR, HOLD_ERROR_COLD, HOLD_ERROR_MAX
 from engine.cpu.pool import UrgencyPool
 from engine.types import Capacity, StreamEnd
 
@@ -206,7 +206,7 @@ def test_the_overrun_is_the_90th_percentile_of_the_latest_runs_past_their_predic
 
 
 def test_the_holds_error_follows_the_overrun_within_its_bounds(piper: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert piper._hold_error("kokoro") == HOLD_ERROR  # nothing measured: the fixed margin
+    assert piper._hold_error("kokoro") == HOLD_ERROR_COLD  # nothing measured: the cold margin
     for overrun, error in ((0.8, HOLD_ERROR), (1.6, 0.6), (9.0, HOLD_ERROR_MAX)):
         monkeypatch.setattr(piper.meter, "overrun", lambda backend, o=overrun: o)
         assert piper._hold_error("piper") == pytest.approx(error)
