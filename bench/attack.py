@@ -300,14 +300,20 @@ async def deflate_text_bomb(ctx: Context) -> dict[str, Any]:
 async def text_flood(ctx: Context) -> dict[str, Any]:
     """Messages just under the 128 KiB limit, of words with no punctuation, as fast as the socket takes
     them, for `seconds`; then input.done. The gateway must segment them without holding the loop and
-    refuse what exceeds the backlog bound."""
+    refuse what exceeds the backlog bound. `script=han`: Mandarin with no mark, in a Mandarin session
+    (the segmenter cuts such a run every 16 characters, so each message is thousands of segments)."""
     seconds = float(ctx.options.get("seconds", 5.0))
-    ws = await _config_session(ctx)
-    words = ("lorem ipsum dolor sit amet " * 5000)[: 120 * 1024]
+    if ctx.options.get("script", "latin") == "han":
+        ws = await _config_session(ctx, voice=None, language="zh")
+        words = ("我们的系统会自动根据您的使用习惯推荐最合适的套餐方案" * 2000)[: 40 * 1024]  # 3 bytes each
+    else:
+        ws = await _config_session(ctx)
+        words = ("lorem ipsum dolor sit amet " * 5000)[: 120 * 1024]
     sent, end = 0, time.monotonic() + seconds
     reader = asyncio.create_task(_codes(ws, seconds + 5))
+    wire = json.dumps({"type": "input.text", "text": words}, ensure_ascii=False)  # UTF-8: Han text fits too
     while time.monotonic() < end:
-        await ws.send(json.dumps({"type": "input.text", "text": words}))
+        await ws.send(wire)
         sent += 1
         await asyncio.sleep(0.01)
     await ws.send(json.dumps({"type": "input.cancel"}))

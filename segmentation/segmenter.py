@@ -69,11 +69,12 @@ class SegmentPolicy:
     # auto and clause, Mandarin: once `run_cut_han + run_cut_look` Han characters have come with no mark
     # among them, the pending text is cut at the last jieba word boundary within the run's first
     # `run_cut_han` (reason "word"); the look is the context jieba needs, and the least left for the
-    # next piece. Punctuated text keeps each mode's clause rules. A reply's long sentence with no comma
-    # was spoken only once it had all come: the model then ran all of it while the first piece's second
-    # of audio played out, a gap under load (bench/results/overload_s14.md). Sixteen characters are
-    # about 3.5 s of speech, a breath's phrase; the CPU voices cut a longer segment at words anyway
-    # (0: never cut).
+    # next piece. Each such cut of an utterance doubles the next one's size (16, 32, 64, ... up to
+    # max_chars), as a chunk ramp: by then its listener has that much audio ahead, and a flood of Han
+    # text is not thousands of segments. Punctuated text keeps each mode's clause rules. A reply of 150
+    # Han characters with no mark was spoken only once it had all come: its first piece played out
+    # 1.5-1.7 s before the rest (bench/results/overload_s14.md). Sixteen characters are about 3.5 s of
+    # speech, a breath's phrase (0: never cut).
     run_cut_han: int = 16
     run_cut_look: int = 8
     auto_clause_words: int = 12  # auto, later: only long sentences break at clauses
@@ -230,6 +231,7 @@ class StreamSegmenter:
         self._han: list[int] = []
         self._han_to = 0
         self._no_run_cut = -1  # the first Han character (source offset) of a run with no word to cut at
+        self._run_cuts = 0  # run cuts made in this utterance: each doubles the next one's size
 
     @property
     def pending(self) -> str:
@@ -286,6 +288,7 @@ class StreamSegmenter:
             # only, so which comes first does not depend on how much of it has arrived.
             if (cut := self._run_cut(min(i, self._start + limit + 1))) is not None:
                 out.append(self._commit(cut, "word"))
+                self._run_cuts += 1
                 self._pos = max(self._pos, self._start)  # i is still the next mark, as below
                 continue
             if i - self._start > limit:
@@ -525,23 +528,25 @@ class StreamSegmenter:
 
     def _run_cut(self, end: int) -> int | None:
         """auto and clause: where to cut the pending text once the run with no mark before buf[end] (the
-        next mark, or the end of the text) holds `run_cut_han + run_cut_look` Han characters
+        next mark, or the end of the text, never past the bound) holds `size + run_cut_look` Han
+        characters, `size` being `run_cut_han` doubled at each run cut of the utterance
         (SegmentPolicy.run_cut_han); None while it holds fewer, or when no word boundary lies within its
-        first `run_cut_han`. The cut depends only on the text up to the last of those characters, so not
-        on how it was chopped."""
+        first `size`. The cut depends only on the text up to the last of those characters, so not on how
+        it was chopped."""
         p = self.policy
-        if (not p.run_cut_han or self.granularity not in ("auto", "clause") or self.language == "en"
-                or self._in_fence):  # fmt: skip
-            return None
-        han = self._run_han(end, p.run_cut_han + p.run_cut_look)
+        size = p.run_cut_han << min(self._run_cuts, 16)
+        if (not size or size + p.run_cut_look > self._limit or self.granularity not in ("auto", "clause")
+                or self.language == "en" or self._in_fence):  # fmt: skip
+            return None  # past max_chars the forced cut takes over
+        han = self._run_han(end, size + p.run_cut_look)
         base = self._base
-        if len(han) < p.run_cut_han + p.run_cut_look or self._no_run_cut == han[0]:
+        if len(han) < size + p.run_cut_look or self._no_run_cut == han[0]:
             return None
-        # A piece ends at most just past its run_cut_han-th Han character, or the particle after it (one that
-        # leans on the word before it goes with that word); jieba sees up to the last character counted.
-        limit = han[p.run_cut_han - 1] - base + 1
-        limit += self._buf[limit] in _CLITICS
-        cut = self._word_end(limit, han[-1] - base + 1)
+        # A piece ends at most just past its size-th Han character, or the particle after it (one that leans
+        # on the word before it goes with that word); jieba sees up to the last character counted.
+        limit, hi = han[size - 1] - base + 1, han[-1] - base + 1
+        limit += self._buf[limit] in _CLITICS and limit + 1 < hi
+        cut = self._word_end(limit, hi)
         if cut is None:  # no word boundary: the run waits for a mark, or max_chars (asked once per run)
             self._no_run_cut = han[0]
         return cut
@@ -604,10 +609,17 @@ class StreamSegmenter:
         while hi < self._hi and is_han(buf[hi]) and hi - j < 16:
             hi += 1
         # The run's last word may still be arriving, so the run's end is not a boundary. A particle that
-        # leans on the word before it (`_CLITICS`) goes with that word: the cut moves past it.
-        ends = (lo + e + (buf[lo + e] in _CLITICS) for e in _jieba_cuts(buf[lo:hi]) if lo + e < hi)
-        cuts = sorted(c for c in ends if c <= j and c < hi)
-        return lo, (cuts[-1] if cuts and cuts[-1] > lo else 0)
+        # leans on the word before it (`_CLITICS`, a word alone) goes with that word: the cut moves past it.
+        ends = _jieba_cuts(buf[lo:hi])
+        words = set(ends)
+        cut = 0
+        for e in ends:
+            c = lo + e
+            if c < hi and buf[c] in _CLITICS and e + 1 in words:  # the particle alone, not 的确
+                c += 1
+            if c < hi and c <= j:
+                cut = c
+        return lo, (cut if cut > lo else 0)
 
     def _commit(self, end: int, reason: Reason) -> Segment:
         seg = Segment(self._buf[self._start : end], self._base + self._start, self._base + end, reason)

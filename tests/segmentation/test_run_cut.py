@@ -77,13 +77,26 @@ def test_the_pieces_do_not_depend_on_the_chop(text: str, granularity: str) -> No
     assert still(text, [text[i : i + 5] for i in range(0, len(text), 5)], granularity) == one
 
 
-def test_each_piece_keeps_at_least_the_look_for_the_next() -> None:
-    for text in (NO_PUNCT, LONG, NO_PUNCT + "。" + LONG):
+def test_each_piece_keeps_at_least_the_look_for_the_next_and_the_pieces_double() -> None:
+    for text in (NO_PUNCT, LONG, NO_PUNCT + "。" + LONG, NO_PUNCT * 4):
         segs = still(text, [text])
+        cuts = 0
         for s, nxt in itertools.pairwise(segs):
             if s.reason == "word":
-                assert han(s.text) <= 16 + (s.text[-1] in CLITICS)
+                assert han(s.text) <= (16 << cuts) + (s.text[-1] in CLITICS)  # 16, 32, 64 ...: a ramp
                 assert han(nxt.text) >= 8  # never a stub of a word or two left behind
+                cuts += 1
+
+
+def test_a_long_run_ramps_up_to_max_chars() -> None:
+    text = NO_PUNCT * 20  # 860 Han characters with no mark
+    sizes = [(han(s.text), s.reason) for s in still(text, [text])]
+    # About 16, 32, 64, 128, 256 (the last word boundary within each); then max_chars (300) cuts.
+    assert [(n + 4) // 8 for n, _ in sizes[:5]] == [2, 4, 8, 16, 32]
+    assert [r for _, r in sizes] == ["word"] * 5 + ["forced"] + ["flush"]
+    # A flood of Mandarin with no mark is as many segments as max_chars makes, not one per 16 characters.
+    flood = NO_PUNCT * 1000
+    assert len(still(flood, [flood])) <= len(flood) // 300 + 8
 
 
 def test_a_particle_goes_with_the_word_before_it() -> None:
@@ -92,6 +105,12 @@ def test_a_particle_goes_with_the_word_before_it() -> None:
     assert segs[0].text == "根据您提供的信息我们已经为您查询了"
     for s in segs[:-1]:
         assert s.text[-1] in CLITICS or LONG[s.end] not in CLITICS
+
+
+def test_a_word_that_starts_with_a_particle_is_not_one() -> None:
+    # 以后|的确|已经: the run's 16th character is 的 of 的确 (a word, "indeed"), so the cut falls before it.
+    text = "这个方案我们大家都仔细讨论以后的确已经考虑过很多次了并且每次都认真讨论过所有细节"
+    assert still(text, [text])[0].text == "这个方案我们大家都仔细讨论以后"
 
 
 @pytest.mark.parametrize(
