@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -50,6 +51,7 @@ from load import WS_PATH, Text, llm_pieces, load_texts
 from websockets.asyncio.client import ClientConnection, connect
 
 RESPONSE_TIMEOUT_S = 60.0
+UNMARKED_CHARS = 150  # `--texts unmarked`: about 35 s of speech, 3.75 s of text at 20 tokens/s
 
 
 @dataclass
@@ -213,7 +215,10 @@ def table(result: dict[str, Any]) -> str:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     targets = dict(t.split("=", 1) for t in args.target)
-    texts = load_texts(args.texts.split(","), ["zh"])
+    sources = args.texts.split(",")
+    texts = load_texts([s for s in sources if s != "unmarked"], ["zh"])
+    if "unmarked" in sources:
+        texts.append(unmarked_reply())
     if args.max_texts:
         texts = texts[: args.max_texts]
     if not texts:
@@ -250,6 +255,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "summary": {k: summary(v) for k, v in groups.items()},
         "responses": [asdict(r) for r in rows],
     }
+
+
+def unmarked_reply(length: int = UNMARKED_CHARS) -> Text:
+    """One long reply with no mark at all: the own Mandarin texts run together, their punctuation taken
+    out (an LLM that writes Mandarin with no commas; the segmenter commits such a run in pieces as it
+    streams, docs/cpu_voices.md)."""
+    own = load_texts(["own"], ["zh"])
+    return Text("unmarked", "zh", re.sub(r"[^\u3400-\u9fff]", "", "".join(t.text for t in own))[:length])
 
 
 # The rules before and after a change, as segmenter policy, for `--offline`'s side-by-side runs. Now:
@@ -396,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=int, default=24000, help="--offline: the session's sample rate (the resampler)")
     p.add_argument("--modes", default="auto", help="split_granularity values, e.g. auto,sentence,clause")
     p.add_argument("--rounds", type=int, default=3, help="passes over the texts")
-    p.add_argument("--texts", default="own,corpus", help="own (bench/data) and/or corpus")
+    p.add_argument("--texts", default="own,corpus",
+                   help="own (bench/data), corpus, and/or unmarked (one 150-character reply with no mark)")
     p.add_argument("--max-texts", type=int, default=0, help="at most this many texts (0: all)")
     p.add_argument("--voice", default=None)
     p.add_argument("--units-per-s", type=float, default=20.0, help="LLM tokens per second")
