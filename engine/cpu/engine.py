@@ -93,9 +93,9 @@ HOLD_LOOK_S = 0.1
 HOLD_ERROR = 0.25
 HOLD_ERROR_MAX = 1.0
 # Until a backend's runs are measured (`OVERRUN_MIN_RUNS`, a server just started), its margin is this: its RTF
-# is then the prior or the mean of a few runs, and less sure than any window's. Half again, above the p90
-# measured under load (1.34-1.36x), where the fixed 25 % let a fresh server's first reply gap at 1 reply/s
-# (bench/results/overload_s13.md §3, set 2).
+# is then the prior or the mean of a few runs, less sure than any window's; 50 % is above the p90 measured
+# under load (1.34-1.36x). With 25 % the first reply of a freshly started server gapped at 1 reply/s in 2 of
+# 2 rounds, with 50 % in none of 3 (bench/results/overload_s14.md §1).
 HOLD_ERROR_COLD = 0.5
 # While nothing is cut after the first audio and the stream's text is not all in, the next piece is taken
 # to be this long (the least `_ramped` cuts, RAMP_MIN_COST: 8 Han characters, 1.8 s, or about 5 English
