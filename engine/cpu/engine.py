@@ -106,6 +106,11 @@ NEXT_MIN_S = 1.5
 # How often a stream behind another of its listener (`CpuStream._after`) looks whether that one's text is
 # all cut: one such stream per listener at most (admission), so the cost is small.
 AFTER_POLL_S = 0.02
+# A stream behind another of its listener has its queued pieces' deadlines moved when the audio before it
+# will be heard until more than this off what they took: that one's pieces count at their estimated length
+# until their audio is out, and Piper's estimates run 20-30 % long; three sentences' worth left a fourth due
+# 1.2 s after its listener ran dry, a gap in `sentence` mode (bench/results/overload_s14.md).
+FOLLOW_S = 0.05
 BACKENDS = {"cpu": ("piper", "kokoro"), "piper": ("piper",), "kokoro": ("kokoro",)}
 
 
@@ -511,6 +516,7 @@ class CpuStream:
         # is a `_continues_at` and the link is dropped (no chain of ended streams is kept).
         self._after = after
         self.listener = listener
+        self._before_until: float | None = None  # the audio before it ends then, as its deadlines took it
         self._frames_put = 0
         self._notified = False  # a Waiting went out and no audio has followed it yet
         self._driver = threading.Thread(target=self._drive, name="cpu-stream", daemon=True)
@@ -648,6 +654,8 @@ class CpuStream:
             if self._cancelled.is_set():
                 return
             deadline = self._deadline(self._jobs, piece)
+            if self._before_counts():
+                self._before_until = self._runs_out()
             # What its listener waits for: its first piece, and the pieces after it while nothing is out
             # (the first audio waits for them, `_hold_first`). Ranked as a playing stream's by a deadline
             # counted from now, its second piece ran before its own first, and the third came late.
@@ -688,6 +696,27 @@ class CpuStream:
                 before.append(job)
         for future, deadline in moves:  # outside the stream's lock, as every call into the pool
             self._engine._pool.reschedule(future, deadline)
+
+    def _before_counts(self) -> bool:
+        """Under `_cond`: its deadlines run from the end of audio before it (another stream of its listener,
+        `_after`, or the end that one left, `_continues_at`): nothing of its own is out or held."""
+        return (self._first_put_at is None and self._held_s is None
+                and (self._after is not None or self._continues_at is not None))
+
+    def _follow_before(self) -> None:
+        """While nothing of it is out: when the audio before it will now have been heard more than FOLLOW_S
+        off what its queued pieces' deadlines took (the stream before it put its audio out, its real length
+        replacing its estimate, or ended), they move (`_reschedule`)."""
+        with self._cond:
+            if not self._jobs or not self._before_counts():
+                return
+            if self._after is not None:
+                self._behind()  # takes that one's end once it has ended, and drops the link
+            until = self._runs_out()
+            if self._before_until is not None and abs(until - self._before_until) <= FOLLOW_S:
+                return
+            self._before_until = until
+        self._reschedule()
 
     def _next_runs_out(self, before: Iterable[_PieceJob] | None = None) -> float:
         """Under `_cond`: when the listener runs out of audio if the next piece is not there by then —
@@ -813,6 +842,7 @@ class CpuStream:
         seg_frame, seg_in = 0, 0  # the stream frame the segment's resampler began at; samples it took since
         try:
             while True:
+                self._follow_before()
                 self._fill()
                 with self._cond:
                     due = self._notice_due()

@@ -6,6 +6,7 @@ worker is told so (`Waiting`)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import threading
 import time
@@ -417,6 +418,67 @@ async def test_a_stream_opened_behind_another_of_its_listener_is_made_to_be_hear
     late = piper2.open_stream("joe", "en", listener="L")  # opened after the others ended: nothing to follow
     assert late._after is None
     late.cancel()
+
+
+async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_estimate(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Sentence by sentence: a listener's next sentence is due once the one before has been heard, which
+    # counts that one's pieces at their estimated length until their audio is out. Piper's estimates run
+    # 20-30 % long, and three sentences' worth left a fourth due 1.2 s after its listener ran dry (a gap).
+    # Once the audio before it is out, the queued piece is due by what it really lasted.
+    pool = piper2._pool
+    gate, ran = threading.Event(), threading.Event()
+    moves: list[tuple[Any, float]] = []
+    real_reschedule, real_run, real_pieces = pool.reschedule, CpuStream._run_job, piper2._pieces
+
+    def recording(future: Any, deadline: float) -> bool:
+        moves.append((future, deadline))
+        return real_reschedule(future, deadline)
+
+    def run_then_hold(self: CpuStream, job: Any) -> None:
+        real_run(self, job)
+        if not ran.is_set():  # the sentence before ran: a more urgent job takes this worker next
+            ran.set()
+            pool.submit(float("-inf"), lambda: gate.wait(30))
+
+    def long_estimates(*args: Any) -> Any:  # the estimate 3 s longer than the audio, as if three sentences
+        for piece in real_pieces(*args):
+            yield dataclasses.replace(piece, seconds=piece.seconds + 3.0)
+
+    monkeypatch.setattr(pool, "reschedule", recording)
+    monkeypatch.setattr(CpuStream, "_run_job", run_then_hold)
+    monkeypatch.setattr(piper2, "_pieces", long_estimates)
+    first_gate = threading.Event()  # the second worker, held until the piece behind is queued
+    running = [threading.Event() for _ in range(2)]
+    blockers = [pool.submit(float("-inf"), lambda e=e, g=g: (e.set(), g.wait(30)))
+                for e, g in zip(running, (gate, first_gate), strict=True)]
+    try:
+        assert all(e.wait(10) for e in running)
+        heard = piper2.open_stream("joe", "en", listener="L")
+        heard.append("Doctor Smith.")
+        heard.finish()
+        behind = piper2.open_stream("joe", "en", listener="L")
+        behind.append("Will see you at three.")
+        behind.finish()
+        readers = [asyncio.create_task(_read(s, [])) for s in (heard, behind)]
+        deadline = time.monotonic() + 30
+        while not (mine := [e for e in pool._rest if e[2].owner is behind]):
+            assert time.monotonic() < deadline, "the stream behind never queued its piece"
+            await asyncio.sleep(0.01)
+        due0 = mine[0][0]  # behind "Doctor Smith." at its estimate, 3 s long
+        first_gate.set()  # now "Doctor Smith." runs, and its audio is out
+        while not [d for f, d in moves if f is mine[0][2].future and d <= due0 - 2.5]:  # by about 3 s
+            assert time.monotonic() < deadline, ("the piece behind was never moved", due0,
+                                                 [d for f, d in moves if f is mine[0][2].future])
+            await asyncio.sleep(0.01)
+        assert not behind._jobs[0].started  # it was moved while still queued (both workers held)
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(*readers), 60)
+    finally:
+        gate.set()
+        first_gate.set()
+    for b in blockers:
+        b.result(5)
 
 
 async def test_the_pieces_made_while_the_first_audio_is_held_are_its_listeners_next_audio(
