@@ -369,6 +369,17 @@ async def test_a_continuations_first_audio_is_held_only_when_its_listener_is_abo
     assert (first >= next_made) == held, (first, next_made)
 
 
+def sentence_after_sentence(engine: Any, first: str, second: str) -> tuple[Any, Any]:
+    """Two streams of one listener, as `sentence` mode opens them: the second (finished) while the first
+    is still open to text."""
+    heard = engine.open_stream("joe", "en", listener="L")
+    heard.append(first)
+    behind = engine.open_stream("joe", "en", listener="L")
+    behind.append(second)
+    behind.finish()
+    return heard, behind
+
+
 async def test_a_stream_opened_behind_another_of_its_listener_is_made_to_be_heard_after_it(
         piper2: Any, started: list[tuple[CpuStream, Any, float]]) -> None:
     # Sentence by sentence, each an utterance: admission starts a listener's next sentence beside the one
@@ -382,11 +393,8 @@ async def test_a_stream_opened_behind_another_of_its_listener_is_made_to_be_hear
     streams: list[Any] = []
     try:
         assert all(e.wait(10) for e in running)  # every worker held: every piece queues
-        heard = piper2.open_stream("joe", "en", listener="L")
-        heard.append("Doctor Smith.")
-        behind = piper2.open_stream("joe", "en", listener="L")
-        behind.append("Will see you at three o'clock this afternoon, in the room at the end of the hall.")
-        behind.finish()
+        later = "Will see you at three o'clock this afternoon, in the room at the end of the hall."
+        heard, behind = sentence_after_sentence(piper2, "Doctor Smith.", later)
         other = piper2.open_stream("joe", "en", listener="M")
         other.append("Hello there.")
         other.finish()
@@ -437,7 +445,8 @@ async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_es
 
     def run_then_hold(self: CpuStream, job: Any) -> None:
         real_run(self, job)
-        if not ran.is_set():  # the sentence before ran: a more urgent job takes this worker next
+        # The sentence before ran (not another test's leftover job): a more urgent job takes this worker next.
+        if self.listener == "L" and job.piece.text == "Doctor Smith." and not ran.is_set():
             ran.set()
             pool.submit(float("-inf"), lambda: gate.wait(30))
 
@@ -454,12 +463,8 @@ async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_es
                 for e, g in zip(running, (gate, first_gate), strict=True)]
     try:
         assert all(e.wait(10) for e in running)
-        heard = piper2.open_stream("joe", "en", listener="L")
-        heard.append("Doctor Smith.")
+        heard, behind = sentence_after_sentence(piper2, "Doctor Smith.", "Will see you at three.")
         heard.finish()
-        behind = piper2.open_stream("joe", "en", listener="L")
-        behind.append("Will see you at three.")
-        behind.finish()
         readers = [asyncio.create_task(_read(s, [])) for s in (heard, behind)]
         deadline = time.monotonic() + 30
         while not (mine := [e for e in pool._rest if e[2].owner is behind]):
