@@ -301,7 +301,7 @@ async def text_flood(ctx: Context) -> dict[str, Any]:
     """Messages just under the 128 KiB limit, of words with no punctuation, as fast as the socket takes
     them, for `seconds`; then input.done. The gateway must segment them without holding the loop and
     refuse what exceeds the backlog bound. `script=han`: Mandarin with no mark, in a Mandarin session
-    (the segmenter cuts such a run every 16 characters, so each message is thousands of segments)."""
+    (the segmenter cuts such a run at jieba words, in pieces of 16, 32, ... characters up to max_chars)."""
     seconds = float(ctx.options.get("seconds", 5.0))
     if ctx.options.get("script", "latin") == "han":
         ws = await _config_session(ctx, voice=None, language="zh")

@@ -50,6 +50,8 @@ from audio_metrics import OnsetTracker, frame_of_sample, pausing_player, percent
 from load import WS_PATH, Text, llm_pieces, load_texts
 from websockets.asyncio.client import ClientConnection, connect
 
+from engine.languages import HAN
+
 RESPONSE_TIMEOUT_S = 60.0
 UNMARKED_CHARS = 150  # `--texts unmarked`: about 35 s of speech, 3.75 s of text at 20 tokens/s
 
@@ -262,7 +264,7 @@ def unmarked_reply(length: int = UNMARKED_CHARS) -> Text:
     out (an LLM that writes Mandarin with no commas; the segmenter commits such a run in pieces as it
     streams, docs/cpu_voices.md)."""
     own = load_texts(["own"], ["zh"])
-    return Text("unmarked", "zh", re.sub(r"[^\u3400-\u9fff]", "", "".join(t.text for t in own))[:length])
+    return Text("unmarked", "zh", re.sub(f"[^{HAN}]", "", "".join(t.text for t in own))[:length])
 
 
 # The rules before and after a change, as segmenter policy, for `--offline`'s side-by-side runs. Now:

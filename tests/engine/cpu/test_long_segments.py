@@ -516,7 +516,8 @@ async def test_first_audio_waits_for_a_next_piece_that_runs_longer_than_predicte
         piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # The RTF is a mean: the piece after a short first one ran 10-40 % past its prediction (Kokoro, a lone
     # stream). Let go by the bare prediction, "你好，" played out 0.1-0.47 s before the next piece came.
-    monkeypatch.setitem(piper2.meter._overruns, "piper", deque())  # none measured: the fixed margin, 25 %
+    # Runs measured on time: the margin is its floor, 25 % (none measured would be the cold margin, 50 %).
+    monkeypatch.setitem(piper2.meter._overruns, "piper", deque([1.0] * 8))
     late = await _next_piece_after_the_first_audio(piper2, monkeypatch, overrun=1.2)
     assert late <= 0.15, late  # no gap (a real run's time allowed)
 
