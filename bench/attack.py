@@ -586,12 +586,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown attacks {unknown}; known: {list(ATTACKS)}")
     results = [asyncio.run(run(args.url, n, key=args.key, **options)) for n in names]
-    print(f"{'attack':<28} {'canary worst wait':>17} {'underrun':>9} {'utts':>5} {'health worst':>12} "
+    print(f"{'attack':<28} {'canary worst wait':>17} {'worst gap':>9} {'underrun':>9} {'utts':>5} {'health worst':>12} "
           f"{'loop lag ≤':>10} {'RSS +MB':>8} {'canary errors / failure'}")  # fmt: skip
     for r in results:
         c = r.canary
         problems = c.failure or ", ".join(e.get("code", "?") for e in c.errors) or "-"
-        print(f"{r.name:<28} {c.worst_wait_s:>16.2f}s {c.underrun_s:>8.2f}s {c.utterances:>5} "
+        print(f"{r.name:<28} {c.worst_wait_s:>16.2f}s {c.worst_gap_s:>8.2f}s {c.underrun_s:>8.2f}s {c.utterances:>5} "
               f"{r.health_worst_s:>11.3f}s {r.loop_lag_s!s:>10} {r.rss_growth_mb:>8.1f} {problems}")  # fmt: skip
     with open(args.json, "w") as f:
         json.dump([asdict(r) for r in results], f, indent=1)

@@ -12,7 +12,10 @@ The canary speaks short utterances back to back (`input.text` + `input.done`, th
 was open: from `input.done` to the first message, and between any two messages after it. A frozen
 event loop, a starved engine worker or audio held behind a stalled store all show there. It also
 plays the audio in simulation (a player starting at the first byte, at real time, each utterance
-after the one before) and sums the time that player would have run dry (`underrun_s`).
+after the one before) and sums the time that player would have run dry (`underrun_s`); the longest
+single time it had nothing to play, an utterance's first audio included, is `worst_gap_s`, what its
+listener heard. The two differ where the engine rightly makes a piece due when the listener runs dry:
+a message 4 s after the one before, with 5 s of audio still to play, is a wait but no gap.
 
 Until an utterance's first audio, its listener may still be hearing the one before (the server sends
 audio faster than it plays): that time is no wait. The gateway tells the engine so (a continuation,
@@ -56,6 +59,7 @@ class CanaryReport:
     utterances: int  # completed (session.done) while the canary ran
     worst_wait_s: float  # longest wait for the server within an open utterance
     underrun_s: float  # total time a real-time player would have run dry within utterances
+    worst_gap_s: float  # the longest it had nothing to play, an utterance's first audio included
     audio_s: float  # audio received
     errors: list[dict[str, Any]] = field(default_factory=list)  # error events the canary got
     failure: str | None = None  # the canary's socket failed (closed, timed out)
@@ -73,6 +77,7 @@ class Canary:
         self.utterances = 0
         self.worst_wait = 0.0
         self.underrun = 0.0
+        self.worst_gap = 0.0
         self.audio_s = 0.0
         self.errors: list[dict[str, Any]] = []
         self.failure: str | None = None
@@ -120,7 +125,8 @@ class Canary:
 
     def report(self) -> CanaryReport:
         return CanaryReport(self.utterances, round(self.worst_wait, 3), round(self.underrun, 3),
-                            round(self.audio_s, 2), list(self.errors), self.failure)  # fmt: skip
+                            round(self.worst_gap, 3), round(self.audio_s, 2), list(self.errors),
+                            self.failure)  # fmt: skip
 
     async def _run(self) -> None:
         try:
@@ -136,7 +142,7 @@ class Canary:
         ws = self._ws
         await ws.send(json.dumps({"type": "input.text", "text": self.text}))
         await ws.send(json.dumps({"type": "input.done"}))
-        last = time.monotonic()
+        last = sent = time.monotonic()
         play_start: float | None = None
         played = 0.0  # seconds of audio received in this utterance
         while True:
@@ -148,9 +154,11 @@ class Canary:
             if isinstance(msg, bytes):
                 seconds = len(msg) / 2 / self.rate
                 if play_start is None:
+                    self.worst_gap = max(self.worst_gap, now - max(sent, self._plays_until))
                     play_start = max(now, self._plays_until)  # after the utterance before has played
                 elif now - play_start > played:  # the player ran dry before this chunk came
                     self.underrun += now - play_start - played
+                    self.worst_gap = max(self.worst_gap, now - play_start - played)
                     play_start = now - played
                 played += seconds
                 self.audio_s += seconds

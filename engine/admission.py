@@ -33,7 +33,11 @@ The rules (tts-pool's design):
   make its first audio on a busy engine: a gap (issue 14). A listener has at most two streams
   admitted so; its key's share counts the two as one slot, and past that share while another key waits the next
   stream waits in fair order. When a stream ends while the next of its listener still waits, that one
-  takes the slot (`hand_over`) on the same terms;
+  takes the slot (`hand_over`) on the same terms. And a listener whose streams have all ended while
+  their audio still plays (a Piper sentence is made in a tenth of the time it plays) takes the slot
+  back for its next stream once that is due (`admit_due`), on the same terms: given only the room left
+  in fair order, an English sentence waited 3 s behind a Mandarin listener's two streams, a second
+  past its listener running dry (issue 14, `sentence` mode at 0.5 replies/s);
 - costs: a stream costs what the engine spends to keep it ahead of its listener, in the capacity's
   units (`Waiter.cost`; 1 each where the engine counts streams). A waiter starts while the cost in flight
   and its own fit the capacity (one always starts when nothing is in flight), and shares are shares of
@@ -322,14 +326,32 @@ class FairQueue:
         self.finish(waiter)
         return True
 
+    def admit_due(self, waiter: Waiter, capacity: float) -> bool:
+        """A waiting continuation whose listener holds no stream (the caller knows) starts at once, past
+        `capacity` if need be, once due (its listener runs dry within `continuation_lead_s`): the slot its
+        listener's streams left as their audio was made, not as it was heard (the module doc), on
+        `admit_beside`'s terms. False, and nothing changes, when it may not."""
+        now = self._clock()
+        due = waiter.continue_by is not None and waiter.continue_by <= now + self.continuation_lead_s
+        if waiter.state != "waiting" or not due or self._yields(self._keys[waiter.key], 0.0, capacity):
+            return False
+        k = self._keys[waiter.key]
+        k.waiting.remove(waiter)  # bounded by the per-key bound
+        self._admit(k, waiter, now)
+        return True
+
     def _passes(self, holder: Waiter, successor: Waiter, capacity: float) -> bool:
         """Whether `holder`'s slot may serve `successor` too (the same key; `holder` admitted, `successor`
         waiting): not while its key holds its share with its other slots and another key waits."""
         if holder.state != "admitted" or successor.state != "waiting" or successor.key != holder.key:
             return False
-        k = self._keys[holder.key]
+        return not self._yields(self._keys[holder.key], holder.cost, capacity)
+
+    def _yields(self, k: _Key, riding: float, capacity: float) -> bool:
+        """Whether `k` holds its share with its slots but the one being passed on (`riding`, of its held
+        cost) while another key waits: then a listener's slot serves its next stream only in fair order."""
         others_wait = any(o.waiting for o in self._keys.values() if o is not k)
-        return not (others_wait and self._at_share(k.held - holder.cost, k, capacity))
+        return others_wait and self._at_share(k.held - riding, k, capacity)
 
     def _total_weight(self) -> float:
         return sum(k.weight for k in self._keys.values())

@@ -264,6 +264,8 @@ class Admission:
         if runs_dry is not None:
             self._listeners[waiter] = runs_dry
             self._beside(runs_dry)
+        if runs_dry is not None:
+            self._continue_due(capacity)  # its listener's streams may all have ended, and it may be due now
         if waiter.state == "waiting" and self._queue.fits(waiter.cost, capacity):
             self._grant()  # it may pass those ahead of it in the room they leave: at once, not at the next look
         if waiter.state == "waiting" and (self._timer is None or self._timer.done()):
@@ -345,8 +347,30 @@ class Admission:
             offset = self._offset()
             for waiter, runs_dry in self._listeners.items():
                 self._queue.relisten(waiter, self._continue_by(runs_dry, offset))
-        for waiter in self._queue.grant(self._look()[1]):
+        capacity = self._look()[1]
+        self._continue_due(capacity)
+        for waiter in self._queue.grant(capacity):
             self._started(waiter)
+
+    def _continue_due(self, capacity: float) -> None:
+        """A listener whose streams have all ended while their audio still plays holds no slot: its next
+        waiting stream takes one back once due (`FairQueue.admit_due`), on an engine that makes it due when
+        the audio before will have played (`follows_listener`, as `_beside`). Bounded by the waiting
+        streams (a few dozen), compared by equality (a listener is a bound method)."""
+        if not self._listeners:
+            return
+        measured = self._measured()
+        if measured is None or not measured.follows_listener:
+            return
+        holding = list(self._holders.values())
+        idle: list[RunsDry] = []
+        for listener in self._listeners.values():
+            if listener not in holding and listener not in idle:
+                idle.append(listener)
+        for listener in idle:
+            successor = self._next_of(listener)
+            if successor is not None and self._queue.admit_due(successor, capacity):
+                self._started(successor)
 
     def _expire(self) -> None:
         for waiter in self._queue.expire():
