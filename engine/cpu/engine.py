@@ -317,6 +317,8 @@ class CpuEngine:
                                continues_at, after=after, listener=request.listener)
             if request.listener is not None:
                 self._heard[request.listener] = stream
+            if after is not None:
+                after._next = stream
         self._streams.add(stream)
         return stream
 
@@ -470,6 +472,11 @@ class _PieceJob:
     def started(self) -> bool:
         return self.started_at is not None
 
+    @property
+    def audio_s(self) -> float:
+        """Seconds of its audio not yet delivered (read under its stream's lock)."""
+        return sum(pcm.size / rate for pcm, rate, _ in self.audio)
+
     def abort(self) -> None:
         self.run_options.terminate = True  # aborts a model run in progress, from this thread
         if self.future is not None:
@@ -515,6 +522,9 @@ class CpuStream:
         # none (its pieces' deadlines follow that one's end, not yet known); once that one ends, its end
         # is a `_continues_at` and the link is dropped (no chain of ended streams is kept).
         self._after = after
+        # The stream opened behind it for its listener (its next sentence, in `sentence` mode): its first
+        # audio is held for that one's pieces too once its own text is all cut (`_hold_first`).
+        self._next: CpuStream | None = None
         self.listener = listener
         self._before_until: float | None = None  # the audio before it ends then, as its deadlines took it
         self._frames_put = 0
@@ -906,7 +916,7 @@ class CpuStream:
                 self._inbox.clear()
                 self._inbox_chars = 0
                 self._cutter = None
-                self._after = None
+                self._after = self._next = None
             self._engine._ended(self)
 
     def _hold_first(self, audio: list[tuple[np.ndarray, int, Any]], head: _PieceJob) -> None:
@@ -916,7 +926,10 @@ class CpuStream:
         `FIRST_HOLD_S`. A listener who has started must keep hearing (issue 14): on an engine whose runs
         take nearly as long as they speak (Kokoro at RTF 0.8-0.9 on a busy 2-core box) a short first piece
         was a gap a second later; now it is a later start (for a continuation, a pause between its
-        utterances, not inside one)."""
+        utterances, not inside one). Once its text is all cut, the pieces of the stream opened behind it
+        for its listener (`_next`, its next sentence in `sentence` mode) count too: they play once it has,
+        and a short sentence let go alone left a gap before a long Mandarin one (1.1-1.4 s, `cpu` at 0.5
+        replies/s)."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
         with self._cond:
             self._held_s = have  # the pieces after it are cut and due by this audio's end
@@ -930,6 +943,7 @@ class CpuStream:
                 if self._cancelled.is_set():
                     return
                 after = [(job, job.started_at, job.future) for job in self._jobs]  # at most `workers`
+            following, following_cut = self._following()  # outside its lock: it takes the next one's
             # Each piece runs past its prediction by its backend's error; a job it waits behind (another
             # stream's, of either backend) by the costliest backend's.
             errors = engine._hold_errors()
@@ -940,26 +954,49 @@ class CpuStream:
             # reply's next sentence waited 0.3-1.5 s behind two Kokoro runs). Asked outside the stream's
             # lock, as every call into the pool.
             starts = [s if s is not None or f is None else pool.expected_start(f, stretch) for _, s, f in after]
+            next_starts = [s if s is not None or f is None else pool.expected_start(f, stretch)
+                           for _, s, f, _ in following]  # fmt: skip
             free_at = pool.expected_free(stretch)
             with self._cond:
                 now = time.monotonic()
                 # It plays from now, or a continuation's from the end of the audio before it: its listener
                 # runs out at `_runs_out` (that, plus `have`), then of each piece after it in turn. Every
                 # piece counts: the one after it may be made while the one after that waits for a worker.
+                pieces = [(job, start, job.audio_s if job.done else None)
+                          for (job, _, _), start in zip(after, starts, strict=True)]  # fmt: skip
+                all_cut = self._all_cut()
+                if all_cut:  # then its listener's next stream's, which play once it has
+                    pieces += [(job, start, made)
+                               for (job, _, _, made), start in zip(following, next_starts, strict=True)]  # fmt: skip
                 ahead, late = self._runs_out(), -math.inf
-                for (job, _, _), start in zip(after, starts, strict=True):
-                    if job.done:
-                        ahead += sum(pcm.size / rate for pcm, rate, _ in job.audio)
+                for job, start, made in pieces:
+                    if made is not None:
+                        ahead += made
                         continue
                     begin = now if start is None else start  # a started one's start, else the pool's word
                     run_s = self._run_s(job.piece) * (1 + errors[job.piece.voice.backend])
                     late = max(late, begin + run_s - ahead)
                     ahead += job.piece.seconds - (have if job is head else 0.0)  # the running head's rest
-                if not self._all_cut():  # text still to come (or to cut): one more piece, from now, soonest
+                # Text still to come (or to cut), its own or, all its own cut, the next stream's: one more
+                # piece, from now, soonest.
+                if not all_cut or not following_cut:
                     late = max(late, max(now, free_at) + next_run_s - ahead)
                 if late <= HOLD_MARGIN_S or now >= until:
                     return
                 self._cond.wait(min(late, until - now, HOLD_LOOK_S))
+
+    def _following(self) -> tuple[list[tuple[_PieceJob, float | None, Future[None] | None, float | None]], bool]:
+        """Outside its own lock (the stream behind takes this one's, never the other way): the pieces of
+        the stream opened behind it for its listener (`_next`), each with its start, its future and, once
+        made, its audio's length; and whether that one's text is all cut. None, and all cut, without one."""
+        behind = self._next
+        if behind is None:
+            return [], True
+        with behind._cond:
+            if behind._cancelled.is_set() or behind._after is not self:
+                return [], True
+            jobs = [(job, job.started_at, job.future, job.audio_s if job.done else None) for job in behind._jobs]
+            return jobs, behind._all_cut()
 
     def _put_words(self, seg: int, words: list[tuple[str, int, int]], seg_frame: int, seg_in: int,
                    rate: int) -> bool:

@@ -369,6 +369,43 @@ async def test_a_continuations_first_audio_is_held_only_when_its_listener_is_abo
     assert (first >= next_made) == held, (first, next_made)
 
 
+async def test_a_sentences_first_audio_waits_for_its_listeners_next_sentence_too(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Sentence by sentence, each an utterance: a short sentence's stream has no piece after its first, so
+    # its audio went at once, and its listener's next sentence, a stream of its own behind it, came after
+    # that audio had played (a long Mandarin sentence after "好的，": 1.1-1.4 s gaps on a busy box). At RTF
+    # 3 its first audio waits for the next sentence's first piece, as it would for a piece of its own.
+    monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
+    monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
+    made: dict[str, float] = {}
+    real = piper2._synthesise
+
+    def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
+        for audio in real(voice, lang, text, *args):
+            made.setdefault(text, time.monotonic())
+            yield audio
+
+    monkeypatch.setattr(piper2, "_synthesise", timed)
+    gate, running = threading.Event(), threading.Event()
+    blocker = piper2._pool.submit(float("-inf"), lambda: (running.set(), gate.wait(30)))
+    try:
+        assert running.wait(10)  # one worker left: the next sentence's piece runs after the greeting's
+        heard = piper2.open_stream("joe", "en", listener="L")
+        heard.append("Hi there.")
+        heard.finish()
+        behind = piper2.open_stream("joe", "en", listener="L")
+        behind.append("This sentence follows the greeting.")
+        behind.finish()
+        assert heard._next is behind
+        await asyncio.wait_for(asyncio.gather(_read(heard, []), _read(behind, [])), 60)
+    finally:
+        gate.set()
+    blocker.result(5)
+    next_made = min((t for text, t in made.items() if text != "Hi there."), default=None)  # one piece or a few
+    assert heard._first_put_at is not None and next_made is not None, made
+    assert heard._first_put_at >= next_made  # held until the next sentence's first audio was made
+
+
 def sentence_after_sentence(engine: Any, first: str, second: str) -> tuple[Any, Any]:
     """Two streams of one listener, as `sentence` mode opens them: the second (finished) while the first
     is still open to text."""
