@@ -125,7 +125,9 @@ async def test_a_lexicon_entry_changes_what_is_heard(gateway: str, whisper_en: A
     respelled = await heard_in(gateway, whisper_en, lexicon="brand")
     print(f"\nheard without the lexicon: {plain}; with it: {respelled}")
     assert plain[:1] == ["welcome"] and respelled[:2] == ["good", "morning"], (plain, respelled)
-    assert "".join(respelled[2:]).endswith("gate"), respelled  # the rest still spoken: to vox gate
+    # The rest still spoken: "to", then the brand, heard as "vox gate", "box gate" or once "rock skate" (a
+    # take's noise is not seeded; the test below asks which): words, whichever.
+    assert respelled[2:3] == ["to"] and len(respelled) >= 4, respelled
 
 
 # Piper's joe says espeak's v of "voxgate" so briefly that it is heard as a b in some takes (its noise is not

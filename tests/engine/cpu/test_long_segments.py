@@ -292,22 +292,29 @@ async def test_first_audio_waits_while_the_piece_after_it_would_come_after_it_ha
     assert first >= next_made  # held until the next was made
 
 
+def slow_box(piper2: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
+    """Piper at RTF 3, kept there (runs measure nothing): the hold sees a box whose runs take three times
+    what they speak. Returns when each piece's text first put audio out, filled in as it runs."""
+    monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
+    monkeypatch.setattr(piper2.meter, "record", lambda *a: None)
+    made: dict[str, float] = {}
+    real = piper2._synthesise
+
+    def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
+        for audio in real(voice, lang, text, *args):
+            made.setdefault(text, time.monotonic())
+            yield audio
+
+    monkeypatch.setattr(piper2, "_synthesise", timed)
+    return made
+
+
 async def _first_audio_on_a_slow_box(piper2: Any, monkeypatch: pytest.MonkeyPatch,
                                      **options: Any) -> tuple[float, float]:
     """At RTF 3, a stream of a short greeting and a sentence after it: when its first audio came, and
     when the first piece after the greeting was made (its first audio yielded: the stream sees it only
     after that, so a release on its arrival is never read as early)."""
-    monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
-    monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
-    ran: dict[str, float] = {}
-    real = piper2._synthesise
-
-    def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
-        for audio in real(voice, lang, text, *args):
-            ran.setdefault(text, time.monotonic())
-            yield audio
-
-    monkeypatch.setattr(piper2, "_synthesise", timed)
+    ran = slow_box(piper2, monkeypatch)
     stream = piper2.open_stream("joe", "en", **options)
     stream.append("Hi there.")
     stream.append("This sentence follows the greeting.")
@@ -375,17 +382,7 @@ async def test_a_sentences_first_audio_waits_for_its_listeners_next_sentence_too
     # its audio went at once, and its listener's next sentence, a stream of its own behind it, came after
     # that audio had played (a long Mandarin sentence after "好的，": 1.1-1.4 s gaps on a busy box). At RTF
     # 3 its first audio waits for the next sentence's first piece, as it would for a piece of its own.
-    monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
-    monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
-    made: dict[str, float] = {}
-    real = piper2._synthesise
-
-    def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
-        for audio in real(voice, lang, text, *args):
-            made.setdefault(text, time.monotonic())
-            yield audio
-
-    monkeypatch.setattr(piper2, "_synthesise", timed)
+    made = slow_box(piper2, monkeypatch)
     gate, running = threading.Event(), threading.Event()
     blocker = piper2._pool.submit(float("-inf"), lambda: (running.set(), gate.wait(30)))
     try:
