@@ -35,9 +35,11 @@ The rules (tts-pool's design):
   stream waits in fair order. When a stream ends while the next of its listener still waits, that one
   takes the slot (`hand_over`) on the same terms. And a listener whose streams have all ended while
   their audio still plays (a Piper sentence is made in a tenth of the time it plays) takes the slot
-  back for its next stream once that is due (`admit_due`), on the same terms: given only the room left
-  in fair order, an English sentence waited 3 s behind a Mandarin listener's two streams, a second
-  past its listener running dry (issue 14, `sentence` mode at 0.5 replies/s);
+  back for its next stream as that asks (`take_back`), on the same terms. Given only the room left in
+  fair order, an English sentence waited 3 s behind a Mandarin listener's two streams, a second past
+  its listener running dry; started only once due (2 s ahead), its first audio still came 0.16 s late
+  on a busy engine (issue 14, `sentence` mode at 0.5 replies/s). The engine makes it due when the
+  audio before will have played, so starting it early costs newcomers only the room it holds;
 - costs: a stream costs what the engine spends to keep it ahead of its listener, in the capacity's
   units (`Waiter.cost`; 1 each where the engine counts streams). A waiter starts while the cost in flight
   and its own fit the capacity (one always starts when nothing is in flight), and shares are shares of
@@ -326,18 +328,16 @@ class FairQueue:
         self.finish(waiter)
         return True
 
-    def admit_due(self, waiter: Waiter, capacity: float) -> bool:
-        """A waiting continuation whose listener holds no stream (the caller knows) starts at once, past
-        `capacity` if need be, once due (its listener runs dry within `continuation_lead_s`): the slot its
+    def take_back(self, waiter: Waiter, capacity: float) -> bool:
+        """A waiting continuation (its listener hears speech, or has heard it and run dry) whose listener
+        holds no stream (the caller knows) starts at once, past `capacity` if need be: the slot its
         listener's streams left as their audio was made, not as it was heard (the module doc), on
         `admit_beside`'s terms. False, and nothing changes, when it may not."""
-        now = self._clock()
-        due = waiter.continue_by is not None and waiter.continue_by <= now + self.continuation_lead_s
-        if waiter.state != "waiting" or not due or self._yields(self._keys[waiter.key], 0.0, capacity):
+        k = self._keys.get(waiter.key)
+        if waiter.state != "waiting" or waiter.continue_by is None or k is None or self._yields(k, 0.0, capacity):
             return False
-        k = self._keys[waiter.key]
         k.waiting.remove(waiter)  # bounded by the per-key bound
-        self._admit(k, waiter, now)
+        self._admit(k, waiter, self._clock())
         return True
 
     def _passes(self, holder: Waiter, successor: Waiter, capacity: float) -> bool:

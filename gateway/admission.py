@@ -264,8 +264,7 @@ class Admission:
         if runs_dry is not None:
             self._listeners[waiter] = runs_dry
             self._beside(runs_dry)
-        if runs_dry is not None:
-            self._continue_due(capacity)  # its listener's streams may all have ended, and it may be due now
+            self._take_back(capacity)  # its listener's streams may all have ended while it hears them
         if waiter.state == "waiting" and self._queue.fits(waiter.cost, capacity):
             self._grant()  # it may pass those ahead of it in the room they leave: at once, not at the next look
         if waiter.state == "waiting" and (self._timer is None or self._timer.done()):
@@ -348,15 +347,15 @@ class Admission:
             for waiter, runs_dry in self._listeners.items():
                 self._queue.relisten(waiter, self._continue_by(runs_dry, offset))
         capacity = self._look()[1]
-        self._continue_due(capacity)
+        self._take_back(capacity)  # a listener that began hearing while its next stream waited
         for waiter in self._queue.grant(capacity):
             self._started(waiter)
 
-    def _continue_due(self, capacity: float) -> None:
+    def _take_back(self, capacity: float) -> None:
         """A listener whose streams have all ended while their audio still plays holds no slot: its next
-        waiting stream takes one back once due (`FairQueue.admit_due`), on an engine that makes it due when
-        the audio before will have played (`follows_listener`, as `_beside`). Bounded by the waiting
-        streams (a few dozen), compared by equality (a listener is a bound method)."""
+        waiting stream takes one back (`FairQueue.take_back`), on an engine that makes it due when the
+        audio before will have played (`follows_listener`, as `_beside`). Bounded by the waiting streams
+        (a few dozen), compared by equality (a listener is a bound method)."""
         if not self._listeners:
             return
         measured = self._measured()
@@ -369,7 +368,7 @@ class Admission:
                 idle.append(listener)
         for listener in idle:
             successor = self._next_of(listener)
-            if successor is not None and self._queue.admit_due(successor, capacity):
+            if successor is not None and self._queue.take_back(successor, capacity):
                 self._started(successor)
 
     def _expire(self) -> None:

@@ -421,38 +421,37 @@ def test_a_listeners_next_stream_waits_in_fair_order_past_its_keys_share() -> No
     q.finish(elsewhere)
 
 
-def test_a_listener_whose_streams_ended_takes_its_slot_back_once_its_next_is_due() -> None:
+def test_a_listener_whose_streams_ended_takes_its_slot_back_for_its_next() -> None:
     # Sentence by sentence on the CPU voices: a Piper sentence is made in a tenth of the time it plays, so
     # its stream ends long before its listener has heard it. The next sentence then found no slot of its
     # listener's to ride, and waited for room behind a costly stream past the capacity: a gap (issue 14).
     clock = Clock()
-    q = queue(clock)  # continuation_lead_s 2
+    q = queue(clock)
     mandarin = q.push("a", 1.0, BUDGET, cost=2.0)  # costlier than the whole capacity: it starts alone
     nxt = q.push("a", 1.0, BUDGET, continue_by=clock.now + 5.0, cost=PIPER)  # its listener hears 5 s more
-    assert nxt.state == "waiting"
-    assert not q.admit_due(nxt, BUDGET) and nxt.state == "waiting"  # time to spare: its fair turn
-    clock.now += 3.5  # its listener runs dry in 1.5 s
-    assert q.admit_due(nxt, BUDGET) and nxt.state == "admitted" and q.in_flight == 2
-    assert q.load == pytest.approx(2.0 + PIPER) and nxt.waited_s == 3.5
-    assert not q.admit_due(nxt, BUDGET)  # only a waiting one
-    newcomer = q.push("a", 1.0, BUDGET, cost=PIPER)  # no listener hearing it: room in fair order only
-    assert not q.admit_due(newcomer, BUDGET) and q.grant(BUDGET) == []
+    newcomer = q.push("a", 1.0, BUDGET, cost=PIPER)  # nobody hears it: room in fair order only
+    assert nxt.state == newcomer.state == "waiting"
+    assert not q.take_back(newcomer, BUDGET) and q.grant(BUDGET) == []
+    clock.now += 0.5
+    assert q.take_back(nxt, BUDGET) and nxt.state == "admitted" and q.in_flight == 2  # past the capacity
+    assert q.load == pytest.approx(2.0 + PIPER) and nxt.waited_s == 0.5
+    assert not q.take_back(nxt, BUDGET)  # only a waiting one
     q.finish(mandarin)
     q.finish(nxt)
     assert q.grant(BUDGET) == [newcomer]
 
 
-def test_a_due_continuation_takes_no_slot_back_past_its_keys_share() -> None:
+def test_a_listener_takes_no_slot_back_past_its_keys_share() -> None:
     clock = Clock()
     q = queue(clock)
     held = q.push("a", 1.0, 2)
     other = q.push("b", 1.0, 2)
-    nxt = q.push("a", 1.0, 2, continue_by=clock.now)  # its listener runs dry now: due
+    nxt = q.push("a", 1.0, 2, continue_by=clock.now)  # its listener runs dry now
     newcomer = q.push("b", 1.0, 2)
     assert held.state == other.state == "admitted" and newcomer.state == "waiting"
-    assert not q.admit_due(nxt, 2)  # "a" holds its share (one of two) while "b" waits
+    assert not q.take_back(nxt, 2)  # "a" holds its share (one of two) while "b" waits
     q.withdraw(newcomer)  # nobody else waits now
-    assert q.admit_due(nxt, 2) and q.in_flight == 3
+    assert q.take_back(nxt, 2) and q.in_flight == 3
 
 
 def test_due_continuations_start_most_urgent_first_and_expire_like_others() -> None:

@@ -718,37 +718,36 @@ async def test_a_listeners_next_utterance_starts_beside_the_one_it_hears_and_tak
 
 
 @pytest.mark.parametrize("follows_listener", [True, False])
-async def test_a_listener_whose_streams_ended_while_it_hears_them_gets_its_next_in_before_it_runs_dry(
+async def test_a_listener_whose_streams_ended_while_it_hears_them_gets_its_next_in_at_once(
     follows_listener: bool,
 ) -> None:
     # Sentence by sentence, English beside Mandarin on the CPU voices: an English sentence is made in a
     # tenth of the time it plays, so its stream ends and its slot goes; the next sentence then waited in
     # fair order for room behind a Mandarin stream past the capacity, 3 s, a second past its listener
-    # running dry (issue 14). Now it starts once due. The Qwen3 core (not `follows_listener`) would run it
-    # beside the streams it steps at once: there it waits its turn.
+    # running dry (issue 14). Now it takes the slot back as it asks. The Qwen3 core (not
+    # `follows_listener`) would run it beside the streams it steps at once: there it waits its turn.
     engine = Judged(1, follows_listener=follows_listener, budget=1.6, costs={"en": 0.1, "zh": 2.0})
-    admission = Admission(engine, Settings(continuation_lead_s=1.0))  # type: ignore[arg-type]
+    admission = Admission(engine, Settings())  # type: ignore[arg-type]
     english, mandarin = Playback(), Playback()
     first = admission.try_admit("a", 1.0, runs_dry=english.runs_dry_at, language="en")
     assert first is not None
-    english.add(2.0)  # its audio is out: two seconds of it to hear
+    english.add(5.0)  # its audio is out: five seconds of it to hear
     first.release()  # made: its stream ended
     costly = admission.try_admit("a", 1.0, runs_dry=mandarin.runs_dry_at, language="zh")
     assert costly is not None  # alone, it starts, costlier than the whole capacity
+    newcomer = asyncio.create_task(admission.admit("a", 1.0, language="en"))  # nobody hears it yet
+    await asyncio.sleep(0.01)
     nxt = asyncio.create_task(admission.admit("a", 1.0, runs_dry=english.runs_dry_at, language="en"))
     await asyncio.sleep(0.2)
-    assert not nxt.done()  # 1.8 s still to hear: not due yet, it waits its fair turn
+    assert nxt.done() is follows_listener and not newcomer.done()
     if follows_listener:
-        ticket = await asyncio.wait_for(nxt, 3.0)
-        assert english.runs_dry_at() is not None  # in before its listener ran dry
-        assert admission.load == pytest.approx(2.1)
-    else:
-        await asyncio.sleep(2.0)
-        assert not nxt.done()  # its listener has run dry: due, yet no room until the Mandarin stream ends
+        assert admission.load == pytest.approx(2.1)  # past the capacity: its listener's slot
+        nxt.result().release()
         costly.release()
-        ticket = await asyncio.wait_for(nxt, 1.0)
-    ticket.release()
-    costly.release()
+    else:
+        costly.release()  # room for both
+        (await asyncio.wait_for(nxt, 1.0)).release()
+    (await asyncio.wait_for(newcomer, 1.0)).release()
     assert admission.admitted == 0 and admission.waiting == 0
     await admission.close()
 
