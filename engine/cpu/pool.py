@@ -23,11 +23,12 @@ busy 2-core box, and an English reply admitted beside a Mandarin one (its Piper 
 played with a gap while both workers ran Kokoro. Now, when the job that goes next is urgent (a playing
 stream's, due within `guard_s`, or a newcomer's first audio) and every worker is busy, the running job
 with the most time to spare gives its worker up, if it can still run again, whole, after the urgent one
-and start by its own deadline (less `guard_s`), would not be over before the urgent one must start
-(nor within `YIELD_MIN_S`), and has not run half its expected time (more would be thrown away). Its
-run is aborted (it has made no audio yet: only its owner can say, `yield_to`), and it goes back in line
-at its old place. A job yields at most once, so no work is thrown away twice. Checked as a job is
-queued and every `WATCH_S` while any is queued (a job falls due as time passes).
+and start by its own deadline (less `guard_s`; a newcomer's first audio, whose deadline is only its
+age, always can for a playing stream's piece: it waits for those in line too), would not be over before
+the urgent one must start (nor within `YIELD_MIN_S`), and has not run half its expected time (more would
+be thrown away). Its run is aborted (it has made no audio yet: only its owner can say, `yield_to`), and
+it goes back in line at its old place. A job yields at most once, so no work is thrown away twice.
+Checked as a job is queued and every `WATCH_S` while any is queued (a job falls due as time passes).
 """
 
 from __future__ import annotations
@@ -167,8 +168,10 @@ class UrgencyPool:
             can_wait = 0.0 if urgent.first else max(0.0, deadline - now)  # the urgent one, for a worker
             if left <= max(YIELD_MIN_S, can_wait) or ran > left:
                 continue  # over before the urgent one must start, or past half its run: not thrown away
-            if now + urgent.run_s + self.guard_s > entry[0]:
-                continue  # it would start again too late
+            # It would start again too late. A newcomer's first audio has no listener to run dry yet: it
+            # gives way to a playing stream's piece, as it waits for one in line (its deadline is its age).
+            if not (job.first and not urgent.first) and now + urgent.run_s + self.guard_s > entry[0]:
+                continue
             if best is None or entry[0] > best[0]:
                 best = entry
         if best is not None:

@@ -213,6 +213,29 @@ def test_a_running_job_keeps_its_worker(deadline: float, run_s: float, answer: b
     pool.shutdown()
 
 
+@pytest.mark.parametrize(("urgent_first", "yields"), [(False, True), (True, False)])
+def test_a_newcomers_first_audio_gives_its_worker_up_to_a_playing_streams_piece_not_to_another_newcomer(
+    urgent_first: bool, yields: bool
+) -> None:
+    # Sentence by sentence on a busy cpu engine: a listener's next English sentence, due within the
+    # guard, waited for a worker while both ran newcomers' Kokoro first pieces, whose deadline (their age,
+    # long past) said they could never run again in time: its listener heard a gap. A newcomer has no
+    # listener to run dry yet; another newcomer waits its turn, first come.
+    now = [100.0]
+    pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
+    job = LookAhead()
+    newcomer = pool.submit(97.0, job, first_audio=True, run_s=3.0, yield_to=job.yield_to)  # its age: past
+    assert job.started.wait(5)
+    ran: list[str] = []
+    urgent = pool.submit(100.5, lambda: ran.append("urgent"), first_audio=urgent_first, run_s=0.3)
+    time.sleep(0.2)  # the watcher looks too
+    assert urgent.done() is yields and job.runs == 1 + yields
+    job.finish.set()
+    urgent.result(timeout=5)
+    assert newcomer.result(timeout=5) == "whole"
+    pool.shutdown()
+
+
 def test_a_job_with_time_to_spare_waits_and_the_watcher_frees_a_worker_once_it_falls_due() -> None:
     job = LookAhead()
     pool, now = pool_with_a_running(job, deadline=120.0, run_s=10.0)
