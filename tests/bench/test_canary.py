@@ -9,7 +9,6 @@ import json
 from collections import deque
 from typing import Any
 
-import pytest
 from canary import Canary
 
 RATE = 24000
@@ -53,14 +52,14 @@ async def test_a_piece_sent_late_but_before_the_listener_runs_dry_is_a_wait_and_
     canary = await hear([[(0.0, event("segment.committed")), (0.05, pcm(1.0)), (0.6, pcm(1.0)),
                           (0.0, event("session.done"))]])  # fmt: skip
     report = canary.report()
-    assert report.worst_wait_s == pytest.approx(0.6, abs=0.1)
-    assert report.worst_gap_s < 0.1 and report.underrun_s == 0.0
+    assert 0.55 <= report.worst_wait_s < 1.0  # a busy box's event loop only adds to the scripted delays
+    assert report.worst_gap_s < 0.3 and report.underrun_s == 0.0
 
 
 async def test_a_piece_sent_after_the_listener_ran_dry_is_a_gap_of_that_long() -> None:
     canary = await hear([[(0.05, pcm(0.3)), (0.8, pcm(0.5)), (0.0, event("session.done"))]])
     report = canary.report()
-    assert report.worst_gap_s == pytest.approx(0.5, abs=0.1) and report.underrun_s == pytest.approx(0.5, abs=0.1)
+    assert 0.45 <= report.worst_gap_s < 0.9 and 0.45 <= report.underrun_s < 0.9
 
 
 async def test_an_utterances_first_audio_counts_from_when_the_one_before_has_played() -> None:
@@ -70,4 +69,4 @@ async def test_an_utterances_first_audio_counts_from_when_the_one_before_has_pla
         [(0.0, pcm(0.2)), (0.0, event("session.done"))],
         [(0.0, event("segment.committed")), (0.7, pcm(0.2)), (0.0, event("session.done"))],
     ])  # fmt: skip
-    assert canary.report().worst_gap_s == pytest.approx(0.5, abs=0.1)
+    assert 0.45 <= canary.report().worst_gap_s < 0.9

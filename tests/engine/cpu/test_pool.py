@@ -226,13 +226,19 @@ def test_a_newcomers_first_audio_gives_its_worker_up_to_a_playing_streams_piece_
     job = LookAhead()
     newcomer = pool.submit(97.0, job, first_audio=True, run_s=3.0, yield_to=job.yield_to)  # its age: past
     assert job.started.wait(5)
-    ran: list[str] = []
-    urgent = pool.submit(100.5, lambda: ran.append("urgent"), first_audio=urgent_first, run_s=0.3)
-    time.sleep(0.2)  # the watcher looks too
-    assert urgent.done() is yields and job.runs == 1 + yields
+    urgent = pool.submit(100.5, lambda: "urgent", first_audio=urgent_first, run_s=0.3)
+    if yields:
+        assert urgent.result(timeout=5) == "urgent"  # it ran while the newcomer's run waited
+        assert job.started.wait(5)
+        deadline = time.monotonic() + 5
+        while job.runs < 2:  # the newcomer's piece runs again, whole
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    else:
+        time.sleep(0.2)  # the watcher looks too
+        assert not urgent.done() and job.runs == 1
     job.finish.set()
-    urgent.result(timeout=5)
-    assert newcomer.result(timeout=5) == "whole"
+    assert urgent.result(timeout=5) == "urgent" and newcomer.result(timeout=5) == "whole"
     pool.shutdown()
 
 
