@@ -264,7 +264,6 @@ class Admission:
         if runs_dry is not None:
             self._listeners[waiter] = runs_dry
             self._beside(runs_dry)
-            self._take_back(capacity)  # its listener's streams may all have ended while it hears them
         if waiter.state == "waiting" and self._queue.fits(waiter.cost, capacity):
             self._grant()  # it may pass those ahead of it in the room they leave: at once, not at the next look
         if waiter.state == "waiting" and (self._timer is None or self._timer.done()):
@@ -322,14 +321,22 @@ class Admission:
 
     def _beside(self, listener: RunsDry) -> None:
         """While `listener` holds one admitted stream, its next waiting stream starts beside it
-        (engine/admission.py, a listener's next stream). At most two: the one heard and the next."""
+        (engine/admission.py, a listener's next stream). At most two: the one heard and the next. While it
+        holds none, its streams having ended as their audio was made, its next takes the slot back once it
+        is a continuation (`FairQueue.take_back`)."""
         held = [w for w, r in self._holders.items() if r == listener]  # bounded by the streams in flight
-        successor = self._next_of(listener) if len(held) == 1 else None
+        successor = self._next_of(listener) if len(held) <= 1 else None
         if successor is None:
             return
         measured = self._measured()  # only an engine that makes the next one due after the one heard
-        if measured is not None and measured.follows_listener and \
-                self._queue.admit_beside(held[0], successor, self._slots(measured)):
+        if measured is None or not measured.follows_listener:
+            return
+        capacity = self._slots(measured)
+        if held:
+            took = self._queue.admit_beside(held[0], successor, capacity)
+        else:
+            took = self._queue.take_back(successor, capacity)
+        if took:
             self._started(successor)
 
     def _next_of(self, listener: RunsDry) -> Waiter | None:
@@ -346,30 +353,16 @@ class Admission:
             offset = self._offset()
             for waiter, runs_dry in self._listeners.items():
                 self._queue.relisten(waiter, self._continue_by(runs_dry, offset))
-        capacity = self._look()[1]
-        self._take_back(capacity)  # a listener that began hearing while its next stream waited
-        for waiter in self._queue.grant(capacity):
+            # A listener holding no slot may have begun hearing while its next stream waited: it takes the
+            # slot back now (`_beside`). Listeners compared by equality (bound methods), a few dozen.
+            idle: list[RunsDry] = []
+            for runs_dry in self._listeners.values():
+                if runs_dry not in idle and runs_dry not in self._holders.values():
+                    idle.append(runs_dry)
+            for runs_dry in idle:
+                self._beside(runs_dry)
+        for waiter in self._queue.grant(self._look()[1]):
             self._started(waiter)
-
-    def _take_back(self, capacity: float) -> None:
-        """A listener whose streams have all ended while their audio still plays holds no slot: its next
-        waiting stream takes one back (`FairQueue.take_back`), on an engine that makes it due when the
-        audio before will have played (`follows_listener`, as `_beside`). Bounded by the waiting streams
-        (a few dozen), compared by equality (a listener is a bound method)."""
-        if not self._listeners:
-            return
-        measured = self._measured()
-        if measured is None or not measured.follows_listener:
-            return
-        holding = list(self._holders.values())
-        idle: list[RunsDry] = []
-        for listener in self._listeners.values():
-            if listener not in holding and listener not in idle:
-                idle.append(listener)
-        for listener in idle:
-            successor = self._next_of(listener)
-            if successor is not None and self._queue.take_back(successor, capacity):
-                self._started(successor)
 
     def _expire(self) -> None:
         for waiter in self._queue.expire():
