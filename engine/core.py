@@ -66,6 +66,11 @@ from engine.types import AudioChunk, CodecFrames, Waiting
 
 log = logging.getLogger("voxgate.engine.core")
 
+# Frames per text row (`EngineCore.frames_per_row`): measured once this many requests ended by EOS, then
+# an EWMA of weight PACE_ALPHA.
+PACE_MIN = 3
+PACE_ALPHA = 0.2
+
 
 @dataclass(frozen=True, slots=True)
 class CoreConfig:
@@ -93,6 +98,11 @@ class CoreConfig:
     min_bucket: int = 4
     low_water_s: float = 1.0
     defer_s: float = 2.0
+    # A stream's first audio waits (at most this long past its first frame) while the rest of its text
+    # is predicted to come after its listener needs it (`Scheduler.holds_first`); 0: never held. Text
+    # still to come (not finished) counts as `hold_more_s` of audio more.
+    first_hold_s: float = 2.0
+    hold_more_s: float = 1.5
     warm_up: bool = True
     # Capture the talker step and the code-predictor pass as CUDA graphs (engine/graphs.py). Off the
     # GPU it warns once and runs the same static-buffer path uncaptured.
@@ -117,6 +127,8 @@ class CoreConfig:
                              f"{self.min_frames}")
         if not (math.isfinite(self.park_evict_s) and self.park_evict_s >= 0):
             raise ValueError(f"park_evict_s must be a number >= 0, got {self.park_evict_s}")
+        if not all(math.isfinite(v) and v >= 0 for v in (self.first_hold_s, self.hold_more_s)):
+            raise ValueError(f"need first_hold_s and hold_more_s >= 0, got {self.first_hold_s}, {self.hold_more_s}")
 
 
 # ---- commands into the core (any thread → the core's queue) -------------------------------------------
@@ -162,6 +174,9 @@ class StreamOptions:
     params: SamplingParams
     codec_tokens: bool = False  # stream the talker's frames; no code2wav for this stream
     reference: tuple[bytes, str | None] | None = None  # a cloned voice: its clip's file bytes, transcript
+    # A continuation: the seconds of earlier audio its listener has still to hear when it opens
+    # (`StreamRequest.listener_buffer_s`); the first-audio hold lets go before they run out.
+    listener_buffer_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -257,7 +272,8 @@ class EngineCore:
         buckets = bucket_sizes(config.max_batch, min_bucket=config.min_bucket)
         self.scheduler = Scheduler(SchedulerConfig(
             max_batch=config.max_batch, buckets=buckets, ramp=config.ramp, max_codec_rows=config.max_codec_rows,
-            low_water_s=config.low_water_s, defer_s=config.defer_s,
+            low_water_s=config.low_water_s, defer_s=config.defer_s, first_hold_s=config.first_hold_s,
+            frames_per_s=1.0 / self.frame_seconds,
         ))
         self._commands: deque[Command] = deque()
         self._wake = threading.Event()
@@ -276,6 +292,10 @@ class EngineCore:
         #: frames per stream per second at each batch bucket, measured cycle by cycle: capacity (issue 14)
         self.meter = ThroughputMeter(buckets)
         self._cycle_work = (0, 0)  # (rows generating, frames completed) of the cycle that just ran
+        #: frames per text row of requests the model ended (EOS), an EWMA; None until `PACE_MIN` are: what
+        #: a stream's text is expected to take, for the first-audio hold (the frame cap's rate before)
+        self.frames_per_row: float | None = None
+        self._paced = 0
         #: frames each stream made, recorded when it finished (tests and the bench check audio against it)
         self.finished_frames: dict[int, int] = {}
         #: (requests, segments with consumed tokens, consumed content tokens) of each finished stream
@@ -422,7 +442,9 @@ class EngineCore:
         now = self.clock()
         # The slowest recent cycle, not the typical one: a listener runs dry in the slow ones.
         cycle_s = max(itertools.islice(reversed(self.cycle_s), 8), default=0.0)
-        codec = self.scheduler.plan_codec((r.record for r in live if not r.ended), now, plan.pressing, cycle_s)
+        generating = sum(1 for r in live if r.record.generating)
+        rate = self.meter.stream_rate(self.meter.bucket(generating)) if generating else None
+        codec = self.scheduler.plan_codec((r.record for r in live if not r.ended), now, plan.pressing, cycle_s, rate)
         for size, rids in codec.batches(self.config.max_codec_rows):
             self._decode([self._requests[rid] for rid in rids], size)
             worked = True
@@ -442,8 +464,11 @@ class EngineCore:
                 continue
             if isinstance(cmd, Open):
                 opts = cmd.opts
+                now = self.clock()
                 req = self._requests[cmd.rid] = CoreRequest(cmd.rid, opts, cmd.bridge,
-                                                            RequestRecord(cmd.rid, self.clock()), ledger=cmd.ledger)
+                                                            RequestRecord(cmd.rid, now), ledger=cmd.ledger)
+                if opts.listener_buffer_s is not None:
+                    req.record.continues_at = now + opts.listener_buffer_s
                 if opts.sample_rate != self.model.sample_rate:
                     req.resampler = Resampler(self.model.sample_rate, opts.sample_rate)
                 if opts.reference is not None:
@@ -666,13 +691,42 @@ class EngineCore:
             req.eos_fed = True
 
     def _refresh(self, req: CoreRequest, now: float) -> None:
-        """Parked: admitted, still generating, and no text row for its next step yet."""
+        """Parked: admitted, still generating, and no text row for its next step yet. Before the first
+        audio, the frames its text is expected to take past those made (the first-audio hold)."""
         rec = req.record
         rec.paused = bool(req.outbox)
         if rec.status in (Status.RUNNING, Status.PARKED):
             parked = self._next_text_row(req) is None
             if parked != rec.parked:
                 rec.to(Status.PARKED if parked else Status.RUNNING, now)
+        if rec.first_audio_at is None and req.slot is not None:
+            rec.frames_left = self._frames_left(req)
+
+    def _frames_left(self, req: CoreRequest) -> float:
+        """Frames the stream's known text is expected to take past those made: its request's text rows
+        at the measured frames per row (before `PACE_MIN` requests are measured, one: the least a row
+        takes, as the talker reads one a frame; a fresh server's hold is never longer than its text
+        surely needs), at most the frame cap, and `hold_more_s` of audio for text still to come (not
+        finished, or pending for a next request)."""
+        per_row = self.frames_per_row if self.frames_per_row is not None else 1.0
+        expected = per_row * (req.n_tokens + req.extra_rows)
+        left = max(0.0, min(expected, self.frame_cap(req)) - req.frames)
+        if not req.finished or self._has_pending(req):
+            left += self.config.hold_more_s / self.frame_seconds
+        return left
+
+    def _pace(self, req: CoreRequest) -> None:
+        """A request the model ended (EOS) tells how many frames a text row takes (`frames_per_row`)."""
+        rows = req.n_tokens + req.extra_rows
+        if not req.ended_by_eos or rows <= 0 or req.frames <= 0:
+            return
+        ratio = req.frames / rows
+        self._paced += 1
+        if self.frames_per_row is None:
+            if self._paced >= PACE_MIN:
+                self.frames_per_row = ratio
+            return
+        self.frames_per_row += PACE_ALPHA * (ratio - self.frames_per_row)
 
     def _next_text_row(self, req: CoreRequest) -> torch.Tensor | None:
         assert req.track is not None
@@ -807,6 +861,8 @@ class EngineCore:
             else:
                 r.codes.append(frame)
                 r.record.pending_frames += 1
+                if r.record.first_frame_at is None:
+                    r.record.first_frame_at = now
             r.frames += 1
             self.stats["frames"] += 1
             if r.frames >= self.frame_cap(r) or r.at_max_frames(self.config.max_frames):
@@ -899,6 +955,7 @@ class EngineCore:
             self._release(req)
             self._complete_stream(req)
             return
+        self._pace(req)
         if not self._account(req):
             return
         if req.finished and not self._has_pending(req):

@@ -107,9 +107,9 @@ class Qwen3Stream:
 
 class Qwen3Engine:
     """Options (see `CoreConfig`): max_streams, max_context, max_batch, ramp, max_codec_rows, queue_size,
-    threads, frames_per_token, min_frames, kv_block, warm_up, cuda_graphs; `greedy` makes every stream argmax;
-    `talker` the talker backend (a name in engine/talker_backend.py `TALKERS`, default "native", or a
-    `TalkerFactory`) and `talker_options` its own options."""
+    threads, frames_per_token, min_frames, kv_block, warm_up, cuda_graphs, first_hold_s, hold_more_s;
+    `greedy` makes every stream argmax; `talker` the talker backend (a name in engine/talker_backend.py
+    `TALKERS`, default "native", or a `TalkerFactory`) and `talker_options` its own options."""
 
     def __init__(self, model: Qwen3TTSModel, *, greedy: bool = False, model_path: Path | None = None,
                  talker: str | TalkerFactory = "native", talker_options: dict[str, Any] | None = None,
@@ -205,7 +205,8 @@ class Qwen3Engine:
         params = SamplingParams.from_defaults(self.model.gen, greedy=self.greedy, seed=request.seed)
         return StreamOptions(speaker, language_name, request.instructions or None,
                              request.sample_rate or self.sample_rate, params,
-                             codec_tokens=request.output == "codec_tokens", reference=reference)
+                             codec_tokens=request.output == "codec_tokens", reference=reference,
+                             listener_buffer_s=request.listener_buffer_s)
 
     def open_stream(self, voice: str | None, language: str, **options: object) -> Qwen3Stream:
         """Options (`StreamRequest`'s): `sample_rate` (8000–48000; audio is resampled with soxr), `seed`

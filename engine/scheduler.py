@@ -25,6 +25,10 @@ from enum import Enum
 #: First code2wav chunk small (time to first audio), then larger ones (a decode has a fixed cost).
 DEFAULT_RAMP = (2, 4, 8, 16, 25)
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32)
+#: Codec frames a stream's listener consumes per second (Qwen3-TTS's 12 Hz tokenizer: 12.5 frames/s).
+FRAMES_PER_S = 12.5
+#: Measured throughput promised to listeners: a stream is counted only if it gets 1.25× real time.
+HEADROOM = 1.25
 
 
 class Status(Enum):
@@ -74,6 +78,11 @@ class RequestRecord:
     chunks_sent: int = 0  # code2wav chunks decoded so far (position on the ramp)
     audio_s: float = 0.0  # seconds of audio handed to the consumer
     first_audio_at: float | None = None  # clock time of the first audio
+    # Before the first audio (the first-audio hold, `Scheduler.holds_first`): when its first frame was
+    # made, and the frames its known text is expected to take past those made (the core's estimate).
+    first_frame_at: float | None = None
+    frames_left: float = 0.0
+    continues_at: float | None = None  # a continuation: when its listener runs out of the audio before it
 
     def to(self, status: Status, now: float | None = None) -> None:
         """Move to `status` (AssertionError for a move `TRANSITIONS` does not allow); parking records
@@ -134,6 +143,11 @@ class SchedulerConfig:
     defer_s: float = 2.0  # a chunk of a stream with more buffered than this can wait for pressing talker work
     flush_margin_s: float = 0.05  # decode a partial chunk when the buffer lasts less than 2 cycles + this
     park_evict_s: float = 1.0  # a request parked this long gives its slot to a stream waiting for one
+    frames_per_s: float = FRAMES_PER_S  # frames a listener plays per second
+    # The first-audio hold (`Scheduler.holds_first`): at most this long past a stream's first frame, and
+    # the measured frame rate taken to be this much too fast (a cycle's cost moves with its company).
+    first_hold_s: float = 2.0
+    hold_error: float = 0.15
 
     def __post_init__(self) -> None:
         if not self.buckets or list(self.buckets) != sorted(set(self.buckets)) or self.buckets[0] < 1:
@@ -223,19 +237,20 @@ class Scheduler:
         return tuple(r.rid for r in idle[:need])
 
     def plan_codec(self, records: Iterable[RequestRecord], now: float, talker_pressing: bool,
-                   cycle_s: float = 0.0) -> CodecPlan:
+                   cycle_s: float = 0.0, stream_rate: float | None = None) -> CodecPlan:
         """Decode ready chunks (`ready_frames`), most urgent first, up to the frames of `max_codec_rows`
         full chunks per cycle (always at least one chunk). A budget in frames, not in chunks, because
         a decode costs about its frames: 32 streams opened at once reach the ramp's middle steps
         together, and a cap of 4 chunks a cycle left the 20th waiting 5 cycles (57 of 96 streams ran
         dry for 2–110 ms in three runs; with the frame budget 1). When the talker has pressing work,
         chunks of streams with more than `defer_s` buffered wait: their listener can spare the time,
-        a stream still waiting for its first audio cannot."""
+        a stream still waiting for its first audio cannot. `stream_rate`: the frames per second each
+        stream is measured to get now, for the first-audio hold (`holds_first`); None: no hold."""
         ready: list[tuple[tuple[int, float], int, int]] = []
         for r in records:
             if not r.admitted or r.paused or r.pending_frames <= 0:
                 continue
-            n = self.ready_frames(r, now, cycle_s)
+            n = self.ready_frames(r, now, cycle_s, stream_rate)
             if n == 0:
                 continue
             if talker_pressing and r.first_audio_at is not None and r.buffer_s(now) > self.config.defer_s:
@@ -251,13 +266,16 @@ class Scheduler:
             budget -= n
         return CodecPlan(tuple(chosen))
 
-    def ready_frames(self, rec: RequestRecord, now: float, cycle_s: float) -> int:
-        """Frames to decode now (0: keep waiting). The next ramp size once it is pending; everything
-        pending when no more frames are coming soon (the talker is done, or parked on text); and
-        everything pending when the listener's buffer would run dry within two cycles (this one and
-        the decode's). Waiting until then, not until the full chunk, keeps the partial chunks as large
-        as the buffer allows: a stream near capacity that decoded a frame or two every cycle would
-        spend its time in per-call codec overhead and fall further behind."""
+    def ready_frames(self, rec: RequestRecord, now: float, cycle_s: float, stream_rate: float | None = None) -> int:
+        """Frames to decode now (0: keep waiting). 0 while the first audio is held (`holds_first`).
+        Then the next ramp size once it is pending; everything pending when no more frames are coming
+        soon (the talker is done, or parked on text); and everything pending when the listener's buffer
+        would run dry within two cycles (this one and the decode's). Waiting until then, not until the
+        full chunk, keeps the partial chunks as large as the buffer allows: a stream near capacity that
+        decoded a frame or two every cycle would spend its time in per-call codec overhead and fall
+        further behind."""
+        if self.holds_first(rec, now, cycle_s, stream_rate):
+            return 0
         need = self.chunk_size(rec)
         if rec.pending_frames >= need:
             return need
@@ -266,6 +284,32 @@ class Scheduler:
         if rec.first_audio_at is not None and rec.buffer_s(now) < 2 * cycle_s + self.config.flush_margin_s:
             return rec.pending_frames
         return 0
+
+    def holds_first(self, rec: RequestRecord, now: float, cycle_s: float, stream_rate: float | None) -> bool:
+        """Hold a stream's first audio while the rest of its known text is predicted to come after its
+        listener needs it, at most `first_hold_s` past its first frame. A listener who has started must
+        keep hearing (issue 14): where one stream is made at about real time (the tiny model on a busy
+        2-core box, RTF 0.94-1.05) audio let go at its first frames ran dry again and again; held, the
+        same stream starts later and plays through.
+
+        Let go now, the listener plays the `n` frames made and then each later one as it comes; made at
+        `stream_rate` r (taken `hold_error` too fast) the last of the `left` still to come is the latest
+        against its need: it comes `left / r` from now and is needed `(n + left) / fps` from now, or
+        from when a continuation's listener has heard the audio before it (`continues_at`). The hold
+        ends once that is `2 cycles + flush_margin_s` early (its decode and the cycle that runs it), and
+        for a continuation that margin before its listener runs dry. Only while the talker makes frames
+        for it: a stream parked on text or done speaks what it has (its text's pace is not the engine's
+        to hide)."""
+        if (rec.first_audio_at is not None or rec.first_frame_at is None or not rec.generating or rec.parked
+                or not stream_rate or stream_rate <= 0 or now - rec.first_frame_at >= self.config.first_hold_s):
+            return False
+        margin = 2 * cycle_s + self.config.flush_margin_s
+        ahead = 0.0 if rec.continues_at is None else rec.continues_at - now
+        if rec.continues_at is not None and ahead <= margin:
+            return False
+        rate = stream_rate / (1.0 + self.config.hold_error)
+        late = rec.frames_left / rate - ahead - (rec.pending_frames + rec.frames_left) / self.config.frames_per_s
+        return late > -margin
 
     def _pressing(self, rec: RequestRecord, now: float) -> bool:
         return rec.first_audio_at is None or rec.buffer_s(now) < self.config.low_water_s
@@ -276,11 +320,6 @@ def bucket_sizes(max_batch: int, buckets: Sequence[int] = DEFAULT_BUCKETS, min_b
     `max_batch` itself (padding 20 rows to 32 would waste the work the cap was set to save)."""
     return (*[b for b in buckets if min_bucket <= b < max_batch], max(max_batch, min_bucket))
 
-
-#: Codec frames a stream's listener consumes per second (Qwen3-TTS's 12 Hz tokenizer: 12.5 frames/s).
-FRAMES_PER_S = 12.5
-#: Measured throughput promised to listeners: a stream is counted only if it gets 1.25× real time.
-HEADROOM = 1.25
 
 
 class ThroughputMeter:

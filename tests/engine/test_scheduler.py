@@ -274,3 +274,62 @@ def test_the_flags_the_policy_reads_follow_the_status() -> None:
     assert facts[Status.DRAINING] == (True, False, False, False, False)
     assert facts[Status.EVICTED] == (True, False, False, True, False)
     assert facts[Status.ENDED] == (False, False, False, False, False)
+
+
+def held(pending: int, left: float, first_frame_at: float = 0.0) -> RequestRecord:
+    r = running(1, pending=pending)
+    r.first_frame_at, r.frames_left = first_frame_at, left
+    return r
+
+
+def test_a_first_audio_is_held_while_the_rest_of_its_text_would_come_after_its_listener_needs_it() -> None:
+    # 12.5 frames/s played, 10 made: 52 frames take 5.2 s to make and 4.16 s to play.
+    s = Scheduler(SchedulerConfig(ramp=(2,), hold_error=0.0, flush_margin_s=0.05, first_hold_s=10.0))
+    assert s.plan_codec([held(2, 50)], now=1.0, talker_pressing=False, stream_rate=10.0).chunks == ()
+    # With 11 in hand the last of the 41 to come is due 4.16 s from now and made in 4.1 s: let go.
+    assert s.plan_codec([held(11, 41)], now=1.0, talker_pressing=False, stream_rate=10.0).chunks == ((1, 2),)
+    assert s.plan_codec([held(10, 42)], now=1.0, talker_pressing=False, stream_rate=10.0).chunks == ()
+    # The margin: two cycles and flush_margin_s early.
+    assert s.plan_codec([held(11, 41)], now=1.0, talker_pressing=False, cycle_s=0.2, stream_rate=10.0).chunks == ()
+    # The measured rate is taken hold_error too fast.
+    wary = Scheduler(SchedulerConfig(ramp=(2,), hold_error=0.25, flush_margin_s=0.05, first_hold_s=10.0))
+    assert wary.plan_codec([held(11, 41)], now=1.0, talker_pressing=False, stream_rate=10.0).chunks == ()
+
+
+def test_a_stream_made_faster_than_it_plays_is_not_held() -> None:
+    s = Scheduler(SchedulerConfig(ramp=(2,), hold_error=0.15))
+    assert s.plan_codec([held(2, 500)], now=1.0, talker_pressing=False, stream_rate=15.0).chunks == ((1, 2),)
+    assert not s.holds_first(held(2, 500), now=1.0, cycle_s=0.01, stream_rate=15.0)
+
+
+def test_the_first_audio_hold_is_bounded_and_only_while_the_talker_makes_its_frames() -> None:
+    s = Scheduler(SchedulerConfig(ramp=(2,), first_hold_s=2.0))
+    slow = 5.0  # frames/s: far below the 12.5 played
+    assert s.holds_first(held(2, 100, first_frame_at=0.0), now=1.99, cycle_s=0.0, stream_rate=slow)
+    assert not s.holds_first(held(2, 100, first_frame_at=0.0), now=2.0, cycle_s=0.0, stream_rate=slow)
+    parked_on_text = held(2, 100)
+    parked_on_text.to(Status.PARKED, 0.5)  # its text has not come: it speaks what it has
+    assert not s.holds_first(parked_on_text, now=1.0, cycle_s=0.0, stream_rate=slow)
+    done = held(2, 100)
+    done.to(Status.DRAINING)
+    assert not s.holds_first(done, now=1.0, cycle_s=0.0, stream_rate=slow)
+    assert not s.holds_first(held(2, 100), now=1.0, cycle_s=0.0, stream_rate=None)  # nothing measured yet
+    heard = held(2, 100)
+    heard.first_audio_at = 0.5  # only the first audio is held: a listener who hears must keep hearing
+    assert not s.holds_first(heard, now=1.0, cycle_s=0.0, stream_rate=slow)
+    assert not Scheduler(SchedulerConfig(first_hold_s=0.0)).holds_first(held(2, 100), now=0.0, cycle_s=0.0,
+                                                                        stream_rate=slow)
+
+
+def test_a_continuations_first_audio_counts_the_audio_before_it_and_goes_before_that_runs_out() -> None:
+    s = Scheduler(SchedulerConfig(ramp=(2,), hold_error=0.0, flush_margin_s=0.05, first_hold_s=10.0))
+    alone = held(2, 50)  # 5 s to make, 4.16 s to play: held, as above
+    assert s.holds_first(alone, now=1.0, cycle_s=0.0, stream_rate=10.0)
+    behind = held(2, 50)
+    behind.continues_at = 2.0  # its listener hears 1 s more of the sentence before it
+    assert not s.holds_first(behind, now=1.0, cycle_s=0.0, stream_rate=10.0)
+    much = held(2, 100)  # 10 s to make, 8.16 s to play, 1 s ahead: held, but not once its listener runs dry
+    much.continues_at = 2.0
+    assert s.holds_first(much, now=1.0, cycle_s=0.0, stream_rate=10.0)
+    assert s.holds_first(much, now=1.94, cycle_s=0.0, stream_rate=10.0)
+    assert not s.holds_first(much, now=1.96, cycle_s=0.0, stream_rate=10.0)
