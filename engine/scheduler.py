@@ -7,6 +7,9 @@ Urgency is the listener's point of view. A stream with no audio yet is waiting o
 buffer: the seconds of audio sent minus the wall time since its first audio; the smallest buffer
 runs dry first. Negative means the listener is already hearing a gap.
 
+A stream's first audio is held while it is made slower than it plays and the rest of its text would
+come after its listener needs it (`Scheduler.holds_first`): a later start instead of a gap.
+
 Capacity: a stream that has text but no slot waits in line (`TalkerPlan.blocked`, so the core can tell
 it why its audio is late), and a parked stream (admitted, its text track ran dry before `finish()`)
 that has waited `park_evict_s` gives its slot up to it (`plan_evictions`): an idle socket must not
