@@ -18,9 +18,10 @@ import pytest
 from support.servers import serve
 from support.wsclient import call, open_session, post, say, until
 
-from ..support.redis_topologies import SentinelSet
+from ..support.redis_topologies import SentinelSet, command
 
 pytestmark = [pytest.mark.redis]
+VOICE_KEY = "voxgate:v1:{default}:voice:agent"
 LONG = " ".join(f"Sentence number {i} of a long answer that keeps speaking." for i in range(7))
 
 
@@ -74,6 +75,12 @@ async def test_sentinel_failover_during_a_live_session(sentinel_set: SentinelSet
         for b in serve(piper_engine, redis_url=sentinel_set.url):
             assert health(a)["state"] == "sentinel"
             assert call(a, "POST", "/v1/audio/voices", None, {"voice_id": "agent", "base_voice": "joe"})[0] == 201
+            # Its write waited for the replica, at most 0.2 s (sessions/store.py `_acked`); on a busy box the
+            # replica may take longer, and only what it holds survives the kill: let it catch up first.
+            deadline = time.monotonic() + 10
+            while not command(sentinel_set.replica.port, "EXISTS", VOICE_KEY).startswith(b":1"):
+                assert time.monotonic() < deadline, "the replica never held the registered voice"
+                await asyncio.sleep(0.02)
 
             ws, ready = await open_session(a, voice="agent")
             assert ready["type"] == "session.ready", ready
