@@ -964,6 +964,11 @@ async def tenant_worker(t: TenantLoad, args: argparse.Namespace, texts: list[Tex
             await session.run(r, args.units_per_s, args.response_timeout, args.onset_dbfs)
             if r.errors:
                 await asyncio.sleep(args.refusal_backoff)  # a refusal answered at once must not spin
+            elif (end := r.played_out_at()) is not None:
+                # The next reply once its listener has heard this one, as in the open loop (`serve`). Sooner,
+                # it was a continuation to the gateway (due after this reply's audio) while this harness
+                # played it from its own first frame: gaps of 25-300 ms that a listener would not hear.
+                await clock.sleep_until(end)
     finally:
         if session is not None:
             await session.close()
@@ -998,6 +1003,7 @@ async def run_tenants(tenants: list[TenantLoad], args: argparse.Namespace, texts
     for t in tenants:
         spec = RunSpec(args.tenant_mode, None, sessions)
         s = summarize_run(spec, args, got[t.name], 0, [], wall)
+        s["gapped"] = [m for m in s["responses"] if m.get("underruns")]  # where the gaps were, and whose
         del s["_texts"], s["responses"], s["inflight"]
         s["errors"] = dict(Counter(s["errors"]) + errs[t.name])
         s["weight"] = t.weight

@@ -162,6 +162,7 @@ def test_tenants_mode_against_piper(two_tenant_gateway: str, tmp_path: Path) -> 
             assert t["started"] >= 1 and t["completed"] >= 1, (name, t["errors"])
             assert t["served_audio_s"] > 0 and t["concurrency"] == (2 if run["run"] == "together" else 4)
             assert set(t["errors"]) <= {"queue_full"}, (name, t["errors"])  # refusals are the only failures
+            assert all(g["underruns"] > 0 and g["stalls"] for g in t["gapped"])  # where each gap was, if any
     shares = [t["share"] for t in together["tenants"].values()]
     assert sum(shares) == pytest.approx(1.0)
     (pair,) = result["fairness"]["pairs"]
