@@ -293,7 +293,7 @@ class EngineCore:
         self.meter = ThroughputMeter(buckets)
         self._cycle_work = (0, 0)  # (rows generating, frames completed) of the cycle that just ran
         #: frames per text row of requests the model ended (EOS), an EWMA; None until `PACE_MIN` are: what
-        #: a stream's text is expected to take, for the first-audio hold (the frame cap's rate before)
+        #: a stream's text is expected to take, for the first-audio hold (`_frames_left`)
         self.frames_per_row: float | None = None
         self._paced = 0
         #: frames each stream made, recorded when it finished (tests and the bench check audio against it)
