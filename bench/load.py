@@ -167,6 +167,15 @@ class Response:
         return end
 
 
+async def until_heard(r: Response, clock: Clock) -> None:
+    """Wait until a player that starts at `r`'s first frame has played it all: a session's next reply
+    comes then, as an agent's next turn does. Sooner, the gateway rightly treats it as a continuation
+    (its audio plays after this reply's: due by then), while this harness plays every reply on its own
+    from its first frame (the tenants mode did: gaps of 25-300 ms that no listener would hear)."""
+    if (end := r.played_out_at()) is not None:
+        await clock.sleep_until(end)
+
+
 class Session:
     """One warm WebSocket session (a conversation); it carries one response at a time."""
 
@@ -423,11 +432,7 @@ async def run_one(spec: RunSpec, args: argparse.Namespace, texts: list[Text], ws
     async def serve(r: Response, s: Session) -> None:
         try:
             await s.run(r, args.units_per_s, args.response_timeout, args.onset_dbfs)
-            # The session's next reply comes once its listener has heard this one, as an agent's next turn
-            # does. Sooner, the gateway rightly treats it as a continuation (its audio plays after this
-            # reply's: due by then), while this harness plays every reply on its own from its first frame.
-            if (end := r.played_out_at()) is not None:
-                await clock.sleep_until(end)
+            await until_heard(r, clock)
         finally:
             pool.put(s)
 
@@ -964,11 +969,8 @@ async def tenant_worker(t: TenantLoad, args: argparse.Namespace, texts: list[Tex
             await session.run(r, args.units_per_s, args.response_timeout, args.onset_dbfs)
             if r.errors:
                 await asyncio.sleep(args.refusal_backoff)  # a refusal answered at once must not spin
-            elif (end := r.played_out_at()) is not None:
-                # The next reply once its listener has heard this one, as in the open loop (`serve`). Sooner,
-                # it was a continuation to the gateway (due after this reply's audio) while this harness
-                # played it from its own first frame: gaps of 25-300 ms that a listener would not hear.
-                await clock.sleep_until(end)
+            else:
+                await until_heard(r, clock)
     finally:
         if session is not None:
             await session.close()
