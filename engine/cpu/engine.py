@@ -74,9 +74,10 @@ PIPER_GAIN = 1.8
 PIECE_LIMITS = {"piper": 120, "kokoro": 90}
 # A piece after a stream's first is cut smaller while its expected run time would exceed this share of
 # the audio its listener has ahead (it waits for a worker too), but never below RAMP_MIN_COST (a clause).
-# With more streams open than workers, the share is a stream's part of the workers instead, when smaller
-# (`CpuEngine._ramp_share`): streams that started together want their next pieces at the same time, and
-# each may count on its part of the pool until its listener runs dry, not on a whole worker.
+# With more streams wanting the workers than there are workers, the share is a stream's part of the
+# workers instead, when smaller (`CpuStream._ramp_share`): streams that started together want their next
+# pieces at the same time, and each may count on its part of the pool until its listener runs dry, not on
+# a whole worker.
 RAMP_SHARE = 0.5
 RAMP_MIN_COST = 24
 # A piece that has waited this long for a worker while its listener has nothing left to play is
@@ -350,15 +351,6 @@ class CpuEngine:
     def _active(self) -> int:
         """How many streams are open and not ended (a few dozen at most: admission bounds them)."""
         return sum(1 for s in list(self._streams) if not s._bridge.ended)
-
-    def _ramp_share(self) -> float:
-        """The share of a worker's time one stream's next piece may take of the audio its listener has
-        ahead (`CpuStream._ramped`): `RAMP_SHARE`, or the stream's part of the workers when smaller. A
-        burst of 12 Piper streams on 2 workers, all started together, wanted their 120-letter second
-        pieces (0.7 s runs each) within the same 1.5 s: they started up to 1 s past their deadlines and
-        3-8 of ~50 replies gapped; cut to each stream's part they come due in turn (none of ~340 gapped,
-        bench/results/overload_s17.md)."""
-        return min(RAMP_SHARE, self.workers / max(1, self._active()))
 
     def close(self) -> None:
         self._closed = True
@@ -646,7 +638,7 @@ class CpuStream:
 
     def _ramped(self, piece: _Piece) -> _Piece:
         """`piece`, or its first part when it would run longer than `RAMP_SHARE` (or the stream's part of
-        the workers, `CpuEngine._ramp_share`) of the audio its listener has ahead of it (the rest goes
+        the workers, `_ramp_share`) of the audio its listener has ahead of it (the rest goes
         back to the cutter, in order). A job due soon never
         gives its worker up, so a long piece right behind a short one (the first clause, say) would leave
         its listener dry while it runs: pieces grow with the audio buffered, as a codec decoder's chunk ramp does. A new
@@ -657,7 +649,7 @@ class CpuStream:
                 return piece
             slack = self._next_runs_out() - time.monotonic()
         engine = self._engine
-        budget_s = max(0.0, slack) * engine._ramp_share() / engine._rtf(piece.voice.backend)  # audio seconds
+        budget_s = max(0.0, slack) * self._ramp_share() / engine._rtf(piece.voice.backend)  # audio seconds
         size = cost(piece.text)
         if piece.seconds <= budget_s or size <= RAMP_MIN_COST:
             return piece
@@ -670,6 +662,17 @@ class CpuStream:
         assert self._cutter is not None
         self._cutter = itertools.chain(cut[1:], self._cutter)
         return cut[0]
+
+    def _ramp_share(self) -> float:
+        """The share of a worker's time its next piece may take of the audio its listener has ahead
+        (`_ramped`): `RAMP_SHARE`, or its part of the workers among the streams wanting them now (with
+        a job queued or running, itself included), when smaller. A burst of 12 Piper streams on 2
+        workers, all started together, wanted their 120-letter second pieces (0.7 s runs each) within
+        the same 1.5 s: they started up to 1 s past their deadlines and 1-8 of ~50 replies gapped; cut
+        to each stream's part, they come due in turn (bench/results/overload_s17.md). Streams with
+        nothing in the pool (waiting for text, or behind another of their listener) take no share."""
+        workers = self._engine.workers
+        return min(RAMP_SHARE, workers / self._engine._pool.owners(also=self))
 
     def _submit(self, piece: _Piece) -> None:
         """Hand one piece to the pool. A new listener's first piece goes before all others (it has heard

@@ -242,6 +242,17 @@ class UrgencyPool:
             owner = next(e[2].owner for _, e in ranked if e[2].future is future)
             return len({id(e[2].owner) for r, e in ranked if r < mine and e[2].owner is not owner})
 
+    def owners(self, also: object = None) -> int:
+        """How many owners have a job queued or running, counting `also` among them (at least 1 then).
+        O(queued jobs), a few dozen."""
+        with self._cond:
+            jobs = [e[2] for q in (self._first, self._rest) for e in q]
+            jobs += [e[2] for _, e in self._running.values()]
+            owners = {id(job.owner) for job in jobs}
+        if also is not None:
+            owners.add(id(also))
+        return len(owners)
+
     def strained(self) -> bool:
         """Whether the pool is behind now: a stream's first audio waits for a worker, or a playing
         stream's job is due within `guard_s` (queued, not running). Admission starts no stream then,

@@ -230,35 +230,45 @@ async def test_a_long_piece_right_behind_a_short_one_is_cut_to_the_audio_ahead(
     assert [job.piece.last for job in jobs[1:]] == [False] * (len(rest) - 1) + [True]
 
 
-async def test_a_piece_is_cut_to_the_streams_part_of_the_workers_when_many_streams_are_open(
+async def test_a_piece_is_cut_to_the_streams_part_of_the_workers_when_many_streams_want_them(
         piper2: Any, started: list[tuple[CpuStream, Any, float]], monkeypatch: pytest.MonkeyPatch) -> None:
     # A quick box (RTF 0.02): alone, the 110-letter sentence behind "Hi there." (about half a second
-    # ahead) runs ~0.13 s, under half of that: one piece. With 12 streams open on 2 workers each may
-    # count on a sixth of a worker, not half of one: a burst of streams that started together wants
-    # its second pieces at the same time, and whole they ran past their deadlines (gaps).
+    # ahead) runs ~0.13 s, under half of that: one piece. With 20 more streams' jobs in the pool, on 2
+    # workers, each stream may count on a 23rd of the workers, not half of one: a burst of streams that
+    # started together wants its second pieces at the same time, and whole they ran past their
+    # deadlines (gaps).
     monkeypatch.setattr(piper2, "_rtf", lambda backend: 0.02)
     long = ("When your order leaves the warehouse, we will send a message, and the courier will call you, "
             "before noon tomorrow.")
 
-    async def pieces_of_one_reply() -> list[str]:
-        stream = piper2.open_stream("joe", "en")
-        stream.append("Hi there.")
-        stream.append(long)
-        stream.finish()
+    async def pieces_of_one_reply(others: int) -> list[str]:
+        """Its pieces as cut while the workers are taken and `others` more streams' jobs are queued."""
+        gate = threading.Event()
+        running = [threading.Event() for _ in piper2._pool._threads[:piper2.workers]]
+        blockers = [piper2._pool.submit(float("-inf"), lambda e=e: (e.set(), gate.wait(30)), owner=f"playing {i}")
+                    for i, e in enumerate(running)]
+        queued = [piper2._pool.submit(math.inf, lambda: None, owner=f"waiting {i}") for i in range(others)]
+        try:
+            assert all(e.wait(10) for e in running), "the pool's workers are taken"
+            stream = piper2.open_stream("joe", "en")
+            stream.append("Hi there.")
+            stream.append(long)
+            stream.finish()
+            deadline = time.monotonic() + 10
+            while len(stream._jobs) < 2 and time.monotonic() < deadline:  # its look-ahead is cut
+                await asyncio.sleep(0.005)
+            assert piper2._pool.owners() == others + 3  # the two playing, the others, and it
+        finally:
+            gate.set()
         events, end = await collect(stream, timeout=120)
         assert end == StreamEnd("done") and events
-        jobs = sorted((job for s, job, _ in started if s is stream), key=lambda job: job.queued_at)
+        for job in blockers + queued:
+            job.result(5)
+        jobs = sorted((job for s, job, _ in started if s is stream), key=lambda job: job.queued_at)  # as cut
         return [job.piece.text for job in jobs]
 
-    assert piper2._ramp_share() == 0.5
-    assert await pieces_of_one_reply() == ["Hi there.", long]
-    others = [piper2.open_stream("joe", "en") for _ in range(11)]  # open, with no text yet
-    try:
-        assert piper2._ramp_share() == pytest.approx(2 / 11)  # 2 / 12 once the reply is open too
-        texts = await pieces_of_one_reply()
-    finally:
-        for other in others:
-            other.cancel()
+    assert await pieces_of_one_reply(0) == ["Hi there.", long]  # 2 workers among 3 streams: half a worker
+    texts = await pieces_of_one_reply(20)
     assert texts[0] == "Hi there." and len(texts) >= 3  # cut, and the parts grow with the audio ahead
     assert " ".join(texts[1:]).split() == long.split()  # nothing lost, nothing repeated, in order
 

@@ -24,6 +24,26 @@ def test_queued_jobs_run_earliest_deadline_first() -> None:
     pool.shutdown()
 
 
+def test_owners_counts_those_with_a_job_queued_or_running() -> None:
+    pool = UrgencyPool(1)
+    gate, running = threading.Event(), threading.Event()
+    assert pool.owners() == 0 and pool.owners(also="me") == 1
+    blocker = pool.submit(0.0, lambda: (running.set(), gate.wait(5)), owner="a")
+    assert running.wait(5)
+    queued = [pool.submit(1.0, lambda: None, owner=o) for o in ("b", "b", "c")]
+    queued.append(pool.submit(1.0, lambda: None, owner="d", first_audio=True))
+    assert pool.owners() == 4  # a running, b twice, c and d queued
+    assert pool.owners(also="b") == 4 and pool.owners(also="e") == 5
+    gate.set()
+    for f in [blocker, *queued]:
+        f.result(timeout=5)
+    deadline = time.monotonic() + 5  # a worker sets its job's result, then leaves it
+    while pool.owners() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert pool.owners() == 0
+    pool.shutdown()
+
+
 def test_a_rescheduled_job_takes_its_new_place_and_only_queued_jobs_move() -> None:
     now = [100.0]  # a fake clock: the guard's line does not move while the test runs
     pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
