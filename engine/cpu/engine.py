@@ -74,12 +74,15 @@ PIPER_GAIN = 1.8
 PIECE_LIMITS = {"piper": 120, "kokoro": 90}
 # A piece after a stream's first is cut smaller while its expected run time would exceed this share of
 # the audio its listener has ahead (it waits for a worker too), but never below RAMP_MIN_COST (a clause).
-# With more streams wanting the workers than there are workers, the share is a stream's part of the
-# workers instead, when smaller (`CpuStream._ramp_share`): streams that started together want their next
-# pieces at the same time, and each may count on its part of the pool until its listener runs dry, not on
-# a whole worker.
 RAMP_SHARE = 0.5
 RAMP_MIN_COST = 24
+# And while it would exceed the stream's part of the workers (`CpuStream._ramp_share`: workers over the
+# streams wanting them now) of that audio, but never below SHARE_MIN_COST: streams that started together
+# want their next pieces at the same time, and each may count on its part of the pool until its listener
+# runs dry, not on a whole worker. Pieces this long cost no more to make than whole sentences (measured
+# offline: Piper's RTF 0.050 at 120 letters, 0.047 at 40, 0.052 at 24 with 16 % more audio made of the
+# pieces' edges; Kokoro's, Mandarin, 0.44 at 90, 0.41 at 40, and 30 % more run time at 24).
+SHARE_MIN_COST = 48
 # A piece that has waited this long for a worker while its listener has nothing left to play is
 # reported with a `Waiting` event (once per wait), so the client learns why its audio is late.
 NOTICE_AFTER_S = 0.5
@@ -637,23 +640,25 @@ class CpuStream:
         return self._next_runs_out()
 
     def _ramped(self, piece: _Piece) -> _Piece:
-        """`piece`, or its first part when it would run longer than `RAMP_SHARE` (or the stream's part of
-        the workers, `_ramp_share`) of the audio its listener has ahead of it (the rest goes
-        back to the cutter, in order). A job due soon never
-        gives its worker up, so a long piece right behind a short one (the first clause, say) would leave
-        its listener dry while it runs: pieces grow with the audio buffered, as a codec decoder's chunk ramp does. A new
-        listener's first piece is its first audio and is left as it is (a continuation's is cut to the
-        audio its listener still has)."""
+        """`piece`, or its first part when it would run longer than `RAMP_SHARE` of the audio its
+        listener has ahead of it, or than its part of the workers (`_ramp_share`, down to
+        `SHARE_MIN_COST`) of that audio (the rest goes back to the cutter, in order). A job due soon
+        never gives its worker up, so a long piece right behind a short one (the first clause, say)
+        would leave its listener dry while it runs: pieces grow with the audio buffered, as a codec
+        decoder's chunk ramp does. A new listener's first piece is its first audio and is left as it is
+        (a continuation's is cut to the audio its listener still has)."""
         with self._cond:
             if self._awaits_first_audio():
                 return piece
             slack = self._next_runs_out() - time.monotonic()
-        engine = self._engine
-        budget_s = max(0.0, slack) * self._ramp_share() / engine._rtf(piece.voice.backend)  # audio seconds
-        size = cost(piece.text)
-        if piece.seconds <= budget_s or size <= RAMP_MIN_COST:
+        ahead_s = max(0.0, slack) / self._engine._rtf(piece.voice.backend)  # audio seconds made in the slack
+        size = limit = cost(piece.text)
+        for share, least in ((RAMP_SHARE, RAMP_MIN_COST), (self._ramp_share(), SHARE_MIN_COST)):
+            budget_s = ahead_s * share
+            if piece.seconds > budget_s and size > least:
+                limit = min(limit, max(least, int(size * budget_s / piece.seconds)))
+        if limit >= size:
             return piece
-        limit = max(RAMP_MIN_COST, int(size * budget_s / piece.seconds))
         parts = list(pieces(piece.text, limit))  # bounded: one piece's text
         if len(parts) < 2:
             return piece
@@ -664,15 +669,14 @@ class CpuStream:
         return cut[0]
 
     def _ramp_share(self) -> float:
-        """The share of a worker's time its next piece may take of the audio its listener has ahead
-        (`_ramped`): `RAMP_SHARE`, or its part of the workers among the streams wanting them now (with
-        a job queued or running, itself included), when smaller. A burst of 12 Piper streams on 2
-        workers, all started together, wanted their 120-letter second pieces (0.7 s runs each) within
-        the same 1.5 s: they started up to 1 s past their deadlines and 1-8 of ~50 replies gapped; cut
-        to each stream's part, they come due in turn (bench/results/overload_s17.md). Streams with
-        nothing in the pool (waiting for text, or behind another of their listener) take no share."""
-        workers = self._engine.workers
-        return min(RAMP_SHARE, workers / self._engine._pool.owners(also=self))
+        """Its part of the workers, which its next piece may take of the audio its listener has ahead
+        (`_ramped`): the workers over the streams wanting them now (a job queued or running, itself
+        included). A burst of 12 Piper streams on 2 workers, all started together, wanted their
+        120-letter second pieces (0.7 s runs each) within the same 1.5 s: they started up to 1 s past
+        their deadlines and 1-8 of ~50 replies gapped; cut to each stream's part, they come due in turn
+        (bench/results/overload_s17.md). Streams with nothing in the pool (waiting for text, or behind
+        another of their listener) take no share."""
+        return self._engine.workers / self._engine._pool.owners(also=self)
 
     def _submit(self, piece: _Piece) -> None:
         """Hand one piece to the pool. A new listener's first piece goes before all others (it has heard
