@@ -79,9 +79,10 @@ RAMP_MIN_COST = 24
 # And while it would exceed the stream's part of the workers (`CpuStream._ramp_share`: workers over the
 # streams wanting them now) of that audio, but never below SHARE_MIN_COST: streams that started together
 # want their next pieces at the same time, and each may count on its part of the pool until its listener
-# runs dry, not on a whole worker. Pieces this long cost no more to make than whole sentences (measured
-# offline: Piper's RTF 0.050 at 120 letters, 0.047 at 40, 0.052 at 24 with 16 % more audio made of the
-# pieces' edges; Kokoro's, Mandarin, 0.44 at 90, 0.41 at 40, and 30 % more run time at 24).
+# runs dry, not on a whole worker. Pieces this long cost no more to make than the usual bound's
+# (bench/piece_cost.py, bench/results/s17/piece_cost.json: run time 0.97-1.01x for Piper at 40-90
+# letters, 0.99x for Kokoro's Mandarin at 48); at 24 letters, 1.24-1.28x (the pieces' edges: leading and
+# trailing silence, Kokoro's padding).
 SHARE_MIN_COST = 48
 # A piece that has waited this long for a worker while its listener has nothing left to play is
 # reported with a `Waiting` event (once per wait), so the client learns why its audio is late.
