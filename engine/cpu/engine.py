@@ -342,7 +342,7 @@ class CpuEngine:
         second they promise (`budget`) and what a stream costs of it, by language (its default voice's)
         and by voice: its voice's backend's RTF (Piper's and Kokoro's differ about tenfold). Cheap, any
         thread."""
-        active = self._active()
+        active = sum(1 for s in list(self._streams) if not s._bridge.ended)
         streams, budget = self.meter.streams(self.workers), self.meter.budget(self.workers)
         if self._pool.strained():  # behind now: no newcomer until the streams it serves are ahead again
             streams, budget = min(streams, active), 0.0
@@ -351,10 +351,6 @@ class CpuEngine:
                         budget=budget,
                         costs=tuple((lang, cost[self._voices[name].backend]) for lang, name in self._defaults.items()),
                         voice_costs=tuple((name, cost[v.backend]) for name, v in self._voices.items()))
-
-    def _active(self) -> int:
-        """How many streams are open and not ended (a few dozen at most: admission bounds them)."""
-        return sum(1 for s in list(self._streams) if not s._bridge.ended)
 
     def close(self) -> None:
         self._closed = True
