@@ -903,8 +903,7 @@ class CpuStream:
                 # Its run need not be over: the audio is put out before the job's end is (a worker hands
                 # it over, then finishes the job), and a Piper piece puts out each sentence as it is made.
                 # Held only once the piece was done, most first audio went unheld (22 of 26 at 1/s).
-                first_out = bool(audio) and self._first_put_at is None  # its first audio goes out now
-                if first_out:
+                if audio and self._first_put_at is None:
                     self._hold_first(audio, head)
                     if self._cancelled.is_set():
                         return
@@ -926,12 +925,7 @@ class CpuStream:
                     resampler = None
                     if frame < 0:
                         return
-                # Its first audio out, its listener hears now: the pieces queued as first audio join the
-                # playing streams' line by their deadlines (`UrgencyPool.reschedule`) at once, not when the
-                # job that made it is over. A Piper piece of several sentences runs on after its first
-                # sentence is out; meanwhile the next piece waited behind every playing stream's due piece
-                # and started 0.8 s past its deadline (a gap of 0.8 s, 48 sessions on Piper).
-                if done or first_out:
+                if done:
                     self._reschedule()
             self._bridge.end("done")
         except Exception as exc:

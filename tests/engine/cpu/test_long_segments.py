@@ -818,53 +818,6 @@ async def test_first_audio_from_a_piece_of_several_runs_waits_for_the_rest_of_it
     assert stream._first_put_at is not None and stream._first_put_at >= made[1][0]
 
 
-async def test_once_the_first_audio_is_out_the_next_piece_is_a_playing_streams_though_the_first_job_runs_on(
-        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The first piece is two sentences, two Piper runs: the first run's audio goes out while the second
-    # runs on. The next piece, queued as first audio while the listener heard nothing, must join the
-    # playing streams' line then, by its deadline: left in the newcomers' line until the first job was
-    # over, it waited behind every playing stream's due piece and started 0.8 s late (a gap).
-    monkeypatch.setattr(piper2, "_rtf", lambda backend: 0.01)  # a quick box: nothing is held
-    second_run, release = threading.Event(), threading.Event()
-    real = piper2._synthesise
-
-    def gated(voice: Any, lang: str, text: str, *args: Any) -> Any:
-        for i, audio in enumerate(real(voice, lang, text, *args)):
-            if i == 1:  # the first piece's second run: out only once the test has looked
-                second_run.set()
-                release.wait(30)
-            yield audio
-
-    monkeypatch.setattr(piper2, "_synthesise", gated)
-    gate, running = threading.Event(), threading.Event()
-    blocker = piper2._pool.submit(float("-inf"), lambda: (running.set(), gate.wait(30)), owner="playing")
-    try:
-        assert running.wait(10), "one worker is taken, so the next piece stays queued"
-        stream = piper2.open_stream("joe", "en")
-        stream.append("Hi there. This sentence follows the greeting.")
-        stream.append("And here is the next one.")
-        stream.finish()
-        events = stream.events()
-        first = await asyncio.wait_for(events.__anext__(), 30)
-        assert isinstance(first, AudioChunk)
-        assert second_run.wait(10)
-        deadline = time.monotonic() + 5  # the driver reschedules right after it has put the audio out
-        while time.monotonic() < deadline:
-            with piper2._pool._cond:
-                waiting_first = [e for e in piper2._pool._first if e[2].owner is stream]
-                playing = [e for e in piper2._pool._rest if e[2].owner is stream]
-            if playing:
-                break
-            await asyncio.sleep(0.01)
-        assert not waiting_first and len(playing) == 1, "the next piece is in the playing streams' line"
-    finally:
-        release.set()
-        gate.set()
-    rest = [ev async for ev in events]
-    assert rest[-1] == StreamEnd("done")
-    blocker.result(5)
-
-
 async def test_first_audio_waits_for_text_still_to_come_when_a_next_piece_could_not_be_made_in_time(
         piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Kokoro's first piece ("我们的系统", 1.3 s) was out before the rest of its sentence had come; with nothing
