@@ -4,11 +4,12 @@ The CPU engine cuts a stream's text into pool jobs (pieces), smaller while its l
 ahead or many streams want the workers (engine/cpu/engine.py, `RAMP_MIN_COST`, `SHARE_MIN_COST`). Each
 piece is a model run of its own, with its own edges (leading and trailing silence, Kokoro's padding).
 This runs the same text whole and cut at each `--limits` value (engine/cpu/text.py `pieces`, the cutter
-the engine uses), one run at a time on one thread of the engine's models, and reports the median run
-time, the audio made, the RTF, and the run time against the text's cut at the engine's usual bound.
+the engine uses), each piece through the engine's own job path, one at a time, in rounds that run every
+cut in turn, and reports the median run time, the audio made, the RTF, and the run time against the
+text's cut at the engine's usual bound (the median of each round's ratio).
 Prints a table, writes JSON.
 
-    python bench/piece_cost.py [--backends piper,kokoro] [--limits 120,90,60,48,40,24] [--repeat 3] [--json OUT]
+    python bench/piece_cost.py [--backends piper,kokoro] [--limits 120,90,60,48,40,24] [--repeat 5] [--json OUT]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import json
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ sys.path[:0] = [str(REPO)]
 
 from engine import load_engine  # noqa: E402
 from engine.cpu.engine import KOKORO_DEFAULT, PIECE_LIMITS  # noqa: E402
+from engine.cpu.onnx import run_options  # noqa: E402
 from engine.cpu.text import pieces  # noqa: E402
 
 TEXTS = {
@@ -33,44 +36,55 @@ TEXTS = {
                     "you, before noon tomorrow. Please keep your phone nearby so that we can reach you quickly."),
     "kokoro": ("zh", "今天下午可能会下雨，出门记得带伞。我们明天上午十点在公司门口集合，然后一起去参观新的工厂。"),
 }  # fmt: skip
+VOICES = {"piper": "joe", "kokoro": KOKORO_DEFAULT}
 
 
-def measure(engine: Any, backend: str, limit: int, repeat: int) -> dict[str, Any]:
-    lang, text = TEXTS[backend]
-    parts = list(pieces(text, limit))
-    runs, audio_s = [], 0.0
+def one_pass(engine: Any, backend: str, parts: list[str]) -> tuple[float, float]:
+    """Run time and audio seconds of `parts`, one after another, each through the engine's own job path
+    (`CpuEngine._synthesise`: the model runs, the gain and the trim of each run's edges)."""
+    lang = TEXTS[backend][0]
+    voice = engine._voices[VOICES[backend]]
+    t0, audio_s = time.perf_counter(), 0.0
+    for part in parts:
+        for pcm, rate, _ in engine._synthesise(voice, lang, part, 1.0, threading.Event(), run_options()):
+            audio_s += pcm.size / rate
+    return time.perf_counter() - t0, audio_s
+
+
+def measure(engine: Any, backend: str, limits: list[int], repeat: int) -> list[dict[str, Any]]:
+    """One row per bound in `limits`. Each round runs every bound and the usual one (`PIECE_LIMITS`) in
+    turn, so a shared box's drift falls on all alike; the ratio to the usual bound is the median of the
+    rounds' own ratios."""
+    usual = PIECE_LIMITS[backend]
+    cuts = {limit: list(pieces(TEXTS[backend][1], limit)) for limit in {*limits, usual}}
+    runs: dict[int, list[tuple[float, float]]] = {limit: [] for limit in cuts}
     for _ in range(repeat):
-        t0, audio_s = time.perf_counter(), 0.0
-        for part in parts:
-            if backend == "piper":
-                for ids in engine._piper.units(part):
-                    audio_s += engine._piper.run(ids).size / engine._piper.sample_rate
-            else:
-                for tokens in engine._kokoro.units(part, lang):
-                    audio_s += engine._kokoro.run(tokens, KOKORO_DEFAULT).size / engine._kokoro.sample_rate
-        runs.append(time.perf_counter() - t0)
-    run_s = statistics.median(runs)
-    return {"backend": backend, "limit": limit, "pieces": len(parts), "run_s": run_s, "audio_s": audio_s,
-            "rtf": run_s / audio_s}
+        for limit, parts in cuts.items():
+            runs[limit].append(one_pass(engine, backend, parts))
+    rows = []
+    for limit in limits:
+        run_s = statistics.median(r for r, _ in runs[limit])
+        audio_s = runs[limit][-1][1]
+        ratio = statistics.median(r / u for (r, _), (u, _) in zip(runs[limit], runs[usual], strict=True))
+        rows.append({"backend": backend, "limit": limit, "pieces": len(cuts[limit]), "run_s": run_s,
+                     "audio_s": audio_s, "rtf": run_s / audio_s, "run_vs_usual": ratio})
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backends", default="piper,kokoro")
     ap.add_argument("--limits", default="120,90,60,48,40,24", help="piece bounds, in text.cost units")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each cut; the median is reported")
+    ap.add_argument("--repeat", type=int, default=5, help="rounds, each running every cut once; medians")
     ap.add_argument("--json", type=Path, default=REPO / "bench" / "out" / "piece_cost.json")
     args = ap.parse_args()
     backends = [b for b in args.backends.split(",") if b]
     engine = load_engine("cpu" if "kokoro" in backends else "piper", workers=1)
     rows: list[dict[str, Any]] = []
     try:
+        limits = sorted({int(x) for x in args.limits.split(",")}, reverse=True)
         for backend in backends:
-            usual = measure(engine, backend, PIECE_LIMITS[backend], args.repeat)
-            for limit in sorted({int(x) for x in args.limits.split(",")}, reverse=True):
-                row = measure(engine, backend, limit, args.repeat)
-                row["run_vs_usual"] = row["run_s"] / usual["run_s"]
-                rows.append(row)
+            rows += measure(engine, backend, limits, args.repeat)
     finally:
         engine.close()
     print("| backend | limit | pieces | run s | audio s | RTF | run ÷ usual bound's |")

@@ -79,10 +79,10 @@ RAMP_MIN_COST = 24
 # And while it would exceed the stream's part of the workers (`CpuStream._ramp_share`: workers over the
 # streams wanting them now) of that audio, but never below SHARE_MIN_COST: streams that started together
 # want their next pieces at the same time, and each may count on its part of the pool until its listener
-# runs dry, not on a whole worker. Pieces this long cost no more to make than the usual bound's
-# (bench/piece_cost.py, bench/results/s17/piece_cost.json: run time 0.97-1.01x for Piper at 40-90
-# letters, 0.99x for Kokoro's Mandarin at 48); at 24 letters, 1.24-1.28x (the pieces' edges: leading and
-# trailing silence, Kokoro's padding).
+# runs dry, not on a whole worker. The bound keeps the pieces' edges (leading and trailing silence,
+# Kokoro's padding; each piece is a run of its own) cheap: through the engine's job path, against the
+# usual bound, 48-letter pieces take 1.12x the run time on Piper and 0.98x on Kokoro's Mandarin, 24-letter
+# ones 1.30x and 1.23x (bench/piece_cost.py, bench/results/s17/piece_cost.json).
 SHARE_MIN_COST = 48
 # A piece that has waited this long for a worker while its listener has nothing left to play is
 # reported with a `Waiting` event (once per wait), so the client learns why its audio is late.
