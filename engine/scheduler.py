@@ -324,7 +324,6 @@ def bucket_sizes(max_batch: int, buckets: Sequence[int] = DEFAULT_BUCKETS, min_b
     return (*[b for b in buckets if min_bucket <= b < max_batch], max(max_batch, min_bucket))
 
 
-
 class ThroughputMeter:
     """What the core's cycles have cost, per batch bucket: how many streams it can keep ahead.
 
