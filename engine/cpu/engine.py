@@ -715,12 +715,11 @@ class CpuStream:
         """How long `piece` is expected to run: its estimated length × its backend's measured RTF."""
         return piece.seconds * self._engine._rtf(piece.voice.backend)
 
-    def _reschedule(self, *, heard: bool = False) -> None:
+    def _reschedule(self) -> None:
         """Once a piece's audio is out, its real length stands for its estimate: the queued pieces
         behind it get the deadlines that follow. (An estimate too long had left them due later than
         their listener runs dry: measured under overload, a segment's last short piece queued behind a
-        75-character one estimated 5.3 s that spoke 3.8 s, and its listener heard a gap of 0.5 s.)
-        `heard`: its first audio is out while the job that made it runs on (`UrgencyPool.reschedule`)."""
+        75-character one estimated 5.3 s that spoke 3.8 s, and its listener heard a gap of 0.5 s.)"""
         with self._cond:
             moves, before = [], []
             for job in self._jobs:
@@ -728,7 +727,7 @@ class CpuStream:
                     moves.append((job.future, self._deadline(before, job.piece)))
                 before.append(job)
         for future, deadline in moves:  # outside the stream's lock, as every call into the pool
-            self._engine._pool.reschedule(future, deadline, heard=heard)
+            self._engine._pool.reschedule(future, deadline)
 
     def _before_counts(self) -> bool:
         """Under `_cond`: its deadlines run from the end of audio before it (another stream of its listener,
@@ -904,8 +903,7 @@ class CpuStream:
                 # Its run need not be over: the audio is put out before the job's end is (a worker hands
                 # it over, then finishes the job), and a Piper piece puts out each sentence as it is made.
                 # Held only once the piece was done, most first audio went unheld (22 of 26 at 1/s).
-                first_out = bool(audio) and self._first_put_at is None  # its first audio goes out now
-                if first_out:
+                if audio and self._first_put_at is None:
                     self._hold_first(audio, head)
                     if self._cancelled.is_set():
                         return
@@ -929,8 +927,6 @@ class CpuStream:
                         return
                 if done:
                     self._reschedule()
-                elif first_out:  # its listener hears now; a Piper piece of several runs runs on
-                    self._reschedule(heard=True)
             self._bridge.end("done")
         except Exception as exc:
             log.exception("CPU stream driver failed")

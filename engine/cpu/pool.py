@@ -17,14 +17,6 @@ this is the exception) newcomers wait to start rather than playing streams break
 to be short (a bounded piece of a segment). `guard_s` should be about one job's run time or more: a job
 started later than that before its deadline finishes after it.
 
-**A newcomer's look-ahead** (a piece after its first, queued while its listener heard nothing) is a
-first-audio job in line 2. Once its listener hears (its first audio is out: `reschedule(heard=True)`)
-it stays there, and also goes in line 1, as a playing stream's piece, once its own deadline falls
-within `guard_s`. A Piper first piece of several sentences runs on after its first sentence is out,
-and the piece after it had waited behind the newcomers until that run was over: 0.8 s past its
-deadline, a gap. Moved to line 3 at once instead, every newcomer's look-ahead lost its early place in
-line 2, and more replies gapped (bench/results/overload_s17.md).
-
 **A look-ahead run gives its worker up to an urgent job** (`yield_to`). With every worker busy, the
 longest running job bounded how long an urgent one waited: a Kokoro look-ahead piece runs 3–7 s on a
 busy 2-core box, and an English reply admitted beside a Mandarin one (its Piper piece a tenth of that)
@@ -68,7 +60,6 @@ class _Job:
     yield_to: Callable[[], bool] | None  # asks a running job to give its worker up; True: it will
     started: float | None = None  # when it last started (the pool's clock), while it runs
     asked: bool = False  # asked to give its worker up (once: then it keeps it, whatever it answered)
-    due: float | None = None  # a first-audio job whose listener hears now: its deadline as a playing one's
 
 
 # deadline, seq (ties run in submission order, and a job is never compared), the job
@@ -116,14 +107,11 @@ class UrgencyPool:
         self._preempt(victim)
         return future
 
-    def reschedule(self, future: Future[Any], deadline: float, *, heard: bool = False) -> bool:
+    def reschedule(self, future: Future[Any], deadline: float) -> bool:
         """Move a queued job's deadline (its owner learnt better: the audio before it came out shorter
         than estimated, say). A first-audio job moves to the playing streams' line with it: its owner's
         audio is out, so its listener hears now (a stream's pieces after its first are first-audio jobs
-        until then). With `heard` (its owner's first audio is out, the job that made it runs on), a
-        first-audio job keeps its place among the newcomers, and goes before them as a playing stream's
-        once `deadline` falls within `guard_s` (the module doc). False when it is not queued (running or
-        done). O(queued jobs), a few dozen."""
+        until then). False when it is not queued (running or done). O(queued jobs), a few dozen."""
         with self._cond:
             for i, entry in enumerate(self._rest):
                 if entry[2].future is future:
@@ -132,10 +120,6 @@ class UrgencyPool:
                         heapq.heapify(self._rest)
                     return True
             for i, entry in enumerate(self._first):
-                if entry[2].future is future and heard:
-                    entry[2].due = deadline
-                    self._cond.notify()
-                    return True
                 if entry[2].future is future:
                     self._first[i] = self._first[-1]
                     self._first.pop()
@@ -148,49 +132,29 @@ class UrgencyPool:
     def _rank(self, entry: _Entry, first: bool, now: float) -> tuple[int, float, int]:
         """Under the lock: `entry`'s place in line now, smallest first."""
         if first:
-            due = entry[2].due
-            return (0, due, entry[1]) if due is not None and due <= now + self.guard_s else (1, entry[0], entry[1])
+            return (1, entry[0], entry[1])
         return (0 if entry[0] <= now + self.guard_s else 2, entry[0], entry[1])
 
     def _ranked(self, now: float) -> list[tuple[tuple[int, float, int], _Entry]]:
         """Under the lock: every queued job with its place in line now (`_rank`), unsorted."""
         return [(self._rank(e, first, now), e) for first, q in ((True, self._first), (False, self._rest)) for e in q]
 
-    def _next(self) -> _Entry | None:
-        """Under the lock: the most urgent job queued (None: nothing queued)."""
-        now = self._clock()
-        rest = self._rest[0] if self._rest else None
-        # A heard newcomer's piece due within the guard (`reschedule`'s `heard`; a few dozen queued at most).
-        heard = min(((e[2].due, e) for e in self._first if e[2].due is not None and e[2].due <= now + self.guard_s),
-                    default=None, key=lambda d: d[0])
-        if heard is not None and (rest is None or heard[0] < rest[0]):
-            return heard[1]
+    def _next(self) -> list[_Entry] | None:
+        """Under the lock: the queue whose head is the most urgent job (None: nothing queued)."""
         if not self._first:
-            return rest
+            return self._rest or None
         # A playing stream's job goes first if it falls due before the newcomer's job would be over.
-        horizon = now + max(self.guard_s, self._first[0][2].run_s)
-        return rest if rest is not None and rest[0] <= horizon else self._first[0]
-
-    def _take(self) -> _Entry | None:
-        """Under the lock: take the job `_next` names out of its line (None: nothing queued)."""
-        entry = self._next()
-        if entry is None:
-            return None
-        queue = self._first if entry[2].first else self._rest
-        if queue[0] is entry:
-            return heapq.heappop(queue)
-        queue.remove(entry)  # a heard newcomer's piece, from inside the newcomers' line
-        heapq.heapify(queue)
-        return entry
+        horizon = self._clock() + max(self.guard_s, self._first[0][2].run_s)
+        return self._rest if self._rest and self._rest[0][0] <= horizon else self._first
 
     def _victim(self) -> _Entry | None:
         """Under the lock: the running job that gives its worker up to the job that goes next, if that one
         cannot wait (the module doc): every worker busy, it urgent, the victim able to run again after it
         by its own deadline, and not about to be over. The one with the most time to spare."""
-        head = self._next()
-        if head is None or len(self._running) < self._workers:
+        queue = self._next()
+        if queue is None or len(self._running) < self._workers:
             return None
-        deadline, _, urgent = head
+        deadline, _, urgent = queue[0]
         now = self._clock()
         if not (urgent.first or deadline <= now + self.guard_s):
             return None
@@ -326,9 +290,10 @@ class UrgencyPool:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._first or self._rest or self._shutdown)
-                entry = self._take()
-                if entry is None:
+                queue = self._next()
+                if queue is None:
                     return  # shut down and drained
+                entry = heapq.heappop(queue)
             job = entry[2]
             # One that gave its worker up is running already (and can no longer be cancelled).
             if not job.future.running() and not job.future.set_running_or_notify_cancel():

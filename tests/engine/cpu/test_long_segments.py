@@ -283,8 +283,8 @@ async def test_a_queued_piece_is_due_by_the_audio_before_it_not_by_that_audios_e
     moves: list[tuple[Any, float, bool]] = []
     real_reschedule, real_run = pool.reschedule, CpuStream._run_job
 
-    def recording(future: Any, deadline: float, *, heard: bool = False) -> bool:
-        moved = real_reschedule(future, deadline, heard=heard)
+    def recording(future: Any, deadline: float) -> bool:
+        moved = real_reschedule(future, deadline)
         moves.append((future, deadline, moved))
         return moved
 
@@ -516,9 +516,9 @@ async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_es
     moves: list[tuple[Any, float]] = []
     real_reschedule, real_run, real_pieces = pool.reschedule, CpuStream._run_job, piper2._pieces
 
-    def recording(future: Any, deadline: float, *, heard: bool = False) -> bool:
+    def recording(future: Any, deadline: float) -> bool:
         moves.append((future, deadline))
-        return real_reschedule(future, deadline, heard=heard)
+        return real_reschedule(future, deadline)
 
     def run_then_hold(self: CpuStream, job: Any) -> None:
         real_run(self, job)
@@ -816,53 +816,6 @@ async def test_first_audio_from_a_piece_of_several_runs_waits_for_the_rest_of_it
     _, end = await collect(stream, timeout=60)
     assert end == StreamEnd("done") and len(made) == 2, made
     assert stream._first_put_at is not None and stream._first_put_at >= made[1][0]
-
-
-async def test_once_the_first_audio_is_out_the_next_piece_is_due_as_a_playing_streams_though_the_first_job_runs_on(
-        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The first piece is two sentences, two Piper runs: the first run's audio goes out while the second
-    # runs on. The next piece, queued as first audio while the listener heard nothing, keeps its place
-    # among the newcomers and is due there by its deadline as a playing stream's (`heard`): left as it
-    # was until the first job was over, it waited behind the newcomers and started 0.8 s late (a gap).
-    monkeypatch.setattr(piper2, "_rtf", lambda backend: 0.01)  # a quick box: nothing is held
-    second_run, release = threading.Event(), threading.Event()
-    real = piper2._synthesise
-
-    def gated(voice: Any, lang: str, text: str, *args: Any) -> Any:
-        for i, audio in enumerate(real(voice, lang, text, *args)):
-            if i == 1:  # the first piece's second run: out only once the test has looked
-                second_run.set()
-                release.wait(30)
-            yield audio
-
-    monkeypatch.setattr(piper2, "_synthesise", gated)
-    gate, running = threading.Event(), threading.Event()
-    blocker = piper2._pool.submit(float("-inf"), lambda: (running.set(), gate.wait(30)), owner="playing")
-    try:
-        assert running.wait(10), "one worker is taken, so the next piece stays queued"
-        stream = piper2.open_stream("joe", "en")
-        stream.append("Hi there. This sentence follows the greeting.")
-        stream.append("And here is the next one.")
-        stream.finish()
-        events = stream.events()
-        first = await asyncio.wait_for(events.__anext__(), 30)
-        assert isinstance(first, AudioChunk)
-        assert second_run.wait(10)
-        deadline = time.monotonic() + 5  # the driver marks it right after it has put the audio out
-        while time.monotonic() < deadline:
-            with piper2._pool._cond:
-                queued = [e[2] for e in piper2._pool._first if e[2].owner is stream]
-            if queued and queued[0].due is not None:
-                break
-            await asyncio.sleep(0.01)
-        assert len(queued) == 1 and queued[0].due is not None, "due as a playing stream's, in its place"
-        assert stream._first_put_at is not None and queued[0].due > stream._first_put_at
-    finally:
-        release.set()
-        gate.set()
-    rest = [ev async for ev in events]
-    assert rest[-1] == StreamEnd("done")
-    blocker.result(5)
 
 
 async def test_first_audio_waits_for_text_still_to_come_when_a_next_piece_could_not_be_made_in_time(

@@ -65,35 +65,6 @@ def test_a_rescheduled_job_takes_its_new_place_and_only_queued_jobs_move() -> No
     pool.shutdown()
 
 
-@pytest.mark.parametrize(("due", "order"), [(100.5, ["heard", "new", "playing"]),
-                                            (105.0, ["new", "heard", "playing"])])
-def test_a_heard_newcomers_piece_keeps_its_place_and_goes_first_once_due(due: float, order: list[str]) -> None:
-    # A newcomer's look-ahead whose listener hears now (its first audio is out while the job that made
-    # it runs on) stays among the newcomers, in its place, and goes before them once its own deadline
-    # falls within the guard, as a playing stream's piece would (fake clock). Left in the
-    # newcomers' line, it waited behind them 0.8 s past its deadline; moved to the playing streams' line
-    # at once, it lost its early place there.
-    now = [100.0]
-    pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
-    gate, started = threading.Event(), threading.Event()
-    ran: list[str] = []
-    blocker = pool.submit(0.0, lambda: (started.set(), gate.wait(10)))
-    assert started.wait(5)
-    new = pool.submit(99.0, lambda: ran.append("new"), owner="new", first_audio=True)
-    heard = pool.submit(99.5, lambda: ran.append("heard"), owner="heard", first_audio=True)
-    playing = pool.submit(101.5, lambda: ran.append("playing"), owner="playing")  # not due yet
-    assert pool.reschedule(heard, due, heard=True)
-    with pool._cond:
-        assert heard in [e[2].future for e in pool._first]  # still a newcomer's job, in its place
-    assert pool.ahead(heard) == (0 if due < 101.0 else 1)
-    gate.set()
-    for f in (blocker, new, heard, playing):
-        f.result(timeout=5)
-    assert ran == order
-    assert not pool.reschedule(heard, 100.0, heard=True)  # done: nothing to move
-    pool.shutdown()
-
-
 @pytest.mark.parametrize(("first_run_s", "order"), [(3.0, ["playing", "new"]), (0.2, ["new", "playing"])])
 def test_a_long_first_audio_job_waits_while_a_playing_stream_would_run_dry_during_it(
         first_run_s: float, order: list[str]) -> None:
