@@ -951,11 +951,19 @@ class CpuStream:
         utterances, not inside one). Once its text is all cut, the pieces of the stream opened behind it
         for its listener (`_next`, its next sentence in `sentence` mode) count too: they play once it has,
         and a short sentence let go alone left a gap before a long Mandarin one (1.1-1.4 s, `cpu` at 0.5
-        replies/s)."""
+        replies/s). A continuation whose listener still hears the audio before it is held only until
+        that audio has played (less `HOLD_MARGIN_S`): held past it, it would make a gap its listener hears
+        now for one the prediction says may come later. A client's sentence splitter cut "Dr." from
+        "Smith will see you at three.", and that stream, made before "Dr." had played, was held 0.7 s past
+        it (`cpu`, `sentence` mode at 1 reply/s; bench/results/overload_s18.md)."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
-        with self._cond:
-            self._held_s = have  # the pieces after it are cut and due by this audio's end
         until = time.monotonic() + FIRST_HOLD_S
+        with self._cond:
+            if self._continues_at is not None or self._after is not None:  # played after the audio before
+                heard_until = self._runs_out()  # that audio's end (now, if it has played)
+                if heard_until > time.monotonic():
+                    until = min(until, heard_until - HOLD_MARGIN_S)
+            self._held_s = have  # the pieces after it are cut and due by this audio's end
         engine, backend = self._engine, head.piece.voice.backend
         pool = engine._pool
         next_run_s = NEXT_MIN_S * engine._rtf(backend) * (1 + engine._hold_error(backend))

@@ -419,6 +419,40 @@ async def test_a_continuations_first_audio_is_held_only_when_its_listener_is_abo
     assert (first >= next_made) == held, (first, next_made)
 
 
+async def test_a_continuations_first_audio_is_not_held_past_the_audio_its_listener_still_hears(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A client's sentence splitter cut "Dr." from "Smith will see you at three.": that stream's audio was
+    # made before "Dr." had played, then held for the piece after it, predicted late, until 0.7 s after
+    # "Dr." had played: a gap its listener heard then, for one that might come later. Its listener has
+    # 1 s of audio left here, and the piece after its first is predicted late (RTF 3) and kept from
+    # running: its first audio goes as that second runs out, not at the hold's 2 s cap.
+    slow_box(piper2, monkeypatch)
+    release = threading.Event()
+    timed = piper2._synthesise
+
+    def gated(voice: Any, lang: str, text: str, *args: Any) -> Any:
+        if text != "Hi there.":
+            release.wait(30)
+        yield from timed(voice, lang, text, *args)
+
+    monkeypatch.setattr(piper2, "_synthesise", gated)
+    opened = time.monotonic()
+    stream = piper2.open_stream("joe", "en", listener_buffer_s=1.0)
+    stream.append("Hi there.")
+    stream.append("This sentence follows the greeting.")
+    stream.finish()
+    events = stream.events()
+    try:
+        first = await asyncio.wait_for(events.__anext__(), 10)
+        assert isinstance(first, AudioChunk)
+        assert stream._first_put_at is not None
+        assert stream._first_put_at - opened < 1.0 + 0.3  # by the run-out (the hold looks every 0.1 s)
+    finally:
+        release.set()
+    rest = [ev async for ev in events]
+    assert rest[-1] == StreamEnd("done")
+
+
 async def test_a_sentences_first_audio_waits_for_its_listeners_next_sentence_too(
         piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Sentence by sentence, each an utterance: a short sentence's stream has no piece after its first, so
