@@ -425,7 +425,7 @@ async def test_a_continuations_first_audio_is_not_held_past_the_audio_its_listen
     # made before "Dr." had played, then held for the piece after it, predicted late, until 0.7 s after
     # "Dr." had played: a gap its listener heard then, for one that might come later. Its listener has
     # 1 s of audio left here, and the piece after its first is predicted late (RTF 3) and kept from
-    # running: its first audio goes as that second runs out, not at the hold's 2 s cap.
+    # running: its first audio goes as that 1 s runs out, not at the hold's 2 s cap.
     slow_box(piper2, monkeypatch)
     release = threading.Event()
     timed = piper2._synthesise
