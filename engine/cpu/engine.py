@@ -957,11 +957,12 @@ class CpuStream:
         "Smith will see you at three.", and that stream, made before "Dr." had played, was held 0.7 s past
         it (`cpu`, `sentence` mode at 1 reply/s; bench/results/overload_s18.md)."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
-        until = time.monotonic() + FIRST_HOLD_S
+        now = time.monotonic()
+        until = now + FIRST_HOLD_S
         with self._cond:
-            if self._continues_at is not None or self._after is not None:  # played after the audio before
+            if self._before_counts():  # a continuation: it plays after the audio before it
                 heard_until = self._runs_out()  # that audio's end (now, if it has played)
-                if heard_until > time.monotonic():
+                if heard_until > now:
                     until = min(until, heard_until - HOLD_MARGIN_S)
             self._held_s = have  # the pieces after it are cut and due by this audio's end
         engine, backend = self._engine, head.piece.voice.backend
