@@ -444,9 +444,9 @@ async def test_a_continuations_first_audio_is_not_held_past_the_audio_its_listen
     events = stream.events()
     try:
         first = await asyncio.wait_for(events.__anext__(), 10)
+        heard = time.monotonic()  # `_first_put_at` is set just after the put: the loop may see the chunk first
         assert isinstance(first, AudioChunk)
-        assert stream._first_put_at is not None
-        assert stream._first_put_at - opened < 1.0 + 0.3  # by the run-out (the hold looks every 0.1 s)
+        assert heard - opened < 1.0 + 0.4  # by the run-out (the hold looks every 0.1 s), not the 2 s cap
     finally:
         release.set()
     rest = [ev async for ev in events]
