@@ -25,9 +25,12 @@ stream's, due within `guard_s`, or a newcomer's first audio) and every worker is
 with the most time to spare gives its worker up, if it can still run again, whole, after the urgent one
 and start by its own deadline (less `guard_s`; a newcomer's first audio, whose deadline is only its
 age, always can for a playing stream's piece: it waits for those in line too), would not be over before
-the urgent one must start (nor within `YIELD_MIN_S`), and has not run half its expected time (more would
-be thrown away). Its run is aborted (it has made no audio yet: only its owner can say, `yield_to`), and
-it goes back in line at its old place. A job yields at most once, so no work is thrown away twice.
+the urgent one must start (nor within `YIELD_MIN_S`), and would not throw away, with what its earlier
+runs cut short threw away, more than half its expected run time. Its run is aborted (it has made no
+audio yet: only its owner can say, `yield_to`), and it goes back in line at its old place. A job may
+yield again on a later run within that bound: once only, both workers restarted long Kokoro runs that
+had yielded before, and a due English piece waited 2 s behind them (its listener heard a 1 s gap); a
+run asked a moment after it started throws almost nothing away.
 Checked as a job is queued and every `WATCH_S` while any is queued (a job falls due as time passes).
 """
 
@@ -59,7 +62,8 @@ class _Job:
     first: bool  # a first-audio job
     yield_to: Callable[[], bool] | None  # asks a running job to give its worker up; True: it will
     started: float | None = None  # when it last started (the pool's clock), while it runs
-    asked: bool = False  # asked to give its worker up (once: then it keeps it, whatever it answered)
+    asked: bool = False  # asked to give its worker up in this run (then it keeps it, whatever it answered)
+    wasted_s: float = 0.0  # run time thrown away by its runs cut short (the pool's clock)
 
 
 # deadline, seq (ties run in submission order, and a job is never compared), the job
@@ -166,8 +170,8 @@ class UrgencyPool:
             ran = now - job.started
             left = job.run_s - ran
             can_wait = 0.0 if urgent.first else max(0.0, deadline - now)  # the urgent one, for a worker
-            if left <= max(YIELD_MIN_S, can_wait) or ran > left:
-                continue  # over before the urgent one must start, or past half its run: not thrown away
+            if left <= max(YIELD_MIN_S, can_wait) or job.wasted_s + ran > job.run_s / 2:
+                continue  # over before the urgent one must start, or half its run thrown away: kept
             # It would start again too late. A newcomer's first audio has no listener to run dry yet: it
             # gives way to a playing stream's piece, as it waits for one in line (its deadline is its age).
             if not (job.first and not urgent.first) and now + urgent.run_s + self.guard_s > entry[0]:
@@ -311,7 +315,9 @@ class UrgencyPool:
             finally:
                 with self._cond:
                     self._busy_s += time.perf_counter() - self._running.pop(me)[0]
-                    job.started = None
+                    if requeue and job.started is not None:
+                        job.wasted_s += self._clock() - job.started
+                    job.started, job.asked = None, False
                     closed = self._shutdown
                     if requeue and not closed:
                         heapq.heappush(self._first if job.first else self._rest, entry)

@@ -169,26 +169,32 @@ def test_the_pool_is_strained_while_first_audio_or_a_due_job_waits_and_counts_bu
 
 
 class LookAhead:
-    """A running job that gives its worker up when asked (as a Kokoro look-ahead run aborts): the first
-    run stops and raises Preempted; the next runs whole."""
+    """A running job that gives its worker up when asked (as a Kokoro look-ahead run aborts): a run
+    asked stops and raises Preempted; one not asked runs whole (until `finish`)."""
 
     def __init__(self, answer: bool = True) -> None:
-        self.answer, self.runs, self.started = answer, 0, threading.Event()
-        self.stop, self.finish = threading.Event(), threading.Event()
+        self.answer, self.runs, self.asks, self.started = answer, 0, 0, threading.Event()
+        self.finish = threading.Event()
 
     def __call__(self) -> str:
         self.runs += 1
         self.started.set()
         while not self.finish.is_set():
-            if self.stop.is_set() and self.runs == 1:
+            if self.asks >= self.runs:  # the pool asks a run at most once: this one was
                 raise Preempted
-            self.stop.wait(0.01)
+            self.finish.wait(0.01)
         return "whole"
 
     def yield_to(self) -> bool:
         if self.answer:
-            self.stop.set()
+            self.asks += 1
         return self.answer
+
+    def wait_runs(self, runs: int) -> None:
+        deadline = time.monotonic() + 5
+        while self.runs < runs:
+            assert time.monotonic() < deadline, self.runs
+            time.sleep(0.01)
 
 
 def pool_with_a_running(job: LookAhead, deadline: float, run_s: float = 3.0) -> tuple[UrgencyPool, list[float]]:
@@ -249,11 +255,7 @@ def test_a_newcomers_first_audio_gives_its_worker_up_to_a_playing_streams_piece_
     urgent = pool.submit(100.5, lambda: "urgent", first_audio=urgent_first, run_s=0.3)
     if yields:
         assert urgent.result(timeout=5) == "urgent"  # it ran while the newcomer's run waited
-        assert job.started.wait(5)
-        deadline = time.monotonic() + 5
-        while job.runs < 2:  # the newcomer's piece runs again, whole
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        job.wait_runs(2)  # the newcomer's piece runs again, whole
     else:
         time.sleep(0.2)  # the watcher looks too
         assert not urgent.done() and job.runs == 1
@@ -275,18 +277,34 @@ def test_a_job_with_time_to_spare_waits_and_the_watcher_frees_a_worker_once_it_f
     pool.shutdown()
 
 
-def test_a_job_gives_its_worker_up_once() -> None:
+def test_a_job_that_gave_its_worker_up_a_moment_after_it_started_can_give_it_up_again() -> None:
+    # Yielding once only, both workers restarted long Kokoro runs that had yielded before, and a due
+    # English piece (its listener's next sentence) waited 2 s behind them: a 1 s gap.
     job = LookAhead()
-    pool, _ = pool_with_a_running(job, deadline=110.0)
-    first = pool.submit(100.5, lambda: "first", run_s=0.3)
-    assert first.result(timeout=5) == "first"
-    assert job.started.wait(5)  # running again
-    time.sleep(0.05)
-    second = pool.submit(100.5, lambda: "second", run_s=0.3)
-    time.sleep(0.2)
-    assert not second.done()  # it is not asked twice
+    pool, now = pool_with_a_running(job, deadline=110.0)
+    now[0] = 100.2  # it has run 0.2 s of its 3
+    assert pool.submit(100.7, lambda: "first", run_s=0.3).result(timeout=5) == "first"
+    job.wait_runs(2)
+    now[0] = 100.6  # its second run has run 0.4 s: 0.6 s thrown away in all, of 3
+    assert pool.submit(101.1, lambda: "second", run_s=0.3).result(timeout=5) == "second"
+    job.wait_runs(3)
     job.finish.set()
-    assert second.result(timeout=5) == "second" and job.runs == 2
+    assert job.future.result(timeout=5) == "whole" and job.runs == 3  # type: ignore[attr-defined]
+    pool.shutdown()
+
+
+def test_a_job_throws_away_at_most_half_its_run_in_all() -> None:
+    job = LookAhead()
+    pool, now = pool_with_a_running(job, deadline=110.0)
+    now[0] = 101.0  # it has run 1 s of its 3
+    assert pool.submit(101.5, lambda: "first", run_s=0.3).result(timeout=5) == "first"
+    job.wait_runs(2)
+    now[0] = 101.6  # 0.6 s more: 1.6 s would be thrown away in all, past half its run
+    second = pool.submit(102.1, lambda: "second", run_s=0.3)
+    time.sleep(0.2)  # the watcher looks too
+    assert not second.done() and job.runs == 2  # it keeps its worker
+    job.finish.set()
+    assert second.result(timeout=5) == "second" and job.future.result(timeout=5) == "whole"  # type: ignore[attr-defined]
     pool.shutdown()
 
 
