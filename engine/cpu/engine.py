@@ -24,7 +24,7 @@ import os
 import threading
 import time
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -119,6 +119,9 @@ AFTER_POLL_S = 0.02
 # until their audio is out, and Piper's estimates run 20-30 % long; three sentences' worth left a fourth due
 # 1.2 s after its listener ran dry, a gap in `sentence` mode (bench/results/overload_s14.md).
 FOLLOW_S = 0.05
+# Listeners remembered as sending sentence by sentence (`CpuEngine._splitting`), least recently seen
+# forgotten first: one per session, so a bound far above the sessions a CPU engine serves at once.
+SPLITTERS_REMEMBERED = 4096
 BACKENDS = {"cpu": ("piper", "kokoro"), "piper": ("piper",), "kokoro": ("kokoro",)}
 
 
@@ -200,6 +203,9 @@ class CpuEngine:
         # The newest open stream of each named listener (StreamRequest.listener): a stream opened while it
         # is open continues it. Bounded by the open streams (a stream leaves as it ends).
         self._heard: dict[str, CpuStream] = {}
+        # Listeners that opened a stream while they still heard an earlier one (`SPLITTERS_REMEMBERED`):
+        # their clients send sentence by sentence, so a next sentence is likely behind any of theirs.
+        self._splitting: OrderedDict[str, None] = OrderedDict()
         self._heard_lock = threading.Lock()
         self._closed = False
         self.load_seconds = time.perf_counter() - t0
@@ -318,13 +324,21 @@ class CpuEngine:
         request = stream_request(voice, language, options)
         chosen, lang = self._resolve(request)
         continues_at = None if request.listener_buffer_s is None else time.monotonic() + request.listener_buffer_s
+        listener = request.listener
         with self._heard_lock:  # the stream before it of its listener, still open: it is heard after that one
-            after = None if request.listener is None else self._heard.get(request.listener)
+            after = None if listener is None else self._heard.get(listener)
+            continues = after is not None or continues_at is not None
+            if listener is not None and continues:
+                self._splitting[listener] = None
+                self._splitting.move_to_end(listener)
+                if len(self._splitting) > SPLITTERS_REMEMBERED:
+                    self._splitting.popitem(last=False)
+            next_likely = not continues and listener in self._splitting
             stream = CpuStream(self, chosen, lang, request.sample_rate or OUTPUT_RATE, request.speed,
                                request.word_timings, Pinned(request.phonemes) if request.phonemes else None,
-                               continues_at, after=after, listener=request.listener)
-            if request.listener is not None:
-                self._heard[request.listener] = stream
+                               continues_at, after=after, listener=listener, next_likely=next_likely)
+            if listener is not None:
+                self._heard[listener] = stream
             if after is not None:
                 after._next = stream
         self._streams.add(stream)
@@ -502,7 +516,7 @@ class CpuStream:
     def __init__(self, engine: CpuEngine, voice: _Voice | None, language: str, sample_rate: int,
                  speed: float, word_timings: bool = False, pinned: Pinned | None = None,
                  continues_at: float | None = None, *, after: CpuStream | None = None,
-                 listener: str | None = None) -> None:
+                 listener: str | None = None, next_likely: bool = False) -> None:
         self._engine = engine
         self._word_timings = word_timings
         self._pinned = pinned  # a lexicon's IPA words
@@ -533,6 +547,9 @@ class CpuStream:
         # The stream opened behind it for its listener (its next sentence, in `sentence` mode): its first
         # audio is held for that one's pieces too once its own text is all cut (`_hold_first`).
         self._next: CpuStream | None = None
+        # Its listener's client sends sentence by sentence (`CpuEngine._splitting`) and it opens a turn:
+        # until a stream opens behind it, its first audio is held as for text still to come (`_hold_first`).
+        self._next_likely = next_likely
         self.listener = listener
         self._before_until: float | None = None  # the audio before it ends then, as its deadlines took it
         self._frames_put = 0
@@ -955,7 +972,11 @@ class CpuStream:
         that audio has played (less `HOLD_MARGIN_S`): held past it, it would make a gap its listener hears
         now for one the prediction says may come later. A client's sentence splitter cut "Dr." from
         "Smith will see you at three.", and that stream, made before "Dr." had played, was held 0.7 s past
-        it (`cpu`, `sentence` mode at 1 reply/s; bench/results/overload_s18.md)."""
+        it (`cpu`, `sentence` mode at 1 reply/s; bench/results/overload_s18.md). A turn's first stream
+        of a listener whose client sends sentence by sentence (`_next_likely`) is held, until the next
+        opens behind it, as for text still to come: "Well..." went at once, "I guess that could work."
+        came 0.2-0.3 s before it had played, and both workers were busy: a gap of 0.1-0.6 s (`cpu`,
+        `sentence` mode at 1 reply/s, 4 of 500 replies; bench/results/overload_s19.md)."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
         now = time.monotonic()
         until = now + FIRST_HOLD_S
@@ -1019,10 +1040,11 @@ class CpuStream:
     def _following(self) -> tuple[list[tuple[_PieceJob, float | None, Future[None] | None, float | None]], bool]:
         """Outside its own lock (the stream behind takes this one's, never the other way): the pieces of
         the stream opened behind it for its listener (`_next`), each with its start, its future and, once
-        made, its audio's length; and whether that one's text is all cut. None, and all cut, without one."""
+        made, its audio's length; and whether that one's text is all cut. None without one, and all cut
+        unless one is likely (`_next_likely`): its text is then still to come."""
         behind = self._next
         if behind is None:
-            return [], True
+            return [], not self._next_likely
         with behind._cond:
             if behind._cancelled.is_set() or behind._after is not self:
                 return [], True

@@ -20,6 +20,7 @@ from attack import huge_prose
 from support.streams import collect
 
 from engine import EngineError, load_engine
+from engine.cpu import engine as engine_module
 from engine.cpu.engine import PIECE_LIMITS, CpuStream
 from engine.cpu.text import cost, estimate_seconds
 from engine.resample import to_int16, trim_silence
@@ -480,6 +481,41 @@ async def test_a_sentences_first_audio_waits_for_its_listeners_next_sentence_too
     assert heard._first_put_at >= next_made  # held until the next sentence's first audio was made
 
 
+@pytest.mark.parametrize("splits", [True, False])
+async def test_a_turns_first_sentence_waits_for_the_next_when_its_client_sends_sentence_by_sentence(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch, splits: bool) -> None:
+    # vLLM-Omni's splitter sent "Well..." alone; it went at once, "I guess that could work." came 0.2-0.3 s
+    # before it had played, with both workers busy: a gap. A listener seen sending a sentence while it
+    # still heard the one before has its next turn's first sentence held as for text still to come, until
+    # the next opens behind it; another listener's goes at once.
+    listener = f"turns-{splits}"  # the engine is the module's: no other test's listener
+    if splits:  # an earlier turn: a sentence opened while its listener still heard the one before
+        earlier = piper2.open_stream("joe", "en", listener=listener, listener_buffer_s=0.5)
+        earlier.append("Okay.")
+        earlier.finish()
+        await asyncio.wait_for(_read(earlier, []), 30)
+    made = slow_box(piper2, monkeypatch)
+    opened = time.monotonic()
+    well = piper2.open_stream("joe", "en", listener=listener)
+    well.append("Well...")
+    well.finish()
+    heard: list[float] = []
+    reader = asyncio.create_task(_read(well, heard))
+    await asyncio.sleep(1.0)  # "Well..." is made (0.2 s run at RTF 3); the next sentence is still being written
+    if not splits:
+        assert well._first_put_at is not None and well._first_put_at - opened < 1.0  # nothing held it
+        await asyncio.wait_for(reader, 30)
+        return
+    assert well._first_put_at is None and "Well..." in made  # held: a next sentence is likely
+    behind_at = time.monotonic()
+    behind = piper2.open_stream("joe", "en", listener=listener)
+    behind.append("I guess that could work.")
+    behind.finish()
+    assert well._next is behind
+    await asyncio.wait_for(asyncio.gather(reader, _read(behind, [])), 60)
+    assert well._first_put_at is not None and well._first_put_at > behind_at, made
+
+
 def sentence_after_sentence(engine: Any, first: str, second: str) -> tuple[Any, Any]:
     """Two streams of one listener, as `sentence` mode opens them: the second (finished) while the first
     is still open to text."""
@@ -537,6 +573,24 @@ async def test_a_stream_opened_behind_another_of_its_listener_is_made_to_be_hear
     late = piper2.open_stream("joe", "en", listener="L")  # opened after the others ended: nothing to follow
     assert late._after is None
     late.cancel()
+
+
+async def test_the_listeners_remembered_as_sending_sentence_by_sentence_are_bounded(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_module, "SPLITTERS_REMEMBERED", 2)
+    monkeypatch.setattr(piper2, "_splitting", type(piper2._splitting)())
+    for name in ("a", "b", "c"):  # each opens a stream while it still hears audio: it splits
+        piper2.open_stream("joe", "en", listener=name, listener_buffer_s=1.0).cancel()
+    assert list(piper2._splitting) == ["b", "c"]  # the least recently seen forgotten
+    deadline = time.monotonic() + 5
+    while piper2._heard:  # the cancelled streams leave: the next of each listener opens a turn
+        assert time.monotonic() < deadline, piper2._heard
+        await asyncio.sleep(0.01)
+    first = piper2.open_stream("joe", "en", listener="a")
+    again = piper2.open_stream("joe", "en", listener="c")
+    assert not first._next_likely and again._next_likely
+    first.cancel()
+    again.cancel()
 
 
 async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_estimate(
