@@ -976,7 +976,7 @@ class CpuStream:
         of a listener whose client sends sentence by sentence (`_next_likely`) is held, until the next
         opens behind it, as for text still to come: "Well..." went at once, "I guess that could work."
         came 0.2-0.3 s before it had played, and both workers were busy: a gap of 0.1-0.6 s (`cpu`,
-        `sentence` mode at 1 reply/s, 4 of 500 replies; bench/results/overload_s19.md)."""
+        `sentence` mode at 1 reply/s, 4 of 502 replies; bench/results/overload_s19.md)."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
         now = time.monotonic()
         until = now + FIRST_HOLD_S
