@@ -277,34 +277,29 @@ def test_a_job_with_time_to_spare_waits_and_the_watcher_frees_a_worker_once_it_f
     pool.shutdown()
 
 
-def test_a_job_that_gave_its_worker_up_a_moment_after_it_started_can_give_it_up_again() -> None:
+@pytest.mark.parametrize(("first_ran", "then_ran", "again"), [
+    (0.2, 0.4, True),  # 0.6 s thrown away in all, of 3: a moment into each run, it gives its worker up again
+    (1.0, 0.6, False),  # 1.6 s would be, past half its run: it keeps its worker
+])  # fmt: skip
+def test_a_job_throws_away_at_most_half_its_run_in_all(first_ran: float, then_ran: float, again: bool) -> None:
     # Yielding once only, both workers restarted long Kokoro runs that had yielded before, and a due
     # English piece (its listener's next sentence) waited 2 s behind them: a 1 s gap.
     job = LookAhead()
     pool, now = pool_with_a_running(job, deadline=110.0)
-    now[0] = 100.2  # it has run 0.2 s of its 3
-    assert pool.submit(100.7, lambda: "first", run_s=0.3).result(timeout=5) == "first"
+    now[0] += first_ran
+    assert pool.submit(now[0] + 0.5, lambda: "first", run_s=0.3).result(timeout=5) == "first"
     job.wait_runs(2)
-    now[0] = 100.6  # its second run has run 0.4 s: 0.6 s thrown away in all, of 3
-    assert pool.submit(101.1, lambda: "second", run_s=0.3).result(timeout=5) == "second"
-    job.wait_runs(3)
-    job.finish.set()
-    assert job.future.result(timeout=5) == "whole" and job.runs == 3  # type: ignore[attr-defined]
-    pool.shutdown()
-
-
-def test_a_job_throws_away_at_most_half_its_run_in_all() -> None:
-    job = LookAhead()
-    pool, now = pool_with_a_running(job, deadline=110.0)
-    now[0] = 101.0  # it has run 1 s of its 3
-    assert pool.submit(101.5, lambda: "first", run_s=0.3).result(timeout=5) == "first"
-    job.wait_runs(2)
-    now[0] = 101.6  # 0.6 s more: 1.6 s would be thrown away in all, past half its run
-    second = pool.submit(102.1, lambda: "second", run_s=0.3)
-    time.sleep(0.2)  # the watcher looks too
-    assert not second.done() and job.runs == 2  # it keeps its worker
+    now[0] += then_ran
+    second = pool.submit(now[0] + 0.5, lambda: "second", run_s=0.3)
+    if again:
+        assert second.result(timeout=5) == "second"
+        job.wait_runs(3)
+    else:
+        time.sleep(0.2)  # the watcher looks too
+        assert not second.done() and job.runs == 2
     job.finish.set()
     assert second.result(timeout=5) == "second" and job.future.result(timeout=5) == "whole"  # type: ignore[attr-defined]
+    assert job.runs == (3 if again else 2)
     pool.shutdown()
 
 
