@@ -54,6 +54,15 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[CpuStream, Any, float
     return log
 
 
+async def no_listener_heard(engine: Any) -> None:
+    """Until every stream has left the engine's listeners: a driver leaves them just after its stream's
+    end went out, so a stream opened then follows nothing."""
+    deadline = time.monotonic() + 5
+    while engine._heard:
+        assert time.monotonic() < deadline, engine._heard
+        await asyncio.sleep(0.01)
+
+
 async def _read(stream: Any, heard: list[float]) -> None:
     async for ev in stream.events():
         if isinstance(ev, AudioChunk):
@@ -566,10 +575,7 @@ async def test_a_stream_opened_behind_another_of_its_listener_is_made_to_be_hear
     results = await asyncio.gather(*(collect(s) for s in streams))
     assert [end for _, end in results] == [StreamEnd("done")] * 3
     assert behind._after is None  # the link dropped
-    deadline = time.monotonic() + 5
-    while piper2._heard:  # a driver leaves the engine's listeners just after its stream's end went out
-        assert time.monotonic() < deadline, piper2._heard
-        await asyncio.sleep(0.01)
+    await no_listener_heard(piper2)
     late = piper2.open_stream("joe", "en", listener="L")  # opened after the others ended: nothing to follow
     assert late._after is None
     late.cancel()
@@ -582,10 +588,7 @@ async def test_the_listeners_remembered_as_sending_sentence_by_sentence_are_boun
     for name in ("a", "b", "c"):  # each opens a stream while it still hears audio: it splits
         piper2.open_stream("joe", "en", listener=name, listener_buffer_s=1.0).cancel()
     assert list(piper2._splitting) == ["b", "c"]  # the least recently seen forgotten
-    deadline = time.monotonic() + 5
-    while piper2._heard:  # the cancelled streams leave: the next of each listener opens a turn
-        assert time.monotonic() < deadline, piper2._heard
-        await asyncio.sleep(0.01)
+    await no_listener_heard(piper2)  # the cancelled streams have left: the next of each listener opens a turn
     first = piper2.open_stream("joe", "en", listener="a")
     again = piper2.open_stream("joe", "en", listener="c")
     assert not first._next_likely and again._next_likely
