@@ -327,6 +327,8 @@ class CpuEngine:
         listener = request.listener
         with self._heard_lock:  # the stream before it of its listener, still open: it is heard after that one
             after = None if listener is None else self._heard.get(listener)
+            if after is not None and after._bridge.ended:  # its end is out; its driver leaves `_heard` next
+                after = None  # a next turn, or one after a barge-in: not heard after that one's audio
             continues = after is not None or continues_at is not None
             if listener is not None and continues:
                 self._splitting[listener] = None

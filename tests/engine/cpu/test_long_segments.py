@@ -596,6 +596,27 @@ async def test_the_listeners_remembered_as_sending_sentence_by_sentence_are_boun
     again.cancel()
 
 
+async def test_a_stream_opened_once_the_one_before_it_has_ended_opens_a_turn(
+        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stream's end goes out before its driver leaves the engine's listeners: a client that opened its
+    # next turn (or spoke again after a barge-in) at once was taken to continue the stream that had ended,
+    # so its first sentence was not held for the next (CI: "Well..." went at once). The driver is kept
+    # from leaving, so the stream is opened in that window every time.
+    left, leave = threading.Event(), piper2._ended
+    monkeypatch.setattr(piper2, "_ended", lambda stream: (left.wait(10), leave(stream)))
+    listener = "ended-then-opened"
+    earlier = piper2.open_stream("joe", "en", listener=listener, listener_buffer_s=1.0)  # it splits
+    try:
+        earlier.cancel()  # its end is decided now
+        assert piper2._heard.get(listener) is earlier
+        turn = piper2.open_stream("joe", "en", listener=listener)
+        assert turn._after is None and turn._next_likely and earlier._next is None
+    finally:
+        left.set()
+    turn.cancel()
+    await no_listener_heard(piper2)
+
+
 async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_estimate(
         piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Sentence by sentence: a listener's next sentence is due once the one before has been heard, which
