@@ -24,7 +24,7 @@ import os
 import threading
 import time
 import weakref
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -38,6 +38,7 @@ from engine.cache import cache_dir
 from engine.cpu.capacity import RtfMeter
 from engine.cpu.espeak import Espeak, Pinned
 from engine.cpu.pool import Preempted, UrgencyPool
+from engine.cpu.splitters import Splitters
 from engine.cpu.text import cost, estimate_seconds, pieces, strip_han
 from engine.languages import text_language
 from engine.options import stream_request
@@ -119,7 +120,7 @@ AFTER_POLL_S = 0.02
 # until their audio is out, and Piper's estimates run 20-30 % long; three sentences' worth left a fourth due
 # 1.2 s after its listener ran dry, a gap in `sentence` mode (bench/results/overload_s14.md).
 FOLLOW_S = 0.05
-# Listeners remembered as sending sentence by sentence (`CpuEngine._splitting`), least recently seen
+# Listeners remembered, whether they send sentence by sentence or not (`Splitters`), least recently seen
 # forgotten first: one per session, so a bound far above the sessions a CPU engine serves at once.
 SPLITTERS_REMEMBERED = 4096
 BACKENDS = {"cpu": ("piper", "kokoro"), "piper": ("piper",), "kokoro": ("kokoro",)}
@@ -205,7 +206,7 @@ class CpuEngine:
         self._heard: dict[str, CpuStream] = {}
         # Listeners that opened a stream while they still heard an earlier one (`SPLITTERS_REMEMBERED`):
         # their clients send sentence by sentence, so a next sentence is likely behind any of theirs.
-        self._splitting: OrderedDict[str, None] = OrderedDict()
+        self._splitters = Splitters(SPLITTERS_REMEMBERED)
         self._heard_lock = threading.Lock()
         self._closed = False
         self.load_seconds = time.perf_counter() - t0
@@ -330,12 +331,7 @@ class CpuEngine:
             if after is not None and after._bridge.ended:  # its end is out; its driver leaves `_heard` next
                 after = None  # a next turn, or one after a barge-in: not heard after that one's audio
             continues = after is not None or continues_at is not None
-            if listener is not None and continues:
-                self._splitting[listener] = None
-                self._splitting.move_to_end(listener)
-                if len(self._splitting) > SPLITTERS_REMEMBERED:
-                    self._splitting.popitem(last=False)
-            next_likely = not continues and listener in self._splitting
+            next_likely = listener is not None and self._splitters.opened(listener, continues)
             stream = CpuStream(self, chosen, lang, request.sample_rate or OUTPUT_RATE, request.speed,
                                request.word_timings, Pinned(request.phonemes) if request.phonemes else None,
                                continues_at, after=after, listener=listener, next_likely=next_likely)
@@ -549,7 +545,7 @@ class CpuStream:
         # The stream opened behind it for its listener (its next sentence, in `sentence` mode): its first
         # audio is held for that one's pieces too once its own text is all cut (`_hold_first`).
         self._next: CpuStream | None = None
-        # Its listener's client sends sentence by sentence (`CpuEngine._splitting`) and it opens a turn:
+        # Its listener's client sends sentence by sentence (`Splitters`) and it opens a turn:
         # until a stream opens behind it, its first audio is held as for text still to come (`_hold_first`).
         self._next_likely = next_likely
         self.listener = listener
@@ -975,8 +971,9 @@ class CpuStream:
         now for one the prediction says may come later. A client's sentence splitter cut "Dr." from
         "Smith will see you at three.", and that stream, made before "Dr." had played, was held 0.7 s past
         it (`cpu`, `sentence` mode at 1 reply/s; bench/results/overload_s18.md). A turn's first stream
-        of a listener whose client sends sentence by sentence (`_next_likely`) is held, until the next
-        opens behind it, as for text still to come: "Well..." went at once, "I guess that could work."
+        of a listener whose client sends sentence by sentence (`_next_likely`; a listener not seen before
+        is taken to when most seen do: `Splitters`) is held, until the next opens behind it, as for text
+        still to come: "Well..." went at once, "I guess that could work."
         came 0.2-0.3 s before it had played, and both workers were busy: a gap of 0.1-0.6 s (`cpu`,
         `sentence` mode at 1 reply/s, 4 of 502 replies; bench/results/overload_s19.md)."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)

@@ -22,6 +22,7 @@ from support.streams import collect
 from engine import EngineError, load_engine
 from engine.cpu import engine as engine_module
 from engine.cpu.engine import PIECE_LIMITS, CpuStream
+from engine.cpu.splitters import Splitters
 from engine.cpu.text import cost, estimate_seconds
 from engine.resample import to_int16, trim_silence
 from engine.types import AudioChunk, StreamEnd, Waiting
@@ -38,6 +39,15 @@ def piper_with(workers: int) -> Iterator[Any]:
 def piper2() -> Iterator[Any]:
     """Piper with exactly two workers, so two long streams saturate the pool on any machine."""
     yield from piper_with(2)
+
+
+@pytest.fixture(autouse=True)
+def no_listener_remembered(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The module's engine remembers no listener's habits from another test, as one just started: a
+    listener not seen before is held when most seen split (`Splitters`)."""
+    if "piper2" in request.fixturenames:
+        engine = request.getfixturevalue("piper2")
+        monkeypatch.setattr(engine, "_splitters", Splitters(engine_module.SPLITTERS_REMEMBERED))
 
 
 @pytest.fixture
@@ -490,19 +500,25 @@ async def test_a_sentences_first_audio_waits_for_its_listeners_next_sentence_too
     assert heard._first_put_at >= next_made  # held until the next sentence's first audio was made
 
 
-@pytest.mark.parametrize("splits", [True, False])
+@pytest.mark.parametrize("seen", ["splitting", "whole", "new"])
 async def test_a_turns_first_sentence_waits_for_the_next_when_its_client_sends_sentence_by_sentence(
-        piper2: Any, monkeypatch: pytest.MonkeyPatch, splits: bool) -> None:
+        piper2: Any, monkeypatch: pytest.MonkeyPatch, seen: str) -> None:
     # vLLM-Omni's splitter sent "Well..." alone; it went at once, "I guess that could work." came 0.2-0.3 s
     # before it had played, with both workers busy: a gap. A listener seen sending a sentence while it
     # still heard the one before has its next turn's first sentence held as for text still to come, until
-    # the next opens behind it; another listener's goes at once.
-    listener = f"turns-{splits}"  # the engine is the module's: no other test's listener
-    if splits:  # an earlier turn: a sentence opened while its listener still heard the one before
-        earlier = piper2.open_stream("joe", "en", listener=listener, listener_buffer_s=0.5)
+    # the next opens behind it; so has one not seen before while most listeners seen split (a new
+    # connection's first turn gapped so); one seen sending whole replies goes at once.
+    listener = "turns"
+    for other in ("x", "y"):  # the other listeners seen split
+        piper2._splitters.opened(other, False)
+        piper2._splitters.opened(other, True)
+    if seen != "new":  # an earlier turn, with a sentence opened while its listener still heard one, or not
+        options = {"listener_buffer_s": 0.5} if seen == "splitting" else {}
+        earlier = piper2.open_stream("joe", "en", listener=listener, **options)
         earlier.append("Okay.")
         earlier.finish()
         await asyncio.wait_for(_read(earlier, []), 30)
+    splits = seen != "whole"
     made = slow_box(piper2, monkeypatch)
     well = piper2.open_stream("joe", "en", listener=listener)
     well.append("Well...")
@@ -582,21 +598,6 @@ async def test_a_stream_opened_behind_another_of_its_listener_is_made_to_be_hear
     late = piper2.open_stream("joe", "en", listener="L")  # opened after the others ended: nothing to follow
     assert late._after is None
     late.cancel()
-
-
-async def test_the_listeners_remembered_as_sending_sentence_by_sentence_are_bounded(
-        piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_module, "SPLITTERS_REMEMBERED", 2)
-    monkeypatch.setattr(piper2, "_splitting", type(piper2._splitting)())
-    for name in ("a", "b", "c"):  # each opens a stream while it still hears audio: it splits
-        piper2.open_stream("joe", "en", listener=name, listener_buffer_s=1.0).cancel()
-    assert list(piper2._splitting) == ["b", "c"]  # the least recently seen forgotten
-    await no_listener_heard(piper2)  # the cancelled streams have left: the next of each listener opens a turn
-    first = piper2.open_stream("joe", "en", listener="a")
-    again = piper2.open_stream("joe", "en", listener="c")
-    assert not first._next_likely and again._next_likely
-    first.cancel()
-    again.cancel()
 
 
 async def test_a_stream_opened_once_the_one_before_it_has_ended_opens_a_turn(
