@@ -972,8 +972,8 @@ class CpuStream:
         "Smith will see you at three.", and that stream, made before "Dr." had played, was held 0.7 s past
         it (`cpu`, `sentence` mode at 1 reply/s; bench/results/overload_s18.md). A turn's first stream
         of a listener whose client sends sentence by sentence (`_next_likely`, `Splitters`) is held, until
-        the next opens behind it, as for text still to come: "Well..." went at once, "I guess that could work."
-        came 0.2-0.3 s before it had played, and both workers were busy: a gap of 0.1-0.6 s (`cpu`,
+        the next opens behind it, as for text still to come: "Well..." went at once, "I guess that could
+        work." came 0.2-0.3 s before it had played, and both workers were busy: a gap of 0.1-0.6 s (`cpu`,
         `sentence` mode at 1 reply/s, 4 of 502 replies; bench/results/overload_s19.md)."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
         now = time.monotonic()
