@@ -120,7 +120,7 @@ AFTER_POLL_S = 0.02
 # until their audio is out, and Piper's estimates run 20-30 % long; three sentences' worth left a fourth due
 # 1.2 s after its listener ran dry, a gap in `sentence` mode (bench/results/overload_s14.md).
 FOLLOW_S = 0.05
-# Listeners remembered as sending sentence by sentence (`Splitters`), least recently seen
+# Listeners remembered, whether they send sentence by sentence or not (`Splitters`), least recently seen
 # forgotten first: one per session, so a bound far above the sessions a CPU engine serves at once.
 SPLITTERS_REMEMBERED = 4096
 BACKENDS = {"cpu": ("piper", "kokoro"), "piper": ("piper",), "kokoro": ("kokoro",)}
@@ -971,10 +971,11 @@ class CpuStream:
         now for one the prediction says may come later. A client's sentence splitter cut "Dr." from
         "Smith will see you at three.", and that stream, made before "Dr." had played, was held 0.7 s past
         it (`cpu`, `sentence` mode at 1 reply/s; bench/results/overload_s18.md). A turn's first stream
-        of a listener whose client sends sentence by sentence (`_next_likely`, `Splitters`) is held, until
-        the next opens behind it, as for text still to come: "Well..." went at once, "I guess that could
-        work." came 0.2-0.3 s before it had played, and both workers were busy: a gap of 0.1-0.6 s (`cpu`,
-        `sentence` mode at 1 reply/s, 4 of 502 replies; bench/results/overload_s19.md)."""
+        of a listener whose client sends sentence by sentence (`_next_likely`; a listener not seen before
+        is taken to when most seen do: `Splitters`) is held, until the next opens behind it, as for text
+        still to come: "Well..." went at once, "I guess that could work." came 0.2-0.3 s before it had
+        played, and both workers were busy: a gap of 0.1-0.6 s (`cpu`, `sentence` mode at 1 reply/s, 4 of
+        502 replies; bench/results/overload_s19.md)."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
         now = time.monotonic()
         until = now + FIRST_HOLD_S

@@ -2,16 +2,16 @@
 
 A client that splits a reply into sentences (vLLM-Omni's sentence mode, a framework's sentence
 aggregator) opens each sentence as its own stream, the next while its listener still hears the one
-before. The first stream of such a client's next turn has a next sentence behind it, likely but not
-yet opened, so its first audio is held as for text still to come (`CpuStream._hold_first`): let go
-alone, "Well..." played out before "I guess that could work." was made (bench/results/overload_s19.md).
+before. The first stream of such a client's turn has a next sentence behind it, likely but not yet
+opened, so its first audio is held as for text still to come (`CpuStream._hold_first`): let go alone,
+"Well..." played out before "Let me check." was made (bench/results/overload_s19.md).
 
-A listener not seen splitting (a new connection's first turn, or a client sending whole replies) is
-not held so. Taking a new listener to split when most listeners seen did was tried: in `sentence` mode
-at 1 reply/s it held English first sentences up to the hold's 2 s cap (+0.4 s mean audible first
-audio) for one 0.13 s gap less in 110 replies (bench/results/overload_s20.md).
+A listener not seen before (a new connection's first turn) is taken to split when most listeners
+remembered do: the deployment's clients are alike far more often than not. Its first turn gapped
+where the memory of its own turns would have held it (`ellipsis-mid` at 1 reply/s,
+bench/results/overload_s20.md). On an engine just started nothing is remembered, and nothing is held.
 
-Bounded: the `limit` splitting listeners seen most recently, least recently seen forgotten first. Not
+Bounded: the `limit` listeners seen most recently, least recently seen forgotten first. Not
 thread-safe: the engine calls it under its listeners' lock.
 """
 
@@ -21,22 +21,27 @@ from collections import OrderedDict
 
 
 class Splitters:
-    """The listeners seen opening a stream while they still heard an earlier one."""
+    """Per listener, whether its client was seen splitting (opening a stream while it still heard one)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen: OrderedDict[str, bool] = OrderedDict()
+        self._splitting = 0  # how many of `_seen` split
 
     def opened(self, listener: str, continues: bool) -> bool:
         """`listener` opened a stream, continuing audio it still hears or not (a turn's first). Whether a
-        next stream is likely to open behind this one: a turn's first, of a listener seen splitting."""
-        if not continues:
-            return listener in self._seen
-        self._seen[listener] = None
-        self._seen.move_to_end(listener)  # the most recently seen, last
-        if len(self._seen) > self.limit:
-            self._seen.popitem(last=False)
-        return False
+        next stream is likely to open behind this one: a turn's first, of a listener that splits, or of
+        one not seen before while most remembered split."""
+        known = self._seen.pop(listener, None)
+        likely = (2 * self._splitting > len(self._seen)) if known is None else known
+        splits = bool(known) or continues
+        self._splitting += splits - bool(known)
+        self._seen[listener] = splits  # the most recently seen, last
+        while len(self._seen) > self.limit:
+            _, forgotten = self._seen.popitem(last=False)
+            self._splitting -= forgotten
+        return likely and not continues
 
-    def __contains__(self, listener: str) -> bool:
-        return listener in self._seen
+    def splits(self, listener: str) -> bool | None:
+        """Whether `listener` was seen splitting (None: not remembered)."""
+        return self._seen.get(listener)

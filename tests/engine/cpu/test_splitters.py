@@ -1,4 +1,4 @@
-"""`Splitters`: which listeners send sentence by sentence, so their next turn's first stream is held."""
+"""`Splitters`: which listeners send sentence by sentence, and the prior for a listener not seen yet."""
 
 from __future__ import annotations
 
@@ -13,29 +13,42 @@ def turn(memory: Splitters, listener: str, sentences: int) -> list[bool]:
 
 def test_a_listener_seen_splitting_has_its_next_turns_first_stream_held_and_only_that() -> None:
     memory = Splitters(8)
-    assert turn(memory, "a", 2) == [False, False]  # not seen splitting before its turn
+    assert turn(memory, "a", 2) == [False, False]  # nothing remembered: a new listener is not taken to split
     assert turn(memory, "a", 3) == [True, False, False]  # its next turn's first: a next sentence is likely
-    assert "a" in memory
+    assert memory.splits("a") is True
 
 
-def test_a_listener_not_seen_splitting_is_never_held_whatever_the_others_do() -> None:
+def test_a_listener_seen_sending_whole_replies_is_never_held() -> None:
     memory = Splitters(8)
-    for other in "xyz":
+    for other in "xyz":  # most listeners split
         turn(memory, other, 2)
-    assert turn(memory, "w", 1) == [False]  # new, though every other listener splits
-    assert turn(memory, "w", 1) == [False]  # whole replies
+    assert turn(memory, "w", 1) == [True]  # not seen before: taken to split, as most do
+    assert turn(memory, "w", 1) == [False]  # now seen: whole replies
+    assert memory.splits("w") is False
     assert turn(memory, "w", 2) == [False, False]  # then it splits once
     assert turn(memory, "w", 1) == [True]
 
 
-def test_the_memory_is_bounded_and_forgets_the_least_recently_seen_splitting_first() -> None:
+def test_a_new_listener_is_taken_to_split_only_when_most_listeners_seen_do() -> None:
+    memory = Splitters(8)
+    turn(memory, "s", 2)
+    turn(memory, "w", 1)
+    assert memory.opened("new1", False) is False  # one of two: not most
+    memory.opened("new1", True)  # it split after all: two of three now
+    assert memory.opened("new2", False) is True
+
+
+def test_the_memory_is_bounded_and_forgets_the_least_recently_seen_first() -> None:
     memory = Splitters(2)
     turn(memory, "a", 2)
-    turn(memory, "b", 2)
-    turn(memory, "a", 2)  # seen splitting again: the most recent
+    turn(memory, "b", 1)
+    turn(memory, "a", 1)  # seen again: the most recent
     turn(memory, "c", 2)  # the third: "b" is forgotten
-    assert "b" not in memory and "a" in memory and "c" in memory
-    assert turn(memory, "b", 1) == [False]
+    assert memory.splits("b") is None and memory.splits("a") is True and memory.splits("c") is True
+    assert len(memory._seen) == 2 and memory._splitting == 2  # the count follows what is forgotten
+    turn(memory, "d", 1)  # "a" forgotten, a splitter
+    assert memory._splitting == 1 and memory.opened("e", False) is False  # "c" and "d": one of two splits
     for i in range(10_000):
-        turn(memory, f"n{i}", 2)
+        memory.opened(f"n{i}", i % 2 == 1)
     assert len(memory._seen) == 2
+    assert memory._splitting == sum(memory._seen.values())
