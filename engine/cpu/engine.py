@@ -204,8 +204,8 @@ class CpuEngine:
         # The newest open stream of each named listener (StreamRequest.listener): a stream opened while it
         # is open continues it. Bounded by the open streams (a stream leaves as it ends).
         self._heard: dict[str, CpuStream] = {}
-        # Listeners that opened a stream while they still heard an earlier one (`SPLITTERS_REMEMBERED`):
-        # their clients send sentence by sentence, so a next sentence is likely behind any of theirs.
+        # Whether each listener opened a stream while it still heard an earlier one (`SPLITTERS_REMEMBERED`):
+        # its client sends sentence by sentence, so a next sentence is likely behind its turn's first.
         self._splitters = Splitters(SPLITTERS_REMEMBERED)
         self._heard_lock = threading.Lock()
         self._closed = False

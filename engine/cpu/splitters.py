@@ -7,9 +7,13 @@ opened, so its first audio is held as for text still to come (`CpuStream._hold_f
 "Well..." played out before "Let me check." was made (bench/results/overload_s19.md).
 
 A listener not seen before (a new connection's first turn) is taken to split when most listeners
-remembered do: the deployment's clients are alike far more often than not. Its first turn gapped
-where the memory of its own turns would have held it (`ellipsis-mid` at 1 reply/s,
-bench/results/overload_s20.md). On an engine just started nothing is remembered, and nothing is held.
+remembered do: a deployment's clients are mostly alike. Unheld, the first turns of splitting clients
+were the `sentence`-mode gaps left up to the knee: "Dr." and "Well..." played out before the next
+sentence was made (Piper at 2 and 4 replies/s: 4 of 657 replies gapped, 1 with the prior, and that
+one by 0.3 ms; bench/results/overload_s20.md). The price is those first turns' wait, as for a known
+splitter's: +0.2 s median at Piper's knee; nothing for clients sending whole replies, whose long
+streams already cover the piece still to come (`auto` unchanged). On an engine just started nothing
+is remembered, and nothing is held.
 
 Bounded: the `limit` listeners seen most recently, least recently seen forgotten first. Not
 thread-safe: the engine calls it under its listeners' lock.
