@@ -76,7 +76,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"voxgate: {problem}", file=sys.stderr)
         return 1
     app = create_app(settings)
-    server = DrainingServer(server_config(app, settings), app.state.drain)  # SIGTERM drains first
+    # SIGTERM drains first; meanwhile no engine process is restarted
+    server = DrainingServer(server_config(app, settings), app.state.drain, on_drain=app.state.models.retire)
     server.run()
     # A failed start-up (an unreachable Redis, say) leaves the server not started: say so in the exit code.
     return 0 if server.started else 1

@@ -282,6 +282,14 @@ class ModelRegistry:
             handle._state = "unloaded"
             self.load(handle.name)
 
+    def retire(self) -> None:
+        """The gateway is leaving (a drain began; closing follows): engines that restart their own process
+        (engine/process) restart no more, so nothing starts while the gateway stops."""
+        for handle in self:
+            retire = getattr(handle.engine, "retire", None)
+            if retire is not None and handle.owned:
+                retire()
+
     async def close(self) -> None:
         """Stop loads and unloads under way; close the engines the registry made."""
         if self._starting is not None:

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import re
 import signal
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -104,11 +105,13 @@ def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Con
 class DrainingServer(uvicorn.Server):
     """uvicorn's server, but the first SIGTERM drains before it exits (gateway/drain.py): no new sessions,
     open utterances finish (within the grace period), every socket is told to resume elsewhere. A second
-    SIGTERM, or SIGINT, exits at once as uvicorn does (it closes what is still open with 1012)."""
+    SIGTERM, or SIGINT, exits at once as uvicorn does (it closes what is still open with 1012).
+    `on_drain` is called as the drain begins (the models stop restarting their engine processes)."""
 
-    def __init__(self, config: uvicorn.Config, drain: Drain) -> None:
+    def __init__(self, config: uvicorn.Config, drain: Drain, on_drain: Callable[[], None] | None = None) -> None:
         super().__init__(config)
         self.drain = drain
+        self.on_drain = on_drain
         self.drained_in: float | None = None
         self._drain_task: asyncio.Task[None] | None = None
 
@@ -122,6 +125,8 @@ class DrainingServer(uvicorn.Server):
 
     async def _drain(self) -> None:
         try:
+            if self.on_drain is not None:
+                self.on_drain()
             self.drained_in = await self.drain.run()
         finally:
             self.should_exit = True

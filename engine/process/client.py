@@ -9,7 +9,11 @@ as it reads (engine/process/wire.py), so a client that stops reading stops its c
 When the child dies (OOM, segfault, kill -9) or stops answering, every open stream ends at once with an
 `error` (code `engine_restarting`), `state` says `restarting`, new streams are refused with
 `engine_unavailable`, and the child is started again after a back-off (engine/process/supervisor.py).
-Every wait on the child has a timeout.
+A child that sends what cannot be read (a message that does not decode or cannot be handled, frames
+out of their pairs) is broken as surely as a dead one: it is killed and restarted the same way, since a
+lost `End` would leave its stream waiting with nothing to time it out. A child of another wire version
+(`Hello`) is given up (`failed`): restarting would load the same code. Once the gateway is leaving
+(`retire()`: it drains, then closes) no child is restarted. Every wait on the child has a timeout.
 """
 
 from __future__ import annotations
@@ -181,6 +185,8 @@ class ProcessEngine:
         self._outbox: deque[list[bytes | memoryview]] = deque()
         self._woken = False
         self._closing = False
+        self._retired = False  # the gateway is leaving: no more restarts
+        self._broken: str | None = None  # why the current child must be given up (what it sent)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -341,6 +347,13 @@ class ProcessEngine:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+    def retire(self) -> None:
+        """The gateway is leaving (it drains, then closes this engine): a child that dies from now on is
+        not restarted, nor is one whose restart is pending. The warm child keeps serving the streams
+        that finish during the drain."""
+        self._retired = True
+        self._wake()
+
     # ---- readiness ----
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
@@ -414,6 +427,9 @@ class ProcessEngine:
         try:
             while not self._closing:
                 now = time.monotonic()
+                if self._child is None and restart_at is not None and self._retired:
+                    restart_at = None
+                    self._set_state("closed", "not restarted: the gateway is shutting down")
                 if self._child is None and restart_at is not None and now >= restart_at:
                     restart_at = None
                     try:
@@ -471,23 +487,36 @@ class ProcessEngine:
             except zmq.Again:
                 return
             self._heard_at = time.monotonic()
-            at = 0
-            while at < len(frames):  # header, [payload], header, … (wire.py)
-                try:
-                    msg = wire.event_decoder.decode(frames[at])
-                except Exception:  # the rest of this message cannot be framed: said, and skipped
-                    log.exception("engine %r: an undecodable message from its process", self.spec)
-                    break
-                carries = isinstance(msg, wire.Audio | wire.Codec)  # a payload frame follows its header
-                payload = frames[at + 1] if carries and at + 1 < len(frames) else b""
-                at += 2 if carries else 1
-                try:
-                    self._dispatch(msg, payload)
-                except Exception:
-                    log.exception("engine %r: a message from its process could not be handled", self.spec)
+            if len(frames) % 2:
+                self._broke(f"a message of {len(frames)} frames, not (header, payload) pairs")
+            for at in range(0, len(frames) - 1, 2):  # the others still count: an End among them ends its stream
+                self._take(frames[at], frames[at + 1])
+
+    def _take(self, header: bytes, payload: bytes) -> None:
+        try:
+            msg = wire.event_decoder.decode(header)
+        except Exception as e:
+            self._broke(f"a message that does not decode ({type(e).__name__}: {e})")
+            return
+        try:
+            self._dispatch(msg, payload)
+        except Exception as e:  # what it sent cannot be handled (a payload that does not fit its header, …)
+            log.exception("engine %r: a %s from its process could not be handled", self.spec, type(msg).__name__)
+            self._broke(f"a {type(msg).__name__} that could not be handled ({type(e).__name__})")
+
+    def _broke(self, what: str) -> None:
+        """The child sent something unreadable: it is given up (killed, restarted: `_gone_or_stuck`), since a
+        message lost could be a stream's `End`, and nothing else would ever end that stream."""
+        if self._broken is None:
+            pid = None if self._child is None else self._child.pid
+            self._broken = f"the engine process (pid {pid}) sent {what}"
+            log.error("engine %r: %s; it is killed", self.spec, self._broken)
 
     def _dispatch(self, msg: wire.Event, payload: bytes) -> None:
-        if isinstance(msg, wire.Beat):
+        if isinstance(msg, wire.Hello):
+            if msg.version != wire.VERSION:
+                self._mismatch(msg)
+        elif isinstance(msg, wire.Beat):
             self._memory, self._telemetry = msg.memory, msg.telemetry
             self._capacity = None if msg.capacity is None else Capacity(*msg.capacity)
         elif isinstance(msg, wire.Audio | wire.Codec | wire.WordsMsg | wire.Wait):
@@ -539,6 +568,16 @@ class ProcessEngine:
                 self._changed.notify_all()
             log.error("engine %r failed to load: %s", self.spec, msg.message)
 
+    def _mismatch(self, hello: wire.Hello) -> None:
+        """A child of another wire version (the code on disk changed under this gateway): given up, failed."""
+        message = (f"the engine process (pid {hello.pid}) speaks engine wire version {hello.version}, this gateway "
+                   f"{wire.VERSION}: the code on disk changed under a running gateway; restart the gateway")
+        with self._changed:
+            self._state, self._last_error, self._failed_code = "failed", message, UNAVAILABLE
+            self._changed.notify_all()
+        log.error("engine %r: %s", self.spec, message)
+        self._broken = message  # _gone_or_stuck kills it; _died does not restart a failed engine
+
     def _ready(self, info: wire.Info) -> None:
         assert self._child is not None
         self._child.ready_at = time.monotonic()
@@ -557,6 +596,9 @@ class ProcessEngine:
         assert child is not None
         if not child.process.is_alive():
             return child.exit_reason()
+        if self._broken is not None:
+            child.kill()
+            return self._broken
         now = time.monotonic()
         if child.ready_at is not None and now - self._heard_at > self._hang_timeout_s:
             child.kill()
@@ -570,7 +612,7 @@ class ProcessEngine:
         child, sock = self._child, self._sock
         assert child is not None and sock is not None
         warm = None if child.ready_at is None else time.monotonic() - child.ready_at
-        self._child, self._sock, self._capacity = None, None, None
+        self._child, self._sock, self._capacity, self._broken = None, None, None, None
         self._memory, self._telemetry = wire.Memory(), wire.Telemetry()  # the dead child's numbers are not news
         sock.close(linger=0)
         child.reap(1.0)
@@ -579,11 +621,15 @@ class ProcessEngine:
             return None
         log.error("engine %r: %s", self.spec, reason)
         restart_at = self._went_down(reason, warm)  # the state first: a stream's end may be read at once
-        self._end_all(f"{reason}; the engine is restarting", RESTARTING)
+        then = "the gateway is shutting down: it is not restarted" if self._retired else "the engine is restarting"
+        self._end_all(f"{reason}; {then}", RESTARTING)
         return restart_at
 
     def _went_down(self, reason: str, warm: float | None) -> float | None:
         """The restart's time (None: no more restarts)."""
+        if self._retired:
+            self._set_state("closed", f"{reason}; not restarted: the gateway is shutting down")
+            return None
         if warm is None:
             self._start_failures += 1
             if self._start_failures >= self._max_start_failures:

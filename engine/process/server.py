@@ -6,7 +6,8 @@ streams, each stream's events go back as they come — no faster than the gatewa
 bridge fills and the engine stops making its audio, as in-process. The torch / onnxruntime work runs in
 the engine's own threads, on this process's GIL, never the gateway's.
 
-It lives no longer than its parent: once the parent is gone (re-parented), it exits.
+It lives no longer than its parent: once the parent is gone (re-parented), it exits. It ignores SIGTERM
+and SIGINT (`main`): when it stops is the gateway's to decide.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -87,8 +89,7 @@ class _Outbox:
 
     def post(self, msg: wire.Event, payload: bytes | None = None) -> None:
         self._frames.append(wire.event_encoder.encode(msg))
-        if payload is not None:
-            self._frames.append(payload)
+        self._frames.append(wire.NO_PAYLOAD if payload is None else payload)
         self._count += 1
         if self._count >= wire.MAX_BATCH:
             self.flush()
@@ -131,7 +132,7 @@ class EngineServer:
         """Posted, never waited for (_Outbox); `await`ed only for the per-event relay the bench compares."""
         if PER_EVENT:
             header = wire.event_encoder.encode(msg)
-            await self.sock.send_multipart([header] if payload is None else [header, payload])
+            await self.sock.send_multipart([header, wire.NO_PAYLOAD if payload is None else payload])
         else:
             self.outbox.post(msg, payload)
 
@@ -313,7 +314,7 @@ async def _main(spec: str, options: dict[str, Any], address: str, parent: int) -
     sock.setsockopt(zmq.RCVHWM, wire.HWM)
     sock.connect(address)
     watcher = asyncio.create_task(_watch_parent(parent))
-    await sock.send_multipart([wire.event_encoder.encode(wire.Hello(os.getpid()))])
+    await sock.send_multipart([wire.event_encoder.encode(wire.Hello(wire.VERSION, os.getpid())), wire.NO_PAYLOAD])
     from engine.loader import load_engine
 
     started = time.monotonic()
@@ -322,7 +323,8 @@ async def _main(spec: str, options: dict[str, Any], address: str, parent: int) -
     except Exception as e:
         code = e.code if isinstance(e, EngineError) else "model_unavailable"
         log.exception("engine %r failed to load", spec)
-        await sock.send_multipart([wire.event_encoder.encode(wire.Failed(code, f"{type(e).__name__}: {e}"))])
+        failed = wire.Failed(code, f"{type(e).__name__}: {e}")
+        await sock.send_multipart([wire.event_encoder.encode(failed), wire.NO_PAYLOAD])
         await asyncio.sleep(0.2)  # LINGER 0: give the message its moment on the wire
         return
     heap.settle(collect=True)  # nothing is served yet: the engine's heap leaves the full GC passes
@@ -342,7 +344,14 @@ async def _main(spec: str, options: dict[str, Any], address: str, parent: int) -
 
 
 def main(spec: str, options: dict[str, Any], address: str, parent: int) -> None:
-    """The child's entry point (multiprocessing, spawn start method)."""
+    """The child's entry point (multiprocessing, spawn start method).
+
+    SIGTERM and SIGINT are ignored: the gateway alone decides when its engines stop. A signal to the
+    whole process group (systemd's default KillMode, `tini -g`, Ctrl-C, `kill -- -PGID`) reaches this
+    process too, and must not cut the utterances the gateway is draining. The child still ends: on
+    `Close`, when its parent is gone (`_watch_parent`), or by SIGKILL from the parent after a timeout."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s engine[{os.getpid()}] %(levelname)s %(message)s")
     asyncio.run(_main(spec, options, address, parent))
     # The engine is closed and the socket too: nothing is left to save, and an interpreter shutdown can

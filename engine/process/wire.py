@@ -1,13 +1,17 @@
 """What the gateway and an engine process say to each other over their zmq socket pair.
 
-Every message is a msgpack header (one of the tagged Structs below) and, for audio and codec frames, one
-raw payload frame right after it (int16 samples / codes, native order: both ends are one machine), so
-PCM is never packed into msgpack nor pickled. A zmq multipart message carries one or more of them in
-order (header, [payload], header, …): the child sends what one turn of its loop made in one message
-(at most `MAX_BATCH`), the parent sends one command per message. Both directions are bounded: a stream's
-audio by its credit window (the child sends at most `WINDOW` audio events the parent has not yet handed
-to its consumer), commands by the gateway's own bounds on text and streams, and the sockets by their
-high-water marks.
+Every message is a msgpack header (one of the tagged Structs below) and one raw payload frame right
+after it: int16 samples / codes (native order: both ends are one machine) for audio and codec frames,
+empty for the rest. So PCM is never packed into msgpack nor pickled, and the frames always come in
+(header, payload) pairs: a header that does not decode cannot hide the messages after it. A zmq
+multipart message carries one or more pairs in order: the child sends what one turn of its loop made in
+one message (at most `MAX_BATCH`), the parent sends one command per message (a header alone). Both
+directions are bounded: a stream's audio by its credit window (the child sends at most `WINDOW` audio
+events the parent has not yet handed to its consumer), commands by the gateway's own bounds on text and
+streams, and the sockets by their high-water marks.
+
+The child's first message, `Hello`, carries `VERSION`; a parent of another version gives the child up
+(a child restarted after the code on disk changed under a running gateway speaks another wire).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import msgspec
 
 from engine.types import StreamRequest
 
+VERSION = 2  # of this wire: raised whenever a message changes shape or meaning
 WINDOW = 16  # audio events in flight per stream (child → parent, not yet consumed): ≤ 4 s of CPU audio
 CREDIT_BATCH = WINDOW // 2  # the parent gives credit back in batches: one message per 8 events
 MAX_BATCH = 256  # messages in one zmq message from the child
@@ -94,6 +99,7 @@ class Info(msgspec.Struct, frozen=True):
 
 
 class Hello(_Msg, tag="hello"):
+    version: int  # the child's VERSION, checked by the parent
     pid: int
 
 
@@ -196,3 +202,4 @@ command_encoder = msgspec.msgpack.Encoder()
 command_decoder = msgspec.msgpack.Decoder(Command)
 event_encoder = command_encoder
 event_decoder = msgspec.msgpack.Decoder(Event)
+NO_PAYLOAD = b""  # the payload frame of a message that carries none
