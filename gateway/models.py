@@ -199,14 +199,26 @@ class ModelRegistry:
         handle._state = "ready"
 
     def load(self, name: str) -> ModelHandle:
-        """Start loading `name` (a no-op while it is loaded or loading); /health and the admin plane say
-        `warming` until it is warm."""
+        """Start loading `name`; /health and the admin plane say `warming` until it is warm. A no-op while it
+        is loaded or loading (its engine's own state decides: one in a process of its own may be warming or
+        restarting by itself); a model that failed is tried again: an engine made whose process then
+        failed to load is closed and made anew."""
         handle = self.handle(name)
-        if handle._state in ("ready", "warming", "unloading"):
+        state = handle.state
+        if state in ("ready", "warming", "restarting", "unloading"):
+            return handle
+        remake = handle.served is not None
+        if remake and not handle.owned:  # attached by its owner: not the registry's to close or remake
             return handle
         handle._state, handle.error = "warming", None
-        handle.task = asyncio.create_task(self._load(handle), name=f"load-{handle.name}")
+        handle.task = asyncio.create_task(self._remake(handle) if remake else self._load(handle),
+                                          name=f"load-{handle.name}")  # fmt: skip
         return handle
+
+    async def _remake(self, handle: ModelHandle) -> None:
+        """Close the failed engine (its streams already ended), then load the model again."""
+        await self._close(handle, then="warming")
+        await self._load(handle)
 
     async def _load(self, handle: ModelHandle) -> None:
         t0 = time.monotonic()
@@ -250,10 +262,10 @@ class ModelRegistry:
         await self._close(handle)
         log.info("model %r unloaded", handle.name)
 
-    async def _close(self, handle: ModelHandle) -> None:
+    async def _close(self, handle: ModelHandle, then: ModelState = "unloaded") -> None:
         served, admission = handle.served, handle.admission
         handle.served, handle.admission = None, None
-        handle._state, handle._load_s, handle.loaded_at = "unloaded", None, None
+        handle._state, handle._load_s, handle.loaded_at = then, None, None
         if admission is not None:
             await admission.close()
         engine = None if served is None else served.release()
