@@ -25,7 +25,7 @@ from voxgate_client.events import (
     Word,
     decode_event,
 )
-from voxgate_client.session import Session, SessionClosed, Speech, VoxgateError, connect, stream_url
+from voxgate_client.session import Limits, Session, SessionClosed, Speech, VoxgateError, connect, stream_url
 
 __all__ = [
     "Audio",
@@ -40,6 +40,7 @@ __all__ = [
     "CodecStart",
     "Error",
     "Event",
+    "Limits",
     "SegmentCommitted",
     "Session",
     "SessionClosed",

@@ -13,15 +13,20 @@ One reader task owns the socket and hands each frame to the `Speech` it belongs 
 `context_id` and `utterance_index`, binary audio to the utterance whose `audio.start` came last (the
 server sends utterances strictly in order). Each speech has a bounded inbox; a consumer that stops
 reading stops the reader, so the server's own flow control takes over instead of memory growing here.
+What a misbehaving server (or a man in the middle) can make the client hold is bounded too (`Limits`):
+one message's size, each inbox's items and bytes, and what no speech claims (audio no utterance owns
+is dropped).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -72,6 +77,27 @@ class SessionClosed(VoxgateError):
         self.close_reason = close_reason
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one session holds at most of what the server sends: a server that misbehaves, or a man in
+    the middle, must not grow the client without bound."""
+
+    # One WebSocket message, bytes (None: any size). A whole file-format utterance arrives as one message:
+    # 16 MiB is ~3 min of 24 kHz wav (~87 s at 48 kHz); raise it for longer files. A larger one closes
+    # the socket (1009, message too big) before it is read.
+    max_frame_bytes: int | None = 16 * 2**20
+    # Per speech, what is queued for its consumer: past either, the reader stops reading the socket and
+    # the server's flow control takes over (a frame larger than `inbox_bytes` still gets in alone).
+    inbox_items: int = 4096
+    inbox_bytes: int = 32 * 2**20
+    # Events no speech claims (an error naming no utterance, a late cancel's answer), kept for
+    # `async for item in session`: the newest, within both bounds. Audio no speech claims is dropped.
+    unclaimed_items: int = 256
+    unclaimed_bytes: int = 2**20
+    # Messages the websockets library reads ahead of the reader, frames: at most this × `max_frame_bytes`.
+    queue_frames: int = 16
+
+
 def stream_url(url: str) -> str:
     """`url` as the streaming route's WebSocket URL: http(s) becomes ws(s), a bare host gets the path."""
     parts = urlsplit(url if "://" in url else f"ws://{url}")
@@ -80,20 +106,27 @@ def stream_url(url: str) -> str:
     return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
 
 
-async def connect(url: str, *, api_key: str | None = None, open_timeout: float = 10.0, inbox_items: int = 4096,
-                  **config: Any) -> Session:  # fmt: skip
+async def connect(url: str, *, api_key: str | None = None, open_timeout: float = 10.0,
+                  inbox_items: int | None = None, limits: Limits | None = None, **config: Any) -> Session:  # fmt: skip
     """Open a session: connect, send `session.config` (`config`: its fields; names this client does not
-    know are sent as they are) and wait for `session.ready`. A refused config raises `VoxgateError`."""
+    know are sent as they are) and wait for `session.ready`. A refused config raises `VoxgateError`.
+    `limits`: what the session holds at most (`Limits`); `inbox_items` overrides its `inbox_items`."""
+    limits = _limits(limits, inbox_items)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     ws = await websockets.connect(stream_url(url), additional_headers=headers, open_timeout=open_timeout,
-                                  max_size=None, max_queue=64)  # fmt: skip
-    session = Session(ws, inbox_items)
+                                  max_size=limits.max_frame_bytes, max_queue=limits.queue_frames)  # fmt: skip
+    session = Session(ws, limits=limits)
     try:
         await session.configure(timeout=open_timeout, **config)
     except BaseException:
         await session.abort()
         raise
     return session
+
+
+def _limits(limits: Limits | None, inbox_items: int | None) -> Limits:
+    limits = limits or Limits()
+    return limits if inbox_items is None else dataclasses.replace(limits, inbox_items=inbox_items)
 
 
 class Speech:
@@ -116,7 +149,7 @@ class Speech:
         self.input_done = False  # input.done sent (or the server finished the utterance)
         self.cancelled = False  # cancelled from here: audio still queued or arriving is dropped
         self.ended = asyncio.Event()
-        self._inbox: Inbox[Item | None] = Inbox(session.inbox_items)
+        self._inbox: Inbox[Item | None] = Inbox(session.limits.inbox_items, session.limits.inbox_bytes)
         self._closed_error: SessionClosed | None = None
 
     def __repr__(self) -> str:
@@ -193,7 +226,7 @@ class Speech:
             await self.ended.wait()
         return self.result
 
-    async def _deliver(self, item: Item) -> None:
+    async def _deliver(self, item: Item, size: int) -> None:
         if isinstance(item, Audio):
             if self.cancelled:
                 return  # a cancelled utterance's audio never plays
@@ -203,7 +236,7 @@ class Speech:
         elif isinstance(item, AudioStart | CodecStart):
             self.sample_rate = item.sample_rate
             self.format = item.format if isinstance(item, AudioStart) else "codec"
-        await self._inbox.put(item)
+        await self._inbox.put(item, size)
         if _ends(item):
             self._end(item)  # type: ignore[arg-type]
 
@@ -232,9 +265,9 @@ def _ends(item: Item) -> bool:
 class Session:
     """One WebSocket session (see the module's docstring). Open it with `connect()`."""
 
-    def __init__(self, ws: ClientConnection, inbox_items: int = 4096) -> None:
+    def __init__(self, ws: ClientConnection, inbox_items: int | None = None, limits: Limits | None = None) -> None:
         self.websocket = ws
-        self.inbox_items = inbox_items
+        self.limits = _limits(limits, inbox_items)
         self.ready: SessionReady = SessionReady(session_id="", sample_rate=0, format="pcm")
         self._next_index = 0  # the server's utterance_index of the next utterance opened without a context
         self._open: Speech | None = None  # the utterance receiving text, without a context
@@ -244,8 +277,11 @@ class Session:
         self._audio_owner: Speech | None = None
         self._audio_key: tuple[int | None, str | None] = (None, None)
         self._audio_offset = 0
-        # What no speech claims (an error about the session, a late cancel's answer): the newest kept.
-        self._unclaimed: deque[Item] = deque(maxlen=256)
+        # What no speech claims (an error about the session, a late cancel's answer): the newest kept, with
+        # their sizes (Limits.unclaimed_items, unclaimed_bytes).
+        self._unclaimed: deque[tuple[Item, int]] = deque()
+        self._unclaimed_bytes = 0
+        self.dropped = 0  # frames dropped: audio no speech claimed, unclaimed events past the bounds
         self._unclaimed_ready = asyncio.Event()
         self._config_waiter: asyncio.Future[SessionReady] | None = None
         self._cancel_waiters: deque[asyncio.Future[AudioCancelled]] = deque()
@@ -361,11 +397,34 @@ class Session:
                 await asyncio.wait({self._reader, ready}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 ready.cancel()
-        return self._unclaimed.popleft()
+        item, size = self._unclaimed.popleft()
+        self._unclaimed_bytes -= size
+        return item
 
-    def _stray(self, item: Item) -> None:
-        self._unclaimed.append(item)
-        self._unclaimed_ready.set()
+    @property
+    def inbox_items(self) -> int:
+        return self.limits.inbox_items
+
+    def _stray(self, item: Item, size: int) -> None:
+        """Keep what no speech claims, the newest within the bounds; audio no speech owns is dropped."""
+        if isinstance(item, Audio):
+            self._dropped(f"{size} bytes of audio no utterance owns")
+            return
+        self._unclaimed.append((item, size))
+        self._unclaimed_bytes += size
+        limits = self.limits
+        while self._unclaimed and (len(self._unclaimed) > limits.unclaimed_items
+                                   or self._unclaimed_bytes > limits.unclaimed_bytes):  # fmt: skip
+            old, old_size = self._unclaimed.popleft()
+            self._unclaimed_bytes -= old_size
+            self._dropped(f"an unclaimed {type(old).__name__} of {old_size} bytes (past the unclaimed bounds)")
+        if self._unclaimed:
+            self._unclaimed_ready.set()
+
+    def _dropped(self, what: str) -> None:
+        if self.dropped == 0:  # said once per session: a misbehaving server must not flood the log either
+            log.warning("voxgate_client: dropped %s; further drops are counted in Session.dropped", what)
+        self.dropped += 1
 
     # -- bookkeeping (called by Speech) ------------------------------------------------------------------
 
@@ -426,12 +485,13 @@ class Session:
                 if isinstance(frame, bytes):
                     await self._route_audio(frame)
                     continue
+                size = len(frame)
                 try:
                     event = decode_event(frame)
                 except (msgspec.DecodeError, msgspec.ValidationError) as e:
                     log.warning("voxgate_client: an event that does not decode was skipped: %s", e)
                     continue
-                await self._route(event)
+                await self._route(event, size)
         except websockets.ConnectionClosed:
             pass
         finally:
@@ -442,11 +502,11 @@ class Session:
         item = Audio(data=data, utterance_index=index, context_id=context_id, offset=self._audio_offset)
         self._audio_offset += len(data)
         if self._audio_owner is not None:
-            await self._audio_owner._deliver(item)
+            await self._audio_owner._deliver(item, len(data))
         else:
-            self._stray(item)
+            self._stray(item, len(data))
 
-    async def _route(self, event: Event | UnknownEvent) -> None:
+    async def _route(self, event: Event | UnknownEvent, size: int) -> None:
         if isinstance(event, SessionReady):
             if self._config_waiter is not None and not self._config_waiter.done():
                 self._config_waiter.set_result(event)
@@ -463,7 +523,7 @@ class Session:
             self._closing(speech)  # the server finished the utterance: later text opens the next one
             speech.input_done = True
         if speech is not None:
-            await speech._deliver(event)
+            await speech._deliver(event, size)
             return
         if isinstance(event, AudioCancelled):
             while self._cancel_waiters:
@@ -471,7 +531,7 @@ class Session:
                 if not waiter.done():
                     waiter.set_result(event)
                     break
-        self._stray(event)
+        self._stray(event, size)
 
     def _owner(self, event: Event | UnknownEvent) -> Speech | None:
         index = event.fields.get("utterance_index") if isinstance(event, UnknownEvent) else getattr(
@@ -489,7 +549,11 @@ class Session:
         return self._by_index.get(index) if isinstance(index, int) else None
 
     def _closed(self) -> None:
-        self.closed = SessionClosed(self.websocket.close_code, self.websocket.close_reason or "")
+        code, reason = self.websocket.close_code, self.websocket.close_reason or ""
+        sent = getattr(self.websocket.protocol, "close_sent", None)
+        if self.websocket.protocol.close_rcvd is None and sent is not None:  # the client closed it (1009: too big)
+            code, reason = sent.code, sent.reason
+        self.closed = SessionClosed(code, reason)
         for speech in self._live() + [s for s in (self._open, *self._open_contexts.values()) if s is not None]:
             speech._end(None, self.closed)
         for waiter in (self._config_waiter, *self._cancel_waiters):
