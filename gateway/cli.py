@@ -46,6 +46,21 @@ async def _probe_store(url: str) -> str | None:
     return None
 
 
+def _talker_problems(settings: object) -> list[str]:
+    """What stops a model asking for the vLLM talker from ever serving, told before anything loads (vLLM
+    missing; on a CPU, a talker head size vLLM's CPU attention has no kernel for): the gateway would
+    otherwise start, and the model fail in its engine process."""
+    from engine.loader import CPU_BACKENDS
+
+    found = []
+    for spec in settings.model_specs():  # type: ignore[attr-defined]
+        if str(spec.options.get("talker", "")).strip().lower() == "vllm" and spec.source.lower() not in CPU_BACKENDS:
+            from engine.vllm_talker.preflight import problems
+
+            found += [f"model {spec.name!r}: {problem}" for problem in problems(spec.source, spec.options)]
+    return found
+
+
 def _serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
     from gateway.server import DrainingServer, server_config
@@ -64,6 +79,9 @@ def _serve(args: argparse.Namespace) -> int:
         keys = settings.keys()
     except (OSError, ValueError) as e:
         print(f"voxgate: {e}", file=sys.stderr)
+        return 2
+    if problems := _talker_problems(settings):
+        print("\n".join(f"voxgate: {problem}" for problem in problems), file=sys.stderr)
         return 2
     if not bind_allowed(settings.host, keys=keys, insecure=settings.insecure):
         print(

