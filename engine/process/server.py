@@ -136,21 +136,38 @@ class EngineServer:
         else:
             self.outbox.post(msg, payload)
 
-    async def serve(self) -> None:
-        """Commands until `Close` (or the socket fails)."""
+    async def serve(self) -> bool:
+        """Commands until `Close` (True), or until one cannot be read (False: the process exits with
+        `wire.EXIT_UNREADABLE`, so the gateway restarts it and ends every stream: a lost `Finish` or
+        `Cancel` would otherwise leave its stream open for good)."""
         while True:
             frames = await self.sock.recv_multipart()
             try:
                 cmd = wire.command_decoder.decode(frames[0])
-            except Exception:  # a bug, not a client: said, and the rest goes on
-                log.exception("undecodable command")
-                continue
+            except Exception:
+                log.exception("a command from the gateway does not decode: this process exits")
+                return False
             if isinstance(cmd, wire.Close):
-                return
+                return True
             try:
                 await self.handle(cmd)
-            except Exception:
+            except Exception as e:  # its stream cannot go on as asked: it ends with an error, never hangs
                 log.exception("command %s failed", type(cmd).__name__)
+                await self.fail(getattr(cmd, "sid", None), f"the engine could not {type(cmd).__name__.lower()} "
+                                f"the stream ({type(e).__name__})")  # fmt: skip
+
+    async def fail(self, sid: int | None, message: str) -> None:
+        """End stream `sid` with an error (its relay, if any, is cancelled first: one End per stream)."""
+        if sid is None:
+            return
+        entry = self.streams.pop(sid, None)
+        if entry is not None:
+            with contextlib.suppress(Exception):
+                entry[0].cancel()
+            for task in list(self.relays):
+                if task.get_name() == f"relay-{sid}":
+                    task.cancel()
+        await self.send(wire.End(sid, "error", message, "engine_error"))
 
     async def handle(self, cmd: wire.Command) -> None:
         if isinstance(cmd, wire.Check):
@@ -164,7 +181,7 @@ class EngineServer:
                 return
             window = _Window()
             self.streams[cmd.sid] = (stream, window)
-            task = asyncio.create_task(self.relay(cmd.sid, stream, window))
+            task = asyncio.create_task(self.relay(cmd.sid, stream, window), name=f"relay-{cmd.sid}")
             self.relays.add(task)
             task.add_done_callback(self.relays.discard)
         elif (entry := self.streams.get(getattr(cmd, "sid", -1))) is not None:
@@ -306,7 +323,7 @@ async def _watch_parent(parent: int) -> None:
     os._exit(0)
 
 
-async def _main(spec: str, options: dict[str, Any], address: str, parent: int) -> None:
+async def _main(spec: str, options: dict[str, Any], address: str, parent: int) -> int:
     ctx = zmq.asyncio.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -326,13 +343,14 @@ async def _main(spec: str, options: dict[str, Any], address: str, parent: int) -
         failed = wire.Failed(code, f"{type(e).__name__}: {e}")
         await sock.send_multipart([wire.event_encoder.encode(failed), wire.NO_PAYLOAD])
         await asyncio.sleep(0.2)  # LINGER 0: give the message its moment on the wire
-        return
+        return 0
     heap.settle(collect=True)  # nothing is served yet: the engine's heap leaves the full GC passes
     server = EngineServer(sock, engine)
     await server.send(wire.Ready(info(engine, time.monotonic() - started)))
     beat = asyncio.create_task(server.beat())
+    clean = False
     try:
-        await server.serve()
+        clean = await server.serve()
     finally:
         beat.cancel()
         watcher.cancel()
@@ -341,6 +359,7 @@ async def _main(spec: str, options: dict[str, Any], address: str, parent: int) -
         await asyncio.to_thread(engine.close)
         sock.close()
         ctx.term()
+    return 0 if clean else wire.EXIT_UNREADABLE
 
 
 def main(spec: str, options: dict[str, Any], address: str, parent: int) -> None:
@@ -353,11 +372,11 @@ def main(spec: str, options: dict[str, Any], address: str, parent: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s engine[{os.getpid()}] %(levelname)s %(message)s")
-    asyncio.run(_main(spec, options, address, parent))
+    status = asyncio.run(_main(spec, options, address, parent))
     # The engine is closed and the socket too: nothing is left to save, and an interpreter shutdown can
     # wait seconds on threads that libraries leave behind (it did with the Qwen3 core's).
     logging.shutdown()
-    os._exit(0)
+    os._exit(status)
 
 
 if __name__ == "__main__":  # started by multiprocessing's spawn: nothing runs on import

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.process import server
+from engine.process import server, wire
 
 # torch (and onnxruntime's thread pools) are not safe across fork: a child is a fresh interpreter.
 _SPAWN = multiprocessing.get_context("spawn")
@@ -81,6 +81,8 @@ class Child:
             except ValueError:
                 name = f"signal {-code}"
             return f"the engine process (pid {self.pid}) was killed by {name}"
+        if code == wire.EXIT_UNREADABLE:
+            return f"the engine process (pid {self.pid}) could not read a command from the gateway and exited"
         return f"the engine process (pid {self.pid}) exited with status {code}"
 
     def kill(self) -> None:

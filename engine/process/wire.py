@@ -21,6 +21,7 @@ import msgspec
 from engine.types import StreamRequest
 
 VERSION = 2  # of this wire: raised whenever a message changes shape or meaning
+EXIT_UNREADABLE = 3  # the child's exit status when a command from the gateway could not be read
 WINDOW = 16  # audio events in flight per stream (child → parent, not yet consumed): ≤ 4 s of CPU audio
 CREDIT_BATCH = WINDOW // 2  # the parent gives credit back in batches: one message per 8 events
 MAX_BATCH = 256  # messages in one zmq message from the child

@@ -104,3 +104,22 @@ async def test_a_child_of_another_wire_version_is_given_up(engine: ProcessEngine
     assert "restart the gateway" in (engine.last_error or "")
     await asyncio.sleep(1.0)  # past the first back-off: nothing restarted
     assert engine.pid is None and engine.restarts == 0, engine
+
+
+def send_raw(engine: ProcessEngine, frames: list[bytes]) -> None:
+    """`frames` to the child as one command, on the real socket (through the parent's own outbox)."""
+    with engine._lock:
+        engine._outbox.append(list(frames))
+    engine._wake()
+
+
+async def test_a_command_the_child_cannot_read_restarts_it_and_ends_its_streams(engine: ProcessEngine) -> None:
+    """The other direction: a lost `Finish` or `Cancel` would leave its stream open for good in the child."""
+    pid = engine.pid
+    stream = await asyncio.to_thread(speaking, engine)
+    send_raw(engine, [b"\xc1 not msgpack"])
+    _, end = await first_audio_then_end(stream)
+    assert end.code == "engine_restarting" and "could not read a command" in end.message, end
+    await asyncio.to_thread(engine.wait_ready, 60)
+    assert engine.pid != pid, engine
+
