@@ -629,6 +629,7 @@ class ProcessEngine:
         """The restart's time (None: no more restarts)."""
         if self._retired:
             self._set_state("closed", f"{reason}; not restarted: the gateway is shutting down")
+            log.warning("engine %r: not restarted: the gateway is shutting down", self.spec)
             return None
         if warm is None:
             self._start_failures += 1

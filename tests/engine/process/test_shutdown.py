@@ -86,6 +86,34 @@ async def test_a_process_group_sigterm_lets_the_utterance_under_way_finish_with_
     assert "restart" not in log.read_text(), log.read_text()
 
 
+async def test_an_engine_process_that_dies_during_the_drain_is_not_restarted(
+    gateway: tuple[subprocess.Popen[bytes], str, Path],
+) -> None:
+    proc, addr, log = gateway
+    ws, ready = await open_session(addr)
+    assert ready["type"] == "session.ready", ready
+    await ws.send(json.dumps({"type": "input.text", "text": SIX}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    await asyncio.wait_for(_first_audio(ws), 60)
+    (child,) = _children(proc.pid)
+    proc.send_signal(signal.SIGTERM)  # the gateway alone: it drains while the utterance plays
+    await asyncio.sleep(0.5)
+    os.kill(child, signal.SIGKILL)
+    with pytest.raises(websockets.ConnectionClosed):
+        while True:
+            await asyncio.wait_for(ws.recv(), 60)
+    assert proc.wait(30) == 0, log.read_text()
+    said = log.read_text()
+    assert said.count("started its process") == 1 and "restart 1" not in said, said
+    assert "not restarted: the gateway is shutting down" in said, said
+
+
+def _children(pid: int) -> list[int]:
+    """The engine processes among `pid`'s children (of any of its threads; not multiprocessing's tracker)."""
+    found = [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+    return [c for c in found if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
 async def _first_audio(ws: websockets.ClientConnection) -> bytes:
     while not isinstance(message := await ws.recv(), bytes):
         pass
