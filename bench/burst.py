@@ -37,7 +37,7 @@ from typing import Any
 import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from canary import HealthProbe, ws_url  # noqa: E402
+from canary import HealthProbe, ws_url
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {"type": "session.config", "voice": "joe", "language": "en"}
@@ -90,7 +90,7 @@ def gateway(redis_url: str | None, model: str) -> Iterator[str]:
         _wait_port(port, proc, 120)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # listening is not ready: wait for the model to warm
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/health", None, 5) as r:
                 if json.load(r).get("status") == "ok":
                     break
             time.sleep(0.2)
@@ -153,7 +153,8 @@ async def burst(url: str, n: int, *, utterance: bool, timeout: float) -> dict[st
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'store':9} {'N':>4} {'ready':>5}  {'refused (by code)':34} {'p50 ms':>8} {'p99 ms':>8} {'/health worst s':>15}"
+    head = (f"{'store':9} {'N':>4} {'ready':>5}  {'refused (by code)':34} {'p50 ms':>8} {'p99 ms':>8} "
+            f"{'/health worst s':>15}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for r in rows:
         refused = ", ".join(f"{k} {v}" for k, v in sorted(r["refused"].items())) or "-"

@@ -218,15 +218,16 @@ class ClusterBackend(Backend):
         await self.client.aclose()
 
 
-def connect(url: str, *, connect_timeout_s: float, op_timeout_s: float) -> Backend:
-    """A backend for ``url``. Nothing is contacted yet (``SessionStore.start`` pings)."""
+def connect(url: str, *, connect_timeout_s: float, op_timeout_s: float, max_connections: int = 256) -> Backend:
+    """A backend for ``url``, its pool (per node on a cluster) sized for ``max_connections``. Nothing is
+    contacted yet (``SessionStore.start`` pings)."""
     u = parse_url(url)
     conn: dict[str, Any] = dict(
         socket_connect_timeout=connect_timeout_s, socket_timeout=op_timeout_s,
         # Few, quick retries of a refused or reset connection; a timeout is not retried (the breaker
         # bounds the whole call anyway): a stalled Redis must cost one op timeout, not three.
         retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 2, supported_errors=(aioredis.ConnectionError,)),
-        health_check_interval=10,
+        health_check_interval=10, max_connections=max_connections,
     )  # fmt: skip
     if u.kind == "redis":
         return Backend(aioredis.from_url(u.raw, **conn), "redis")
@@ -245,6 +246,6 @@ def connect(url: str, *, connect_timeout_s: float, op_timeout_s: float) -> Backe
     client = RedisCluster(
         startup_nodes=nodes, socket_connect_timeout=connect_timeout_s, socket_timeout=op_timeout_s,
         # A moved slot or a failed-over primary is retried by redis-py within the store's op timeout.
-        retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 2), **auth,
+        retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 2), max_connections=max_connections, **auth,
     )  # fmt: skip
     return ClusterBackend(client, node_conn)

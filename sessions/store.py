@@ -43,6 +43,7 @@ from .errors import (
     VoiceLimitExceeded,
     VoiceQuotaExceeded,
 )
+from .gate import ConnectionGate
 from .leases import OwnershipLease, StreamSlot
 from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo
 from .writebehind import WriteBehind
@@ -68,6 +69,8 @@ def now_ms() -> int:
 
 #: The embedded store's bound on one call (see `SessionStore.from_url`).
 EMBEDDED_OP_TIMEOUT_S = 5.0
+#: Pool connections not given to calls: the control bus's pub/sub connection and the heartbeat's.
+RESERVED_CONNECTIONS = 2
 #: The bound on each step of `SessionStore.close` past the write-behind's drain.
 CLOSE_STEP_S = 2.0
 
@@ -103,6 +106,13 @@ class StoreSettings:
     # An acknowledged write (a voice, the spoken log) waits this long for one replica to hold it, where
     # the primary has one (WAIT 1): below op_timeout_s, so a lagging replica never opens the circuit.
     replica_ack_timeout_s: float = 0.2
+    # Connections this replica opens to Redis at most (each of its pools is sized for it: a reconnect
+    # storm of 512 sessions needs no more than this many at once, since a call holds one for ~1 ms).
+    # Redis's maxclients (10000) bounds the replicas × this.
+    max_connections: int = 256
+    # How long a call waits its turn for a connection when every one is in use before it is refused with
+    # `queue_full` (StoreBusy): demand past what the pool serves in this time is refused as capacity.
+    pool_wait_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -126,9 +136,13 @@ class SessionStore:
         self.settings = settings or StoreSettings()
         self.replica_id = replica_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         s = self.settings
+        # Calls take turns for the pool's connections, less those held apart: the control bus's pub/sub
+        # connection and the heartbeat's, which must never wait behind a burst of calls.
+        self.gate = ConnectionGate(max(1, s.max_connections - RESERVED_CONNECTIONS), s.pool_wait_s)
         self.breaker = CircuitBreaker(
             self._raw_ping, op_timeout_s=s.op_timeout_s, failures=s.breaker_failures,
             heartbeat_s=s.heartbeat_s if backend is not None else None,  # fakeredis cannot stall
+            gate=self.gate,
         )
         self.write_behind = WriteBehind(self.breaker, max_entries=s.write_behind_max,
                                         max_bytes=s.write_behind_max_bytes)  # fmt: skip
@@ -174,9 +188,10 @@ class SessionStore:
             # In-process, the store cannot be away: a slow call means the event loop was busy (64 sessions
             # opening at once on 2 cores), and opening the circuit then would refuse sessions for nothing.
             s = dataclasses.replace(s, op_timeout_s=max(s.op_timeout_s, EMBEDDED_OP_TIMEOUT_S))
-            client = fakeredis.FakeAsyncRedis(server=embedded_server())
+            client = fakeredis.FakeAsyncRedis(server=embedded_server(), max_connections=s.max_connections)
             return cls(client, backend=None, url="embedded://", settings=s, replica_id=replica_id)
-        backend = connect(url, connect_timeout_s=s.connect_timeout_s, op_timeout_s=s.op_timeout_s)
+        backend = connect(url, connect_timeout_s=s.connect_timeout_s, op_timeout_s=s.op_timeout_s,
+                          max_connections=s.max_connections)
         return cls(backend.client, backend=backend, url=url, settings=s, replica_id=replica_id)
 
     async def start(self) -> None:
