@@ -11,6 +11,7 @@ write-behind queue (sessions/writebehind.py), replayed when Redis is back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -38,6 +39,7 @@ from .errors import (
     SessionExists,
     SessionNotFound,
     StateUnavailable,
+    StoreBusy,
     StreamLimitExceeded,
     VoiceExists,
     VoiceLimitExceeded,
@@ -156,7 +158,8 @@ class SessionStore:
         self.breaker.on_close.append(self._renew_all_now)
         # Stream slots this replica holds per tenant: the limit it enforces alone while Redis is away.
         self._held_streams: dict[str, int] = {}
-        reg = client.register_script
+        self._following: asyncio.Task[None] | None = None  # the heartbeat's question to the sentinels
+        reg = backend.register_script if backend is not None else client.register_script
         self._create = reg(scripts.CREATE_SESSION)
         self._restore = reg(scripts.RESTORE_SESSION)
         self._update = reg(scripts.UPDATE_SESSION)
@@ -214,6 +217,8 @@ class SessionStore:
         """Write what is queued (for at most a second, while Redis answers), then let go of everything."""
         await self.write_behind.close(drain_s=1.0)  # bounded by itself: what is left unwritten is failed
         await _within(self.breaker.close(), "heartbeat")
+        if self._following is not None:
+            self._following.cancel()
         await _within(self.control.close(), "control bus")
         await _within(self._backend.aclose() if self._backend is not None else self.client.aclose(), "connections")
 
@@ -228,14 +233,30 @@ class SessionStore:
 
     async def _raw_ping(self) -> object:
         """The heartbeat: ROLE where it tells how many replicas the primary has (acknowledged writes wait
-        for one), PING otherwise."""
+        for one), PING otherwise. Beside it, where the sentinels name the primary, the control bus is
+        re-pointed when its connection is to another node (`_follow_primary`)."""
         if self._backend is None:
             return await self.client.ping()
+        if self._backend.kind == "sentinel" and (self._following is None or self._following.done()):
+            self._following = asyncio.get_running_loop().create_task(self._follow_primary())
         role = await self._backend.role()
         if role is None:
-            return await self.client.ping()
+            return await self._backend.ping()
         self._backend.learn_role(role)  # type: ignore[arg-type]
         return role
+
+    async def _follow_primary(self) -> None:
+        """Ask who the primary is (off the heartbeat's own time: sentinels that do not answer must not
+        look like Redis not answering); a control bus connected elsewhere re-subscribes on it."""
+        assert self._backend is not None
+        try:
+            async with asyncio.timeout(self.settings.op_timeout_s):
+                primary = await self._backend.primary()
+        except Exception as e:  # the sentinels are away: the data connections find out for themselves
+            log.debug("session store: no answer on the primary's address (%s)", type(e).__name__)
+            return
+        if primary is not None:
+            self.control.follow(primary)
 
     def health(self) -> StoreHealth:
         """For /health, at once and without touching Redis: the breaker's view (its heartbeat keeps it
@@ -504,7 +525,8 @@ class SessionStore:
         if n < 0:
             raise SessionNotFound(f"session {session_id} not found")
         if self._backend is not None:
-            n = await self._call(self._backend.receivers(keys.control(tenant, session_id), int(n)))
+            with contextlib.suppress(StateUnavailable, StoreBusy):  # the cancel is out: PUBLISH's count stands
+                n = await self._call(self._backend.receivers(keys.control(tenant, session_id), int(n)))
         return int(n)
 
     # ---- stream limits ------------------------------------------------------------------------------
