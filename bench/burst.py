@@ -2,7 +2,7 @@
 failover). Each sends `session.config` and waits for `session.ready` (optionally then one tiny utterance).
 
     python bench/burst.py [-n 96,128,256,512] [--store redis|embedded|both] [--utterance] [--smoke]
-                          [--json bench/results/burst.json]
+                          [--pool CONNECTIONS] [--pool-wait S] [--json bench/results/burst.json]
 
 The gateway runs as its own process (`voxgate serve --model piper --in-process`, on a free port) with a
 real redis-server (started here, on a free port) or the embedded store. Starting a session costs the
@@ -79,12 +79,12 @@ def redis_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def gateway(redis_url: str | None, model: str) -> Iterator[str]:
+def gateway(redis_url: str | None, model: str, extra_env: dict[str, str]) -> Iterator[str]:
     port = free_port()
     cmd = [sys.executable, "-m", "gateway.cli", "serve", "--model", model, "--in-process", "--port", str(port)]
     if redis_url:
         cmd += ["--redis-url", redis_url]
-    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    env = os.environ | {"PYTHONPATH": str(ROOT)} | extra_env
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_port(port, proc, 120)
@@ -167,7 +167,12 @@ async def run_store(store: str, sizes: list[int], args: argparse.Namespace) -> l
     rows = []
     with contextlib.ExitStack() as stack:
         redis_url = stack.enter_context(redis_server()) if store == "redis" else None
-        url = stack.enter_context(gateway(redis_url, args.model))
+        env = {}
+        if args.pool is not None:  # the store's connections (gateway setting redis_max_connections)
+            env["VOXGATE_REDIS_MAX_CONNECTIONS"] = str(args.pool)
+        if args.pool_wait is not None:
+            env["VOXGATE_REDIS_POOL_WAIT_S"] = str(args.pool_wait)
+        url = stack.enter_context(gateway(redis_url, args.model, env))
         for n in sizes:
             r = await burst(url, n, utterance=args.utterance, timeout=args.timeout)
             rows.append({"store": store} | r)
@@ -183,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="piper", help="the served model (starting a session costs it nothing)")
     p.add_argument("--utterance", action="store_true", help="each session also speaks one tiny utterance")
     p.add_argument("--timeout", type=float, default=60.0, help="per session, seconds")
+    p.add_argument("--pool", type=int, default=None, help="the store's connections (default: the gateway's, 256)")
+    p.add_argument("--pool-wait", type=float, default=None, help="seconds a call waits for one (default 5)")
     p.add_argument("--smoke", action="store_true", help="CI: N = 16,48")
     p.add_argument("--json", default=str(ROOT / "bench/results/burst.json"))
     args = p.parse_args(argv)
@@ -194,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": " ".join(sys.argv), "utterance": args.utterance, "rows": rows}, indent=1))
+    meta = {"command": " ".join(sys.argv), "utterance": args.utterance, "pool": args.pool, "pool_wait": args.pool_wait}
+    out.write_text(json.dumps(meta | {"rows": rows}, indent=1))
     print(f"wrote {out}")
     bad = sum(r["refused"].get("state_unavailable", 0) for r in rows)
     return 1 if bad else 0
