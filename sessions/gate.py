@@ -25,10 +25,6 @@ class ConnectionGate:
         self.wait_s = wait_s
         self._free = asyncio.Semaphore(slots)
 
-    @property
-    def in_use(self) -> int:
-        return self.slots - self._free._value
-
     @contextlib.asynccontextmanager
     async def turn(self) -> AsyncIterator[None]:
         """Hold one connection's turn for the body; ``StoreBusy`` after ``wait_s`` without one."""
