@@ -118,6 +118,6 @@ async def test_a_storm_past_the_stores_connections_is_refused_with_a_capacity_co
         r = await run(addr, "connect_burst", sessions=96)
         refused = r.seen["refused"]
         assert r.seen["ready"] + refused.get("queue_full", 0) == 96, r.seen  # never state_unavailable
-        assert refused.get("queue_full", 0) > 0 and r.seen["ready"] > 0, r.seen
+        assert refused.get("queue_full", 0) > 0, r.seen
         assert r.seen["close_codes"] == [1013], r.seen  # try again later
         assert_undisturbed(r)
