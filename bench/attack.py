@@ -568,6 +568,58 @@ async def context_flood(ctx: Context) -> dict[str, Any]:
     return {"sent": sockets * contexts, "codes": sorted(set(codes)), "too_many_contexts": refused}
 
 
+# Hardening round two, finding 4: a reconnect storm (a deploy, a balancer's failover). `sessions` sockets
+# send session.config at the same instant; each must get session.ready, or past the gateway's capacity a
+# capacity refusal (queue_full, close 1013), never state_unavailable: a local pool running out is not an
+# outage (before: 128 at once exhausted the store's pool, the breaker opened, all 128 were refused).
+async def _burst_session(ctx: Context, i: int, start: asyncio.Event, answered: set[int], hold: asyncio.Event,
+                         ) -> tuple[str, int | None]:  # fmt: skip
+    """('ready' or the refusal's code or how it failed, the close code of a refused socket)."""
+    from canary import auth_headers, ws_url
+
+    await start.wait()
+    try:
+        async with websockets.connect(ws_url(ctx.url), additional_headers=auth_headers(ctx.key),
+                                      open_timeout=60) as ws:  # fmt: skip
+            try:
+                await ws.send(json.dumps({"type": "session.config", "voice": "joe", "language": "en"}))
+                ev = json.loads(await asyncio.wait_for(ws.recv(), 60))
+            finally:
+                answered.add(i)
+            if ev["type"] != "session.ready":
+                with contextlib.suppress(TimeoutError, websockets.ConnectionClosed):
+                    await asyncio.wait_for(ws.recv(), 5)  # the server closes a refused first message
+                return str(ev.get("code", ev["type"])), ws.close_code
+            await hold.wait()  # every session of the storm is open at once
+            return "ready", None
+    except websockets.ConnectionClosed as e:
+        return "closed", e.rcvd.code if e.rcvd else None
+    except (OSError, TimeoutError, websockets.InvalidHandshake) as e:
+        return f"connect_failed:{type(e).__name__}", None
+    finally:
+        answered.add(i)
+
+
+@attack("connect_burst")
+async def connect_burst(ctx: Context) -> dict[str, Any]:
+    n = int(ctx.options.get("sessions", 160))
+    start, hold, answered = asyncio.Event(), asyncio.Event(), set[int]()
+    tasks = [asyncio.create_task(_burst_session(ctx, i, start, answered, hold)) for i in range(n)]
+    await asyncio.sleep(0.1)  # every socket waits on the start line
+    t0 = time.monotonic()
+    start.set()
+    while len(answered) < n and time.monotonic() - t0 < 90:
+        await asyncio.sleep(0.05)
+    hold.set()
+    results = [await t for t in tasks]
+    codes: dict[str, int] = {}
+    for code, _ in results:
+        codes[code] = codes.get(code, 0) + 1
+    close_codes = sorted({c for code, c in results if code != "ready" and c is not None})
+    return {"sessions": n, "ready": codes.pop("ready", 0), "refused": codes, "close_codes": close_codes,
+            "seconds": round(time.monotonic() - t0, 2)}  # fmt: skip
+
+
 # -- more attacks above this line --------------------------------------------------------------------------
 
 

@@ -156,6 +156,8 @@ def _lifespan(
             takeover=settings.takeover,  # type: ignore[arg-type]
             max_voices_per_tenant=settings.max_voices_per_tenant,
             max_voice_bytes_per_tenant=settings.max_voice_bytes_per_tenant,
+            max_connections=settings.redis_max_connections,
+            pool_wait_s=settings.redis_pool_wait_s,
         )
         app.state.store = SessionStore.from_url(settings.redis_url, settings=store_settings)
         await app.state.store.start()

@@ -34,6 +34,7 @@ from gateway.protocol import (
     CLOSE_POLICY,
     CLOSE_TAKEN_OVER,
     CLOSE_TIMEOUT,
+    CLOSE_TRY_LATER,
     ConfigMessage,
     InputCancel,
     InputDone,
@@ -180,8 +181,8 @@ class Connection:
                     return
             except (ProtocolError, EngineError) as e:
                 await self._refused(e)
-                if self.config is None:
-                    self._close_with(CLOSE_POLICY, e.code)
+                if self.config is None:  # capacity (queue_full): try again later; anything else: policy
+                    self._close_with(CLOSE_TRY_LATER if e.code == "queue_full" else CLOSE_POLICY, e.code)
                     return  # only a bad first message closes the session
 
     async def _next_event(self) -> dict | None:

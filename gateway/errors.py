@@ -21,6 +21,7 @@ from sessions import (
     SessionNotFound,
     SessionStoreError,
     StateUnavailable,
+    StoreBusy,
     VoiceExists,
     VoiceLimitExceeded,
     VoiceQuotaExceeded,
@@ -76,7 +77,8 @@ def _engine(e: EngineError) -> ApiError:
 
 _STORE_STATUS: dict[type[SessionStoreError], int] = {VoiceExists: 409, VoiceLimitExceeded: 413,
                                                      VoiceQuotaExceeded: 413, InvalidId: 400, StateUnavailable: 503,
-                                                     SessionNotFound: 404, LexiconLimitExceeded: 413}  # fmt: skip
+                                                     SessionNotFound: 404, LexiconLimitExceeded: 413,
+                                                     StoreBusy: 429}  # fmt: skip
 
 
 def _store(e: SessionStoreError) -> ApiError:
@@ -124,6 +126,8 @@ def _answer(request: Request, exc: Exception) -> Response[dict[str, Any]]:
     response = ApiError.of(exc).response()
     if isinstance(exc, QueueFull):
         response.headers["Retry-After"] = exc.retry_after_header
+    elif isinstance(exc, StoreBusy):  # every connection to the store busy: capacity, retried as a full queue is
+        response.headers["Retry-After"] = str(exc.retry_after_s)
     return response
 
 

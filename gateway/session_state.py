@@ -7,7 +7,9 @@ other replicas send. Failures of the store become protocol errors with the store
 Audio and acknowledgements never wait on Redis (DESIGN §7): `begin`, `record` and `update` return at
 once (the local copy is updated, Redis is written behind); `acquire_slot` falls back to this replica's
 own count while Redis is not answering. Only `attach` and `resolve_voice` (at `session.config`) read
-Redis, and they fail fast with `state_unavailable` while the store's circuit is open.
+Redis, and they fail fast with `state_unavailable` while the store's circuit is open. A session start
+waits its turn for one of the store's connections (sessions/gate.py) when a burst of them holds every
+one; past the store's `pool_wait_s` it is refused as capacity is: `queue_full`, `bound: "session_start"`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from sessions import (
     SessionStore,
     SessionStoreError,
     StateUnavailable,
+    StoreBusy,
     StreamSlot,
     Tenant,
 )
@@ -37,6 +40,14 @@ log = logging.getLogger("voxgate.sessions")
 
 # What is stored of a config: everything but the message type and the id itself.
 _NOT_STORED = ("type", "session_id")
+
+
+def refusal(e: SessionStoreError) -> ProtocolError:
+    """The store's refusal as the client hears it; a busy store is a capacity refusal, with admission's
+    fields (`bound`, `retry_after_s`) so a client retries it as it retries a full queue."""
+    if isinstance(e, StoreBusy):
+        return ProtocolError(e.code, str(e), bound="session_start", retry_after_s=e.retry_after_s)
+    return ProtocolError(e.code, str(e))
 
 
 def config_fields(cfg: SessionConfig) -> dict[str, Any]:
@@ -72,7 +83,7 @@ class SessionBinding:
                 self.tenant.name, session_id=cfg.session_id, config=config_fields(cfg), voice=cfg.voice_name
             )
         except SessionStoreError as e:
-            raise ProtocolError(e.code, str(e)) from None
+            raise refusal(e) from None
         if not self.attached.resumed:
             return cfg
         merged = self.attached.record.config | {k: v for k, v in explicit.items() if k not in _NOT_STORED}
@@ -106,7 +117,7 @@ class SessionBinding:
         try:
             slot = await self.store.acquire_stream(self.tenant.name, self.tenant.max_streams, local_fallback=True)
         except SessionStoreError as e:
-            raise ProtocolError(e.code, str(e)) from None
+            raise refusal(e) from None
         slot.start_keepalive()
         return slot
 
@@ -114,8 +125,8 @@ class SessionBinding:
         """An engine voice, or a registered preset/clone from the tenant's registry."""
         try:
             return await resolve_voice(self.store, self.tenant, engine, name)
-        except StateUnavailable as e:
-            raise ProtocolError(e.code, str(e)) from None
+        except (StateUnavailable, StoreBusy) as e:
+            raise refusal(e) from None
 
     async def lexicon(self, lexicon: str | None) -> Lexicon | None:
         """The tenant's lexicon a session names (None: it names none); unknown_lexicon when there is none."""
@@ -124,7 +135,7 @@ class SessionBinding:
         try:
             found = await LexiconStore(self.store).get(self.tenant.name, lexicon)
         except SessionStoreError as e:
-            raise ProtocolError(e.code, str(e)) from None
+            raise refusal(e) from None
         if found is None:
             raise ProtocolError("unknown_lexicon", f"no lexicon {quote(lexicon)} (PUT /v1/lexicons/{{name}} first)")
         return found

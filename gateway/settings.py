@@ -111,6 +111,12 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     voice_aliases: dict[str, str] = field(default_factory=dict)  # e.g. OpenAI names → engine voices
     redis_url: str | None = None  # None: the embedded single-process store
+    # The store's connections at most (its pool is sized for them: a reconnect storm of 512 sessions needs
+    # far fewer, a call holds one ~1 ms); a call waits this long for a free one before its session start
+    # (or request) is refused as capacity, `queue_full` (sessions/gate.py). Redis's maxclients bounds
+    # replicas × redis_max_connections.
+    redis_max_connections: int = 256
+    redis_pool_wait_s: float = 5.0
     api_keys: str = ""  # "tenant=<sha256hex>,…" or a JSON file of tenants; empty: open mode
     insecure: bool = False  # allow open mode on a non-loopback address
     takeover: str = "takeover"  # a second connection for a live session: "takeover" or "refuse"

@@ -20,7 +20,7 @@ from msgspec.structs import replace
 
 from . import keys
 from .control import ControlSubscription
-from .errors import StateUnavailable
+from .errors import RETRYABLE
 from .leases import OwnershipLease
 from .records import ControlMessage, SessionRecord, SpokenEntry
 
@@ -150,7 +150,7 @@ class AttachedSession:
         most an op timeout for this session's queued writes, so the release does not overtake them."""
         await self.control.close()
         await self.store.settled(self._key)
-        with contextlib.suppress(StateUnavailable):
+        with contextlib.suppress(*RETRYABLE):
             await self.lease.release()
 
     async def __aenter__(self) -> AttachedSession:

@@ -11,6 +11,10 @@ here and nowhere else:
 
 - the pub/sub connection of the control bus. On a cluster, PUBLISH (also from a script) reaches the
   subscribers of every node, so the bus subscribes on any one node, and on the next one after a loss;
+- which node is the primary now (Sentinel): asked of the sentinels at each heartbeat, so the control
+  bus's pub/sub connection (and the pool's idle connections) leave an old primary that a partition
+  cut off from its replicas: such a node still answers, as a primary, and relays nothing published
+  on the new one;
 - acknowledged writes (a voice, the spoken log) wait for one replica (``WAIT 1``) on the connection that
   wrote, where the primary has a replica: a write the gateway acknowledged survives its primary's
   failover. Whether a replica exists is learnt from ``ROLE`` (the store's heartbeat) or the cluster's
@@ -32,7 +36,7 @@ from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 log = logging.getLogger("voxgate.sessions")
 
@@ -120,6 +124,10 @@ class Backend:
     def pubsub(self) -> PubSub:
         return self.client.pubsub()  # type: ignore[no-any-return]
 
+    def register_script(self, script: str) -> Any:
+        """A Lua script the store calls as ``await s(keys=…, args=…)``."""
+        return self.client.register_script(script)
+
     def learn_role(self, role: Sequence[Any]) -> None:
         """``ROLE`` on the primary: ``[b"master", offset, [[ip, port, offset], …]]``."""
         if role and role[0] in (b"master", "master") and len(role) > 2:
@@ -142,6 +150,14 @@ class Backend:
     async def role(self) -> object:
         return await self.client.execute_command("ROLE")
 
+    async def ping(self) -> object:
+        return await self.client.ping()
+
+    async def primary(self) -> tuple[str, int] | None:
+        """The address of the node that is the primary now, where something other than the connection
+        itself says so (the sentinels); None: the node connected to is the one there is."""
+        return None
+
     async def receivers(self, channel: str, counted: int) -> int:
         """How many subscribers a PUBLISH that answered ``counted`` reached."""
         return counted
@@ -155,6 +171,12 @@ class SentinelBackend(Backend):
         super().__init__(client, "sentinel")
         self.sentinel = sentinel
 
+    async def primary(self) -> tuple[str, int] | None:
+        # The pool's own question (every new connection asks it): when the answer changed, its idle
+        # connections to the old primary are closed, so the next call reaches the new one.
+        host, port = await self.client.connection_pool.get_master_address()
+        return str(host), int(port)
+
     async def aclose(self) -> None:
         await self.client.aclose()
         await self.sentinel.aclose()
@@ -164,9 +186,10 @@ class ClusterBackend(Backend):
     """A cluster: scripts and transactions route by their first key (every key of one script shares the
     tenant's hash tag, so one slot); the control bus subscribes on one node at a time."""
 
-    def __init__(self, client: RedisCluster, conn: dict[str, Any]) -> None:
+    def __init__(self, client: RedisCluster, conn: dict[str, Any], *, node_timeout_s: float = 0.25) -> None:
         super().__init__(client, "cluster")
         self._conn = conn
+        self.node_timeout_s = node_timeout_s  # one node's answer to a count (PUBSUB NUMSUB), at most
         self._next = 0
         self._node_clients: list[aioredis.Redis] = []
 
@@ -179,6 +202,9 @@ class ClusterBackend(Backend):
         self._node_clients.append(client)
         del self._node_clients[:-2]  # the live one and the one just given up: older ones are closed
         return client.pubsub()
+
+    def register_script(self, script: str) -> Any:
+        return RoutedScript(self.client, script)
 
     def has_replica(self, key: str) -> bool:
         try:
@@ -206,11 +232,30 @@ class ClusterBackend(Backend):
     async def role(self) -> object:
         return None  # replicas per slot come from the slot map
 
+    async def ping(self) -> object:
+        # One node, not redis-py's default for PING (every node): with one node down the rest of the slots
+        # are served, and a heartbeat that failed for that node would refuse every call (the breaker).
+        # The default node is replaced by redis-py when it stops answering. Calls to the down node's slots
+        # still fail, and are counted, on their own.
+        return await self.client.ping(target_nodes=RedisCluster.DEFAULT_NODE)
+
     async def receivers(self, channel: str, counted: int) -> int:
-        # PUBLISH counts the subscribers of the node that ran it; the others got it over the cluster
-        # bus. Cancels are rare (a barge-in), so asking every node is cheap.
-        numsubs = [node.execute_command("PUBSUB", "NUMSUB", channel) for node in self.client.get_nodes()]
-        return sum(int(reply[1]) for reply in await asyncio.gather(*numsubs))
+        """PUBLISH counts the subscribers of the node that ran it; the others got it over the cluster bus,
+        so every node is asked (cancels are rare: a barge-in). The message is out already: a node that is
+        down or slow (``node_timeout_s``) is left out of the count, never an error, and the count is at
+        least what PUBLISH counted."""
+        answers = await asyncio.gather(*(self._numsub(node, channel) for node in self.client.get_nodes()))
+        return max(counted, sum(answers))
+
+    async def _numsub(self, node: ClusterNode, channel: str) -> int:
+        try:
+            async with asyncio.timeout(self.node_timeout_s):
+                reply = await node.execute_command("PUBSUB", "NUMSUB", channel)
+            return int(reply[1])
+        except (aioredis.RedisError, OSError, TimeoutError) as e:
+            log.info("session store: cluster node %s did not count subscribers (%s); left out of the count",
+                     node.name, type(e).__name__)  # fmt: skip
+            return 0
 
     async def aclose(self) -> None:
         for c in self._node_clients:
@@ -218,15 +263,34 @@ class ClusterBackend(Backend):
         await self.client.aclose()
 
 
-def connect(url: str, *, connect_timeout_s: float, op_timeout_s: float) -> Backend:
-    """A backend for ``url``. Nothing is contacted yet (``SessionStore.start`` pings)."""
+class RoutedScript:
+    """A script on a cluster, sent only to the node its keys live on: redis-py's ``Script`` answers a
+    NOSCRIPT by loading the script on every primary, so with one node down the first call of each script
+    failed on every slot. This one answers it with EVAL, routed by key (which caches it there too)."""
+
+    def __init__(self, client: RedisCluster, script: str) -> None:
+        self._client = client
+        self._inner = client.register_script(script)
+        self.script = script
+
+    async def __call__(self, keys: list[str] | None = None, args: list[Any] | None = None) -> Any:
+        keys, args = keys or [], args or []
+        try:
+            return await self._client.evalsha(self._inner.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await self._client.eval(self.script, len(keys), *keys, *args)
+
+
+def connect(url: str, *, connect_timeout_s: float, op_timeout_s: float, max_connections: int = 256) -> Backend:
+    """A backend for ``url``, its pool (per node on a cluster) sized for ``max_connections``. Nothing is
+    contacted yet (``SessionStore.start`` pings)."""
     u = parse_url(url)
     conn: dict[str, Any] = dict(
         socket_connect_timeout=connect_timeout_s, socket_timeout=op_timeout_s,
         # Few, quick retries of a refused or reset connection; a timeout is not retried (the breaker
         # bounds the whole call anyway): a stalled Redis must cost one op timeout, not three.
         retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 2, supported_errors=(aioredis.ConnectionError,)),
-        health_check_interval=10,
+        health_check_interval=10, max_connections=max_connections,
     )  # fmt: skip
     if u.kind == "redis":
         return Backend(aioredis.from_url(u.raw, **conn), "redis")
@@ -245,6 +309,7 @@ def connect(url: str, *, connect_timeout_s: float, op_timeout_s: float) -> Backe
     client = RedisCluster(
         startup_nodes=nodes, socket_connect_timeout=connect_timeout_s, socket_timeout=op_timeout_s,
         # A moved slot or a failed-over primary is retried by redis-py within the store's op timeout.
-        retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 2), **auth,
+        retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 2), max_connections=max_connections, **auth,
     )  # fmt: skip
-    return ClusterBackend(client, node_conn)
+    # A cancel's count asks every node within a share of its op timeout (ClusterBackend.receivers).
+    return ClusterBackend(client, node_conn, node_timeout_s=op_timeout_s / 2)

@@ -7,6 +7,11 @@ Redis with back-off (0.1 s doubling to 1 s); the first answered ping closes it a
 ``heartbeat_s`` notices a Redis that stopped answering even when nobody is calling, so ``/health``
 can be answered from the state alone, without waiting on Redis.
 
+Waiting for a connection is not Redis's time: with a ``ConnectionGate`` (sessions/gate.py) a call first
+waits its turn for one of the store's connections, and only then is its op timeout running. A pool that
+ran out (redis-py's ``MaxConnectionsError``) is local demand too: neither opens the circuit; the caller
+gets ``StoreBusy`` (a capacity refusal) instead.
+
 Why this shape: a Redis that accepts connections but never answers (a stopped process, a frozen VM)
 costs every caller its full timeout and retries. One caller paying ≤ 0.5 s to find out, and everyone
 after it failing in microseconds, keeps that cost off audio and acknowledgements.
@@ -23,9 +28,11 @@ from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
 import redis.asyncio as aioredis
+from redis.exceptions import MaxConnectionsError
 
 from . import metrics
-from .errors import StateUnavailable
+from .errors import StateUnavailable, StoreBusy
+from .gate import ConnectionGate
 
 log = logging.getLogger("voxgate.sessions")
 T = TypeVar("T")
@@ -51,8 +58,10 @@ class CircuitBreaker:
     def __init__(
         self, ping: Callable[[], Awaitable[object]], *, op_timeout_s: float = 0.5, failures: int = 2,
         heartbeat_s: float | None = 0.5, probe_backoff_s: tuple[float, float] = (0.1, 1.0),
+        gate: ConnectionGate | None = None,
     ) -> None:
         self._ping = ping
+        self._gate = gate  # None: calls are not bounded in number (a breaker on its own, in tests)
         self.op_timeout_s = op_timeout_s
         self.failures = failures
         self.heartbeat_s = heartbeat_s  # None: no heartbeat (the embedded store cannot stall)
@@ -82,22 +91,37 @@ class CircuitBreaker:
 
     async def call(self, op: Awaitable[T], timeout: float | None = None) -> T:
         """Run one Redis operation within ``timeout`` (default ``op_timeout_s``); ``StateUnavailable`` at
-        once while open. Errors other than unavailability (a script's error) pass through unchanged."""
+        once while open; ``StoreBusy`` when no connection freed within the gate's wait. Errors other than
+        unavailability (a script's error) pass through unchanged."""
         self._ensure_watch()
         if not self.is_closed:
             _discard(op)
             raise StateUnavailable(UNAVAILABLE_MESSAGE)
         try:
-            async with asyncio.timeout(timeout if timeout is not None else self.op_timeout_s):
-                result = await op
+            async with self._turn():
+                if not self.is_closed:  # it opened while this call waited its turn
+                    raise StateUnavailable(UNAVAILABLE_MESSAGE)
+                async with asyncio.timeout(timeout if timeout is not None else self.op_timeout_s):
+                    result = await op
+        except (StoreBusy, StateUnavailable):
+            _discard(op)
+            raise
+        except MaxConnectionsError as e:  # the pool ran out: local demand, not Redis (never counted)
+            raise StoreBusy("every connection to the session store is in use; retry shortly") from e
         except UNAVAILABLE as e:
             self.failure(e)
             raise StateUnavailable(UNAVAILABLE_MESSAGE) from e
         self._consecutive = 0
         return result
 
+    def _turn(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._gate.turn() if self._gate is not None else contextlib.nullcontext()
+
     def failure(self, e: BaseException) -> None:
-        """Count one failed operation: a timeout opens the breaker, so do ``failures`` errors in a row."""
+        """Count one failed operation: a timeout opens the breaker, so do ``failures`` errors in a row.
+        An exhausted pool is not a failure of Redis and is not counted."""
+        if isinstance(e, MaxConnectionsError):
+            return
         self._consecutive += 1
         if isinstance(e, _TIMEOUTS) or self._consecutive >= self.failures:
             self.trip(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
@@ -143,6 +167,8 @@ class CircuitBreaker:
         try:
             async with asyncio.timeout(self.op_timeout_s):
                 await self._ping()
+        except MaxConnectionsError:
+            return True  # every connection busy here says nothing of Redis (calls find out for themselves)
         except UNAVAILABLE as e:
             self.reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             return False

@@ -2,7 +2,10 @@
 
 A single reader task owns the pub/sub connection and routes messages to local subscriptions. When the
 connection drops it opens a new one and re-subscribes every live channel, with backoff, so
-subscriptions survive a Redis restart. Pub/sub is at-most-once: a message published while the
+subscriptions survive a Redis restart. It does the same when the store learns that the primary is now
+another node than the one its connection talks to (`follow`, from the Sentinel heartbeat): an old primary
+cut off by a partition still answers and keeps the subscriptions, but nothing published on the new
+primary reaches it. Pub/sub is at-most-once: a message published while the
 connection is down is lost; the ownership lease is the second, durable signal for takeovers.
 
 Nothing here waits on a Redis that stopped answering: ``subscribe`` fails at once while the store's
@@ -105,11 +108,20 @@ class ControlBus:
         self._task: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self.reconnects = 0  # times the pub/sub connection was re-established after a loss
+        self.repoints = 0  # times it was moved to the node that became the primary
+        self.node: tuple[str, int] | None = None  # the address its connection talks to (None: not TCP)
+        self._stale: tuple[str, int] | None = None  # the primary it should move to, when it is elsewhere
         self.on_reconnect: Callable[[], None] | None = None  # Redis is back: e.g. renew leases now
 
     @property
     def connected(self) -> bool:
         return self._pubsub is not None
+
+    def follow(self, primary: tuple[str, int]) -> None:
+        """The primary is at ``primary`` now: a connection to another node re-subscribes (the reader moves
+        it at its next turn, within a second), as it does after a loss."""
+        if self._pubsub is not None and self.node is not None and self.node != primary:
+            self._stale = primary
 
     async def subscribe(self, channel: str, session_id: str, token: str | None) -> ControlSubscription:
         """Returns once Redis has confirmed the subscription, so a publish after this is delivered."""
@@ -189,13 +201,16 @@ class ControlBus:
                 await ps.aclose()
             raise
         self._pubsub = ps
+        conn = ps.connection
+        host, port = getattr(conn, "host", None), getattr(conn, "port", None)
+        self.node = (str(host), int(port)) if host is not None and port is not None else None
         # Channels added while SUBSCRIBE was in flight saw no pub/sub to send on.
         missing = [ch for ch in self._subs if ch not in wanted]
         if missing:
             await ps.subscribe(*missing)
 
     async def _drop(self) -> None:
-        ps, self._pubsub = self._pubsub, None
+        ps, self._pubsub, self.node = self._pubsub, None, None
         if ps is not None:
             with contextlib.suppress(Exception):
                 await ps.aclose()
@@ -205,6 +220,14 @@ class ControlBus:
         lost = False
         while True:
             try:
+                if self._stale is not None and self._pubsub is not None:
+                    log.warning("control channels: their connection is to %s:%d, the primary is %s:%d now; "
+                                "re-subscribing there", *(self.node or ("?", 0)), *self._stale)  # fmt: skip
+                    self._stale = None
+                    self.repoints += 1
+                    await self._drop()
+                    lost = True  # re-subscribed as after a loss (leases renewed at once on the new primary)
+                    continue
                 if self._pubsub is None:
                     if not self._subs:
                         self._wakeup.clear()

@@ -20,6 +20,19 @@ class StateUnavailable(SessionStoreError):
     code = "state_unavailable"
 
 
+class StoreBusy(SessionStoreError):
+    """Every connection this replica may open to the store stayed in use for ``pool_wait_s``: the
+    replica is at capacity (a burst of callers), not the store away. A capacity refusal, with the
+    admission's code: retry in ``retry_after_s``."""
+
+    code = "queue_full"
+    retry_after_s: ClassVar[int] = 1
+
+
+# The store could not serve the call now, and may a moment later: a write is kept to replay, a renewal retried.
+RETRYABLE: tuple[type[SessionStoreError], ...] = (StateUnavailable, StoreBusy)
+
+
 class InvalidId(SessionStoreError, ValueError):
     """A tenant, session or voice id that cannot be a key component."""
 

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Protocol
 
 from . import keys
-from .errors import StateUnavailable
+from .errors import RETRYABLE
 
 log = logging.getLogger("voxgate.sessions")
 
@@ -86,7 +86,7 @@ class _KeptAlive:
                     self.lost.set()
                     return
                 wait = every
-            except StateUnavailable as e:
+            except RETRYABLE as e:
                 # Retry sooner than the period: once Redis is back, the lease (and a record Redis lost)
                 # should be restored within a fraction of a second, not a whole period later.
                 log.debug("%s renewal deferred: %s", type(self).__name__, e)
@@ -152,7 +152,7 @@ class OwnershipLease(_KeptAlive):
         try:
             if self._store.available:
                 return await self._release()
-        except StateUnavailable:
+        except RETRYABLE:
             pass
         self._store.later(key, "lease release", self._release)
         return False

@@ -18,3 +18,9 @@ WRITES_UNREPLICATED = Counter(
     "voxgate_state_writes_unreplicated_total",
     "acknowledged writes (voices, the spoken log) no replica confirmed within replica_ack_timeout_s",
 )
+POOL_WAITS = Counter(
+    "voxgate_state_pool_waits_total", "store calls that waited for a free connection (every one was in use)"
+)
+POOL_REFUSED = Counter(
+    "voxgate_state_pool_refused_total", "store calls refused (queue_full) after waiting pool_wait_s for a connection"
+)

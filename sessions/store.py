@@ -11,6 +11,7 @@ write-behind queue (sessions/writebehind.py), replayed when Redis is back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -38,11 +39,13 @@ from .errors import (
     SessionExists,
     SessionNotFound,
     StateUnavailable,
+    StoreBusy,
     StreamLimitExceeded,
     VoiceExists,
     VoiceLimitExceeded,
     VoiceQuotaExceeded,
 )
+from .gate import ConnectionGate
 from .leases import OwnershipLease, StreamSlot
 from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo
 from .writebehind import WriteBehind
@@ -68,6 +71,8 @@ def now_ms() -> int:
 
 #: The embedded store's bound on one call (see `SessionStore.from_url`).
 EMBEDDED_OP_TIMEOUT_S = 5.0
+#: Pool connections not given to calls: the control bus's pub/sub connection and the heartbeat's.
+RESERVED_CONNECTIONS = 2
 #: The bound on each step of `SessionStore.close` past the write-behind's drain.
 CLOSE_STEP_S = 2.0
 
@@ -103,6 +108,13 @@ class StoreSettings:
     # An acknowledged write (a voice, the spoken log) waits this long for one replica to hold it, where
     # the primary has one (WAIT 1): below op_timeout_s, so a lagging replica never opens the circuit.
     replica_ack_timeout_s: float = 0.2
+    # Connections this replica opens to Redis at most (each of its pools is sized for it: a reconnect
+    # storm of 512 sessions needs no more than this many at once, since a call holds one for ~1 ms).
+    # Redis's maxclients (10000) bounds the replicas × this.
+    max_connections: int = 256
+    # How long a call waits its turn for a connection when every one is in use before it is refused with
+    # `queue_full` (StoreBusy): demand past what the pool serves in this time is refused as capacity.
+    pool_wait_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -126,9 +138,13 @@ class SessionStore:
         self.settings = settings or StoreSettings()
         self.replica_id = replica_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         s = self.settings
+        # Calls take turns for the pool's connections, less those held apart: the control bus's pub/sub
+        # connection and the heartbeat's, which must never wait behind a burst of calls.
+        self.gate = ConnectionGate(max(1, s.max_connections - RESERVED_CONNECTIONS), s.pool_wait_s)
         self.breaker = CircuitBreaker(
             self._raw_ping, op_timeout_s=s.op_timeout_s, failures=s.breaker_failures,
             heartbeat_s=s.heartbeat_s if backend is not None else None,  # fakeredis cannot stall
+            gate=self.gate,
         )
         self.write_behind = WriteBehind(self.breaker, max_entries=s.write_behind_max,
                                         max_bytes=s.write_behind_max_bytes)  # fmt: skip
@@ -142,7 +158,8 @@ class SessionStore:
         self.breaker.on_close.append(self._renew_all_now)
         # Stream slots this replica holds per tenant: the limit it enforces alone while Redis is away.
         self._held_streams: dict[str, int] = {}
-        reg = client.register_script
+        self._following: asyncio.Task[None] | None = None  # the heartbeat's question to the sentinels
+        reg = backend.register_script if backend is not None else client.register_script
         self._create = reg(scripts.CREATE_SESSION)
         self._restore = reg(scripts.RESTORE_SESSION)
         self._update = reg(scripts.UPDATE_SESSION)
@@ -174,9 +191,10 @@ class SessionStore:
             # In-process, the store cannot be away: a slow call means the event loop was busy (64 sessions
             # opening at once on 2 cores), and opening the circuit then would refuse sessions for nothing.
             s = dataclasses.replace(s, op_timeout_s=max(s.op_timeout_s, EMBEDDED_OP_TIMEOUT_S))
-            client = fakeredis.FakeAsyncRedis(server=embedded_server())
+            client = fakeredis.FakeAsyncRedis(server=embedded_server(), max_connections=s.max_connections)
             return cls(client, backend=None, url="embedded://", settings=s, replica_id=replica_id)
-        backend = connect(url, connect_timeout_s=s.connect_timeout_s, op_timeout_s=s.op_timeout_s)
+        backend = connect(url, connect_timeout_s=s.connect_timeout_s, op_timeout_s=s.op_timeout_s,
+                          max_connections=s.max_connections)
         return cls(backend.client, backend=backend, url=url, settings=s, replica_id=replica_id)
 
     async def start(self) -> None:
@@ -199,6 +217,8 @@ class SessionStore:
         """Write what is queued (for at most a second, while Redis answers), then let go of everything."""
         await self.write_behind.close(drain_s=1.0)  # bounded by itself: what is left unwritten is failed
         await _within(self.breaker.close(), "heartbeat")
+        if self._following is not None:
+            self._following.cancel()
         await _within(self.control.close(), "control bus")
         await _within(self._backend.aclose() if self._backend is not None else self.client.aclose(), "connections")
 
@@ -213,14 +233,30 @@ class SessionStore:
 
     async def _raw_ping(self) -> object:
         """The heartbeat: ROLE where it tells how many replicas the primary has (acknowledged writes wait
-        for one), PING otherwise."""
+        for one), PING otherwise. Beside it, where the sentinels name the primary, the control bus is
+        re-pointed when its connection is to another node (`_follow_primary`)."""
         if self._backend is None:
             return await self.client.ping()
+        if self._backend.kind == "sentinel" and (self._following is None or self._following.done()):
+            self._following = asyncio.get_running_loop().create_task(self._follow_primary())
         role = await self._backend.role()
         if role is None:
-            return await self.client.ping()
+            return await self._backend.ping()
         self._backend.learn_role(role)  # type: ignore[arg-type]
         return role
+
+    async def _follow_primary(self) -> None:
+        """Ask who the primary is (off the heartbeat's own time: sentinels that do not answer must not
+        look like Redis not answering); a control bus connected elsewhere re-subscribes on it."""
+        assert self._backend is not None
+        try:
+            async with asyncio.timeout(self.settings.op_timeout_s):
+                primary = await self._backend.primary()
+        except Exception as e:  # the sentinels are away: the data connections find out for themselves
+            log.debug("session store: no answer on the primary's address (%s)", type(e).__name__)
+            return
+        if primary is not None:
+            self.control.follow(primary)
 
     def health(self) -> StoreHealth:
         """For /health, at once and without touching Redis: the breaker's view (its heartbeat keeps it
@@ -489,7 +525,8 @@ class SessionStore:
         if n < 0:
             raise SessionNotFound(f"session {session_id} not found")
         if self._backend is not None:
-            n = await self._call(self._backend.receivers(keys.control(tenant, session_id), int(n)))
+            with contextlib.suppress(StateUnavailable, StoreBusy):  # the cancel is out: PUBLISH's count stands
+                n = await self._call(self._backend.receivers(keys.control(tenant, session_id), int(n)))
         return int(n)
 
     # ---- stream limits ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from . import metrics
 from .breaker import CircuitBreaker
-from .errors import SessionStoreError, StateUnavailable
+from .errors import RETRYABLE, SessionStoreError
 
 log = logging.getLogger("voxgate.sessions")
 
@@ -132,8 +132,9 @@ class WriteBehind:
             w = self._inflight = self._items[0]
             try:
                 await w.run()
-            except StateUnavailable:
-                # Redis stopped answering (the breaker counted it): keep it at the head, replay in order.
+            except RETRYABLE:
+                # Redis stopped answering (the breaker counted it), or every connection was busy: keep it at
+                # the head, replay in order.
                 w.attempts += 1
                 if w.attempts >= self.max_attempts:
                     log.warning("session store: %s of %s failed %d times; dropped", w.what, w.key, w.attempts)

@@ -136,17 +136,20 @@ class SentinelSet:
 
     MASTER = "voxgate"
 
-    def __init__(self, workdir: Path, down_after_ms: int = 400, *, failover_ready: bool = False) -> None:
+    def __init__(
+        self, workdir: Path, down_after_ms: int = 400, *, failover_ready: bool = False,
+        primary_args: tuple[str, ...] = (),  # e.g. a primary that cannot be demoted (REPLICAOF renamed)
+    ) -> None:
         mark = len(_STARTED)
         try:
-            self._start(workdir, down_after_ms, failover_ready)
+            self._start(workdir, down_after_ms, failover_ready, primary_args)
         except BaseException:
             kill_since(mark)
             raise
 
-    def _start(self, workdir: Path, down_after_ms: int, failover_ready: bool) -> None:
+    def _start(self, workdir: Path, down_after_ms: int, failover_ready: bool, primary_args: tuple[str, ...]) -> None:
         # No 5 s wait for more replicas before a full sync (Redis 7's default for diskless sync).
-        self.primary = Node(workdir, "--repl-diskless-sync-delay", "0")
+        self.primary = Node(workdir, "--repl-diskless-sync-delay", "0", *primary_args)
         self.replica = Node(workdir, "--replicaof", "127.0.0.1", str(self.primary.port),
                             "--repl-diskless-sync-delay", "0")  # fmt: skip
         _wait("the replica did not sync", lambda: b"master_link_status:up" in command(self.replica.port, "INFO",
