@@ -50,7 +50,7 @@ def _split_host(host: str) -> tuple[str, str | None]:
 
 def _origin_authority(origin: str) -> str | None:
     """An origin's host[:port], its scheme's default port left out; None for "null" or a malformed one."""
-    scheme, sep, rest = origin.strip().lower().partition("://")
+    scheme, sep, rest = origin.strip().lower().rstrip("/").partition("://")
     if not sep or not rest or "/" in rest:
         return None
     name, port = _split_host(rest)
