@@ -1,7 +1,7 @@
 """The attack suite: each attack of issue 13 against a live gateway, with a canary session speaking
 beside it and `/health` probed throughout. Prints a table and writes JSON.
 
-    python bench/attack.py --url http://127.0.0.1:8000 [--only NAME,…] [--key KEY] [--json OUT.json]
+    python bench/attack.py --url http://127.0.0.1:8000 [--only NAME,…] [--key KEY] [--admin-key KEY] [--json OUT.json]
 
 Every attack is an `async def (ctx) -> dict` registered with `@attack(name)`; it returns what it saw
 (the codes it got back, say). `run(url, name)` runs one with the canary and the probe and returns a
@@ -29,6 +29,7 @@ class Context:
     url: str  # http://HOST:PORT
     key: str | None = None
     options: dict[str, Any] = field(default_factory=dict)  # per-attack knobs (tests shrink them)
+    admin_key: str | None = None  # the admin plane's (/metrics, /v1/admin), where the server has one
 
 
 Attack = Callable[[Context], Awaitable[dict[str, Any]]]
@@ -55,16 +56,21 @@ class Result:
     seen: dict[str, Any]
 
 
-async def run(url: str, name: str, *, key: str | None = None, after: int = 2, **options: Any) -> Result:
+async def run(
+    url: str, name: str, *, key: str | None = None, after: int = 2, admin_key: str | None = None, **options: Any
+) -> Result:
     """Run attack `name` with a canary speaking and /health probed; `after` canary utterances must
-    complete after the attack returns (the canary keeps hearing speech)."""
-    ctx = Context(url, key, options)
+    complete after the attack returns (the canary keeps hearing speech). `admin_key` reads the server's
+    memory from /metrics (the admin plane's) where the server has an admin key."""
+    ctx = Context(url, key, options, admin_key)
     t0 = time.monotonic()
     async with Canary(url, key=key) as canary, HealthProbe(url) as health:
-        rss0, lag0 = await asyncio.to_thread(server_rss, url), await asyncio.to_thread(loop_lag_buckets, url)
+        rss0 = await asyncio.to_thread(server_rss, url, admin_key)
+        lag0 = await asyncio.to_thread(loop_lag_buckets, url, admin_key)
         seen = await ATTACKS[name](ctx)
         await canary.keep_hearing(after)
-        rss1, lag1 = await asyncio.to_thread(server_rss, url), await asyncio.to_thread(loop_lag_buckets, url)
+        rss1 = await asyncio.to_thread(server_rss, url, admin_key)
+        lag1 = await asyncio.to_thread(loop_lag_buckets, url, admin_key)
     return Result(name, canary.report(), health.worst_s, dict(health.statuses), round((rss1 - rss0) / 2**20, 1),
                   worst_loop_lag(lag0, lag1), round(time.monotonic() - t0, 2), seen)  # fmt: skip
 
@@ -523,13 +529,14 @@ async def batch_flood(ctx: Context) -> dict[str, Any]:
 async def model_churn(ctx: Context) -> dict[str, Any]:
     import urllib.request
 
-    from canary import http_url
+    from canary import auth_headers, http_url
 
     name, seconds = str(ctx.options.get("model", "spare")), float(ctx.options.get("seconds", 3.0))
-    admin = Context(ctx.url, ctx.options.get("admin_key"))
+    admin = Context(ctx.url, ctx.admin_key or ctx.options.get("admin_key"))
 
     def state() -> str:
-        with urllib.request.urlopen(f"{http_url(ctx.url)}/v1/admin/models/{name}", timeout=10) as r:
+        req = urllib.request.Request(f"{http_url(ctx.url)}/v1/admin/models/{name}", headers=auth_headers(admin.key))
+        with urllib.request.urlopen(req, timeout=10) as r:
             return str(json.load(r)["state"])
 
     seen: dict[str, int] = {}
@@ -620,6 +627,106 @@ async def connect_burst(ctx: Context) -> dict[str, Any]:
             "seconds": round(time.monotonic() - t0, 2)}  # fmt: skip
 
 
+# Review 2026-12 findings 2, 7 and 15: the admin plane and /metrics. A proxy on the same host makes every
+# caller loopback; a web page makes its visitor's browser a loopback caller (a text/plain POST needs no
+# preflight; DNS rebinding lets the page read the answers); a page's WebSocket carries its Origin. Each
+# request is sent `rounds` times; `seen` maps each case to the statuses (or close codes) it got.
+def _http(url: str, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> tuple[int, str]:
+    """(status, error code or "") of one request; `headers` may set Host (a rebound name)."""
+    import urllib.error
+    import urllib.request
+
+    from canary import http_url
+
+    req = urllib.request.Request(http_url(url) + path, body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, ""
+    except urllib.error.HTTPError as e:
+        try:
+            return e.code, str(json.load(e)["error"]["code"])
+        except (ValueError, KeyError, TypeError):
+            return e.code, ""
+
+
+async def _tally(cases: dict[str, Callable[[], tuple[int, str]]], rounds: int) -> dict[str, list[str]]:
+    seen: dict[str, set[str]] = {name: set() for name in cases}
+    for _ in range(rounds):
+        for name, send in cases.items():
+            status, code = await asyncio.to_thread(send)
+            seen[name].add(f"{status} {code}".strip())
+    return {name: sorted(v) for name, v in seen.items()}
+
+
+@attack("admin_via_proxies")
+async def admin_via_proxies(ctx: Context) -> dict[str, Any]:
+    """The admin plane and /metrics through the shipped balancers (`proxies`: "name=url,…"), no key."""
+    model, rounds = str(ctx.options.get("model", "piper")), int(ctx.options.get("rounds", 10))
+    proxies = dict(p.split("=", 1) for p in str(ctx.options["proxies"]).split(","))
+    json_post = {"Content-Type": "application/json"}
+    cases = {f"{name} {what}": send for name, url in proxies.items() for what, send in {
+        "GET /v1/admin/models": lambda u=url: _http(u, "GET", "/v1/admin/models", {}),
+        "POST load": lambda u=url: _http(u, "POST", f"/v1/admin/models/{model}/load", json_post, b"{}"),
+        "GET /metrics": lambda u=url: _http(u, "GET", "/metrics", {}),
+    }.items()}  # fmt: skip
+    return await _tally(cases, rounds)
+
+
+@attack("cross_site_requests")
+async def cross_site_requests(ctx: Context) -> dict[str, Any]:
+    """What a page can make its visitor's browser send to the gateway, straight to the server."""
+    from urllib.parse import urlsplit
+
+    model, rounds = str(ctx.options.get("model", "piper")), int(ctx.options.get("rounds", 10))
+    own = urlsplit(ctx.url if "://" in ctx.url else f"http://{ctx.url}").netloc
+    evil, rebound = {"Origin": "http://evil.example"}, {"Host": f"rebind.evil.example:{own.rsplit(':', 1)[1]}"}
+    text = {"Content-Type": "text/plain"}
+    load = f"/v1/admin/models/{model}/load"
+    own_page = {"Origin": f"http://{own}"}
+    cases: dict[str, Callable[[], tuple[int, str]]] = {
+        "admin text/plain from a foreign page": lambda: _http(ctx.url, "POST", load, evil | text, b"{}"),
+        "admin text/plain": lambda: _http(ctx.url, "POST", load, text, b"{}"),
+        "admin cross-site fetch": lambda: _http(ctx.url, "GET", "/v1/admin/models", {"Sec-Fetch-Site": "cross-site"}),
+        "admin rebound Host": lambda: _http(ctx.url, "GET", "/v1/admin/models", rebound),
+        "metrics rebound Host": lambda: _http(ctx.url, "GET", "/metrics", rebound),
+        "api rebound Host": lambda: _http(ctx.url, "GET", "/v1/audio/voices", rebound),
+        "speech text/plain from a foreign page": lambda: _http(ctx.url, "POST", "/v1/audio/speech", evil | text, b"{}"),
+        "api from the server's own page": lambda: _http(ctx.url, "GET", "/v1/audio/voices", own_page),
+    }  # fmt: skip
+    return await _tally(cases, rounds)
+
+
+@attack("foreign_origin_ws")
+async def foreign_origin_ws(ctx: Context) -> dict[str, Any]:
+    """WebSocket sessions opened by a page of another origin, beside the server's own page and a program."""
+    from urllib.parse import urlsplit
+
+    from canary import auth_headers, ws_url
+    from websockets.typing import Origin
+
+    own = urlsplit(ctx.url if "://" in ctx.url else f"http://{ctx.url}").netloc
+    seen: dict[str, set[str]] = {"foreign": set(), "own page": set(), "no Origin": set()}
+
+    async def open_one(kind: str, origin: str | None) -> None:
+        async with websockets.connect(ws_url(ctx.url), origin=None if origin is None else Origin(origin),
+                                      additional_headers=auth_headers(ctx.key), open_timeout=30) as ws:  # fmt: skip
+            with contextlib.suppress(websockets.ConnectionClosed):  # a refused one may be closed already
+                await ws.send(json.dumps({"type": "session.config", "voice": "joe", "language": "en"}))
+            first = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            if first["type"] == "error":
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    await asyncio.wait_for(ws.recv(), 10)
+                seen[kind].add(f"{first['code']} {ws.close_code} {ws.close_reason!r}")
+            else:
+                seen[kind].add(first["type"])
+
+    for _ in range(int(ctx.options.get("rounds", 10))):
+        await open_one("foreign", "http://evil.example")
+        await open_one("own page", f"http://{own}")
+        await open_one("no Origin", None)
+    return {kind: sorted(v) for kind, v in seen.items()}
+
+
 # -- more attacks above this line --------------------------------------------------------------------------
 
 
@@ -627,6 +734,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", default="http://127.0.0.1:8000")
     p.add_argument("--key", default=None, help="an API key, when the gateway has keys")
+    p.add_argument("--admin-key", default=None, help="the admin key, when the gateway has one (/metrics: its RSS)")
     p.add_argument("--only", default="", help="comma-separated attack names (default: all)")
     p.add_argument("--json", default="bench/results/attack.json")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -637,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in ATTACKS]
     if unknown:
         p.error(f"unknown attacks {unknown}; known: {list(ATTACKS)}")
-    results = [asyncio.run(run(args.url, n, key=args.key, **options)) for n in names]
+    results = [asyncio.run(run(args.url, n, key=args.key, admin_key=args.admin_key, **options)) for n in names]
     print(f"{'attack':<28} {'canary worst wait':>17} {'worst gap':>9} {'underrun':>9} {'utts':>5} {'health worst':>12} "
           f"{'loop lag ≤':>10} {'RSS +MB':>8} {'canary errors / failure'}")  # fmt: skip
     for r in results:

@@ -1,5 +1,6 @@
 """What an attack on a live gateway must not disturb: a canary session that keeps speaking, a probe
-that keeps asking `/health`, and the server's resident memory (from `/metrics`).
+that keeps asking `/health`, and the server's resident memory (from `/metrics`, the admin plane's: pass
+the admin key where the server has one).
 
     async with Canary(url) as canary, HealthProbe(url) as health:
         rss0 = server_rss(url)
@@ -216,22 +217,25 @@ _RSS = re.compile(r"^process_resident_memory_bytes ([0-9.e+]+)$", re.M)
 _LAG = re.compile(r'^voxgate_event_loop_lag_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)$', re.M)
 
 
-def _metrics(url: str) -> str:
-    with urllib.request.urlopen(http_url(url) + "/metrics", timeout=30) as r:
+def _metrics(url: str, admin_key: str | None = None) -> str:
+    """/metrics is the admin plane's: the admin key where the server has one (else a loopback server that
+    opts in, admin_open_loopback)."""
+    req = urllib.request.Request(http_url(url) + "/metrics", headers=auth_headers(admin_key))
+    with urllib.request.urlopen(req, timeout=30) as r:
         return r.read().decode()
 
 
-def server_rss(url: str) -> int:
+def server_rss(url: str, admin_key: str | None = None) -> int:
     """The server process's resident memory, from its Prometheus metrics (Linux)."""
-    m = _RSS.search(_metrics(url))
+    m = _RSS.search(_metrics(url, admin_key))
     if m is None:
         raise RuntimeError("/metrics has no process_resident_memory_bytes")
     return int(float(m.group(1)))
 
 
-def loop_lag_buckets(url: str) -> dict[float, float]:
+def loop_lag_buckets(url: str, admin_key: str | None = None) -> dict[float, float]:
     """The server's event-loop lag histogram (cumulative counts by upper bound), empty if it has none."""
-    return {float(le): float(n) for le, n in _LAG.findall(_metrics(url))}
+    return {float(le): float(n) for le, n in _LAG.findall(_metrics(url, admin_key))}
 
 
 def worst_loop_lag(before: dict[float, float], after: dict[float, float]) -> float | None:

@@ -83,8 +83,9 @@ done
 for talker in native vllm; do
   phase "bench/load.py, 0.6B on $talker, Poisson 2,8 responses/s (limit 45 s with start-up)"
   port=$((18400 + RANDOM % 500))
+  # --admin-open-loopback: bench/load.py reads the engine's busy share from /metrics (the admin plane's).
   .venv-gpu/bin/voxgate serve --model "$CK/0.6b" --talker "$talker" --port "$port" --in-process \
-    > "$OUT/serve_$talker.log" 2>&1 &
+    --admin-open-loopback > "$OUT/serve_$talker.log" 2>&1 &
   server=$!
   up=$((SECONDS + $(limit 30)))
   until curl -sf "http://127.0.0.1:$port/health" >/dev/null || [ $SECONDS -ge $up ]; do sleep 1; done

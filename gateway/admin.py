@@ -5,10 +5,15 @@
     POST /v1/admin/models/{name}/load       start loading it (202; poll its state)
     POST /v1/admin/models/{name}/unload     {"grace_s": 30}: drain it, then close its engine (202)
 
-Behind the admin key (the `admin_key` setting: its sha256, as tenants' keys are given), which is not a
-tenant's key: a tenant's is refused like any wrong key. Without an admin key configured only loopback
-callers are answered, and not through a proxy that says it forwarded the request (a proxy on the same
-host makes every caller loopback: configure an admin key there).
+Who is answered (the same for `/metrics`, which names every tenant):
+- a caller on the admin socket (`admin_socket`: a Unix socket, mode 0600), without a key;
+- with `admin_key` configured, a caller presenting it (not a tenant's key: refused like any wrong one);
+- with `admin_open_loopback` (a developer's machine), a loopback caller whose request no proxy marks as
+  forwarded, to a loopback or listed Host, from no foreign page (gateway/browser.py);
+- nobody else: the peer's address is no credential, since a proxy or service-mesh sidecar on the same
+  host makes every caller loopback.
+Every admin POST carries `Content-Type: application/json` (415 otherwise): a page cannot send that
+without a preflight the gateway never answers.
 """
 
 from __future__ import annotations
@@ -26,27 +31,44 @@ from litestar.handlers import BaseRouteHandler
 from litestar.params import FromPath
 
 from gateway import engine_report
+from gateway.browser import browser_refusal, via_admin_socket
 from gateway.errors import ApiError
 from gateway.models import ModelHandle, ModelRegistry, ModelUnavailable
+from gateway.settings import Settings
 from sessions import is_loopback, key_from_headers
 
 _FORWARDED = ("forwarded", "x-forwarded-for", "x-real-ip")
 
 
 def admin_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
-    """401 unless the admin key is presented (or, with none configured, 403 for a caller not on loopback)."""
-    digest = connection.app.state.settings.admin_digest
-    if digest:
+    """The rules above: 401 `unauthorized` for a missing or wrong admin key, 403 `admin_key_required` where
+    none is configured, 403 `admin_loopback_only` / `host_not_allowed` on the loopback opt-in, 415
+    `unsupported_media_type` for a POST that is not JSON."""
+    settings: Settings = connection.app.state.settings
+    if connection.scope.get("method") == "POST":
+        media = (connection.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+        if media != "application/json":
+            raise ApiError("admin requests must be sent as Content-Type: application/json",
+                           code="unsupported_media_type", status=415)  # fmt: skip
+    if via_admin_socket(connection.scope, settings):
+        return
+    if settings.admin_digest:
         presented = key_from_headers(connection.headers.get("authorization"), connection.headers.get("x-api-key"))
         given = hashlib.sha256((presented or "").encode("utf-8")).hexdigest()
-        if presented is None or not hmac.compare_digest(given, digest):
+        if presented is None or not hmac.compare_digest(given, settings.admin_digest):
             raise ApiError("the admin key is required (Authorization: Bearer or X-API-Key)", code="unauthorized",
                            status=401)  # fmt: skip
         return
+    if not settings.admin_open_loopback:
+        raise ApiError("the admin plane needs the admin key (setting admin_key) or the admin socket (setting "
+                       "admin_socket)", code="admin_key_required", status=403)  # fmt: skip
     host = connection.client.host if connection.client is not None else ""
     if not is_loopback(host) or any(h in connection.headers for h in _FORWARDED):
-        raise ApiError("the admin routes answer loopback callers only when no admin_key is configured",
+        raise ApiError("without an admin key the admin routes answer direct loopback callers only",
                        code="admin_loopback_only", status=403)  # fmt: skip
+    refusal = browser_refusal(connection, settings, credential=False)
+    if refusal is not None:
+        raise refusal
 
 
 class UnloadRequest(msgspec.Struct, forbid_unknown_fields=True):

@@ -15,9 +15,10 @@ from litestar.params import FromPath, JSONBody
 
 from engine import Engine, heap
 from gateway import metrics
-from gateway.admin import admin_routes
+from gateway.admin import admin_guard, admin_routes
 from gateway.auth import authenticate
 from gateway.batch import batch_routes
+from gateway.browser import browser_guard, browser_refusal
 from gateway.connection import Connection
 from gateway.dependencies import DEPENDENCIES
 from gateway.drain import DRAIN_REASON, Drain
@@ -84,7 +85,14 @@ async def cancel_session(
     return Response({"session_id": session_id, "cancelled": True, "replicas": reached}, status_code=202)
 
 
-@get("/metrics", sync_to_thread=False)
+@get("/livez", sync_to_thread=False)
+def livez() -> dict[str, str]:
+    """200 while the event loop answers: a liveness probe's (not /health, which is 503 while a replica
+    warms up or drains, nor /metrics, which is the admin plane's). Unauthenticated; says nothing."""
+    return {"status": "alive"}
+
+
+@get("/metrics", sync_to_thread=False, guards=[admin_guard])  # it names every tenant: the admin plane's
 def metrics_endpoint(state: State) -> Response[bytes]:
     return Response(metrics.render(state.get("models")), media_type=metrics.CONTENT_TYPE_LATEST)
 
@@ -96,6 +104,8 @@ async def _refuse(socket: WebSocket, code: str, message: str, close_code: int, r
 
 def _ws_refusal(socket: WebSocket, state: State) -> tuple[str, str, int, str] | None:
     """Why a new WebSocket session cannot start (error code, message, close code, reason); None: it can."""
+    if (refused := browser_refusal(socket, state.settings, credential=not state.api_keys.is_open)) is not None:
+        return refused.code, refused.message, CLOSE_POLICY, refused.code.replace("_", " ")
     if authenticate(socket, query=True) is None:
         message = "a valid API key is required (Authorization: Bearer, X-API-Key or ?api_key=)"
         return "unauthorized", message, CLOSE_POLICY, "unauthorized"
@@ -189,15 +199,16 @@ def create_app(
     specs = settings.model_specs()
     if engine is not None:
         given.setdefault(specs[0].name, engine)
-    routes = [health, metrics_endpoint, speech_stream, cancel_session, *model_routes, *admin_routes]
+    routes = [health, livez, metrics_endpoint, speech_stream, cancel_session, *model_routes, *admin_routes]
     routes += [*openai_routes, *batch_routes, *voice_routes, *lexicon_routes, *playground_routes]
     # Handlers raise (ApiError, EngineError, QueueFull, store errors, bad bodies); one table
     # (gateway/errors.py) turns each into its status and OpenAI's body. Handlers are given the engine,
     # store, settings and tenant (gateway/dependencies.py). Every response carries x-request-id.
     # Every body is small unless its route says otherwise (voices: a clip; speech: text): Litestar's
-    # default would let any new route read 10 MB.
+    # default would let any new route read 10 MB. No page of another origin, and in open mode no rebound
+    # Host, is answered (gateway/browser.py).
     app = Litestar(route_handlers=routes, lifespan=[_lifespan(settings, given, factory)],
-                   exception_handlers=EXCEPTION_HANDLERS, dependencies=DEPENDENCIES,
+                   exception_handlers=EXCEPTION_HANDLERS, dependencies=DEPENDENCIES, guards=[browser_guard],
                    middleware=[request_id_middleware], request_max_body_size=64 * 1024)  # fmt: skip
     app.state.drain = Drain(settings.drain_grace_s)  # SIGTERM runs it (gateway/server.py)
     # Each model its own admission (every stream, WebSocket, speech or batch, starts through it).

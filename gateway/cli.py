@@ -73,6 +73,7 @@ def _serve(args: argparse.Namespace) -> int:
             args.config, host=args.host, port=args.port, model=args.model, redis_url=args.redis_url,
             api_keys=args.api_keys, insecure=args.insecure or None, takeover=args.takeover,
             drain_grace_s=args.drain_grace, engine_processes=False if args.in_process else None,
+            admin_socket=args.admin_socket, admin_open_loopback=args.admin_open_loopback or None,
         )  # fmt: skip
         if args.talker:  # the Qwen3 models' talker backend (engine/talker_backend.py TALKERS); tables keep theirs
             settings = dataclasses.replace(settings, engine_options={"talker": args.talker, **settings.engine_options})
@@ -95,7 +96,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     app = create_app(settings)
     # SIGTERM drains first; meanwhile no engine process is restarted
-    server = DrainingServer(server_config(app, settings), app.state.drain, on_drain=app.state.models.retire)
+    server = DrainingServer(
+        server_config(app, settings), app.state.drain, settings.admin_socket, on_drain=app.state.models.retire
+    )
     server.run()
     # A failed start-up (an unreachable Redis, say) leaves the server not started: say so in the exit code.
     return 0 if server.started else 1
@@ -124,6 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--takeover", choices=("takeover", "refuse"), help="a second connection to a live session")
     p.add_argument("--drain-grace", type=float, metavar="SECONDS",
                    help="on SIGTERM, open utterances get this long to finish (default 30; env VOXGATE_DRAIN_GRACE_S)")
+    p.add_argument("--admin-socket", metavar="PATH", help="also serve a Unix socket (mode 0600) that answers the "
+                   "admin plane and /metrics without a key (env VOXGATE_ADMIN_SOCKET)")
+    p.add_argument("--admin-open-loopback", action="store_true", help="a developer's machine: answer the admin "
+                   "plane without a key to direct loopback callers (never behind a proxy or a service mesh)")
     p.set_defaults(run=_serve)
     args = parser.parse_args(argv)
     return args.run(args)

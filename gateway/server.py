@@ -1,14 +1,20 @@
 """How the gateway is served: uvicorn's settings in one place (the CLI and the tests use the same), with
 the edges an exposed server needs: a deadline for a request's headers (slowloris), a keep-alive
-timeout, a connection limit, a WebSocket message bound, and API keys kept out of the logs.
+timeout, a connection limit, a WebSocket message bound, API keys kept out of the logs, and the admin
+socket (a Unix socket beside host:port for the keyless admin plane).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import re
 import signal
+import socket
+import stat
+import sys
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -24,6 +30,7 @@ from gateway.settings import Settings
 # The largest WebSocket message the socket layer accepts, after permessage-deflate: the config bound
 # plus room for its JSON. The protocol decides per message type below that (gateway/protocol.py).
 WS_MAX_BYTES = MAX_CONFIG_BYTES + 64 * 1024
+uvicorn_log = logging.getLogger("uvicorn.error")
 
 
 class HeaderDeadline(H11Protocol):
@@ -102,14 +109,88 @@ def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Con
     return config
 
 
-class DrainingServer(uvicorn.Server):
+def bind_admin_socket(path: str) -> socket.socket:
+    """A listening Unix socket at `path`, mode 0600 before it listens (only its owner can connect). A
+    stale socket file left by a dead server is replaced; a live server's, or any other file, is an error."""
+    if os.path.lexists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise OSError(f"admin socket {path}: a file that is not a socket is there")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(1.0)
+            try:
+                probe.connect(path)
+            except (ConnectionRefusedError, FileNotFoundError):
+                os.unlink(path)  # nobody listens: a crashed server's
+            else:
+                raise OSError(f"admin socket {path}: another server is listening on it")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o600)
+        sock.listen(128)  # connections made before the app has started wait here
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server, also answering on the admin socket (settings `admin_socket`) when one is given:
+    the same app, which lets that socket's callers reach the admin plane without a key (gateway/admin.py)."""
+
+    def __init__(self, config: uvicorn.Config, admin_socket: str = "") -> None:
+        super().__init__(config)
+        self.admin_socket = admin_socket
+        self._admin_sock: socket.socket | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.admin_socket:
+            try:
+                self._admin_sock = bind_admin_socket(self.admin_socket)
+            except OSError as e:
+                uvicorn_log.error("%s", e)
+                sys.exit(3)  # uvicorn's start-up failure
+        try:
+            await super().startup(sockets=sockets)
+            if self._admin_sock is not None and not self.should_exit:
+                config = self.config
+                loop = asyncio.get_running_loop()
+
+                def protocol() -> asyncio.Protocol:
+                    return config.http_protocol_class(config=config, server_state=self.server_state,  # type: ignore[call-arg]
+                                                      app_state=self.lifespan.state, _loop=loop)  # fmt: skip
+
+                self.servers.append(await loop.create_server(protocol, sock=self._admin_sock))
+                uvicorn_log.info("admin socket on %s (mode 0600)", self.admin_socket)
+        except BaseException:
+            self._remove_admin_socket()
+            raise
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().shutdown(sockets=sockets)
+        finally:
+            self._remove_admin_socket()
+
+    def _remove_admin_socket(self) -> None:
+        if self._admin_sock is not None:
+            self._admin_sock.close()
+            self._admin_sock = None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.admin_socket)
+
+
+class DrainingServer(GatewayServer):
     """uvicorn's server, but the first SIGTERM drains before it exits (gateway/drain.py): no new sessions,
     open utterances finish (within the grace period), every socket is told to resume elsewhere. A second
     SIGTERM, or SIGINT, exits at once as uvicorn does (it closes what is still open with 1012).
     `on_drain` is called as the drain begins (the models stop restarting their engine processes)."""
 
-    def __init__(self, config: uvicorn.Config, drain: Drain, on_drain: Callable[[], None] | None = None) -> None:
-        super().__init__(config)
+    def __init__(
+        self, config: uvicorn.Config, drain: Drain, admin_socket: str = "", on_drain: Callable[[], None] | None = None
+    ) -> None:
+        super().__init__(config, admin_socket)
         self.drain = drain
         self.on_drain = on_drain
         self.drained_in: float | None = None

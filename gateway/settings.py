@@ -18,8 +18,8 @@
     preload = false               # registered; loaded by POST /v1/admin/models/fast/load
 
 Environment: `VOXGATE_HOST`, `VOXGATE_PORT`, `VOXGATE_MODEL`, `VOXGATE_REDIS_URL`, `VOXGATE_API_KEYS`,
-`VOXGATE_INSECURE`, `VOXGATE_TAKEOVER`, `VOXGATE_IDLE_TIMEOUT`, … (a field's name, upper-cased;
-booleans true/false/1/0). Flags win over both.
+`VOXGATE_INSECURE`, `VOXGATE_TAKEOVER`, `VOXGATE_IDLE_TIMEOUT`, `VOXGATE_ADMIN_SOCKET`, … (a field's name,
+upper-cased; booleans true/false/1/0; lists such as `allowed_origins` comma-separated). Flags win over both.
 """
 
 from __future__ import annotations
@@ -104,8 +104,22 @@ class Settings:
     engine_options: dict[str, Any] = field(default_factory=dict)  # for `model` entries without a table
     models: tuple[ModelSpec, ...] = ()  # the TOML file's `[[models]]`
     model_aliases: dict[str, str] = field(default_factory=dict)  # a client's model name → a served one
-    # The admin plane's key (its sha256 hex, as tenants' keys are given); empty: loopback callers only.
+    # The admin plane (/v1/admin/*, /metrics; docs/models.md): its key (sha256 hex, as tenants' keys are
+    # given). Without one it answers only the admin socket, or loopback callers where opted in.
     admin_key: str = ""
+    # A Unix socket (mode 0600) served beside host:port that answers the admin plane without a key: only
+    # its owner can connect, and no proxy or browser reaches it. Empty: none.
+    admin_socket: str = ""
+    # A developer's machine: keyless admin for loopback callers on host:port (never a forwarded request,
+    # a foreign Origin or Host). Off by default: a proxy or service mesh on the host makes every caller
+    # loopback.
+    admin_open_loopback: bool = False
+    # Browsers (docs/protocol.md "Browsers"): the Origins allowed besides the server's own (the request's
+    # Host), comma-separated ("https://app.example.com"), or "*" for any.
+    allowed_origins: str = ""
+    # Host names (or host:port) answered without a credential — open mode and keyless admin — besides
+    # loopback names, comma-separated, or "*": a DNS-rebound name is refused.
+    allowed_hosts: str = ""
     # Each model's engine in a supervised child process of its own (engine/process); false: in this one.
     engine_processes: bool = True
     limits: Limits = field(default_factory=Limits)
@@ -155,7 +169,16 @@ class Settings:
         digest = self.admin_key.strip().lower().removeprefix("sha256:")
         if digest and not re.fullmatch(r"[0-9a-f]{64}", digest):
             raise ValueError("setting admin_key must be the key's sha256 hex digest (64 characters)")
+        self._check_browser_lists()
         self.model_specs()  # names, sources and duplicates are checked here, at start-up
+
+    def _check_browser_lists(self) -> None:
+        for origin in self.origin_list:
+            if origin != "*" and not re.fullmatch(r"[a-z][a-z0-9+.-]*://[^/\s]+", origin):
+                raise ValueError(f"setting allowed_origins: {origin[:80]!r} is not scheme://host[:port] or *")
+        for host in self.host_list:
+            if "/" in host or " " in host:
+                raise ValueError(f"setting allowed_hosts: {host[:80]!r} is not a host[:port] or *")
 
     def model_specs(self) -> list[ModelSpec]:
         """The models to serve, in order (the first is the default)."""
@@ -178,6 +201,16 @@ class Settings:
     def admin_digest(self) -> str:
         return self.admin_key.strip().lower().removeprefix("sha256:")
 
+    @property
+    def origin_list(self) -> tuple[str, ...]:
+        """`allowed_origins`, lower-cased, without a trailing slash."""
+        return tuple(o.strip().lower().rstrip("/") for o in self.allowed_origins.split(",") if o.strip())
+
+    @property
+    def host_list(self) -> tuple[str, ...]:
+        """`allowed_hosts`, lower-cased."""
+        return tuple(h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip())
+
     def keys(self) -> ApiKeys:
         spec = self.api_keys.strip()
         if spec and Path(spec).is_file():
@@ -187,6 +220,7 @@ class Settings:
 
 _TABLES = ("engine_options", "voice_aliases", "model_aliases")  # TOML tables only, never from the environment
 _LISTS = ("models",)  # TOML arrays of tables ([[models]]), likewise
+_COMMA_LISTS = ("allowed_origins", "allowed_hosts")  # strings of comma-separated items, or TOML arrays
 _SCALARS = tuple(f.name for f in dataclasses.fields(Settings) if f.name not in (*_TABLES, *_LISTS, "limits"))
 _LIMITS = tuple(f.name for f in dataclasses.fields(Limits))
 
@@ -226,6 +260,9 @@ def _merged(path: str | Path | None, env: Mapping[str, str], flags: Mapping[str,
         if key in env:
             merged[name] = env[key]
     merged.update({k: v for k, v in flags.items() if v is not None})
+    for name in _COMMA_LISTS:  # a TOML array is the same list as the environment's commas
+        if isinstance(merged.get(name), list):
+            merged[name] = ",".join(str(v) for v in merged[name])  # type: ignore[union-attr]
     return merged
 
 

@@ -324,7 +324,7 @@ ADMIN, TENANT = "admin-secret", "tenant-secret"
 @pytest.fixture(scope="module")
 def keyed(piper_engine: Engine) -> Iterator[str]:
     yield from serve(piper_engine, admin_key=hashlib.sha256(ADMIN.encode()).hexdigest(),
-                     api_keys=f"acme={hash_api_key(TENANT)}")  # fmt: skip
+                     api_keys=f"acme={hash_api_key(TENANT)}", admin_open_loopback=False)  # fmt: skip
 
 
 def test_the_admin_key_is_required_and_a_tenant_key_is_not_it(keyed: str) -> None:
@@ -334,6 +334,10 @@ def test_the_admin_key_is_required_and_a_tenant_key_is_not_it(keyed: str) -> Non
     assert get(keyed, "/v1/admin/models", {"X-API-Key": ADMIN})[0] == 200
     assert get(keyed, "/v1/models", {"Authorization": f"Bearer {ADMIN}"})[0] == 401  # nor the admin key a tenant's
     assert get(keyed, "/v1/models", {"Authorization": f"Bearer {TENANT}"})[0] == 200
+    # /metrics names every tenant: the admin plane's, behind the same key.
+    assert get(keyed, "/metrics")[0] == 401
+    with urllib.request.urlopen(urllib.request.Request(f"http://{keyed}/metrics", headers={"X-API-Key": ADMIN})) as r:
+        assert r.status == 200
 
 
 def _outside_address() -> str | None:
@@ -347,9 +351,11 @@ def _outside_address() -> str | None:
     return None if host.startswith("127.") else host
 
 
-def test_without_an_admin_key_only_loopback_callers_are_answered(piper_engine: Engine) -> None:
+def test_the_loopback_opt_in_answers_only_direct_loopback_callers(piper_engine: Engine) -> None:
+    # admin_open_loopback (a developer's machine; tests' servers opt in): loopback callers only, never a
+    # forwarded request. allowed_hosts "*": the outside caller's Host is not what is refused here.
     outside = _outside_address()
-    for addr in serve(piper_engine, host="0.0.0.0", insecure=True):
+    for addr in serve(piper_engine, host="0.0.0.0", insecure=True, admin_open_loopback=True, allowed_hosts="*"):
         port = addr.rsplit(":", 1)[1]
         assert get(f"127.0.0.1:{port}", "/v1/admin/models")[0] == 200
         status, body = get(f"127.0.0.1:{port}", "/v1/admin/models", {"X-Forwarded-For": "203.0.113.9"})
@@ -357,6 +363,13 @@ def test_without_an_admin_key_only_loopback_callers_are_answered(piper_engine: E
         if outside is not None:
             status, body = get(f"{outside}:{port}", "/v1/admin/models")
             assert status == 403 and body["error"]["code"] == "admin_loopback_only", body
+
+
+def test_without_the_opt_in_or_a_key_loopback_is_no_credential(piper_engine: Engine) -> None:
+    for addr in serve(piper_engine, admin_open_loopback=False):
+        for path in ("/v1/admin/models", "/metrics"):
+            status, body = get(addr, path)
+            assert status == 403 and body["error"]["code"] == "admin_key_required", body
 
 
 # -- a model in its own process (the server's default) ------------------------------------------------

@@ -104,7 +104,10 @@ def test_without_an_engine_http_routes_say_503_in_openai_shape() -> None:
     from gateway.app import create_app
     from gateway.settings import Settings
 
-    with TestClient(create_app(Settings(model="/no/such/checkpoint"))) as client:  # the load fails
+    # A loopback name: open mode answers no other Host (gateway/browser.py), and the client's default is
+    # testserver.local.
+    app = create_app(Settings(model="/no/such/checkpoint"))  # the load fails
+    with TestClient(app, base_url="http://localhost") as client:
         for method, path in (("GET", "/v1/audio/voices"), ("POST", "/v1/audio/speech")):
             r = client.request(method, path, json={"input": "hi"})
             assert r.status_code == 503, (path, r.text)

@@ -7,13 +7,11 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 
-import uvicorn
-
 from engine import Engine
 from gateway.app import create_app
 from gateway.connection import Limits
 from gateway.models import EngineFactory
-from gateway.server import server_config
+from gateway.server import GatewayServer, server_config
 from gateway.settings import Settings
 
 
@@ -32,9 +30,12 @@ def serve(
     or `models=` gives their specs); `factory` makes those not given (gateway/models.py)."""
     port = free_port()
     settings.setdefault("model", "piper")
+    # A test's server is a developer's loopback one: its admin plane and /metrics answer direct loopback
+    # callers without a key. Tests of the admin plane's rules say admin_open_loopback=False.
+    settings.setdefault("admin_open_loopback", True)
     config = Settings(limits=limits or Limits(), port=port, **settings)  # type: ignore[arg-type]
     app = create_app(config, engine=engine, engines=engines, **({} if factory is None else {"factory": factory}))
-    server = uvicorn.Server(server_config(app, config, log_level=log_level))
+    server = GatewayServer(server_config(app, config, log_level=log_level), config.admin_socket)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
