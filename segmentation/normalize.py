@@ -278,9 +278,38 @@ def speech_language(text: str, language: str = "auto") -> str:
         return "zh"
     if lang != "auto":
         return "en"
-    n_han = len(HAN_RE.findall(text))
-    n_words = sum(1 for w in LATIN_WORD_RE.findall(text) if not w.isdigit())
+    n_han, n_words = _script_counts(text)
     return "zh" if n_han and n_han >= n_words else "en"
+
+
+def _script_counts(text: str) -> tuple[int, int]:
+    """(Han characters, Latin words that are not just digits) in `text`."""
+    return len(HAN_RE.findall(text)), sum(1 for w in LATIN_WORD_RE.findall(text) if not w.isdigit())
+
+
+class UtteranceLanguage:
+    """The reading language of an utterance's segments, decided from the utterance, not from each
+    segment alone. Under `auto`, a segment with Han characters or Latin words is read by its own
+    majority script (a Mandarin reply may quote an English sentence); a segment with neither ("12.5%。",
+    "- 08:30", "2026-05-01") is read in the language of the utterance so far, by the majority of the
+    scripts of all its segments (counted once each, so the cost is linear). A named language is kept."""
+
+    def __init__(self) -> None:
+        self.han = 0  # Han characters in the utterance's segments so far
+        self.words = 0  # Latin words (not bare numbers) in them
+
+    def of(self, text: str, language: str = "auto") -> str:
+        """The language `text`, the utterance's next segment, is read in ('zh', 'en', or `language`)."""
+        if language.lower() != "auto":
+            return language
+        n_han, n_words = _script_counts(text)
+        self.han += n_han
+        self.words += n_words
+        if n_han or n_words:
+            return "zh" if n_han >= n_words else "en"
+        if self.han or self.words:
+            return "zh" if self.han >= self.words else "en"
+        return "auto"
 
 
 def normalize_for_speech(text: str, language: str = "auto") -> str:
