@@ -40,6 +40,17 @@ PREFIXES = frozenset("$€£¥￥+-−")
 SUFFIXES = frozenset("%％°‰")
 # Han characters that read the number after them: 第3 (an ordinal; 3rd after it is read with it).
 HAN_PREFIXES = frozenset("第")
+# Words after which digits are a code, read one by one (拨打110, 电话：12315, call 911): the word and the
+# digits are one atom, with at most `_CODE_GAP` of `CODE_SEPARATORS` between them. The normaliser reads
+# by the same list (segmentation/normalize.py), so a cut between them would change the reading.
+CODE_WORDS_ZH = (
+    "拨打 致电 热线 电话 号码 编号 单号 工号 验证码 尾号 账号 卡号 分机 房间 房号 邮编 密码 车次 端口"
+).split()
+CODE_WORDS_EN = "call dial text phone extension ext. pin code room port".split()
+CODE_SEPARATORS = frozenset("是为：: ")
+_CODE_GAP = 3
+_CODE_LONGEST = max(len(w) for w in CODE_WORDS_ZH + CODE_WORDS_EN)
+_CODE_ENDS = frozenset(CODE_WORDS_ZH) | frozenset(CODE_WORDS_EN)
 _SPACES = frozenset(" \t\u00a0\u3000")
 _WS = frozenset(" \t\r\n\f\v\u3000\u00a0")
 _TERMINATORS = frozenset(".!?。！？…")
@@ -64,10 +75,14 @@ def splits_atom(buf: str, j: int, hi: int | None = None) -> bool:
         hi = len(buf)
     z = buf[j - 2] if j >= 2 else " "
     a = buf[j - 1] if j >= 1 else " "
+    if _code_gap(buf, j, hi):
+        return True  # 拨打|110, 电话：|12315, call |911
     if j >= hi:
         return _open_at_end(buf, j, z, a)
     b = buf[j]
     c = buf[j + 1] if j + 1 < hi else None  # None: not arrived yet
+    if a == "." and _digit(b):
+        return True  # .|5 (a decimal with no integer part, or 12.|5)
     if _alnum(a) and _alnum(b):
         return True  # 20|26, v|2, 3|rd
     if _alnum(a) and b in CONNECTORS:
@@ -91,11 +106,34 @@ def _open_at_end(buf: str, j: int, z: str, a: str) -> bool:
         return _digit(z)  # 25 | (kg may follow)
     if a in CONNECTORS and _digit(z):
         return True  # 12.| 08:| 1,| 2026-|
+    if a == "." and (z in _WS or is_han(z) or "\u3000" <= z <= "\u303f" or z in ":：（(" or j == 1):
+        return True  # " .|" "。.|" (.5 may follow); not "..." nor "you."
     if a == "." and _letter(z):
         y = buf[j - 3] if j >= 3 else " "
         if not _alnum(y):
             return True  # e.| p.| (e.g., p.m. may follow)
         return _has_digit_before(buf, j - 1)  # v2.| (v2.1 may follow); "you." is a word's end
+    return False
+
+
+def _code_gap(buf: str, j: int, hi: int) -> bool:
+    """Does `j` lie between a code word and the digits after it (or text not yet arrived)? The word ends at
+    most `_CODE_GAP` separators before `j`, and at most that many separators lie from `j` to a digit."""
+    k = j
+    while k < hi and k - j <= _CODE_GAP and buf[k] in CODE_SEPARATORS:
+        k += 1
+    if k < hi and not _digit(buf[k]):
+        return False
+    i = j
+    while i > 0 and j - i < _CODE_GAP and buf[i - 1] in CODE_SEPARATORS:
+        i -= 1
+    if i == 0 or k - i > _CODE_GAP or not (is_han(buf[i - 1]) or _letter(buf[i - 1]) or buf[i - 1] == "."):
+        return False
+    for n in range(2, _CODE_LONGEST + 1):
+        if n <= i and buf[i - n : i].lower() in _CODE_ENDS:
+            w = buf[i - n : i]
+            before = buf[i - n - 1] if i - n >= 1 else " "
+            return is_han(w[0]) or not _letter(before)  # "recall 5" is no code word
     return False
 
 

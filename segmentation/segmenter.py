@@ -602,9 +602,11 @@ class StreamSegmenter:
                 x = m.start() + 1
                 continue
             lo, han_cut = self._han_word_cut(j)
-            if han_cut > start:
+            if han_cut > start and not splits_atom(buf, han_cut, hi):
                 return han_cut
-            x = limit - lo  # no word boundary inside this Han run: look before it
+            # No word boundary inside this Han run (look before it), or one inside an atom (验证码|是4821:
+            # look before that boundary).
+            x = limit - lo if han_cut <= start else limit - han_cut + 1
         return None
 
     def _han_word_cut(self, j: int) -> tuple[int, int]:

@@ -45,6 +45,11 @@ CASES: list[tuple[str, list[str]]] = [
     ("Due on 2026-05-01 at noon.", ["2026-05-01"]),
     ("She came 3rd in the race.", ["3rd"]),
     ("Sales hit €2.5 million.", ["€2.5"]),
+    # A code word and its digits: 拨打 makes 12315 a service number, read 幺二三幺五.
+    ("请拨打12315投诉。", ["拨打12315"]),
+    ("您的验证码是4821，请输入。", ["验证码是4821"]),
+    ("Call 911 now.", ["Call 911"]),
+    ("The delay is .5 seconds.", [".5"]),
 ]
 
 
@@ -222,3 +227,7 @@ def test_unarrived_text_is_unknown() -> None:
     assert not splits_atom("12。", 3)
     assert splits_atom("12.5", 2, hi=3)  # what lies at or past hi is not looked at
     assert not splits_atom("12. Then", 3)
+    assert splits_atom("Value: .", 8)  # .5 may come
+    assert not splits_atom("Well...", 7)
+    assert splits_atom("Call ", 5) and splits_atom("拨打110", 2) and splits_atom("电话：12315", 3)
+    assert not splits_atom("recall 5", 7) and not splits_atom("Call me", 5)
