@@ -46,6 +46,13 @@ SEGMENTER_SHAPES: dict[str, Callable[[int], str]] = {
     "initialisms": _repeat("U.S. "),  # each one asks pysbd, and pysbd says no
     "abbreviations": _repeat("e.g. E "),
     "ambiguous_abbreviations": _repeat("Acme Inc. It "),
+    # Atoms (segmentation/atoms.py): every cut candidate binds a number to what follows it.
+    "spaced_digits": _repeat("1 "),
+    "numbers_and_units": _repeat("25 kg 2026年 12.5% 08:30 "),
+    "han_numbers": _repeat("预计2026年底温度25摄氏度距离4公里"),
+    "dotted_digits": _repeat("1."),
+    "glued_abbreviations": _repeat("例如e.g.参见Dr. Smith的"),
+    "code_words": _repeat("请拨打12315 call 911 "),
 }
 
 # Shapes for normalize_for_speech: inputs that make a backtracking regex try every start position.
@@ -74,4 +81,11 @@ NORMALIZER_SHAPES: dict[str, Callable[[int], str]] = {
     "url_ish": _repeat("www.a"),
     "email_ish": _repeat("a.b@"),
     "ampersands": _repeat(" & "),
+    # Digits read one by one and readings glued to Han text (issue 38).
+    "dotted_quads": _repeat("1.1.1.1."),
+    "code_words": _repeat("电话1"),
+    "call_digits": _repeat("call 1"),
+    "leading_dots": _repeat(" .1"),
+    "ordinals": _repeat("第1st"),
+    "yuan_scales": _repeat("¥1万元"),
 }

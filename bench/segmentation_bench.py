@@ -12,6 +12,13 @@ normalize_for_speech on each normaliser shape. µs per KiB should not grow with 
 the two sizes' times should be near the ratio of the sizes (8), not its square.
 
     python bench/segmentation_bench.py --hostile [--sizes 128,1024] [--norm-sizes 8,64] [--budget-s 5]
+
+`--baseline DIR` runs the same measures on the `segmentation/` package of another checkout (DIR holds
+it, e.g. `git archive main segmentation | tar -x -C /tmp/base`) in a subprocess, then prints voxgate's
+rows before and after side by side and writes both under "baseline" and "segmenters". `--code DIR`
+(used by that subprocess) imports `segmentation` from DIR instead of this checkout. Besides lag and
+cost, each voxgate row counts atom splits: cuts inside a number with what reads it, a time, a date, a
+version or a dotted abbreviation, with the LLM stalling (idle timeout passed) after every character.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import statistics
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -30,6 +39,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(Path(__file__).parent)]
+if "--code" in sys.argv:  # the segmentation package under test, from another checkout (see --baseline)
+    sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--code") + 1]).resolve()))
 
 from hostile_text import NORMALIZER_SHAPES, SEGMENTER_SHAPES  # noqa: E402
 from segmentation_peers import SEGMENTERS  # noqa: E402
@@ -94,6 +105,37 @@ def quality(name: str, cases: list[Case], seeds: int) -> dict[str, Any]:
         "lag_deltas_mean": statistics.fmean(lag_deltas) if lag_deltas else None,
         "lag_deltas_p95": _pct(lag_deltas, 95),
     }
+
+
+# What no cut may split, found in the finished text (independent of segmentation/atoms.py): a number
+# with its sign or currency, decimals, groups, time or date parts, and the percent, unit or Han
+# character that reads it; a version or address; a dotted abbreviation.
+_ATOM_ORACLE = re.compile(
+    r"[$€£¥￥-]?(?:[A-Za-z]+)?\d+(?:[.,:/-]\d+)*(?:\s?(?:%|°?[A-Za-z]+\b\.?|[\u4e00-\u9fff]))?"
+    r"|(?<![A-Za-z])(?:[A-Za-z]\.){2,}"
+)
+
+
+def atom_splits(name: str, cases: list[Case]) -> dict[str, int]:
+    """Cuts inside an atom when the LLM stalls (poll() past the idle timeout) after every character."""
+    from segmentation import StreamSegmenter
+
+    granularity = name.split("/")[1]
+    splits = cuts = 0
+    for case in cases:
+        text = case.text
+        inside = {j for m in _ATOM_ORACLE.finditer(text) for j in range(m.start() + 1, m.end())}
+        now = [0.0]
+        seg = StreamSegmenter(granularity=granularity, clock=partial(now.__getitem__, 0))
+        ends = []
+        for ch in text:
+            ends += [s.end for s in seg.feed(ch)]
+            now[0] += 10.0
+            ends += [s.end for s in seg.poll(now[0])]
+        ends += [s.end for s in seg.flush()]
+        cuts += len(ends) - 1
+        splits += sum(1 for e in ends if e in inside)
+    return {"atom_splits_stalled": splits, "cuts_stalled": cuts}
 
 
 def _pct(xs: list[float], p: float) -> float | None:
@@ -256,6 +298,8 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=5.0, help="--hostile: skip bigger sizes past this")
     ap.add_argument("--shapes", default="", help="--hostile: only these shapes (comma-separated)")
     ap.add_argument("--parts", default="segmenter,normalizer", help="--hostile: which tables")
+    ap.add_argument("--baseline", default=None, help="a checkout's dir holding segmentation/ to compare with")
+    ap.add_argument("--code", default=None, help="import segmentation from this dir (the baseline's run)")
     args = ap.parse_args()
     warm_up()
     if args.hostile:
@@ -272,6 +316,7 @@ def main() -> None:
         print(f"wrote {path}")
         return
     args.json = args.json or str(REPO / "bench" / "out" / "segmentation.json")
+    baseline = _run_baseline(args) if args.baseline else None
     cases = load_cases()
     seeds, repeat = (2, 3) if args.smoke else (8, 30)
     by_lang: dict[str, list[Case]] = defaultdict(list)
@@ -296,6 +341,8 @@ def main() -> None:
                 f"{_f(q['lag_deltas_mean']):>10} {_f(q['lag_deltas_p95']):>4}"
             )
         results["segmenters"][name] = {"quality": per_lang, "speed": speed(name, cases, repeat)}
+        if name.startswith("voxgate/"):
+            results["segmenters"][name]["atoms"] = atom_splits(name, cases)
     print()
     header = f"{'segmenter':20} {'deltas':>7} {'µs p50':>7} {'µs p99':>7} {'µs max':>8} {'MB/s':>7}"
     print(header)
@@ -323,9 +370,39 @@ def main() -> None:
         ),
     }
     print("targets:", results["targets"])
+    if baseline is not None:
+        results["baseline"] = {"code": str(Path(args.baseline).resolve()), **baseline}
+        _print_before_after(baseline, results)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=2))
     print(f"wrote {args.json}")
+
+
+def _run_baseline(args: argparse.Namespace) -> dict[str, Any]:
+    """The same measures on the baseline's segmentation package, in a subprocess (one import each)."""
+    out = Path(args.json).with_suffix(".baseline.json")
+    cmd = [sys.executable, __file__, "--code", args.baseline, "--json", str(out)] + (["--smoke"] * args.smoke)
+    print(f"baseline: {' '.join(cmd)}", flush=True)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return json.loads(out.read_text())
+
+
+def _print_before_after(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """voxgate's rows, the baseline's beside this checkout's: lag, cost, atom splits under stalls."""
+    header = (
+        f"\n{'voxgate (all)':18} {'run':6} {'false':>5} {'missed':>6} {'lag ch mean':>11} {'max':>4} "
+        f"{'lag Δ mean':>10} {'p95':>4} {'µs p50':>7} {'µs p99':>7} {'MB/s':>7} {'atom splits':>11} {'/cuts':>6}"
+    )
+    print(header + "\n" + "-" * (len(header) - 1))
+    for name in ("voxgate/sentence", "voxgate/clause", "voxgate/auto"):
+        for label, r in (("before", before["segmenters"][name]), ("after", after["segmenters"][name])):
+            q, s, a = r["quality"]["all"], r["speed"], r.get("atoms", {})
+            print(
+                f"{name:18} {label:6} {q['false_splits']:5d} {q['missed_sentence_ends']:6d} "
+                f"{_f(q['lag_chars_mean']):>11} {q['lag_chars_max'] or 0:4d} {_f(q['lag_deltas_mean']):>10} "
+                f"{_f(q['lag_deltas_p95']):>4} {s['cost_us_p50']:7.2f} {s['cost_us_p99']:7.2f} "
+                f"{s['throughput_mb_s']:7.2f} {a.get('atom_splits_stalled', '-'):>11} {a.get('cuts_stalled', '-'):>6}"
+            )
 
 
 def _f(x: float | None) -> str:

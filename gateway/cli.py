@@ -10,16 +10,16 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from segmentation import GRANULARITIES, StreamSegmenter, normalize_for_speech
+from segmentation import GRANULARITIES, StreamSegmenter, UtteranceLanguage, normalize_for_speech
 
 
 def _segment(args: argparse.Namespace) -> int:
     """Stream stdin through the segmenter as an LLM would, printing each commit as a JSON line."""
-    seg = StreamSegmenter(language=args.language, granularity=args.granularity)
+    seg, reading = StreamSegmenter(language=args.language, granularity=args.granularity), UtteranceLanguage()
 
     def emit(segments: list) -> None:
         for s in segments:
-            spoken = normalize_for_speech(s.text, args.language)
+            spoken = normalize_for_speech(s.text, reading.of(s.text, args.language))
             line = {"text": s.text, "start": s.start, "end": s.end, "reason": s.reason, "spoken": spoken}
             print(json.dumps(line, ensure_ascii=False), flush=True)
 

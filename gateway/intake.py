@@ -111,10 +111,12 @@ class TextIntake:
         """One committed segment to the utterance's engine stream (opened with its first speakable one)."""
         conn = self.conn
         assert conn.config is not None
-        if len(text) > NORMALIZE_INLINE_CHARS:
-            spoken = await asyncio.to_thread(spoken_text, conn.pronunciations, text, conn.config.language_code)
-        else:
-            spoken = spoken_text(conn.pronunciations, text, conn.config.language_code)
+        pronunciations, language = conn.pronunciations, conn.config.language_code
+
+        def speech() -> str:  # read in the utterance's language where the segment has no letters ("12.5%。")
+            return spoken_text(pronunciations, text, utt.reading.of(text, language))
+
+        spoken = await asyncio.to_thread(speech) if len(text) > NORMALIZE_INLINE_CHARS else speech()
         if not spoken or utt.cancelled:
             return
         await self._open(utt, spoken)

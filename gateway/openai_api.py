@@ -30,7 +30,7 @@ from gateway.models import ModelRegistry, api_serving
 from gateway.settings import Settings
 from gateway.timing import LeadingTrim, ResponseClock, Timing, observe, trim_for
 from gateway.voices import aliased, open_request, resolve_voice, stream_request
-from segmentation import StreamSegmenter
+from segmentation import StreamSegmenter, UtteranceLanguage
 from segmentation.lexicon import Pronunciations
 from sessions import SessionStore, Tenant
 
@@ -103,9 +103,9 @@ def _spoken(engine: Engine, request: StreamRequest, text: str, pronunciations: P
     """An engine stream with all of `text` in it, segmented, respelled and normalised as a WebSocket
     session's is."""
     stream = open_request(engine, request)
-    segmenter = StreamSegmenter(request.language, "auto")
+    segmenter, reading = StreamSegmenter(request.language, "auto"), UtteranceLanguage()
     for seg in [*segmenter.feed(text), *segmenter.flush()]:
-        if spoken := spoken_text(pronunciations, seg.text, request.language):
+        if spoken := spoken_text(pronunciations, seg.text, reading.of(seg.text, request.language)):
             stream.append(spoken + " ")
     stream.finish()
     return stream

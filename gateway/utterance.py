@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from engine import Stream
 from gateway.words import UtteranceWords
-from segmentation import Segment, StreamSegmenter
+from segmentation import Segment, StreamSegmenter, UtteranceLanguage
 from sessions import StreamSlot
 
 
@@ -41,6 +41,8 @@ class Utterance:
     turn: asyncio.Future[None] | None = None
     words: UtteranceWords = field(default_factory=UtteranceWords)  # its words on its audio clock
     played_ms: float | None = None  # a cancel's playback position in it (0: queued behind the one playing)
+    # The language its segments are read in under `auto`: a segment with no letters ("12.5%。") takes it.
+    reading: UtteranceLanguage = field(default_factory=UtteranceLanguage)
 
     def segment_of(self, engine_index: int) -> int | None:
         """Our segment index of the engine's append `engine_index` (None: not one of ours)."""

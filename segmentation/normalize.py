@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from segmentation import atoms
 from segmentation import numbers as nb
 from segmentation.chars import HAN_RE, LATIN_WORD_RE, check_text
 
@@ -186,12 +187,41 @@ _EN_ABBREVIATIONS = {
     "vs.": "versus", "e.g.": "for example", "i.e.": "that is", "etc.": "et cetera",
     "approx.": "approximately",
 }  # fmt: skip
+# Glued to Han text too (例如e.g.中文, 参见Dr. Smith的): only a Latin letter, digit or dot before it binds.
 _EN_ABBREVIATION_RE = re.compile(
-    r"(?<![\w.])(?:" + "|".join(re.escape(a) for a in _EN_ABBREVIATIONS) + r")(?=\s|$|,)"
+    r"(?<![A-Za-z0-9_.])(?:" + "|".join(re.escape(a) for a in _EN_ABBREVIATIONS) + r")(?=\s|$|,|[^\x00-\x7f])"
 )
+_ZH_ABBREVIATIONS = {"e.g.": "例如", "i.e.": "即", "etc.": "等等", "vs.": "对", "approx.": "约"}
+
+# -- Digits read one by one: addresses, phone and service numbers, codes ------------------------------
+
+# An IPv4 address: four groups of at most three digits, tried only where a run of digits and dots starts.
+_IPV4 = re.compile(r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\d.]|\.\d)")
+_ZH_MEASURES = "人元块个次件年月日天号位台辆家万亿千百米克岁分秒名张条只本倍度"
+# A mainland mobile number; a government or carrier service line (12315, 12345, 10086, 95588).
+# Not one followed by a measure word or unit: 人口12315人 is a count.
+_ZH_PHONE = re.compile(
+    r"(?<![\d.,])(?:1[3-9]\d{9}|123\d\d|100[18]\d|95\d{3})(?![\d%％]|[.,]\d|\s?[" + _ZH_MEASURES + r"])"
+)
+# Digits after a word that names a code (拨打110, 电话：12315, 房间1201, call 911), by the list that makes
+# the word and its digits one atom to the segmenter (segmentation/atoms.py): no cut falls between them.
+_CODE_SEP = "[" + re.escape("".join(sorted(atoms.CODE_SEPARATORS))) + "]{0,3}"
+_ZH_CODE = re.compile(
+    "(" + "|".join(atoms.CODE_WORDS_ZH) + ")(" + _CODE_SEP + r")(\d{3,32})(?![\d%％]|[.,]\d)"
+)
+_EN_CODE = re.compile(
+    r"(?i:(?<![A-Za-z])(" + "|".join(map(re.escape, atoms.CODE_WORDS_EN)) + ")(" + _CODE_SEP + r"))(\d{3,32})"
+    r"(?![\d%]|[.,]\d)"
+)
+
+# A decimal with no integer part (.5), where no digit, letter or dot comes before its dot.
+_LEADING_DECIMAL = re.compile(r"(?<![0-9A-Za-z.])\.(\d{1,64})(?![\d.])")
+
 
 _EN_RULES: list[Rule] = [
     (_EN_ABBREVIATION_RE, lambda m: _EN_ABBREVIATIONS[m[0]]),
+    (_IPV4, lambda m: " dot ".join(nb.en_digits(p) for p in m[0].split("."))),
+    (_EN_CODE, lambda m: m[1] + m[2] + nb.en_digits(m[3])),
     (re.compile(r"(?<![\w.])St\.(?=\s+[A-Z])"), lambda m: "Saint"),  # St. Louis; "Main St." stays
     (re.compile(r"(?<![\w.])No\.\s?(?=\d)"), lambda m: "number "),
     (re.compile(r"(?P<y>\d{4})-(?P<mo>\d{1,2})-(?P<d>\d{1,2})\b"), _en_date),
@@ -208,7 +238,7 @@ _EN_RULES: list[Rule] = [
         re.compile(r"\b(\d{1,2})\s?([aApP])\.?[mM]\b\.?"),
         lambda m: f"{nb.en_cardinal(int(m[1]))} {m[2].lower()} m",
     ),
-    (re.compile(r"\b(\d+)(?:st|nd|rd|th)\b"), lambda m: nb.en_ordinal_of(m[1])),
+    (re.compile(r"\b(\d+)(?:st|nd|rd|th)(?![A-Za-z])"), lambda m: nb.en_ordinal_of(m[1])),  # 3rd名 too
     (
         re.compile(_LEAD_NUM + r"\s?(" + _UNIT_RE + r")(?![A-Za-z])"),
         lambda m: (
@@ -217,6 +247,7 @@ _EN_RULES: list[Rule] = [
     ),
     (re.compile(r"\b\d+(?:\.\d+){2,}\b"), lambda m: " point ".join(_en_number(p) for p in m[0].split("."))),
     (re.compile(r"(?<![\w.])-(?=\d)"), lambda m: "minus "),
+    (_LEADING_DECIMAL, lambda m: "point " + nb.en_digits(m[1])),
     (re.compile(_NUM), _en_plain),
     (re.compile(r"(?<!\s)\s*&\s*|&\s*"), lambda m: " and "),  # tried once per run of spaces
     (re.compile(r"(?<=\d)\s*\+\s*(?=\d)|(?<=\s)\+(?=\s)"), lambda m: " plus "),
@@ -232,6 +263,17 @@ def _zh_time(m: re.Match[str]) -> str:
     return hour + "点" + ("零" + nb.zh_cardinal(mi) if mi < 10 else nb.zh_cardinal(mi)) + "分"
 
 
+def _zh_money(m: re.Match[str]) -> str:
+    """¥24.50 → 二十四点五元; ¥1,024.50万元 → 一千零二十四点五万元 (the 元 written after it is not said
+    twice); $5万 → 五万美元."""
+    cur, amount, scale, yuan = m[1], m[2], m[3], m[4]
+    unit = _ZH_CURRENCY[cur]
+    if "." in amount:
+        amount = amount.rstrip("0").rstrip(".")
+    tail = "" if unit == "元" else yuan  # $5元 keeps what it says
+    return _zh_number(amount) + scale + unit + tail
+
+
 def _zh_plain(m: re.Match[str]) -> str:
     s, after = m[1], m[2]
     if s == "2" and after and after[0] in _ZH_MEASURE_TWO:
@@ -242,15 +284,17 @@ def _zh_plain(m: re.Match[str]) -> str:
 
 
 _ZH_RULES: list[Rule] = [
+    (_EN_ABBREVIATION_RE, lambda m: _ZH_ABBREVIATIONS.get(m[0], _EN_ABBREVIATIONS[m[0]])),
+    (_IPV4, lambda m: "点".join(nb.zh_code(p) for p in m[0].split("."))),
+    (_ZH_CODE, lambda m: m[1] + m[2] + nb.zh_code(m[3])),
+    (_ZH_PHONE, lambda m: nb.zh_code(m[0])),
+    (re.compile(r"(第?)(?<!\d)(\d{1,16})(?:st|nd|rd|th)(?![A-Za-z])"), lambda m: "第" + nb.zh_integer(m[2])),
     (re.compile(r"(\d{4})(?=年)"), lambda m: nb.zh_digits(m[1])),
     (
         re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})\b"),
         lambda m: f"{nb.zh_digits(m[1])}年{nb.zh_cardinal(int(m[2]))}月{nb.zh_cardinal(int(m[3]))}日",
     ),
-    (
-        re.compile(r"([$€£¥￥])\s?(" + _NUM + r")"),
-        lambda m: _zh_number(m[2]) + _ZH_CURRENCY[m[1]],
-    ),
+    (re.compile(r"([$€£¥￥])\s?(" + _NUM + r")([万亿]?)(元?)"), _zh_money),
     (re.compile(_LEAD_NUM + r"\s?[%％]"), lambda m: "百分之" + _zh_number(m[1])),
     (re.compile(r"(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)(?!\d)"), _zh_time),
     (
@@ -259,6 +303,7 @@ _ZH_RULES: list[Rule] = [
     ),
     (re.compile(r"(?<!\d)\d+(?:\.\d+){2,}"), lambda m: "点".join(_zh_number(p) for p in m[0].split("."))),
     (re.compile(r"(?<![\w.])-(?=\d)"), lambda m: "负"),
+    (_LEADING_DECIMAL, lambda m: "零点" + nb.zh_digits(m[1])),
     (re.compile(r"(" + _NUM + r")(\S?)"), _zh_plain),
     (re.compile(r"(?<!\s)\s*[&＆]\s*|[&＆]\s*"), lambda m: "和"),
     (re.compile(r"(?<=\d)\s*\+\s*(?=\d)"), lambda m: "加"),
@@ -278,9 +323,38 @@ def speech_language(text: str, language: str = "auto") -> str:
         return "zh"
     if lang != "auto":
         return "en"
-    n_han = len(HAN_RE.findall(text))
-    n_words = sum(1 for w in LATIN_WORD_RE.findall(text) if not w.isdigit())
+    n_han, n_words = _script_counts(text)
     return "zh" if n_han and n_han >= n_words else "en"
+
+
+def _script_counts(text: str) -> tuple[int, int]:
+    """(Han characters, Latin words that are not just digits) in `text`."""
+    return len(HAN_RE.findall(text)), sum(1 for w in LATIN_WORD_RE.findall(text) if not w.isdigit())
+
+
+class UtteranceLanguage:
+    """The reading language of an utterance's segments, decided from the utterance, not from each
+    segment alone. Under `auto`, a segment with Han characters or Latin words is read by its own
+    majority script (a Mandarin reply may quote an English sentence); a segment with neither ("12.5%。",
+    "- 08:30", "2026-05-01") is read in the language of the utterance so far, by the majority of the
+    scripts of all its segments (counted once each, so the cost is linear). A named language is kept."""
+
+    def __init__(self) -> None:
+        self.han = 0  # Han characters in the utterance's segments so far
+        self.words = 0  # Latin words (not bare numbers) in them
+
+    def of(self, text: str, language: str = "auto") -> str:
+        """The language `text`, the utterance's next segment, is read in ('zh', 'en', or `language`)."""
+        if language.lower() != "auto":
+            return language
+        n_han, n_words = _script_counts(text)
+        self.han += n_han
+        self.words += n_words
+        if n_han or n_words:
+            return "zh" if n_han >= n_words else "en"
+        if self.han or self.words:
+            return "zh" if self.han >= self.words else "en"
+        return "auto"
 
 
 def normalize_for_speech(text: str, language: str = "auto") -> str:

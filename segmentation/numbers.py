@@ -141,5 +141,11 @@ def zh_digits(digits: str) -> str:
     return "".join(_ZH_DIGITS[int(d)] for d in digits if d.isdigit())
 
 
+def zh_code(digits: str) -> str:
+    """Digits of a code read one by one, as Mandarin reads phone and service numbers: 1 is 幺 (12315 →
+    幺二三幺五), so that it is not heard as 七."""
+    return zh_digits(digits).replace("一", "幺")
+
+
 def zh_decimal(integer: str, fraction: str) -> str:
     return zh_integer(integer) + "点" + zh_digits(fraction)

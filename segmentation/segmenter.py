@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from segmentation import chars
+from segmentation.atoms import safe_end, splits_atom
 from segmentation.chars import CLOSERS, DASH, ELLIPSIS, HAN_CLASS, HAN_CLAUSE_MARKS, HAN_SENTENCE_ENDS, is_han
 
 # "word": Mandarin cut inside a clause at a jieba word: an utterance's first piece (SegmentPolicy.first_cut_han),
@@ -267,9 +268,11 @@ class StreamSegmenter:
             return []
         last = self._buf[-1]
         if last in _WS or last in _TERMINATORS or last in CLOSERS or last in DASH or _is_clause_mark(last):
-            end = len(self._buf)
-            self._pos = end
-            return [self._commit(end, "timeout")]
+            # An atom still open at the pause ("12.", "08:", "e.") is held; the text before it goes.
+            end = safe_end(self._buf, self._start, len(self._buf))
+            if end > self._start:
+                self._pos = max(self._pos, end)
+                return [self._commit(end, "timeout")]
         return []
 
     # -- scanning ---------------------------------------------------------------------------
@@ -308,7 +311,7 @@ class StreamSegmenter:
                 self._pos = i
                 return out
             reason, end, resume = decision
-            if reason is not None and end > self._start:
+            if reason is not None and end > self._start and not splits_atom(buf, end, self._hi):
                 out.append(self._commit(end, reason))
             self._pos = resume
             self._run_from = self._base + resume  # a mark, committed or not, ends a run
@@ -367,6 +370,8 @@ class StreamSegmenter:
     def _sentence_end(self, i: int) -> tuple[Reason | None, int, int] | None:
         buf = self._buf
         t = self._run_end(i, _TERMINATORS)
+        if t - 1 > i and buf[t - 1] == "." and t < self._hi and buf[t].isdigit():
+            t -= 1  # "。.5": the dot begins a decimal (.5) and goes with it
         j = self._closers_end(t)
         k = self._skip_ws(j)
         if k is None:
@@ -399,8 +404,8 @@ class StreamSegmenter:
     def _period_ends_sentence(self, i: int, k: int) -> bool:
         buf = self._buf
         w = i
-        while w > 0 and i - w < 48 and buf[w - 1] not in _WS:
-            w -= 1
+        while w > 0 and i - w < 48 and buf[w - 1] not in _WS and not _glue(buf[w - 1]):
+            w -= 1  # a token glued to Han text starts after it: 参见Dr. is "Dr"
         token = buf[w:i].lstrip("\"'“‘([{（「『《")
         if not token:
             return True
@@ -519,7 +524,7 @@ class StreamSegmenter:
                 i += 1
             if han + (i - lo) > need:  # a boundary with `need` before it may lie inside this run
                 for e in _jieba_cuts(buf[lo:i])[:-1]:
-                    if han + e >= need and buf[lo + e] not in _CLITICS:
+                    if han + e >= need and buf[lo + e] not in _CLITICS and not splits_atom(buf, lo + e, i):
                         return lo + e
             han += i - lo
         return None
@@ -592,11 +597,16 @@ class StreamSegmenter:
         while (m := _CUT_CANDIDATE.search(window, x)) is not None:
             j = limit - m.start()
             if not (is_han(buf[j - 1]) and is_han(buf[j])):
-                return j
+                if not splits_atom(buf, j, hi):  # never 2026|元, 25 |kg, 温度25|摄氏度
+                    return j
+                x = m.start() + 1
+                continue
             lo, han_cut = self._han_word_cut(j)
-            if han_cut > start:
+            if han_cut > start and not splits_atom(buf, han_cut, hi):
                 return han_cut
-            x = limit - lo  # no word boundary inside this Han run: look before it
+            # No word boundary inside this Han run (look before it), or one inside an atom (验证码|是4821:
+            # look before that boundary).
+            x = limit - lo if han_cut <= start else limit - han_cut + 1
         return None
 
     def _han_word_cut(self, j: int) -> tuple[int, int]:
@@ -636,6 +646,11 @@ class StreamSegmenter:
             self._base += cut
             self._start -= cut
             self._pos -= cut
+
+
+def _glue(c: str) -> bool:
+    """Han text or Han punctuation: a Latin token glued to it starts after it."""
+    return is_han(c) or c in HAN_SENTENCE_ENDS or c in HAN_CLAUSE_MARKS or "\u3000" <= c <= "\u303f"
 
 
 def _is_clause_mark(c: str) -> bool:

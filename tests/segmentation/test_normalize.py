@@ -187,3 +187,29 @@ def test_digit_strings_read_as_their_value(n: int, zeros: int) -> None:
 )
 def test_readings_kept_by_the_linear_patterns(text: str, spoken: str) -> None:
     assert normalize_for_speech(text, "en") == spoken
+
+
+@pytest.mark.parametrize(
+    ("text", "language", "spoken"),
+    [
+        ("请访问127.0.0.1查看", "zh", "请访问幺二七点零点零点幺查看"),
+        ("Ping 127.0.0.1 now", "en", "Ping one two seven dot zero dot zero dot one now"),
+        ("请拨打12315投诉", "zh", "请拨打幺二三幺五投诉"),
+        ("客服10086", "zh", "客服幺零零八六"),  # a carrier's service line, with no code word
+        ("人口12315人", "zh", "人口一万二千三百一十五人"),  # a count: a measure word follows
+        ("手机13812345678", "zh", "手机幺三八幺二三四五六七八"),
+        ("验证码是4821", "zh", "验证码是四八二幺"),
+        ("Call 911 now", "en", "Call nine one one now"),
+        ("I recall 911 things", "en", "I recall nine hundred eleven things"),
+        ("排名第3rd。", "zh", "排名第三。"),
+        ("3rd名", "en", "third名"),
+        (".5 seconds", "en", "point five seconds"),
+        (".5秒", "zh", "零点五秒"),
+        ("例如e.g.中文说明", "zh", "例如例如中文说明"),
+        ("参见Dr. Smith的论文", "zh", "参见Doctor Smith的论文"),
+        ("¥1,024.50万元", "zh", "一千零二十四点五万元"),
+        ("$5万", "zh", "五万美元"),
+    ],
+)
+def test_readings_of_codes_ordinals_decimals_and_glued_abbreviations(text: str, language: str, spoken: str) -> None:
+    assert normalize_for_speech(text, language) == spoken
