@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from engine import EngineError, Stream
 from gateway import metrics
 from gateway.admission import QueuedStream, Ticket
-from gateway.lexicons import spoken_text
+from gateway.lexicons import Respelled, spoken_text
 from gateway.outbox import SlowClient
 from gateway.protocol import ProtocolError, SegmentCommitted
 from gateway.utterance import Utterance
@@ -111,10 +111,13 @@ class TextIntake:
         """One committed segment to the utterance's engine stream (opened with its first speakable one)."""
         conn = self.conn
         assert conn.config is not None
+        # The lexicon's respellings are charged to the utterance: at most max_respelling_growth × its text.
+        respelled = utt.respelled = utt.respelled or Respelled.of(conn.limits)
         if len(text) > NORMALIZE_INLINE_CHARS:
-            spoken = await asyncio.to_thread(spoken_text, conn.pronunciations, text, conn.config.language_code)
+            spoken = await asyncio.to_thread(spoken_text, conn.pronunciations, text, conn.config.language_code,
+                                             respelled)  # fmt: skip
         else:
-            spoken = spoken_text(conn.pronunciations, text, conn.config.language_code)
+            spoken = spoken_text(conn.pronunciations, text, conn.config.language_code, respelled)
         if not spoken or utt.cancelled:
             return
         await self._open(utt, spoken)
