@@ -335,7 +335,7 @@ async def test_a_hostile_lexicon_over_64_kib_of_text_stalls_nobody(hardened: str
     r = await run(hardened, "lexicon_freeze", entries=1000, chars=65536, http_chars=4096, http_requests=2)
     assert r.seen["put"] == 200 and r.seen["ws"]["done"] and not r.seen["ws"]["codes"], r.seen
     assert [h["status"] for h in r.seen["http"]] == [200, 200], r.seen
-    assert_undisturbed(r, rss_mb=100.0)
+    assert_undisturbed(r)  # the RSS: +40–50 MB here, the matcher built once and the 64 KiB segment
 
 
 async def test_respellings_that_multiply_the_text_are_refused_on_every_route(hardened: str) -> None:
