@@ -166,13 +166,15 @@ def bomb_clip(fmt: str = "flac", seconds: float = 7200.0, rate: int = 8000, head
     return bytes(data)
 
 
-def _post_json(ctx: Context, path: str, body: dict[str, Any], timeout: float = 120.0) -> tuple[int, dict[str, Any]]:
+def _post_json(
+    ctx: Context, path: str, body: dict[str, Any], timeout: float = 120.0, method: str = "POST"
+) -> tuple[int, dict[str, Any]]:
     import urllib.error
     import urllib.request
 
     from canary import auth_headers, http_url
 
-    req = urllib.request.Request(http_url(ctx.url) + path, json.dumps(body).encode(), method="POST",
+    req = urllib.request.Request(http_url(ctx.url) + path, json.dumps(body).encode(), method=method,
                                  headers={"Content-Type": "application/json"} | auth_headers(ctx.key))  # fmt: skip
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -725,6 +727,111 @@ async def foreign_origin_ws(ctx: Context) -> dict[str, Any]:
         await open_one("own page", f"http://{own}")
         await open_one("no Origin", None)
     return {kind: sorted(v) for kind, v in seen.items()}
+
+
+# Issue 35, finding 1: a tenant lexicon of `entries` words of `word_chars` characters each ("~"… then four
+# digits: the costliest an alternation of entries can be) applied to `chars` characters of text as one
+# WebSocket segment (`split_granularity: "none"`), then to `http_chars` characters of one POST
+# /v1/audio/speech. Application must be linear in the text whatever the entries: no freeze of the
+# canary or /health. `text=prose`: ordinary sentences instead of "~" (the entries then never match).
+def _lexicon_put(ctx: Context, name: str, entries: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    return _post_json(ctx, f"/v1/lexicons/{name}", {"entries": entries}, method="PUT")
+
+
+def _speech_status(ctx: Context, body: dict[str, Any], timeout: float = 60.0, keep: int = 1 << 20) -> dict[str, Any]:
+    """POST /v1/audio/speech: its status, error code, the audio bytes read (at most `keep`: past it the
+    connection is closed, which cancels the engine stream) and how long the answer took."""
+    import urllib.error
+    import urllib.request
+
+    from canary import auth_headers, http_url
+
+    req = urllib.request.Request(http_url(ctx.url) + "/v1/audio/speech", json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"} | auth_headers(ctx.key))  # fmt: skip
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            got = 0
+            while got < keep and (chunk := r.read(65536)):
+                got += len(chunk)
+            return {"status": r.status, "code": None, "bytes": got, "s": round(time.monotonic() - t0, 3)}
+    except urllib.error.HTTPError as e:
+        try:
+            code = json.load(e)["error"]["code"]
+        except (ValueError, KeyError, TypeError):
+            code = None
+        return {"status": e.code, "code": code, "bytes": 0, "s": round(time.monotonic() - t0, 3)}
+    except TimeoutError:
+        return {"status": None, "code": "client_timeout", "bytes": 0, "s": round(time.monotonic() - t0, 3)}
+
+
+async def _utterance_codes(ws: Any, text: str, seconds: float) -> dict[str, Any]:
+    """Send `text` as one utterance; the error codes and the audio bytes within `seconds` (then cancel)."""
+    t0 = time.monotonic()
+    await ws.send(json.dumps({"type": "input.text", "text": text}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    codes: list[str] = []
+    audio, done = 0, False
+    end = t0 + seconds
+    with contextlib.suppress(TimeoutError, websockets.ConnectionClosed):
+        while (left := end - time.monotonic()) > 0:
+            msg = await asyncio.wait_for(ws.recv(), left)
+            if isinstance(msg, bytes):
+                audio += len(msg)
+            elif (ev := json.loads(msg))["type"] == "error":
+                codes.append(ev["code"])
+            elif ev["type"] == "session.done":
+                done = True
+                break
+    if not done:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            await ws.send(json.dumps({"type": "input.cancel"}))
+    return {"codes": codes, "audio_bytes": audio, "done": done, "s": round(time.monotonic() - t0, 3)}
+
+
+@attack("lexicon_freeze")
+async def lexicon_freeze(ctx: Context) -> dict[str, Any]:
+    o = ctx.options
+    n, word_chars = int(o.get("entries", 1000)), int(o.get("word_chars", 64))
+    chars, http_chars = int(o.get("chars", 65536)), int(o.get("http_chars", 4096))
+    entries = {"~" * (word_chars - 4) + f"{i:04d}": "b" for i in range(n)}
+    status, out = await asyncio.to_thread(_lexicon_put, ctx, "freeze", entries)
+    seen: dict[str, Any] = {"put": status, "put_code": (out.get("error") or {}).get("code")}
+    text = ("~" * max(chars, http_chars)) if o.get("text", "tilde") == "tilde" else huge_prose(max(chars, http_chars))
+    ws = await _config_session(ctx, split_granularity="none", lexicon="freeze")
+    seen["ws"] = await _utterance_codes(ws, text[:chars], float(o.get("ws_s", 60.0)))
+    await ws.close()
+    body = {"input": text[:http_chars], "voice": "joe", "response_format": "pcm", "lexicon": "freeze"}
+    seen["http"] = [await asyncio.to_thread(_speech_status, ctx, body) for _ in range(int(o.get("http_requests", 2)))]
+    return seen
+
+
+# Issue 35, finding 6: a respelling of 128 characters for a one-letter word ("a"), so the text spoken is
+# ~50 times the text sent. POST /v1/audio/speech (`http_words` of them: the default is under the 4096
+# input bound), a batch of small items and a WebSocket utterance: each must be refused, naming the
+# bound (`respelling_too_long`), rather than spoken as hours of audio.
+AMPLIFIED = ("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+             "sixteen seventeen eighteen nineteen twenty")[:128]  # fmt: skip
+
+
+@attack("lexicon_amplify")
+async def lexicon_amplify(ctx: Context) -> dict[str, Any]:
+    o = ctx.options
+    status, _ = await asyncio.to_thread(_lexicon_put, ctx, "amp", {"a": AMPLIFIED})
+    seen: dict[str, Any] = {"put": status}
+    words = int(o.get("http_words", 1900))
+    body = {"input": "a " * words + ".", "voice": "joe", "response_format": str(o.get("format", "pcm")),
+            "lexicon": "amp"}  # fmt: skip
+    seen["http"] = await asyncio.to_thread(_speech_status, ctx, body, float(o.get("http_timeout_s", 30.0)))
+    batch = {"voice": "joe", "response_format": "pcm", "lexicon": "amp",
+             "items": [{"input": "a a a a a."} for _ in range(int(o.get("batch_items", 4)))]}  # fmt: skip
+    status, out = await asyncio.to_thread(_post_json, ctx, "/v1/audio/speech/batch", batch,
+                                          float(o.get("http_timeout_s", 30.0)))  # fmt: skip
+    seen["batch"] = {"status": status, "codes": sorted({r.get("code") or r["status"] for r in out.get("results", [])})}
+    ws = await _config_session(ctx, lexicon="amp")
+    seen["ws"] = await _utterance_codes(ws, "a " * int(o.get("ws_words", 400)) + ".", float(o.get("ws_s", 10.0)))
+    await ws.close()
+    return seen
 
 
 # -- more attacks above this line --------------------------------------------------------------------------

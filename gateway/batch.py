@@ -30,6 +30,7 @@ from engine import Engine, EngineError
 from gateway.admission import QueueFull, ticketed
 from gateway.audio import MEDIA_TYPES, encode_file
 from gateway.errors import ApiError, invalid
+from gateway.lexicons import spoken_segments
 from gateway.models import ModelRegistry, api_serving
 from gateway.openai_api import MAX_INPUT_CHARS, SpeechRequest, admitted, speech_pcm, speech_request, while_connected
 from gateway.settings import Settings
@@ -40,7 +41,8 @@ log = logging.getLogger("voxgate")
 
 MAX_BATCH_ITEMS = 32  # vLLM-Omni's tts_batch_max_items
 # All items' input together: twice one full request. The answer holds every item's audio at once
-# (about 10 minutes of speech for 8192 characters, ~28 MB of 24 kHz PCM before base64).
+# (about 10 minutes of speech for 8192 characters, ~28 MB of 24 kHz PCM before base64). A lexicon may
+# lengthen each item's text to Limits.max_respelling_growth times it (gateway/lexicons.py), no more.
 MAX_BATCH_CHARS = 2 * MAX_INPUT_CHARS
 # The longest valid body: the batch's characters, 33 sets of instructions (500) and names (3 × 128),
 # each character a 12-byte JSON escape (a surrogate pair), and the rest.
@@ -125,14 +127,17 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
         model = api_serving(who.models, req.model)  # each item's `model` picks one (unknown_model, …)
         engine = cast(Engine, model.served)
         stream_req, respelled = await speech_request(req, engine, who.store, who.tenant, who.settings.voice_aliases)
+        spoken = await spoken_segments(req.input, stream_req.language, respelled, who.settings.limits)
         rate = stream_req.sample_rate or engine.sample_rate
         ticket = await admitted(model.admission, who.tenant, stream_req, req.input)  # as POST /v1/audio/speech
         clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
         trim = trim_for(rate, who.settings.limits)
-        async with asyncio.timeout(ITEM_TIMEOUT_BASE_S + ITEM_TIMEOUT_S_PER_CHAR * len(req.input)):
+        # The text spoken (respelled, normalised) is what takes time to say, more than the text sent.
+        chars = max(len(req.input), sum(map(len, spoken)))
+        async with asyncio.timeout(ITEM_TIMEOUT_BASE_S + ITEM_TIMEOUT_S_PER_CHAR * chars):
             # The ticketed stream counts its audio to the tenant and releases the ticket as it ends.
-            spoken = speech_pcm(ticketed(engine, ticket), stream_req, req.input, trim, clock, respelled)
-            parts = [pcm async for pcm in spoken]
+            pcm_chunks = speech_pcm(ticketed(engine, ticket), stream_req, spoken, trim, clock)
+            parts = [pcm async for pcm in pcm_chunks]
         pcm = np.concatenate(parts) if parts else np.zeros(0, np.int16)
     except QueueFull as e:
         refusal = ApiError(e.message, code="queue_full")

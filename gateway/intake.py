@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from engine import EngineError, Stream
 from gateway import metrics
 from gateway.admission import QueuedStream, Ticket
-from gateway.lexicons import spoken_text
+from gateway.lexicons import Respelled, spoken_text
 from gateway.outbox import SlowClient
 from gateway.protocol import ProtocolError, SegmentCommitted
 from gateway.utterance import Utterance
@@ -112,9 +112,11 @@ class TextIntake:
         conn = self.conn
         assert conn.config is not None
         pronunciations, language = conn.pronunciations, conn.config.language_code
+        # The lexicon's respellings are charged to the utterance: at most max_respelling_growth × its text.
+        respelled = utt.respelled = utt.respelled or Respelled.of(conn.limits)
 
         def speech() -> str:  # read in the utterance's language where the segment has no letters ("12.5%。")
-            return spoken_text(pronunciations, text, utt.reading.of(text, language))
+            return spoken_text(pronunciations, text, utt.reading.of(text, language), respelled)
 
         spoken = await asyncio.to_thread(speech) if len(text) > NORMALIZE_INLINE_CHARS else speech()
         if not spoken or utt.cancelled:

@@ -11,7 +11,7 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Literal, TypeVar, cast
 
 import msgspec
@@ -25,12 +25,11 @@ from engine import AudioChunk, Engine, Stream, StreamEnd, StreamRequest
 from gateway.admission import Admission, Ticket, spoken_language, ticketed
 from gateway.audio import MEDIA_TYPES, OPUS_RATES, Resampler, encode_file, encode_frames, wav_stream_header
 from gateway.errors import ApiError
-from gateway.lexicons import NO_LEXICON, spoken_text, spoken_with, tenant_lexicon
+from gateway.lexicons import spoken_segments, spoken_with, tenant_lexicon
 from gateway.models import ModelRegistry, api_serving
 from gateway.settings import Settings
 from gateway.timing import LeadingTrim, ResponseClock, Timing, observe, trim_for
 from gateway.voices import aliased, open_request, resolve_voice, stream_request
-from segmentation import StreamSegmenter, UtteranceLanguage
 from segmentation.lexicon import Pronunciations
 from sessions import SessionStore, Tenant
 
@@ -99,14 +98,12 @@ async def speech_request(req: SpeechRequest, engine: Engine, store: SessionStore
     return await asyncio.to_thread(spoken_with, engine, request, lexicon)
 
 
-def _spoken(engine: Engine, request: StreamRequest, text: str, pronunciations: Pronunciations) -> Stream:
-    """An engine stream with all of `text` in it, segmented, respelled and normalised as a WebSocket
-    session's is."""
+def _spoken(engine: Engine, request: StreamRequest, spoken: Sequence[str]) -> Stream:
+    """An engine stream with all of `spoken` in it (the text's segments as gateway/lexicons.py
+    `spoken_segments` makes them: respelled and normalised as a WebSocket session's are)."""
     stream = open_request(engine, request)
-    segmenter, reading = StreamSegmenter(request.language, "auto"), UtteranceLanguage()
-    for seg in [*segmenter.feed(text), *segmenter.flush()]:
-        if spoken := spoken_text(pronunciations, seg.text, reading.of(seg.text, request.language)):
-            stream.append(spoken + " ")
+    for segment in spoken:
+        stream.append(segment + " ")
     stream.finish()
     return stream
 
@@ -123,14 +120,14 @@ async def _audio(stream: Stream) -> AsyncIterator[AudioChunk]:
 
 
 async def speech_pcm(
-    engine: Engine, request: StreamRequest, text: str, trim: LeadingTrim | None = None,
-    clock: ResponseClock | None = None, pronunciations: Pronunciations = NO_LEXICON,
+    engine: Engine, request: StreamRequest, spoken: Sequence[str], trim: LeadingTrim | None = None,
+    clock: ResponseClock | None = None,
 ) -> AsyncIterator[np.ndarray]:
-    """`text` spoken as `request` asks, at its sample rate, chunk by chunk (never an empty one); cancels the
-    engine stream if the client leaves. `trim`: drop the leading silence; `clock`: its start is when the
-    text went in."""
+    """`spoken` (a text's segments, `spoken_segments`) spoken as `request` asks, at its sample rate, chunk by
+    chunk (never an empty one); cancels the engine stream if the client leaves. `trim`: drop the leading
+    silence; `clock`: its start is when the text went in."""
     rate = request.sample_rate or engine.sample_rate
-    stream = _spoken(engine, request, text, pronunciations)
+    stream = _spoken(engine, request, spoken)
     if clock is not None:
         clock.start = time.monotonic()
     trim = trim or LeadingTrim(rate, enabled=False)
@@ -281,11 +278,13 @@ async def create_speech(
     model = api_serving(models, data.model)  # `model` picks one (404 unknown_model; 503 while it cannot serve)
     engine, admission = cast(Engine, model.served), model.admission
     stream_req, pronunciations = await speech_request(data, engine, store, tenant, settings.voice_aliases)
+    # Before admission: a text its lexicon lengthens past the bound is refused without taking capacity.
+    spoken = await spoken_segments(data.input, stream_req.language, pronunciations, settings.limits)
     rate = stream_req.sample_rate or engine.sample_rate
     ticket = await admitted(admission, tenant, stream_req, data.input, request)
     clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
     trim = trim_for(rate, settings.limits)
-    chunks = speech_pcm(ticketed(engine, ticket), stream_req, data.input, trim, clock, pronunciations)
+    chunks = speech_pcm(ticketed(engine, ticket), stream_req, spoken, trim, clock)
     body = SpeechBody(data, rate, chunks, clock, trim, lambda timing: observe(timing, model.name, tenant.name))
     headers = await body.start(request)
     if data.stream_format == "sse":

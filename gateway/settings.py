@@ -59,6 +59,12 @@ class Limits:
     # not yet played (at real time). Past either, input.text is refused with `backlog_full`.
     max_backlog_chars: int = 65536  # the `none` mode segmenter holds this much before a forced cut
     max_audio_ahead_s: float = 600.0
+    # A lexicon's respellings may make the text spoken at most this many times as long as the text sent,
+    # plus respelling_slack_chars (so a short input of abbreviations is still respelled), counted per
+    # WebSocket utterance and per HTTP request or batch item: every bound on input text then bounds the
+    # text spoken. Past it the text is refused (`respelling_too_long`), never spoken as hours of audio.
+    max_respelling_growth: float = 2.0  # respelled characters per character sent
+    respelling_slack_chars: int = 64
     # Leading-silence trim of each response's first audio (gateway/timing.py): at most trim_max_ms, and
     # never closer than trim_preroll_ms to the first sample above trim_threshold_dbfs (peak).
     trim_leading_silence: bool = True

@@ -6,11 +6,15 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine import Stream
 from gateway.words import UtteranceWords
 from segmentation import Segment, StreamSegmenter, UtteranceLanguage
 from sessions import StreamSlot
+
+if TYPE_CHECKING:
+    from gateway.lexicons import Respelled
 
 
 @dataclass
@@ -43,6 +47,7 @@ class Utterance:
     played_ms: float | None = None  # a cancel's playback position in it (0: queued behind the one playing)
     # The language its segments are read in under `auto`: a segment with no letters ("12.5%。") takes it.
     reading: UtteranceLanguage = field(default_factory=UtteranceLanguage)
+    respelled: Respelled | None = None  # its lexicon's growth of its text so far (gateway/lexicons.py)
 
     def segment_of(self, engine_index: int) -> int | None:
         """Our segment index of the engine's append `engine_index` (None: not one of ours)."""

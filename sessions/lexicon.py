@@ -9,6 +9,9 @@ word, respelling and IPA lengths) as well as at the HTTP edge, since the store i
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import unicodedata
 from typing import Annotated
 
 import msgspec
@@ -22,6 +25,8 @@ MAX_ENTRIES = 1000
 MAX_WORD_CHARS = 64
 MAX_SAY_CHARS = 128
 MAX_IPA_CHARS = 128
+
+log = logging.getLogger("voxgate")
 
 Word = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_WORD_CHARS)]
 Say = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_SAY_CHARS)]
@@ -59,6 +64,53 @@ class Lexicon(msgspec.Struct, frozen=True):
 
 class LexiconLimitExceeded(SessionStoreError):
     code = "lexicon_limit"
+
+
+class InvalidLexiconEntry(SessionStoreError):
+    code = "invalid_lexicon_entry"
+
+
+# What an entry's word may hold besides letters, digits and marks: punctuation and symbols ("C++",
+# "AT&T", "Node.js", "O'Brien", "rock-n-roll") and single spaces between words ("voxgate pro").
+_SYMBOL_CATEGORIES = ("P", "S")
+
+
+def word_problem(word: str) -> str | None:
+    """Why `word` cannot be an entry's word, or None. A word is what the matcher (segmentation/lexicon.py)
+    can find as whole tokens: letters and digits (any script, Han and kana included), with punctuation or
+    symbols beside them and single spaces between words; at least one letter or digit (an entry of marks
+    alone, "." or "~~~", would rewrite punctuation, not say a word); no control, format or unassigned
+    characters, no whitespace at either end or other than single spaces."""
+    if word.isalnum():  # the common case, at C speed
+        return None
+    if not any(c.isalnum() for c in word):
+        return "an entry's word needs a letter or digit"
+    if word != word.strip() or "  " in word:
+        return "an entry's word may hold single spaces between its words only"
+    for c in word:
+        if c == " " or c.isalnum():
+            continue
+        category = unicodedata.category(c)
+        if category[0] not in (*_SYMBOL_CATEGORIES, "M"):
+            return f"an entry's word may not hold {unicodedata.name(c, f'U+{ord(c):04X}')}"
+    return None
+
+
+def first_invalid(lexicon: Lexicon) -> tuple[str, str] | None:
+    """The first entry whose word is refused, and why."""
+    return next(((w, p) for w in lexicon.entries if (p := word_problem(w)) is not None), None)
+
+
+def _valid_only(lexicon: Lexicon, where: str) -> Lexicon:
+    """A stored lexicon without the entries a PUT now refuses (put before the rule): skipped with a
+    warning rather than failing every session that names it."""
+    bad = [w for w in lexicon.entries if word_problem(w) is not None]
+    if not bad:
+        return lexicon
+    log.warning("lexicon %s: %d stored entries are no longer valid words and are skipped (first %r)",
+                where, len(bad), bad[0][:64])  # fmt: skip
+    skipped = set(bad)
+    return Lexicon({w: e for w, e in lexicon.entries.items() if w not in skipped})
 
 
 # KEYS: the lexicon, the tenant's index; ARGV: name, bound, value. -1: the tenant holds `bound` others.
@@ -101,7 +153,10 @@ class LexiconStore:
 
     async def put(self, tenant: str, name: str, lexicon: Lexicon) -> None:
         """Store (or replace) a lexicon; LexiconLimitExceeded past the tenant's bound; the bounds of
-        `Lexicon` are checked again here (ValidationError), whoever the writer."""
+        `Lexicon` are checked again here (ValidationError), and its words (InvalidLexiconEntry), whoever
+        the writer."""
+        if (bad := first_invalid(lexicon)) is not None:
+            raise InvalidLexiconEntry(f"entries.{bad[0][:64]}: {bad[1]}")
         value = msgspec.json.encode(msgspec.convert(msgspec.to_builtins(lexicon), Lexicon))
         keys_ = [lexicon_key(tenant, name), lexicon_index(tenant)]
         if await self.store.breaker.call(self._put(keys=keys_, args=[name, self.max_per_tenant, value])) == -1:
@@ -109,7 +164,10 @@ class LexiconStore:
 
     async def get(self, tenant: str, name: str) -> Lexicon | None:
         raw = await self.store.breaker.call(self.store.client.get(lexicon_key(tenant, name)))
-        return None if raw is None else _decoder.decode(raw)
+        if raw is None:
+            return None
+        # Checking 1000 long words takes ~30 ms: off the event loop.
+        return await asyncio.to_thread(_valid_only, _decoder.decode(raw), f"{tenant}/{name}")
 
     async def names(self, tenant: str) -> list[str]:
         names = await self.store.breaker.call(self.store.client.smembers(lexicon_index(tenant)))

@@ -323,3 +323,26 @@ async def test_an_idle_open_utterance_holding_the_only_stream_gives_it_up_when_o
         assert timeout["code"] == "utterance_timeout" and timeout["action"] == "finished", timeout
         await holder.close()
         await waiter.close()
+
+
+# -- tenant lexicons (issue 35, findings 1 and 6) ------------------------------------------------------------
+
+
+async def test_a_hostile_lexicon_over_64_kib_of_text_stalls_nobody(hardened: str) -> None:
+    # 1000 entries of 60 "~" and four digits, applied to one 64 KiB segment and to two 4096-character
+    # HTTP requests. Before: one regex alternation, entries × characters in `re` with the GIL held —
+    # /health 4.0 s, the canary 4.1 s, each HTTP request 0.3 s on the loop.
+    r = await run(hardened, "lexicon_freeze", entries=1000, chars=65536, http_chars=4096, http_requests=2)
+    assert r.seen["put"] == 200 and r.seen["ws"]["done"] and not r.seen["ws"]["codes"], r.seen
+    assert [h["status"] for h in r.seen["http"]] == [200, 200], r.seen
+    assert_undisturbed(r)  # the RSS: +40–50 MB here, the matcher built once and the 64 KiB segment
+
+
+async def test_respellings_that_multiply_the_text_are_refused_on_every_route(hardened: str) -> None:
+    # "a" respelled as 128 characters. Before: a 3800-character request was accepted as ~245 000 spoken
+    # characters (hours of audio), the batch items and the utterance spoken at ~50 times their length.
+    r = await run(hardened, "lexicon_amplify", http_words=1900, batch_items=4, ws_words=400)
+    assert r.seen["http"]["status"] == 400 and r.seen["http"]["code"] == "respelling_too_long", r.seen
+    assert r.seen["batch"] == {"status": 200, "codes": ["respelling_too_long"]}, r.seen
+    assert r.seen["ws"]["done"] and "respelling_too_long" in r.seen["ws"]["codes"], r.seen
+    assert_undisturbed(r, rss_mb=100.0)

@@ -60,6 +60,47 @@ async def test_a_session_names_its_lexicon_and_an_unknown_one_is_refused(gateway
     await ws.close()
 
 
+def test_an_entry_word_the_matcher_cannot_find_is_refused_naming_it(gateway: str) -> None:
+    """Issue 35: a word of letters or digits (symbols beside them, single spaces between words); marks alone,
+    other whitespace or control characters are 400 `invalid_lexicon_entry` naming the entry."""
+    for word in ("~~~~", " voxgate", "vox  gate", "vox\ngate", "vox\u0000gate"):
+        status, err = call(gateway, "PUT", "/v1/lexicons/bad", None, {"entries": {"ok": "fine", word: "x"}})
+        assert status == 400 and err["error"]["code"] == "invalid_lexicon_entry", (word, err)
+        assert err["error"]["param"] == f"entries.{word}", err
+    entries = {"C++": "see plus plus", "voxgate pro": "vocks gate pro", "rock-n-roll": "rock and roll", "语音": "话"}
+    assert call(gateway, "PUT", "/v1/lexicons/good", None, {"entries": entries})[0] == 200
+
+
+AMPLIFIED = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
+
+
+async def test_respellings_that_multiply_the_text_are_refused_naming_the_bound(gateway: str) -> None:
+    """Issue 35: a one-letter word respelled as 96 characters made a 3800-character request hours of audio.
+    Respellings may lengthen a request's (an item's, an utterance's) text to 2× it + 64 characters
+    (Limits.max_respelling_growth): past it, 400 `respelling_too_long`, before any audio."""
+    assert call(gateway, "PUT", "/v1/lexicons/amp", None, {"entries": {"a": AMPLIFIED, "hi": "hello there"}})[0] == 200
+    body = {"input": "a " * 1900 + ".", "voice": "joe", "response_format": "pcm", "lexicon": "amp"}
+    status, err = call(gateway, "POST", "/v1/audio/speech", None, body)
+    assert status == 400 and err["error"]["code"] == "respelling_too_long", err
+    assert err["error"]["param"] == "lexicon" and "max_respelling_growth" in err["error"]["message"], err
+    # Ordinary respellings pass: "hi" → "hello there" is 5.5× one word, within the slack of a request.
+    status, audio = speech(gateway, None, "/v1/audio/speech", body | {"input": "hi there, the fine day."})
+    assert status == 200 and audio, audio
+    batch = {"voice": "joe", "response_format": "pcm", "lexicon": "amp",
+             "items": [{"input": "a a a a a."}, {"input": "a a a a a.", "lexicon": None}]}  # fmt: skip
+    status, out = call(gateway, "POST", "/v1/audio/speech/batch", None, batch)
+    assert status == 200, out
+    first, second = out["results"]
+    assert first["status"] == "error" and first["code"] == "respelling_too_long", first
+    assert second["status"] == "success", second
+    ws, ready = await open_session(gateway, lexicon="amp")
+    assert ready["type"] == "session.ready", ready
+    events, _ = await utterance(ws, "a " * 400 + ".")
+    errors = [e for e in events if e["type"] == "error"]
+    assert errors and errors[0]["code"] == "respelling_too_long" and errors[0]["segment_indexes"], errors
+    await ws.close()
+
+
 IPA = "vˈɑksɡeɪt"
 
 
@@ -170,10 +211,11 @@ def keyed_gateway(cpu_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> 
         redis.stop()
 
 
-def speech(addr: str, key: str, path: str, body: dict[str, Any]) -> tuple[int, bytes | dict[str, Any]]:
+def speech(addr: str, key: str | None, path: str, body: dict[str, Any]) -> tuple[int, bytes | dict[str, Any]]:
     req = urllib.request.Request(f"http://{addr}{path}", json.dumps(body).encode(), method="POST")
     req.add_header("Content-Type", "application/json")
-    req.add_header("Authorization", f"Bearer {key}")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             data = r.read()

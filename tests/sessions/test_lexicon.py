@@ -7,7 +7,7 @@ import msgspec
 import pytest
 
 from sessions import InvalidId, SessionStore
-from sessions.lexicon import Lexicon, LexiconLimitExceeded, LexiconStore
+from sessions.lexicon import InvalidLexiconEntry, Lexicon, LexiconLimitExceeded, LexiconStore, lexicon_key
 
 from .conftest import MakeStore
 
@@ -36,4 +36,25 @@ async def test_lexicon_bounds_hold_at_the_store() -> None:
     with pytest.raises(InvalidId):
         await store.put("acme", "bad name!", Lexicon({}))
     assert "big" not in await store.names("acme")
+    await store.store.close()
+
+
+async def test_words_the_matcher_cannot_find_are_refused_and_old_stored_ones_skipped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 35: an entry's word is letters or digits, with symbols beside them ("C++") and single spaces
+    between words; one of marks alone, or with other whitespace or control characters, is refused at
+    the store, and one stored before the rule is skipped on reading, with a warning."""
+    store = LexiconStore(SessionStore.from_url(None))
+    for word in ("~~~~", "...", " voxgate", "vox  gate", "vox\tgate", "vox\x00gate", "vox\u200dgate"):
+        with pytest.raises(InvalidLexiconEntry):
+            await store.put("acme", "bad", Lexicon({word: "x"}))
+    good = {"C++": "see plus plus", "voxgate pro": "vocks gate pro", "O'Brien": "oh bryan", "语音网关": "沃克斯网关"}
+    await store.put("acme", "good", Lexicon(good))
+    assert (await store.get("acme", "good")) == Lexicon(good)
+    raw = msgspec.json.encode({"entries": {"~~~~": "tilde", "voxgate": "vocks gate"}})  # put before the rule
+    await store.store.client.set(lexicon_key("acme", "old"), raw)
+    with caplog.at_level("WARNING", logger="voxgate"):
+        assert (await store.get("acme", "old")) == Lexicon({"voxgate": "vocks gate"})
+    assert "no longer valid" in caplog.text and "'~~~~'" in caplog.text
     await store.store.close()
