@@ -568,6 +568,48 @@ async def context_flood(ctx: Context) -> dict[str, Any]:
     return {"sent": sockets * contexts, "codes": sorted(set(codes)), "too_many_contexts": refused}
 
 
+# Hardening round two, finding 3: `input.done` with nothing open made an utterance past
+# `max_open_utterances`. One long utterance keeps the engine busy, then `messages` bare input.done as fast
+# as the socket takes them, every event read; then a cancel: how many utterances it found queued.
+async def _events(ws: Any, seen: dict[str, int], until: str | None = None, seconds: float = 30.0) -> None:
+    """Count a socket's events by type (errors by code) for `seconds`, or until one of type `until`."""
+    end = time.monotonic() + seconds
+    with contextlib.suppress(TimeoutError, websockets.ConnectionClosed):
+        while (left := end - time.monotonic()) > 0:
+            msg = await asyncio.wait_for(ws.recv(), left)
+            if isinstance(msg, bytes):
+                seen["audio_bytes"] = seen.get("audio_bytes", 0) + len(msg)
+                continue
+            ev = json.loads(msg)
+            kind = f"error:{ev['code']}" if ev["type"] == "error" else ev["type"]
+            seen[kind] = seen.get(kind, 0) + 1
+            if kind == until:
+                return
+
+
+@attack("bare_done_flood")
+async def bare_done_flood(ctx: Context) -> dict[str, Any]:
+    messages = int(ctx.options.get("messages", 20000))
+    ws = await _config_session(ctx)
+    seen: dict[str, int] = {}
+    reader = asyncio.create_task(_events(ws, seen, seconds=120))
+    await ws.send(json.dumps({"type": "input.text", "text": huge_prose(2000)}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    bare = json.dumps({"type": "input.done"})
+    for i in range(messages):
+        await ws.send(bare)
+        if i % 500 == 0:
+            await asyncio.sleep(0)  # the reader keeps up
+    await asyncio.sleep(1.0)
+    cancelled_before = seen.get("audio.cancelled", 0)
+    await ws.send(json.dumps({"type": "input.cancel"}))
+    await asyncio.sleep(2.0)
+    reader.cancel()
+    await ws.close()
+    out = {k: v for k, v in seen.items() if k != "audio_bytes"}
+    return out | {"sent": messages, "cancelled": seen.get("audio.cancelled", 0) - cancelled_before}
+
+
 # -- more attacks above this line --------------------------------------------------------------------------
 
 
