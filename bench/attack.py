@@ -610,6 +610,133 @@ async def bare_done_flood(ctx: Context) -> dict[str, Any]:
     return out | {"sent": messages, "cancelled": seen.get("audio.cancelled", 0) - cancelled_before}
 
 
+def _post(ctx: Context, path: str, body: dict[str, Any], timeout: float = 120.0) -> tuple[int, dict[str, str], bytes]:
+    """A POST's status, headers (lower-cased names) and body, whatever its status (no answer: status 0)."""
+    import urllib.error
+    import urllib.request
+
+    from canary import auth_headers, http_url
+
+    req = urllib.request.Request(http_url(ctx.url) + path, json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"} | auth_headers(ctx.key))  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+    except OSError as e:
+        return 0, {}, str(e).encode()
+
+
+def _code(body: bytes) -> str | None:
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        return str(json.loads(body)["error"]["code"])
+    return None
+
+
+# Hardening round two, finding 14 and "drain keeps busy connections": SIGTERM (option `pid`: the server's
+# process) while a socket speaks an utterance, another starts one utterance after another, and a batch runs.
+# Then HTTP work must be refused (503 draining, Retry-After), the socket's utterance under way must finish
+# while its next one is refused (`draining`), the busy socket must be closed after its utterance (not at
+# the grace's end), and the process must exit within the grace even with the batch still running.
+async def _speak_through_drain(ws: Any, out: dict[str, Any]) -> None:
+    """Read a socket to its close: its events by type, the worst gap between audio frames, how it closed."""
+    last: float | None = None
+    out.setdefault("events", {})
+    try:
+        while True:
+            msg = await asyncio.wait_for(ws.recv(), 60)
+            now = time.monotonic()
+            if isinstance(msg, bytes):
+                if last is not None:
+                    out["worst_gap_s"] = max(out.get("worst_gap_s", 0.0), round(now - last, 3))
+                last = now
+                continue
+            ev = json.loads(msg)
+            kind = f"error:{ev['code']}" if ev["type"] == "error" else ev["type"]
+            out["events"][kind] = out["events"].get(kind, 0) + 1
+            if ev["type"] == "error" and ev["code"] == "draining":
+                out["refused"] = {k: ev.get(k) for k in ("rejected_chars", "utterance_index")}
+            if ev["type"] in ("session.done", "audio.start"):
+                last = None  # a gap between utterances is not a gap in one
+    except websockets.ConnectionClosed as e:
+        out["close_code"] = e.rcvd.code if e.rcvd is not None else None
+    except TimeoutError:
+        out["close_code"] = "timeout"
+    out["closed_after_s"] = round(time.monotonic() - out["t_term"], 2)
+
+
+@attack("drain_http")
+async def drain_http(ctx: Context) -> dict[str, Any]:
+    import os
+    import signal
+
+    from canary import http_url
+
+    pid = int(ctx.options["pid"])
+    seen: dict[str, Any] = {}
+    speaker = await _config_session(ctx)
+    busy = await _config_session(ctx)
+    await speaker.send(json.dumps({"type": "input.text", "text": huge_prose(300)}))  # open through the SIGTERM
+    while not (isinstance(msg := await asyncio.wait_for(speaker.recv(), 30), str) and '"audio.start"' in msg):
+        pass
+    t_term = time.monotonic() + 1.0
+    spoken: dict[str, Any] = {"t_term": t_term}
+    kept: dict[str, Any] = {"t_term": t_term}
+
+    async def keep_busy() -> None:  # a new utterance every 0.3 s, as a chatty agent would
+        with contextlib.suppress(websockets.ConnectionClosed):
+            for i in range(200):
+                await busy.send(json.dumps({"type": "input.text", "text": f"Busy turn {i} says a sentence. "}))
+                await busy.send(json.dumps({"type": "input.done"}))
+                await asyncio.sleep(0.3)
+
+    busy_task = asyncio.create_task(keep_busy())
+    readers = [asyncio.create_task(_speak_through_drain(speaker, spoken)),
+               asyncio.create_task(_speak_through_drain(busy, kept))]  # fmt: skip
+    # A batch long enough to outlast a short grace (two items of ~4 min of audio), started before the SIGTERM.
+    batch = {"voice": "joe", "response_format": "pcm", "items": [{"input": huge_prose(4000)}] * 2}
+    slow = asyncio.create_task(asyncio.to_thread(_post, ctx, "/v1/audio/speech/batch", batch, 300.0))
+    await asyncio.sleep(max(0.0, t_term - time.monotonic()))
+    os.kill(pid, signal.SIGTERM)
+    await asyncio.sleep(0.3)
+    with contextlib.suppress(websockets.ConnectionClosed):  # the utterance under way takes its last text …
+        await speaker.send(json.dumps({"type": "input.text", "text": "And its last sentence. "}))
+        await speaker.send(json.dumps({"type": "input.done"}))
+        # … and the next is refused
+        await speaker.send(json.dumps({"type": "input.text", "text": "A new utterance while draining. "}))
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(http_url(ctx.url) + "/health", timeout=5) as r:
+            seen["health"] = r.status
+    except urllib.error.HTTPError as e:
+        seen["health"] = e.code
+    for name, path, body in (("speech", "/v1/audio/speech", {"input": "Hello there.", "voice": "joe"}),
+                             ("batch", "/v1/audio/speech/batch", {"voice": "joe", "items": [{"input": "Hi."}]}),
+                             ("voice", "/v1/audio/voices", {"voice_id": "drained", "base_voice": "joe"})):  # fmt: skip
+        status, headers, data = await asyncio.to_thread(_post, ctx, path, body, 30.0)
+        seen[name] = {"status": status, "code": _code(data), "retry_after": headers.get("retry-after"),
+                      "bytes": len(data)}  # fmt: skip
+    await asyncio.gather(*readers)
+    busy_task.cancel()
+    deadline = time.monotonic() + float(ctx.options.get("exit_within_s", 120))
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        if (reap := ctx.options.get("reap")) is not None and reap() is not None:  # the caller's Popen: reaped
+            break
+        await asyncio.sleep(0.05)
+    seen["exited_after_s"] = round(time.monotonic() - t_term, 2)
+    status, _, data = await slow
+    seen["slow_batch"] = {"status": status, "bytes": len(data)}
+    del spoken["t_term"], kept["t_term"]
+    return seen | {"speaker": spoken, "busy": kept}
+
+
 # -- more attacks above this line --------------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ from litestar.params import JSONBody
 from engine import Engine, EngineError
 from gateway.admission import QueueFull, ticketed
 from gateway.audio import MEDIA_TYPES, encode_file
+from gateway.drain import refuse_while_draining
 from gateway.errors import ApiError, invalid
 from gateway.models import ModelRegistry, api_serving
 from gateway.openai_api import MAX_INPUT_CHARS, SpeechRequest, admitted, speech_pcm, speech_request, while_connected
@@ -159,7 +160,8 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
             "timing": msgspec.to_builtins(timing)}  # fmt: skip
 
 
-@post("/v1/audio/speech/batch", status_code=200, request_max_body_size=MAX_BATCH_BODY_BYTES)
+@post("/v1/audio/speech/batch", status_code=200, request_max_body_size=MAX_BATCH_BODY_BYTES,
+      guards=[refuse_while_draining])  # fmt: skip
 async def create_speech_batch(
     data: JSONBody[dict[str, Any]], request: Request, tenant: NamedDependency[Tenant],
     models: NamedDependency[ModelRegistry], store: NamedDependency[SessionStore], settings: NamedDependency[Settings],

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from gateway.connection import Connection
 
 
-
 def tagged_bound(limits: Limits) -> int:
     """How many utterances' contexts are remembered for stamping their events: four times as many as
     can be live at once (each context's open one, and those finished — `max_open_utterances`, each

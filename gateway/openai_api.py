@@ -24,6 +24,7 @@ from litestar.response import Stream as StreamResponse
 from engine import AudioChunk, Engine, Stream, StreamEnd, StreamRequest
 from gateway.admission import Admission, Ticket, spoken_language, ticketed
 from gateway.audio import MEDIA_TYPES, OPUS_RATES, Resampler, encode_file, encode_frames, wav_stream_header
+from gateway.drain import refuse_while_draining
 from gateway.errors import ApiError
 from gateway.lexicons import NO_LEXICON, spoken_text, spoken_with, tenant_lexicon
 from gateway.models import ModelRegistry, api_serving
@@ -273,7 +274,8 @@ class SpeechBody:
         self.timed()  # the client heard it all: into the histograms
 
 
-@post("/v1/audio/speech", status_code=200, request_max_body_size=MAX_BODY_BYTES)  # OpenAI answers 200, not 201
+# OpenAI answers 200, not 201
+@post("/v1/audio/speech", status_code=200, request_max_body_size=MAX_BODY_BYTES, guards=[refuse_while_draining])
 async def create_speech(
     data: JSONBody[SpeechRequest], request: Request, models: NamedDependency[ModelRegistry],
     store: NamedDependency[SessionStore], tenant: NamedDependency[Tenant], settings: NamedDependency[Settings],

@@ -33,6 +33,7 @@ from litestar.params import FromPath
 from engine import Engine, EngineError, Stream, StreamRequest
 from engine.options import stream_request as checked_request
 from engine.reference import MAX_SECONDS, compact_reference
+from gateway.drain import refuse_while_draining
 from gateway.errors import ApiError, api_error, invalid
 from sessions import (
     InvalidId,
@@ -241,7 +242,7 @@ def _busy() -> Response[dict[str, Any]]:
     return response
 
 
-@post("/v1/audio/voices", status_code=201, request_max_body_size=MAX_BODY_BYTES,
+@post("/v1/audio/voices", status_code=201, request_max_body_size=MAX_BODY_BYTES, guards=[refuse_while_draining],
       opt={"too_large_hint": f" (a clip of up to {MAX_SECONDS:g} s; send it compressed: FLAC, Opus or MP3)"})
 async def create_voice(
     request: Request, tenant: NamedDependency[Tenant], engine: NamedDependency[Engine],

@@ -7,13 +7,18 @@ are asserted as in test_hardening.py (the server runs in this process: its RSS i
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from attack import Result, run
+from attack import ATTACKS, Context, Result, run
+from support.replicas import Replica
 from support.servers import serve
 
 from engine import Engine
 from gateway.connection import Limits
+from gateway.protocol import CLOSE_RECONNECT
+
+from ..conftest import RedisServer
 
 pytestmark = pytest.mark.slow
 
@@ -48,3 +53,33 @@ async def test_a_flood_of_bare_input_done_is_bounded_by_max_open_utterances(boun
         answered = r.seen["error:too_many_utterances"] + r.seen.get("session.done", 0) + r.seen["cancelled"]
         assert answered >= r.seen["sent"], r.seen  # every input.done answered (the long one's ack among them)
         assert_undisturbed(r, rss_mb=200.0 if attempt == 0 else 30.0)
+
+
+async def test_a_drain_refuses_new_work_finishes_what_is_under_way_and_exits_within_its_grace(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # Before: during a drain HTTP speech and batch answered 200, a socket that kept starting utterances
+    # was cut only at the grace's end, and a batch started before the SIGTERM held the exit for minutes.
+    grace = 10.0
+    replica = Replica(redis_server.url, tmp_path, "--drain-grace", str(grace)).spawn().wait_healthy()
+    assert replica.proc is not None
+    try:
+        seen = await ATTACKS["drain_http"](Context(replica.addr, options={"pid": replica.proc.pid,
+                                                                          "reap": replica.proc.poll}))  # fmt: skip
+    finally:
+        replica.kill()
+    print(seen)
+    assert seen["health"] == 503
+    for name in ("speech", "batch", "voice"):
+        assert seen[name]["status"] == 503 and seen[name]["code"] == "draining", seen
+        assert seen[name]["retry_after"] == "1", seen
+    speaker, busy = seen["speaker"], seen["busy"]
+    # The utterance under way is heard to its end without a gap; the next one is refused, naming its text.
+    assert speaker["events"].get("session.done") == 1, speaker
+    assert speaker["refused"]["rejected_chars"] == len("A new utterance while draining. "), speaker
+    assert speaker.get("worst_gap_s", 0.0) < WAIT_S, speaker
+    assert speaker["close_code"] == CLOSE_RECONNECT and busy["close_code"] == CLOSE_RECONNECT, seen
+    # The busy socket is closed once its utterance under way is over, long before the grace ends.
+    assert busy["events"].get("error:draining", 0) >= 1, busy
+    assert busy["closed_after_s"] < grace / 2, busy
+    assert seen["exited_after_s"] < grace + 4.0, seen  # the batch still running is cut at the grace
