@@ -737,6 +737,41 @@ async def drain_http(ctx: Context) -> dict[str, Any]:
     return seen | {"speaker": spoken, "busy": kept}
 
 
+# Hardening round two, finding 8: a tenant with `max_streams` (option `flood_key`: its key) opens HTTP
+# streams at once — `requests` speech requests and a batch of `items` — while the canary (another tenant)
+# speaks. Only `max_streams` of them may run at a time; the rest are refused (429 stream_limit).
+@attack("http_stream_limit")
+async def http_stream_limit(ctx: Context) -> dict[str, Any]:
+    flood = Context(ctx.url, ctx.options.get("flood_key", ctx.key))
+    requests, items = int(ctx.options.get("requests", 3)), int(ctx.options.get("items", 4))
+    speech = {"input": huge_prose(int(ctx.options.get("chars", 600))), "voice": "joe", "response_format": "pcm"}
+    batch = {"voice": "joe", "response_format": "pcm", "items": [{"input": huge_prose(300)}] * items}
+    spans: list[tuple[float, float, int]] = []  # (start, end, streams it ran) of each request that ran any
+    seen: dict[str, Any] = {}
+
+    async def one(path: str, body: dict[str, Any]) -> None:
+        t0 = time.monotonic()
+        status, headers, data = await asyncio.to_thread(_post, flood, path, body, 120.0)
+        streams = 1 if status == 200 else 0
+        key = f"speech:{status}:{_code(data) or ''}"
+        if path.endswith("/batch"):
+            out = json.loads(data) if status == 200 else {}
+            streams = int(out.get("succeeded", 0))
+            key = f"batch:{status}:{_code(data) or ''}"
+            for r in out.get("results", []):
+                name = "item:success" if r["status"] == "success" else f"item:{r.get('code')}"
+                seen[name] = seen.get(name, 0) + 1
+        seen[key] = seen.get(key, 0) + 1
+        if streams:
+            spans.append((t0, time.monotonic(), streams))
+
+    await asyncio.gather(*(one("/v1/audio/speech", speech) for _ in range(requests)),
+                         one("/v1/audio/speech/batch", batch))  # fmt: skip
+    # The most streams granted at once: requests whose spans overlap (a batch counts the items it ran).
+    seen["most_at_once"] = max((sum(n for s, e, n in spans if s <= t < e) for t, _, _ in spans), default=0)
+    return dict(sorted(seen.items()))
+
+
 # -- more attacks above this line --------------------------------------------------------------------------
 
 

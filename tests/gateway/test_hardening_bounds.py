@@ -6,6 +6,7 @@ are asserted as in test_hardening.py (the server runs in this process: its RSS i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from support.servers import serve
 from engine import Engine
 from gateway.connection import Limits
 from gateway.protocol import CLOSE_RECONNECT
+from sessions import hash_api_key
 
 from ..conftest import RedisServer
 
@@ -83,3 +85,22 @@ async def test_a_drain_refuses_new_work_finishes_what_is_under_way_and_exits_wit
     assert busy["events"].get("error:draining", 0) >= 1, busy
     assert busy["closed_after_s"] < grace / 2, busy
     assert seen["exited_after_s"] < grace + 4.0, seen  # the batch still running is cut at the grace
+
+
+@pytest.fixture(scope="module")
+def keyed(cpu_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    keys = tmp_path_factory.mktemp("keys") / "keys.json"
+    keys.write_text(json.dumps({"tenants": {"acme": {"key_sha256": [hash_api_key("acme-key")], "max_streams": 1},
+                                            "canary": {"key_sha256": [hash_api_key("canary-key")]}}}))  # fmt: skip
+    yield from serve(cpu_engine, Limits(utterance_idle_timeout=1.5), api_keys=str(keys))
+
+
+async def test_http_speech_and_batch_hold_the_tenants_max_streams(keyed: str) -> None:
+    # Before: a max_streams=1 tenant ran 3 speech requests and a batch's 4 items at once (7 streams).
+    r = await run(keyed, "http_stream_limit", key="canary-key", flood_key="acme-key", requests=3, items=4)
+    assert r.seen["most_at_once"] == 1, r.seen
+    refused = sum(v for k, v in r.seen.items() if k.endswith("stream_limit"))
+    assert refused >= 3, r.seen  # the others were told why (429 stream_limit, or the item's code)
+    assert set(r.seen) <= {"most_at_once", "speech:200:", "speech:429:stream_limit", "batch:200:",
+                           "batch:429:stream_limit", "item:success", "item:stream_limit"}, r.seen  # fmt: skip
+    assert_undisturbed(r, rss_mb=150.0)
