@@ -751,7 +751,7 @@ async def http_stream_limit(ctx: Context) -> dict[str, Any]:
 
     async def one(path: str, body: dict[str, Any]) -> None:
         t0 = time.monotonic()
-        status, headers, data = await asyncio.to_thread(_post, flood, path, body, 120.0)
+        status, _, data = await asyncio.to_thread(_post, flood, path, body, 120.0)
         streams = 1 if status == 200 else 0
         key = f"speech:{status}:{_code(data) or ''}"
         if path.endswith("/batch"):
@@ -770,6 +770,43 @@ async def http_stream_limit(ctx: Context) -> dict[str, Any]:
     # The most streams granted at once: requests whose spans overlap (a batch counts the items it ran).
     seen["most_at_once"] = max((sum(n for s, e, n in spans if s <= t < e) for t, _, _ in spans), default=0)
     return dict(sorted(seen.items()))
+
+
+# Hardening round two, finding 10: a tenant (option `flood_key`) opens `uploads` voice registrations that
+# announce 100 kB of body and send one byte. Before, four such held every registration place in the process;
+# now they hold only their tenant's upload places: another tenant (the attack's key) still registers a
+# voice, and the flooding tenant's next upload is refused at once (429 registration_busy).
+@attack("slow_voice_uploads")
+async def slow_voice_uploads(ctx: Context) -> dict[str, Any]:
+    import socket
+
+    from canary import auth_headers, http_url
+
+    host, _, port = http_url(ctx.url).removeprefix("http://").partition(":")
+    flood_key = ctx.options.get("flood_key", ctx.key)
+    n, hold_s = int(ctx.options.get("uploads", 4)), float(ctx.options.get("hold_s", 2.0))
+    headers = {"Content-Type": "application/json", "Content-Length": "100000"} | auth_headers(flood_key)
+    head = "POST /v1/audio/voices HTTP/1.1\r\nHost: x\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    slow = []
+    for _ in range(n):
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall((head + "\r\n{").encode())
+        slow.append(sock)
+    await asyncio.sleep(hold_s)  # the handlers have their upload places
+    seen: dict[str, Any] = {}
+    try:
+        preset = {"voice_id": "beside-the-flood", "base_voice": "joe"}
+        status, _, data = await asyncio.to_thread(_post, ctx, "/v1/audio/voices", preset, 30.0)
+        seen["other_tenant"] = (status, _code(data))
+        flood = Context(ctx.url, flood_key)
+        status, answered, data = await asyncio.to_thread(_post, flood, "/v1/audio/voices", preset, 30.0)
+        seen["same_tenant"] = (status, _code(data), answered.get("retry-after"))
+    finally:
+        for sock in slow:
+            sock.close()
+    if seen["other_tenant"][0] == 201:
+        await asyncio.to_thread(_delete, ctx, "/v1/audio/voices/beside-the-flood")
+    return seen
 
 
 # -- more attacks above this line --------------------------------------------------------------------------

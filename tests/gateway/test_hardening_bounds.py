@@ -104,3 +104,11 @@ async def test_http_speech_and_batch_hold_the_tenants_max_streams(keyed: str) ->
     assert set(r.seen) <= {"most_at_once", "speech:200:", "speech:429:stream_limit", "batch:200:",
                            "batch:429:stream_limit", "item:success", "item:stream_limit"}, r.seen  # fmt: skip
     assert_undisturbed(r, rss_mb=150.0)
+
+
+async def test_slow_voice_uploads_of_one_tenant_hold_only_its_own_places(keyed: str) -> None:
+    # Before: four slow uploads took every registration place in the process: another tenant got 429.
+    r = await run(keyed, "slow_voice_uploads", key="canary-key", flood_key="acme-key", uploads=4)
+    assert r.seen["other_tenant"] == (201, None), r.seen
+    assert r.seen["same_tenant"] == (429, "registration_busy", "1"), r.seen
+    assert_undisturbed(r, rss_mb=150.0)
