@@ -809,6 +809,38 @@ async def slow_voice_uploads(ctx: Context) -> dict[str, Any]:
     return seen
 
 
+# Hardening round two, finding 4: a `stream_audio: false` session (one WAV per utterance, at 48 kHz) sends
+# `chars_per_s` of prose every second for `seconds`, never input.done: its utterance's audio is made far
+# faster than real time and held for its file. It must be bounded (max_file_audio_s): the file made so far
+# is sent and the rest refused, named, instead of the server holding the whole utterance's PCM.
+@attack("file_mode_hoard")
+async def file_mode_hoard(ctx: Context) -> dict[str, Any]:
+    seconds, per_s = float(ctx.options.get("seconds", 25.0)), int(ctx.options.get("chars_per_s", 1000))
+    ws = await _config_session(ctx, response_format="wav", stream_audio=False,
+                               sample_rate=int(ctx.options.get("sample_rate", 48000)))  # fmt: skip
+    seen: dict[str, Any] = {"files": 0, "largest_file": 0, "codes": []}
+
+    async def read() -> None:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for msg in ws:
+                if isinstance(msg, bytes):
+                    seen["files"] += 1
+                    seen["largest_file"] = max(seen["largest_file"], len(msg))
+                elif (ev := json.loads(msg))["type"] == "error":
+                    seen["codes"].append(ev["code"])
+
+    reader = asyncio.create_task(read())
+    for i in range(int(seconds)):
+        text = huge_prose(per_s + 100)[:per_s].replace("Sentence 0 ", f"Sentence {i} ")
+        await ws.send(json.dumps({"type": "input.text", "text": text}))
+        await asyncio.sleep(1.0)
+    await ws.send(json.dumps({"type": "input.cancel"}))
+    await asyncio.sleep(2.0)
+    reader.cancel()
+    await ws.close()
+    return seen | {"codes": sorted(set(seen["codes"])), "file_too_long": seen["codes"].count("file_too_long")}
+
+
 # -- more attacks above this line --------------------------------------------------------------------------
 
 

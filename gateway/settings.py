@@ -59,6 +59,10 @@ class Limits:
     # not yet played (at real time). Past either, input.text is refused with `backlog_full`.
     max_backlog_chars: int = 65536  # the `none` mode segmenter holds this much before a forced cut
     max_audio_ahead_s: float = 600.0
+    # `stream_audio: false` (one file per utterance): the audio an utterance's file may hold before it is
+    # sent, made faster than real time and held whole (int16 at 48 kHz: 96 kB/s, 29 MB for 300 s). Past
+    # it the rest of the utterance is not made (`file_too_long`), and input.text is refused meanwhile.
+    max_file_audio_s: float = 300.0
     # Leading-silence trim of each response's first audio (gateway/timing.py): at most trim_max_ms, and
     # never closer than trim_preroll_ms to the first sample above trim_threshold_dbfs (peak).
     trim_leading_silence: bool = True

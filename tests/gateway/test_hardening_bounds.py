@@ -26,11 +26,12 @@ pytestmark = pytest.mark.slow
 
 WAIT_S = 5.0  # the canary's worst wait within an utterance (as test_hardening.py)
 HEALTH_S = 1.5  # the worst /health latency
+FILE_S = 20.0  # max_file_audio_s here (300 s by default), so a short attack reaches it
 
 
 @pytest.fixture(scope="module")
 def bounded(cpu_engine: Engine) -> Iterator[str]:
-    yield from serve(cpu_engine, Limits(utterance_idle_timeout=1.5))
+    yield from serve(cpu_engine, Limits(utterance_idle_timeout=1.5, max_file_audio_s=FILE_S))
 
 
 def assert_undisturbed(r: Result, rss_mb: float) -> None:
@@ -85,6 +86,18 @@ async def test_a_drain_refuses_new_work_finishes_what_is_under_way_and_exits_wit
     assert busy["events"].get("error:draining", 0) >= 1, busy
     assert busy["closed_after_s"] < grace / 2, busy
     assert seen["exited_after_s"] < grace + 4.0, seen  # the batch still running is cut at the grace
+
+
+async def test_a_file_mode_session_holds_at_most_max_file_audio_s_of_audio(bounded: str) -> None:
+    # Before: the utterance's whole PCM was held (+1.2 MB/s, no bound but max_utterance_chars: ~1.6 GB at
+    # 48 kHz) and nothing reached the socket. Now the file made up to the bound is sent, the rest named.
+    r = await run(bounded, "file_mode_hoard", seconds=8, chars_per_s=1000)
+    assert r.seen["file_too_long"] >= 1, r.seen
+    assert set(r.seen["codes"]) <= {"file_too_long", "backlog_full"}, r.seen
+    assert r.seen["files"] >= 1, r.seen
+    # One WAV at 48 kHz holds the bound and at most one more engine chunk (a sentence: < 10 s).
+    assert r.seen["largest_file"] <= (FILE_S + 10) * 48000 * 2 + 44, r.seen
+    assert_undisturbed(r, rss_mb=150.0)
 
 
 @pytest.fixture(scope="module")
