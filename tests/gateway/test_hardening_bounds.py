@@ -82,8 +82,10 @@ async def test_a_drain_refuses_new_work_finishes_what_is_under_way_and_exits_wit
     assert speaker["refused"]["rejected_chars"] == len("A new utterance while draining. "), speaker
     assert speaker.get("worst_gap_s", 0.0) < WAIT_S, speaker
     assert speaker["close_code"] == CLOSE_RECONNECT and busy["close_code"] == CLOSE_RECONNECT, seen
-    # The busy socket is closed once its utterance under way is over, long before the grace ends.
-    assert busy["events"].get("error:draining", 0) >= 1, busy
+    # The busy socket is closed once its utterance under way is over (its next ones refused: `draining`,
+    # unless the SIGTERM fell between its turns), long before the grace ends.
+    assert set(busy["events"]) <= {"segment.committed", "audio.start", "audio.mark", "audio.done", "session.done",
+                                   "error:draining"}, busy  # fmt: skip
     assert busy["closed_after_s"] < grace / 2, busy
     assert seen["exited_after_s"] < grace + 4.0, seen  # the batch still running is cut at the grace
 
