@@ -830,10 +830,13 @@ async def file_mode_hoard(ctx: Context) -> dict[str, Any]:
                     seen["codes"].append(ev["code"])
 
     reader = asyncio.create_task(read())
+    rss0 = await asyncio.to_thread(server_rss, ctx.url)
     for i in range(int(seconds)):
         text = huge_prose(per_s + 100)[:per_s].replace("Sentence 0 ", f"Sentence {i} ")
         await ws.send(json.dumps({"type": "input.text", "text": text}))
         await asyncio.sleep(1.0)
+    # What the hoard holds at its end (the cancel below frees it, before the harness measures again).
+    seen["rss_held_mb"] = round((await asyncio.to_thread(server_rss, ctx.url) - rss0) / 2**20, 1)
     await ws.send(json.dumps({"type": "input.cancel"}))
     await asyncio.sleep(2.0)
     reader.cancel()

@@ -229,7 +229,9 @@ class PcmSink:
             self._utt.sent_bytes = len(data)
             await self._conn.outbox.put(Outgoing(data, self._utt.index))
             self._conn.backlog.file_sent(self._utt)
-            self.clock.audio(whole)  # the file is the first and the last audio
+            # The file is the first and the last audio. Its onset search reads the whole file (0.6 s for
+            # 300 s at 48 kHz): off the event loop, timed when the file was queued.
+            await asyncio.to_thread(self.clock.audio, whole, time.monotonic())
         self.clock.trimmed = self._trim.trimmed
 
     async def done(self, failed: bool, timing: Timing) -> ServerEvent:
