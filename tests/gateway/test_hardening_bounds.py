@@ -55,7 +55,8 @@ async def test_a_flood_of_bare_input_done_is_bounded_by_max_open_utterances(boun
         assert r.seen["cancelled"] <= bound + 1, r.seen  # what was queued: never more than the bound
         answered = r.seen["error:too_many_utterances"] + r.seen.get("session.done", 0) + r.seen["cancelled"]
         assert answered >= r.seen["sent"], r.seen  # every input.done answered (the long one's ack among them)
-        assert_undisturbed(r, rss_mb=200.0 if attempt == 0 else 30.0)
+        # The second run's growth here is 4–27 MB (the test client, in this process, reads 20 000 errors).
+        assert_undisturbed(r, rss_mb=200.0 if attempt == 0 else 60.0)
 
 
 async def test_a_drain_refuses_new_work_finishes_what_is_under_way_and_exits_within_its_grace(
