@@ -741,6 +741,53 @@ def _lexicon_put(ctx: Context, name: str, entries: dict[str, str]) -> tuple[int,
 def _speech_status(ctx: Context, body: dict[str, Any], timeout: float = 60.0, keep: int = 1 << 20) -> dict[str, Any]:
     """POST /v1/audio/speech: its status, error code, the audio bytes read (at most `keep`: past it the
     connection is closed, which cancels the engine stream) and how long the answer took."""
+
+
+# Hardening round two, finding 3: `input.done` with nothing open made an utterance past
+# `max_open_utterances`. One long utterance keeps the engine busy, then `messages` bare input.done as fast
+# as the socket takes them, every event read; then a cancel: how many utterances it found queued.
+async def _events(ws: Any, seen: dict[str, int], until: str | None = None, seconds: float = 30.0) -> None:
+    """Count a socket's events by type (errors by code) for `seconds`, or until one of type `until`."""
+    end = time.monotonic() + seconds
+    with contextlib.suppress(TimeoutError, websockets.ConnectionClosed):
+        while (left := end - time.monotonic()) > 0:
+            msg = await asyncio.wait_for(ws.recv(), left)
+            if isinstance(msg, bytes):
+                seen["audio_bytes"] = seen.get("audio_bytes", 0) + len(msg)
+                continue
+            ev = json.loads(msg)
+            kind = f"error:{ev['code']}" if ev["type"] == "error" else ev["type"]
+            seen[kind] = seen.get(kind, 0) + 1
+            if kind == until:
+                return
+
+
+@attack("bare_done_flood")
+async def bare_done_flood(ctx: Context) -> dict[str, Any]:
+    messages = int(ctx.options.get("messages", 20000))
+    ws = await _config_session(ctx)
+    seen: dict[str, int] = {}
+    reader = asyncio.create_task(_events(ws, seen, seconds=120))
+    await ws.send(json.dumps({"type": "input.text", "text": huge_prose(2000)}))
+    await ws.send(json.dumps({"type": "input.done"}))
+    bare = json.dumps({"type": "input.done"})
+    for i in range(messages):
+        await ws.send(bare)
+        if i % 500 == 0:
+            await asyncio.sleep(0)  # the reader keeps up
+    await asyncio.sleep(1.0)
+    cancelled_before = seen.get("audio.cancelled", 0)
+    await ws.send(json.dumps({"type": "input.cancel"}))
+    await asyncio.sleep(2.0)
+    reader.cancel()
+    await ws.close()
+    out = {k: v for k, v in seen.items() if k != "audio_bytes"}
+    return out | {"sent": messages, "cancelled": seen.get("audio.cancelled", 0) - cancelled_before}
+
+
+def _speech_status(ctx: Context, body: dict[str, Any], timeout: float = 60.0, keep: int = 1 << 20) -> dict[str, Any]:
+    """POST /v1/audio/speech: its status, error code, the audio bytes read (at most `keep`: past it the
+    connection is closed, which cancels the engine stream) and how long the answer took."""
     import urllib.error
     import urllib.request
 
@@ -832,6 +879,240 @@ async def lexicon_amplify(ctx: Context) -> dict[str, Any]:
     seen["ws"] = await _utterance_codes(ws, "a " * int(o.get("ws_words", 400)) + ".", float(o.get("ws_s", 10.0)))
     await ws.close()
     return seen
+
+
+def _post(ctx: Context, path: str, body: dict[str, Any], timeout: float = 120.0) -> tuple[int, dict[str, str], bytes]:
+    """A POST's status, headers (lower-cased names) and body, whatever its status (no answer: status 0)."""
+    import urllib.error
+    import urllib.request
+
+    from canary import auth_headers, http_url
+
+    req = urllib.request.Request(http_url(ctx.url) + path, json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"} | auth_headers(ctx.key))  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+    except OSError as e:
+        return 0, {}, str(e).encode()
+
+
+def _code(body: bytes) -> str | None:
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        return str(json.loads(body)["error"]["code"])
+    return None
+
+
+# Hardening round two, finding 14 and "drain keeps busy connections": SIGTERM (option `pid`: the server's
+# process) while a socket speaks an utterance, another starts one utterance after another, and a batch runs.
+# Then HTTP work must be refused (503 draining, Retry-After), the socket's utterance under way must finish
+# while its next one is refused (`draining`), the busy socket must be closed after its utterance (not at
+# the grace's end), and the process must exit within the grace even with the batch still running.
+async def _speak_through_drain(ws: Any, out: dict[str, Any]) -> None:
+    """Read a socket to its close: its events by type, the worst gap between audio frames, how it closed."""
+    last: float | None = None
+    out.setdefault("events", {})
+    try:
+        while True:
+            msg = await asyncio.wait_for(ws.recv(), 60)
+            now = time.monotonic()
+            if isinstance(msg, bytes):
+                if last is not None:
+                    out["worst_gap_s"] = max(out.get("worst_gap_s", 0.0), round(now - last, 3))
+                last = now
+                continue
+            ev = json.loads(msg)
+            kind = f"error:{ev['code']}" if ev["type"] == "error" else ev["type"]
+            out["events"][kind] = out["events"].get(kind, 0) + 1
+            if ev["type"] == "error" and ev["code"] == "draining":
+                out["refused"] = {k: ev.get(k) for k in ("rejected_chars", "utterance_index")}
+            if ev["type"] in ("session.done", "audio.start"):
+                last = None  # a gap between utterances is not a gap in one
+    except websockets.ConnectionClosed as e:
+        out["close_code"] = e.rcvd.code if e.rcvd is not None else None
+    except TimeoutError:
+        out["close_code"] = "timeout"
+    out["closed_after_s"] = round(time.monotonic() - out["t_term"], 2)
+
+
+@attack("drain_http")
+async def drain_http(ctx: Context) -> dict[str, Any]:
+    import os
+    import signal
+
+    from canary import http_url
+
+    pid = int(ctx.options["pid"])
+    seen: dict[str, Any] = {}
+    speaker = await _config_session(ctx)
+    busy = await _config_session(ctx)
+    await speaker.send(json.dumps({"type": "input.text", "text": huge_prose(300)}))  # open through the SIGTERM
+    while not (isinstance(msg := await asyncio.wait_for(speaker.recv(), 30), str) and '"audio.start"' in msg):
+        pass
+    t_term = time.monotonic() + 1.0
+    spoken: dict[str, Any] = {"t_term": t_term}
+    kept: dict[str, Any] = {"t_term": t_term}
+
+    async def keep_busy() -> None:  # a new utterance every 0.3 s, as a chatty agent would
+        with contextlib.suppress(websockets.ConnectionClosed):
+            for i in range(200):
+                await busy.send(json.dumps({"type": "input.text", "text": f"Busy turn {i} says a sentence. "}))
+                await busy.send(json.dumps({"type": "input.done"}))
+                await asyncio.sleep(0.3)
+
+    busy_task = asyncio.create_task(keep_busy())
+    readers = [asyncio.create_task(_speak_through_drain(speaker, spoken)),
+               asyncio.create_task(_speak_through_drain(busy, kept))]  # fmt: skip
+    # A batch long enough to outlast a short grace (two items of ~4 min of audio), started before the SIGTERM.
+    batch = {"voice": "joe", "response_format": "pcm", "items": [{"input": huge_prose(4000)}] * 2}
+    slow = asyncio.create_task(asyncio.to_thread(_post, ctx, "/v1/audio/speech/batch", batch, 300.0))
+    await asyncio.sleep(max(0.0, t_term - time.monotonic()))
+    os.kill(pid, signal.SIGTERM)
+    await asyncio.sleep(0.3)
+    with contextlib.suppress(websockets.ConnectionClosed):  # the utterance under way takes its last text …
+        await speaker.send(json.dumps({"type": "input.text", "text": "And its last sentence. "}))
+        await speaker.send(json.dumps({"type": "input.done"}))
+        # … and the next is refused
+        await speaker.send(json.dumps({"type": "input.text", "text": "A new utterance while draining. "}))
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(http_url(ctx.url) + "/health", timeout=5) as r:
+            seen["health"] = r.status
+    except urllib.error.HTTPError as e:
+        seen["health"] = e.code
+    for name, path, body in (("speech", "/v1/audio/speech", {"input": "Hello there.", "voice": "joe"}),
+                             ("batch", "/v1/audio/speech/batch", {"voice": "joe", "items": [{"input": "Hi."}]}),
+                             ("voice", "/v1/audio/voices", {"voice_id": "drained", "base_voice": "joe"})):  # fmt: skip
+        status, headers, data = await asyncio.to_thread(_post, ctx, path, body, 30.0)
+        seen[name] = {"status": status, "code": _code(data), "retry_after": headers.get("retry-after"),
+                      "bytes": len(data)}  # fmt: skip
+    await asyncio.gather(*readers)
+    busy_task.cancel()
+    deadline = time.monotonic() + float(ctx.options.get("exit_within_s", 120))
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        if (reap := ctx.options.get("reap")) is not None and reap() is not None:  # the caller's Popen: reaped
+            break
+        await asyncio.sleep(0.05)
+    seen["exited_after_s"] = round(time.monotonic() - t_term, 2)
+    status, _, data = await slow
+    seen["slow_batch"] = {"status": status, "bytes": len(data)}
+    del spoken["t_term"], kept["t_term"]
+    return seen | {"speaker": spoken, "busy": kept}
+
+
+# Hardening round two, finding 8: a tenant with `max_streams` (option `flood_key`: its key) opens HTTP
+# streams at once — `requests` speech requests and a batch of `items` — while the canary (another tenant)
+# speaks. Only `max_streams` of them may run at a time; the rest are refused (429 stream_limit).
+@attack("http_stream_limit")
+async def http_stream_limit(ctx: Context) -> dict[str, Any]:
+    flood = Context(ctx.url, ctx.options.get("flood_key", ctx.key))
+    requests, items = int(ctx.options.get("requests", 3)), int(ctx.options.get("items", 4))
+    speech = {"input": huge_prose(int(ctx.options.get("chars", 600))), "voice": "joe", "response_format": "pcm"}
+    batch = {"voice": "joe", "response_format": "pcm", "items": [{"input": huge_prose(300)}] * items}
+    spans: list[tuple[float, float, int]] = []  # (start, end, streams it ran) of each request that ran any
+    seen: dict[str, Any] = {}
+
+    async def one(path: str, body: dict[str, Any]) -> None:
+        t0 = time.monotonic()
+        status, _, data = await asyncio.to_thread(_post, flood, path, body, 120.0)
+        streams = 1 if status == 200 else 0
+        key = f"speech:{status}:{_code(data) or ''}"
+        if path.endswith("/batch"):
+            out = json.loads(data) if status == 200 else {}
+            streams = int(out.get("succeeded", 0))
+            key = f"batch:{status}:{_code(data) or ''}"
+            for r in out.get("results", []):
+                name = "item:success" if r["status"] == "success" else f"item:{r.get('code')}"
+                seen[name] = seen.get(name, 0) + 1
+        seen[key] = seen.get(key, 0) + 1
+        if streams:
+            spans.append((t0, time.monotonic(), streams))
+
+    await asyncio.gather(*(one("/v1/audio/speech", speech) for _ in range(requests)),
+                         one("/v1/audio/speech/batch", batch))  # fmt: skip
+    # The most streams granted at once: requests whose spans overlap (a batch counts the items it ran).
+    seen["most_at_once"] = max((sum(n for s, e, n in spans if s <= t < e) for t, _, _ in spans), default=0)
+    return dict(sorted(seen.items()))
+
+
+# Hardening round two, finding 10: a tenant (option `flood_key`) opens `uploads` voice registrations that
+# announce 100 kB of body and send one byte. Before, four such held every registration place in the process;
+# now they hold only their tenant's upload places: another tenant (the attack's key) still registers a
+# voice, and the flooding tenant's next upload is refused at once (429 registration_busy).
+@attack("slow_voice_uploads")
+async def slow_voice_uploads(ctx: Context) -> dict[str, Any]:
+    import socket
+
+    from canary import auth_headers, http_url
+
+    host, _, port = http_url(ctx.url).removeprefix("http://").partition(":")
+    flood_key = ctx.options.get("flood_key", ctx.key)
+    n, hold_s = int(ctx.options.get("uploads", 4)), float(ctx.options.get("hold_s", 2.0))
+    headers = {"Content-Type": "application/json", "Content-Length": "100000"} | auth_headers(flood_key)
+    head = "POST /v1/audio/voices HTTP/1.1\r\nHost: x\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    slow = []
+    for _ in range(n):
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall((head + "\r\n{").encode())
+        slow.append(sock)
+    await asyncio.sleep(hold_s)  # the handlers have their upload places
+    seen: dict[str, Any] = {}
+    try:
+        preset = {"voice_id": "beside-the-flood", "base_voice": "joe"}
+        status, _, data = await asyncio.to_thread(_post, ctx, "/v1/audio/voices", preset, 30.0)
+        seen["other_tenant"] = (status, _code(data))
+        flood = Context(ctx.url, flood_key)
+        status, answered, data = await asyncio.to_thread(_post, flood, "/v1/audio/voices", preset, 30.0)
+        seen["same_tenant"] = (status, _code(data), answered.get("retry-after"))
+    finally:
+        for sock in slow:
+            sock.close()
+    if seen["other_tenant"][0] == 201:
+        await asyncio.to_thread(_delete, ctx, "/v1/audio/voices/beside-the-flood")
+    return seen
+
+
+# Hardening round two, finding 4: a `stream_audio: false` session (one WAV per utterance, at 48 kHz) sends
+# `chars_per_s` of prose every second for `seconds`, never input.done: its utterance's audio is made far
+# faster than real time and held for its file. It must be bounded (max_file_audio_s): the file made so far
+# is sent and the rest refused, named, instead of the server holding the whole utterance's PCM.
+@attack("file_mode_hoard")
+async def file_mode_hoard(ctx: Context) -> dict[str, Any]:
+    seconds, per_s = float(ctx.options.get("seconds", 25.0)), int(ctx.options.get("chars_per_s", 1000))
+    ws = await _config_session(ctx, response_format="wav", stream_audio=False,
+                               sample_rate=int(ctx.options.get("sample_rate", 48000)))  # fmt: skip
+    seen: dict[str, Any] = {"files": 0, "largest_file": 0, "codes": []}
+
+    async def read() -> None:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for msg in ws:
+                if isinstance(msg, bytes):
+                    seen["files"] += 1
+                    seen["largest_file"] = max(seen["largest_file"], len(msg))
+                elif (ev := json.loads(msg))["type"] == "error":
+                    seen["codes"].append(ev["code"])
+
+    reader = asyncio.create_task(read())
+    rss0 = await asyncio.to_thread(server_rss, ctx.url)
+    for i in range(int(seconds)):
+        text = huge_prose(per_s + 100)[:per_s].replace("Sentence 0 ", f"Sentence {i} ")
+        await ws.send(json.dumps({"type": "input.text", "text": text}))
+        await asyncio.sleep(1.0)
+    # What the hoard holds at its end (the cancel below frees it, before the harness measures again).
+    seen["rss_held_mb"] = round((await asyncio.to_thread(server_rss, ctx.url) - rss0) / 2**20, 1)
+    await ws.send(json.dumps({"type": "input.cancel"}))
+    await asyncio.sleep(2.0)
+    reader.cancel()
+    await ws.close()
+    return seen | {"codes": sorted(set(seen["codes"])), "file_too_long": seen["codes"].count("file_too_long")}
 
 
 # -- more attacks above this line --------------------------------------------------------------------------

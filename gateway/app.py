@@ -137,9 +137,10 @@ async def speech_stream(
             await socket.send_text(data)
 
     # The engine, its admission and the model's name follow `model` in each session.config (models.select).
-    conn = Connection(first.served, settings.limits, SessionBinding(store, tenant), socket.receive, send,  # type: ignore[arg-type]
-                      model=first.name, admission=first.admission, select=models.select)  # fmt: skip
     drain: Drain = state.drain
+    conn = Connection(first.served, settings.limits, SessionBinding(store, tenant), socket.receive, send,  # type: ignore[arg-type]
+                      model=first.name, admission=first.admission, select=models.select,
+                      draining=lambda: drain.draining)  # fmt: skip
     drain.opened(conn)
     try:
         await conn.run()

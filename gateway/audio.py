@@ -21,8 +21,9 @@ MEDIA_TYPES = {
     "opus": "audio/ogg",
 }
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
-__all__ = ["FILE_FORMATS", "MEDIA_TYPES", "OPUS_RATES", "STREAM_FORMATS", "Resampler", "encode_file", "encode_frames",
-           "wav_stream_header"]  # Resampler: engine/resample.py's, for the gateway's rate changes
+# Resampler: engine/resample.py's, for the gateway's rate changes
+__all__ = ["FILE_FORMATS", "MEDIA_TYPES", "OPUS_RATES", "STREAM_FORMATS", "Resampler", "WholeFile", "encode_file",
+           "encode_frames", "wav_header", "wav_stream_header"]  # fmt: skip
 
 
 def _ulaw(pcm: np.ndarray) -> bytes:
@@ -63,6 +64,49 @@ def wav_stream_header(rate: int) -> bytes:
         + struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16)
         + b"data" + struct.pack("<I", 0xFFFFFFFF)
     )  # fmt: skip
+
+
+WAV_HEADER_BYTES = 44
+
+
+def wav_header(rate: int, data_bytes: int) -> bytes:
+    """The 44-byte header of a mono 16-bit PCM WAV file holding `data_bytes` of samples."""
+    return (
+        b"RIFF" + struct.pack("<I", 36 + data_bytes) + b"WAVEfmt "
+        + struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16)
+        + b"data" + struct.pack("<I", data_bytes)
+    )  # fmt: skip
+
+
+class WholeFile:
+    """One file's audio as it is made. WAV and raw PCM are written as the audio comes, so the file is the
+    only copy held; the compressed formats keep the PCM and concatenate it once, to encode it."""
+
+    def __init__(self, rate: int, fmt: str) -> None:
+        self.rate, self.fmt = rate, fmt
+        self.samples = 0
+        self._head = WAV_HEADER_BYTES if fmt == "wav" else 0  # its sizes written once the audio is all in
+        self._written: bytearray | None = bytearray(self._head) if fmt in ("wav", "pcm") else None
+        self._parts: list[np.ndarray] = []
+
+    def add(self, pcm: np.ndarray) -> None:
+        self.samples += pcm.size
+        if self._written is not None:
+            self._written += pcm.astype("<i2", copy=False).tobytes()
+        else:
+            self._parts.append(pcm)
+
+    def finish(self) -> tuple[bytes, np.ndarray]:
+        """The encoded file and its PCM (a view of the file where it can be); what was held is let go.
+        CPU work: call it off the event loop."""
+        if self._written is not None:
+            if self._head:
+                self._written[: self._head] = wav_header(self.rate, len(self._written) - self._head)
+            data, self._written = bytes(self._written), bytearray()
+            return data, np.frombuffer(data, "<i2", offset=self._head)
+        pcm = np.concatenate(self._parts) if self._parts else np.zeros(0, np.int16)
+        self._parts = []
+        return encode_file(pcm, self.rate, self.fmt), pcm
 
 
 def encode_file(pcm: np.ndarray, rate: int, fmt: str) -> bytes:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import math
 import uuid
 from dataclasses import dataclass
 from typing import Any, cast
@@ -29,10 +28,12 @@ from litestar.params import JSONBody
 from engine import Engine, EngineError
 from gateway.admission import QueueFull, ticketed
 from gateway.audio import MEDIA_TYPES, encode_file
+from gateway.drain import refuse_while_draining
 from gateway.errors import ApiError, invalid
 from gateway.lexicons import spoken_segments
 from gateway.models import ModelRegistry, api_serving
 from gateway.openai_api import MAX_INPUT_CHARS, SpeechRequest, admitted, speech_pcm, speech_request, while_connected
+from gateway.session_state import acquire_stream_slot, release_stream_slot
 from gateway.settings import Settings
 from gateway.timing import ResponseClock, observe, trim_for
 from sessions import SessionStore, SessionStoreError, Tenant
@@ -107,6 +108,10 @@ def _parse_batch(body: dict[str, Any]) -> list[SpeechRequest | ApiError]:
     return out
 
 
+# Item refusals a later try may get past: admission's line (queue_full), the tenant's max_streams (stream_limit).
+_TRY_LATER = ("queue_full", "stream_limit")
+
+
 def _error(index: int, e: ApiError, **extra: object) -> dict[str, Any]:
     # vLLM-Omni's item error is a message string; the stable code (and the field it names) ride beside it.
     out: dict[str, Any] = {"index": index, "status": "error", "error": e.message, "code": e.code}
@@ -122,13 +127,14 @@ def _encode(pcm: np.ndarray, rate: int, fmt: str) -> str:
 async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict[str, Any]:
     if isinstance(req, ApiError):
         return _error(index, req)
-    ticket = None
+    ticket, slot = None, None
     try:
         model = api_serving(who.models, req.model)  # each item's `model` picks one (unknown_model, …)
         engine = cast(Engine, model.served)
         stream_req, respelled = await speech_request(req, engine, who.store, who.tenant, who.settings.voice_aliases)
         spoken = await spoken_segments(req.input, stream_req.language, respelled, who.settings.limits)
         rate = stream_req.sample_rate or engine.sample_rate
+        slot = await acquire_stream_slot(who.store, who.tenant)  # each item is a stream of the tenant's max_streams
         ticket = await admitted(model.admission, who.tenant, stream_req, req.input)  # as POST /v1/audio/speech
         clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
         trim = trim_for(rate, who.settings.limits)
@@ -152,6 +158,7 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
     finally:
         if ticket is not None:
             ticket.release()  # idempotent: also when the stream never opened (a bad voice)
+        await release_stream_slot(slot)
     fmt = req.response_format
     audio = await asyncio.to_thread(_encode, pcm, rate, fmt)
     # Timed as POST /v1/audio/speech times a file: the audio goes when the whole of it is ready.
@@ -164,7 +171,8 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
             "timing": msgspec.to_builtins(timing)}  # fmt: skip
 
 
-@post("/v1/audio/speech/batch", status_code=200, request_max_body_size=MAX_BATCH_BODY_BYTES)
+@post("/v1/audio/speech/batch", status_code=200, request_max_body_size=MAX_BATCH_BODY_BYTES,
+      guards=[refuse_while_draining])  # fmt: skip
 async def create_speech_batch(
     data: JSONBody[dict[str, Any]], request: Request, tenant: NamedDependency[Tenant],
     models: NamedDependency[ModelRegistry], store: NamedDependency[SessionStore], settings: NamedDependency[Settings],
@@ -176,12 +184,10 @@ async def create_speech_batch(
     if work.cancelled():
         raise ApiError("the client disconnected", code="client_disconnected", status=499)
     results = work.result()
-    refused = [r for r in results if r.get("code") == "queue_full"]
-    if len(refused) == len(results):  # nothing could be queued: the whole request is refused, as a 429
-        retry = min(float(r["retry_after_s"]) for r in refused)
-        response = ApiError(refused[0]["error"], code="queue_full", status=429).response()
-        response.headers["Retry-After"] = str(max(1, math.ceil(retry)))
-        return response
+    refused = [r for r in results if r.get("code") in _TRY_LATER]
+    if len(refused) == len(results):  # nothing could start: the whole request is refused, as a 429
+        retry = min(float(r.get("retry_after_s", 1.0)) for r in refused)
+        return ApiError(refused[0]["error"], code=refused[0]["code"], status=429, retry_after_s=retry).response()
     succeeded = sum(1 for r in results if r["status"] == "success")
     body = {"id": f"speech-batch-{uuid.uuid4().hex}", "results": results, "total": len(results),
             "succeeded": succeeded, "failed": len(results) - succeeded}  # fmt: skip

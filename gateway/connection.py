@@ -68,12 +68,14 @@ Select = Callable[[str | None], tuple[Engine, Admission | None, str]]
 class Connection:
     def __init__(self, engine: Engine, limits: Limits, session: SessionBinding,
                  receive: Callable[[], Awaitable[dict]], send: Send, model: str = "default",
-                 admission: Admission | None = None, select: Select | None = None) -> None:  # fmt: skip
+                 admission: Admission | None = None, select: Select | None = None,
+                 draining: Callable[[], bool] = lambda: False) -> None:  # fmt: skip
         self.engine = engine
         self.model = model  # the timing histograms' label
         self.admission = admission  # None: streams open at once (no capacity bound, no fairness)
         # session.config's `model` → its (engine, admission, name) (gateway/models.py); None: one model only.
         self.select = select
+        self.draining = draining  # the server drains (gateway/drain.py): no new utterance begins
         self._chosen = (engine, admission, model)
         self.limits = limits
         self.session = session

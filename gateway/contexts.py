@@ -11,6 +11,7 @@ out (`tag`), so no event built anywhere can forget it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -19,14 +20,20 @@ import msgspec
 
 from gateway.intake import TextIntake
 from gateway.protocol import ProtocolError, ServerEvent, quote
+from gateway.settings import Limits
 from gateway.utterance import Utterance
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
 
-# Utterance indexes remembered for stamping their events with a context: more than can be open at once
-# (max_contexts × max_open_utterances), so an event of a live utterance always finds its context.
-TAGGED_UTTERANCES = 512
+
+def tagged_bound(limits: Limits) -> int:
+    """How many utterances' contexts are remembered for stamping their events: four times as many as
+    can be live at once (each context's open one, and those finished — `max_open_utterances`, each
+    context's open one finished past it — until their pumps end), so an event of a live utterance
+    always finds its context. Every way an utterance begins is bounded (TextIntake._new)."""
+    live = limits.max_open_utterances + 2 * (limits.max_contexts + 1)
+    return 4 * live
 
 
 class Contexts:
@@ -35,6 +42,7 @@ class Contexts:
         self.default = TextIntake(conn)
         self._named: dict[str, TextIntake] = {}
         self._context_of: dict[int, str] = {}  # utterance index → context_id, the most recent ones
+        self._tagged = tagged_bound(conn.limits)
 
     def __iter__(self) -> Iterator[TextIntake]:
         yield self.default
@@ -74,7 +82,7 @@ class Contexts:
         if utt.context_id is None:
             return
         self._context_of[utt.index] = utt.context_id
-        if len(self._context_of) > TAGGED_UTTERANCES:
+        if len(self._context_of) > self._tagged:
             del self._context_of[next(iter(self._context_of))]
 
     def stamped(self, ev: ServerEvent) -> ServerEvent:
@@ -107,8 +115,13 @@ class Contexts:
     async def finish_all(self) -> None:
         """session.close: every context's open utterance is finished (the default one as input.done is)."""
         for intake in self:
-            if intake is self.default or intake.current is not None:
+            if intake.current is not None:
                 await intake.finish()
+            elif intake is self.default:
+                # The default context's bare session.done (as input.done's) is an acknowledgement only:
+                # at a bound (max_open_utterances, a drain) the close goes on without it.
+                with contextlib.suppress(ProtocolError):
+                    await intake.finish()
 
     async def poller(self) -> None:
         """Idle commits of every context's open utterance, every `poll_interval`."""

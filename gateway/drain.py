@@ -16,11 +16,28 @@ import logging
 import time
 from typing import Protocol
 
+from litestar.connection import ASGIConnection
+from litestar.handlers import BaseRouteHandler
+
+from gateway.errors import ApiError
 from gateway.protocol import CLOSE_RECONNECT
 
 log = logging.getLogger("voxgate")
 
 DRAIN_REASON = "server draining: reconnect and resume the session elsewhere"
+# A request refused while draining is told to come back after this (a balancer retries another replica
+# at once: nginx's proxy_next_upstream http_503).
+DRAIN_RETRY_AFTER_S = 1.0
+
+
+def refuse_while_draining(connection: ASGIConnection, _: BaseRouteHandler) -> None:
+    """A guard for every HTTP route that starts work (speech, batch, voice registration): while the
+    replica drains it answers 503 `draining` with `Retry-After`, so no new stream starts that the drain
+    would have to wait for or cut."""
+    drain: Drain | None = connection.app.state.get("drain")
+    if drain is not None and drain.draining:
+        raise ApiError("the server is draining: send the request again (to another replica)", code="draining",
+                       status=503, retry_after_s=DRAIN_RETRY_AFTER_S)  # fmt: skip
 
 
 class Drainable(Protocol):

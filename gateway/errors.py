@@ -6,6 +6,7 @@ stable code and the field it names (`param`): a handler never needs a try/except
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from sessions import (
     SessionStoreError,
     StateUnavailable,
     StoreBusy,
+    StreamLimitExceeded,
     VoiceExists,
     VoiceLimitExceeded,
     VoiceQuotaExceeded,
@@ -37,12 +39,20 @@ def api_error(status: int, code: str, message: str, param: str | None = None) ->
 
 
 class ApiError(Exception):
-    def __init__(self, message: str, *, param: str | None = None, code: str = "invalid_value", status: int = 400):
+    """An error answered with `status` and OpenAI's body; `retry_after_s`: a `Retry-After` header (whole
+    seconds, at least 1) for a refusal that a later try, or another replica, may get past."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str = "invalid_value", status: int = 400,
+                 retry_after_s: float | None = None):  # fmt: skip
         super().__init__(message)
         self.message, self.param, self.code, self.status = message, param, code, status
+        self.retry_after_s = retry_after_s
 
     def response(self) -> Response[dict[str, Any]]:
-        return api_error(self.status, self.code, self.message, self.param)
+        response = api_error(self.status, self.code, self.message, self.param)
+        if self.retry_after_s is not None:
+            response.headers["Retry-After"] = str(max(1, math.ceil(self.retry_after_s)))
+        return response
 
     @classmethod
     def of(cls, exc: Exception) -> ApiError:
@@ -82,6 +92,8 @@ _STORE_STATUS: dict[type[SessionStoreError], int] = {VoiceExists: 409, VoiceLimi
 
 
 def _store(e: SessionStoreError) -> ApiError:
+    if isinstance(e, StreamLimitExceeded):  # the tenant's max_streams: free again when one of its streams ends
+        return ApiError(str(e), code=e.code, status=429, retry_after_s=1.0)
     return ApiError(str(e), code=e.code, status=_STORE_STATUS.get(type(e), 400))
 
 

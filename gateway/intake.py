@@ -48,7 +48,7 @@ class TextIntake:
             raise ProtocolError("invalid_message", "input.text requires a string value")
         if not text:
             return
-        utt = self.current or self._begin()
+        utt = self.current or self._begin(len(text))
         utt.last_input = time.monotonic()  # refused text is input too: the client is not idle
         self.conn.backlog.admit(utt, text)
         utt.chars += len(text)
@@ -66,22 +66,43 @@ class TextIntake:
                 raise ProtocolError("invalid_text", str(e), utterance_index=utt.index) from None
             await self.commit(utt, segments)
 
-    def _begin(self) -> Utterance:
-        """A new utterance, opened by its first text."""
+    def _begin(self, rejected_chars: int) -> Utterance:
+        """A new utterance, opened by its first text (`rejected_chars` of it, named if it is refused)."""
         conn = self.conn
-        if len(conn.playout.playing) >= conn.limits.max_open_utterances:
-            raise ProtocolError("too_many_utterances", "too many utterances waiting to play; wait or cancel")
         assert conn.config is not None
-        self.current = self._new(StreamSegmenter(conn.config.language_code, conn.config.split_granularity))
+        self.current = self._new(
+            StreamSegmenter(conn.config.language_code, conn.config.split_granularity), rejected_chars
+        )
         metrics.UTTERANCES.inc()
         return self.current
 
-    def _new(self, segmenter: StreamSegmenter) -> Utterance:
-        """An utterance of this context, its place in the playing order taken now."""
+    def _new(self, segmenter: StreamSegmenter, rejected_chars: int = 0) -> Utterance:
+        """An utterance of this context, its place in the playing order taken now. Every utterance is made
+        here (by input.text, by an input.done with nothing open, by session.close), so its bounds hold
+        for each of them."""
+        self._may_begin(rejected_chars)
         utt = self.latest = Utterance(self.conn.next_utterance_index(), segmenter, context_id=self.context_id)
         self.conn.contexts.tag(utt)
         self.conn.playout.reserve(utt)
         return utt
+
+    def _may_begin(self, rejected_chars: int) -> None:
+        """Refuse a new utterance while the server drains (the one under way still finishes: the socket
+        is then closed to resume elsewhere) or while `max_open_utterances` wait to play."""
+        conn = self.conn
+        what = f"{rejected_chars} characters of input.text were not accepted" if rejected_chars else "input.done"
+        fields = {"rejected_chars": rejected_chars} if rejected_chars else {}
+        if conn.draining():
+            raise ProtocolError(
+                "draining", f"{what}: no new utterance begins while the server drains; reconnect and resume "
+                "the session elsewhere", **fields,
+            )  # fmt: skip
+        bound = conn.limits.max_open_utterances
+        if len(conn.playout.playing) >= bound:
+            raise ProtocolError(
+                "too_many_utterances",
+                f"{what}: {bound} utterances (max_open_utterances) are waiting to play; wait or cancel", **fields,
+            )  # fmt: skip
 
     async def commit(self, utt: Utterance, segments: list[Segment]) -> None:
         """Announce and speak committed segments. A segment that cannot be spoken (no stream slot, the
@@ -185,7 +206,8 @@ class TextIntake:
         conn = self.conn
         utt = self.current
         if utt is None:
-            # input.done with nothing said: vLLM-Omni answers session.done with no sentences.
+            # input.done with nothing said: vLLM-Omni answers session.done with no sentences. It is an
+            # utterance of its own (its session.done comes in order, after those playing), bounded as any.
             if conn.config is None:
                 return
             utt = self._new(StreamSegmenter())

@@ -24,14 +24,16 @@ from litestar.response import Stream as StreamResponse
 from engine import AudioChunk, Engine, Stream, StreamEnd, StreamRequest
 from gateway.admission import Admission, Ticket, spoken_language, ticketed
 from gateway.audio import MEDIA_TYPES, OPUS_RATES, Resampler, encode_file, encode_frames, wav_stream_header
+from gateway.drain import refuse_while_draining
 from gateway.errors import ApiError
 from gateway.lexicons import spoken_segments, spoken_with, tenant_lexicon
 from gateway.models import ModelRegistry, api_serving
+from gateway.session_state import acquire_stream_slot, release_stream_slot
 from gateway.settings import Settings
 from gateway.timing import LeadingTrim, ResponseClock, Timing, observe, trim_for
 from gateway.voices import aliased, open_request, resolve_voice, stream_request
 from segmentation.lexicon import Pronunciations
-from sessions import SessionStore, Tenant
+from sessions import SessionStore, StreamSlot, Tenant
 
 T = TypeVar("T")
 
@@ -165,6 +167,16 @@ async def admitted(admission: Admission | None, tenant: Tenant, speaks: StreamRe
     return turn.result()
 
 
+async def holding(slot: StreamSlot | None, chunks: AsyncIterator[np.ndarray]) -> AsyncIterator[np.ndarray]:
+    """`chunks`, the tenant's stream slot held until they end (or the client leaves and they are closed)."""
+    try:
+        async for pcm in chunks:
+            yield pcm
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
+        await release_stream_slot(slot)
+
+
 async def client_gone(request: Request) -> None:
     """Returns when the client has gone. The body is read, so the next ASGI message is the disconnect;
     nothing else is expected, but one would be passed over without spinning."""
@@ -270,7 +282,8 @@ class SpeechBody:
         self.timed()  # the client heard it all: into the histograms
 
 
-@post("/v1/audio/speech", status_code=200, request_max_body_size=MAX_BODY_BYTES)  # OpenAI answers 200, not 201
+# OpenAI answers 200, not 201
+@post("/v1/audio/speech", status_code=200, request_max_body_size=MAX_BODY_BYTES, guards=[refuse_while_draining])
 async def create_speech(
     data: JSONBody[SpeechRequest], request: Request, models: NamedDependency[ModelRegistry],
     store: NamedDependency[SessionStore], tenant: NamedDependency[Tenant], settings: NamedDependency[Settings],
@@ -281,12 +294,18 @@ async def create_speech(
     # Before admission: a text its lexicon lengthens past the bound is refused without taking capacity.
     spoken = await spoken_segments(data.input, stream_req.language, pronunciations, settings.limits)
     rate = stream_req.sample_rate or engine.sample_rate
-    ticket = await admitted(admission, tenant, stream_req, data.input, request)
-    clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
-    trim = trim_for(rate, settings.limits)
-    chunks = speech_pcm(ticketed(engine, ticket), stream_req, spoken, trim, clock)
-    body = SpeechBody(data, rate, chunks, clock, trim, lambda timing: observe(timing, model.name, tenant.name))
-    headers = await body.start(request)
+    slot = await acquire_stream_slot(store, tenant)  # the tenant's max_streams (429 stream_limit)
+    try:
+        ticket = await admitted(admission, tenant, stream_req, data.input, request)
+        clock = ResponseClock(rate, None, ticket.waited_s if ticket is not None else 0.0)
+        trim = trim_for(rate, settings.limits)
+        chunks = speech_pcm(ticketed(engine, ticket), stream_req, spoken, trim, clock)
+        body = SpeechBody(data, rate, holding(slot, chunks), clock, trim,
+                          lambda timing: observe(timing, model.name, tenant.name))  # fmt: skip
+        headers = await body.start(request)
+    except BaseException:
+        await release_stream_slot(slot)  # no body will hold the stream
+        raise
     if data.stream_format == "sse":
         return StreamResponse(body.sse(), media_type="text/event-stream", headers=headers)
     if not body.streamed:

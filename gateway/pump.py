@@ -20,7 +20,7 @@ from msgspec import UNSET, UnsetType
 from engine import AudioChunk, CodecFrames, StreamEnd, Words
 from gateway import metrics
 from gateway.admission import Refusal
-from gateway.audio import Resampler, encode_file, encode_frames
+from gateway.audio import Resampler, WholeFile, encode_frames
 from gateway.outbox import Outgoing
 from gateway.playback import Playback
 from gateway.protocol import (
@@ -55,6 +55,7 @@ class Sink(Protocol):
 
     clock: ResponseClock
     started: bool  # its first audio came
+    full: bool  # it holds all it may (a file at max_file_audio_s): the rest of the utterance is not made
 
     async def start(self, ev: Chunk) -> None: ...  # the stream's first audio is here
     def words(self, ev: Words) -> None: ...  # the engine's word timings, before the audio that speaks them
@@ -118,7 +119,21 @@ async def _stream(conn: Connection, utt: Utterance, sink: Sink) -> StreamEnd | N
         if mark is not None:
             conn.backlog.heard(utt, mark)
         await sink.audio(ev, mark)
+        if sink.full:
+            utt.stream.cancel()
+            return _file_full(conn, utt)
     return None if utt.cancelled else StreamEnd("done")
+
+
+def _file_full(conn: Connection, utt: Utterance) -> StreamEnd:
+    """The utterance's file holds `max_file_audio_s` of audio: the rest is not made, the file made so far
+    is sent, and the segments not spoken are named (`file_too_long`). It takes no more text: later text
+    starts the next utterance."""
+    bound = conn.limits.max_file_audio_s
+    message = f"utterance {utt.index}'s file reached max_file_audio_s ({bound:g} s of audio); the rest was not made"
+    if conn.detach(utt) and (pending := utt.segmenter.pending):
+        message += f"; the text not yet committed ({quote(pending, 80)}) was dropped"
+    return StreamEnd("error", message, code="file_too_long")
 
 
 def _ended_early(conn: Connection, utt: Utterance, end: StreamEnd) -> StreamEnd:
@@ -173,7 +188,8 @@ class PcmSink:
         self._omni = self._cfg.omni_timestamps and self._cfg.streamed  # vLLM-Omni's audio.chunk messages
         self._omni_words: list[OmniWord] = []
         self._chunk_id = 0
-        self._file: list[np.ndarray] = []
+        self.full = False
+        self._file = WholeFile(self.rate, self._cfg.response_format)
         self._playback = Playback()
 
     async def start(self, ev: Chunk) -> None:
@@ -208,12 +224,14 @@ class PcmSink:
             await self._conn.emit(AudioChunkMessage(
                 utterance_index=self._utt.index, chunk_id=self._chunk_id, chunk_start_ms=0, chunk_end_ms=end,
                 sample_rate=self.rate, audio_b64="", timestamps=self._omni_words))  # fmt: skip
-        if self._file:
-            whole = np.concatenate(self._file)
-            data = await asyncio.to_thread(encode_file, whole, self.rate, self._cfg.response_format)
+        if self._file.samples:
+            data, whole = await asyncio.to_thread(self._file.finish)
             self._utt.sent_bytes = len(data)
             await self._conn.outbox.put(Outgoing(data, self._utt.index))
-            self.clock.audio(whole)  # the file is the first and the last audio
+            self._conn.backlog.file_sent(self._utt)
+            # The file is the first and the last audio. Its onset search reads the whole file (0.6 s for
+            # 300 s at 48 kHz): off the event loop, timed when the file was queued.
+            await asyncio.to_thread(self.clock.audio, whole, time.monotonic())
         self.clock.trimmed = self._trim.trimmed
 
     async def done(self, failed: bool, timing: Timing) -> ServerEvent:
@@ -245,7 +263,9 @@ class PcmSink:
         start_ms = words.sent_ms
         words.sent_ms += self._ms(pcm.size)
         if not self._cfg.streamed:
-            self._file.append(pcm)
+            self._file.add(pcm)
+            self._conn.backlog.held(self._utt, pcm.size / self.rate)
+            self.full = self._utt.file_s >= self._conn.limits.max_file_audio_s
             return
         data = encode_frames(pcm, self._cfg.response_format)
         self._utt.sent_bytes += len(data)
@@ -285,6 +305,7 @@ class CodecSink:
         self._frame_rate = float(self._info.get("frame_rate_hz", 12.5))  # type: ignore[arg-type]
         self.clock = ResponseClock(conn.sample_rate, None)  # no trim: codes, not PCM
         self.started = False
+        self.full = False  # codes are sent as they are made: nothing is held
         self._segment: int | None = None
         self._codebooks = int(self._info.get("codebooks", 16))  # type: ignore[call-overload]
 

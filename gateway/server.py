@@ -103,6 +103,9 @@ def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Con
         # become megabytes. Negotiation is optional, so every client still connects.
         ws_per_message_deflate=False,
         timeout_keep_alive=settings.keep_alive_timeout, limit_concurrency=settings.max_connections,
+        # Requests still running when the server stops (after the drain) get at most the drain's grace:
+        # uvicorn would otherwise wait for them without bound, past any orchestrator's kill.
+        timeout_graceful_shutdown=settings.drain_grace_s,
     )  # fmt: skip
     config = uvicorn.Config(app, **(options | overrides))  # configures uvicorn's loggers
     redact_key_logs()
@@ -209,5 +212,7 @@ class DrainingServer(GatewayServer):
             if self.on_drain is not None:
                 self.on_drain()
             self.drained_in = await self.drain.run()
+            # The HTTP requests still running share what is left of the grace (at least a second).
+            self.config.timeout_graceful_shutdown = max(1.0, self.drain.grace_s - self.drained_in)
         finally:
             self.should_exit = True

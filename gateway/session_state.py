@@ -50,6 +50,24 @@ def refusal(e: SessionStoreError) -> ProtocolError:
     return ProtocolError(e.code, str(e))
 
 
+async def acquire_stream_slot(store: SessionStore, tenant: Tenant) -> StreamSlot | None:
+    """One of the tenant's `max_streams` concurrent streams, for every engine stream it opens (a WebSocket
+    utterance, an HTTP speech request, a batch item); None when the tenant has no limit. At the limit:
+    StreamLimitExceeded (`stream_limit`). While Redis is not answering, the limit is held by this
+    replica's own count of the tenant's streams (per replica, not across them)."""
+    if tenant.max_streams is None:
+        return None
+    slot = await store.acquire_stream(tenant.name, tenant.max_streams, local_fallback=True)
+    slot.start_keepalive()
+    return slot
+
+
+async def release_stream_slot(slot: StreamSlot | None) -> None:
+    """Give a stream slot back (idempotent; None: the tenant has no limit)."""
+    if slot is not None:
+        await slot.release()
+
+
 def config_fields(cfg: SessionConfig) -> dict[str, Any]:
     fields = msgspec.to_builtins(cfg)
     return {k: v for k, v in fields.items() if k not in _NOT_STORED}
@@ -110,16 +128,11 @@ class SessionBinding:
             self.attached.record_utterance(utterance, spoken, cancelled=cancelled)
 
     async def acquire_slot(self) -> StreamSlot | None:
-        """A per-tenant stream slot, when the tenant has a limit. While Redis is not answering, the limit
-        is held by this replica's own count of the tenant's streams (per replica, not across them)."""
-        if self.tenant.max_streams is None:
-            return None
+        """A per-tenant stream slot, when the tenant has a limit (`acquire_stream_slot`)."""
         try:
-            slot = await self.store.acquire_stream(self.tenant.name, self.tenant.max_streams, local_fallback=True)
+            return await acquire_stream_slot(self.store, self.tenant)
         except SessionStoreError as e:
             raise refusal(e) from None
-        slot.start_keepalive()
-        return slot
 
     async def resolve_voice(self, engine: Engine, name: str | None) -> tuple[str | None, dict[str, Any]]:
         """An engine voice, or a registered preset/clone from the tenant's registry."""

@@ -65,6 +65,10 @@ class Limits:
     # text spoken. Past it the text is refused (`respelling_too_long`), never spoken as hours of audio.
     max_respelling_growth: float = 2.0  # respelled characters per character sent
     respelling_slack_chars: int = 64
+    # `stream_audio: false` (one file per utterance): the audio an utterance's file may hold before it is
+    # sent, made faster than real time and held whole (int16 at 48 kHz: 96 kB/s, 29 MB for 300 s). Past
+    # it the rest of the utterance is not made (`file_too_long`), and input.text is refused meanwhile.
+    max_file_audio_s: float = 300.0
     # Leading-silence trim of each response's first audio (gateway/timing.py): at most trim_max_ms, and
     # never closer than trim_preroll_ms to the first sample above trim_threshold_dbfs (peak).
     trim_leading_silence: bool = True

@@ -29,6 +29,7 @@ class Utterance:
     queue_wait_s: float = 0.0  # how long admission held the utterance before its stream opened
     last_input: float = field(default_factory=time.monotonic)
     sent_bytes: int = 0
+    file_s: float = 0.0  # stream_audio false: seconds of audio made and held for its file, not yet sent
     marked: set[int] = field(default_factory=set)
     cancelled: bool = False
     finished: bool = False

@@ -6,10 +6,12 @@ engine. A *clone* carries a reference clip and its transcript, for engines that 
 so every replica resolves them the same way.
 
 A registration is bounded at every step, since a small request can ask for much work: the body
-(`MAX_BODY_BYTES`, 413 past it), the number in flight (`MAX_REGISTRATIONS`, 429 past it, never a
-queue), the clip's decoding (engine/reference.py: at most 30 s, whatever its header says), and the
-tenant's voices (by count and by bytes, in the store). Parsing, base64 and decoding are CPU work and
-run on the registry's own threads, never on the event loop. A clone is stored as the engine will read
+(`MAX_BODY_BYTES`, 413 past it), the bodies being received (`RegistrationLimits`: per tenant and in the
+process, 429 past either, never a queue — a tenant's slow uploads hold only its own places), the
+parsing and decoding in flight (taken once the body is in, so a slow upload never holds one), the
+clip's decoding (engine/reference.py: at most 30 s, whatever its header says), and the tenant's voices
+(by count and by bytes, in the store). Parsing, base64 and decoding are CPU work and run on the
+registry's own threads, never on the event loop. A clone is stored as the engine will read
 it: mono, at most 24 kHz, 16-bit FLAC (≤ 1.44 MB of samples for 30 s).
 """
 
@@ -33,6 +35,7 @@ from litestar.params import FromPath
 from engine import Engine, EngineError, Stream, StreamRequest
 from engine.options import stream_request as checked_request
 from engine.reference import MAX_SECONDS, compact_reference
+from gateway.drain import refuse_while_draining
 from gateway.errors import ApiError, api_error, invalid
 from sessions import (
     InvalidId,
@@ -53,9 +56,24 @@ OPENAI_VOICES = ("alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "m
 # A 30 s WAV at 48 kHz, stereo, 16-bit is 5.8 MB, 7.7 MB as base64: it fits, and so does any compressed
 # clip of 30 s. Litestar's default (10 MB) would also let 10 MB of JSON strings through the parser.
 MAX_BODY_BYTES = 8 * 1024 * 1024
-BODY_TIMEOUT_S = 30.0  # a registration uploading slower than this gives its place up (408)
-MAX_REGISTRATIONS = 4  # in flight in this process, from the request's arrival to its clip's last decoded block
-DECODE_THREADS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationLimits:
+    """How much voice registration may hold at once."""
+
+    body_timeout_s: float = 30.0  # a body arriving slower than this gives its place up (408)
+    # Bodies being received at once, each up to MAX_BODY_BYTES of memory: per tenant (one tenant's slow
+    # uploads take only its own places) and in the process (32 × 8 MiB = 256 MiB at most).
+    uploads_per_tenant: int = 4
+    uploads: int = 32
+    # Registrations parsing and decoding (CPU work, after their body is in) at once in the process, and
+    # the threads that run them: each is bounded in time (a clip decodes to at most 30 s).
+    decodes: int = 4
+    decode_threads: int = 2
+
+
+REGISTRATION = RegistrationLimits()
 MAX_REF_TEXT = 2000  # a 30 s transcript is a few hundred characters
 MAX_DESCRIPTION = 500
 MAX_INSTRUCTIONS = 500  # as session.config's instructions
@@ -72,13 +90,37 @@ class VoiceRequest(msgspec.Struct, forbid_unknown_fields=True):
     ref_text: Annotated[str, msgspec.Meta(max_length=MAX_REF_TEXT)] | None = None
 
 
-class RegistrationGate:
-    """At most `limit` registrations in flight, their CPU work on `threads` threads of their own.
+class Uploads:
+    """Registration bodies being received: at most `per_tenant` of a tenant's and `total` in the process.
+    Counted on the event loop only (no lock). Past either a registration is refused at once (429)."""
 
-    A place is taken when a request arrives (before its body is read: the body is memory too) and given
-    back when the request is answered, or, once its work went to a thread, when that work has really
-    ended: a client that leaves does not free a place its clip is still decoding in. Past the limit a
-    registration is refused at once (429), not queued."""
+    def __init__(self, per_tenant: int, total: int) -> None:
+        self.per_tenant, self.total = per_tenant, total
+        self._held: dict[str, int] = {}
+
+    def enter(self, tenant: str) -> str | None:
+        """Take a place for `tenant`'s body; None when taken, else why not (the 429's message)."""
+        if self._held.get(tenant, 0) >= self.per_tenant:
+            return f"{self.per_tenant} voice registrations of this tenant are being uploaded"
+        if sum(self._held.values()) >= self.total:
+            return f"{self.total} voice registrations are being uploaded"
+        self._held[tenant] = self._held.get(tenant, 0) + 1
+        return None
+
+    def leave(self, tenant: str) -> None:
+        if (left := self._held.get(tenant, 0) - 1) > 0:
+            self._held[tenant] = left
+        else:
+            self._held.pop(tenant, None)
+
+
+class RegistrationGate:
+    """At most `limit` registrations parsing and decoding, their CPU work on `threads` threads of their own.
+
+    A place is taken once the request's body is in (a slow upload holds an upload place, `Uploads`, not
+    this) and given back when the request is answered, or, once its work went to a thread, when that
+    work has really ended: a client that leaves does not free a place its clip is still decoding in.
+    Past the limit a registration is refused at once (429), not queued."""
 
     def __init__(self, limit: int, threads: int) -> None:
         self._places = threading.BoundedSemaphore(limit)
@@ -109,7 +151,8 @@ class Registration:
             self._places.release()
 
 
-_GATE = RegistrationGate(MAX_REGISTRATIONS, DECODE_THREADS)
+_GATE = RegistrationGate(REGISTRATION.decodes, REGISTRATION.decode_threads)
+_UPLOADS = Uploads(REGISTRATION.uploads_per_tenant, REGISTRATION.uploads)
 
 
 def aliased(engine: Engine, name: str | None, aliases: Mapping[str, str]) -> str | None:
@@ -234,33 +277,44 @@ def _voice_from(raw: bytes, names: _Names) -> Voice:
     return Voice(req.voice_id, "preset", req.voice_id, metadata=meta)
 
 
-def _busy() -> Response[dict[str, Any]]:
-    response = api_error(429, "registration_busy", f"{MAX_REGISTRATIONS} voice registrations are in progress; "
-                         "retry in a moment")  # fmt: skip
+def _busy(why: str) -> Response[dict[str, Any]]:
+    response = api_error(429, "registration_busy", f"{why}; retry in a moment")
     response.headers["Retry-After"] = "1"
     return response
 
 
-@post("/v1/audio/voices", status_code=201, request_max_body_size=MAX_BODY_BYTES,
+@post("/v1/audio/voices", status_code=201, request_max_body_size=MAX_BODY_BYTES, guards=[refuse_while_draining],
       opt={"too_large_hint": f" (a clip of up to {MAX_SECONDS:g} s; send it compressed: FLAC, Opus or MP3)"})
 async def create_voice(
     request: Request, tenant: NamedDependency[Tenant], engine: NamedDependency[Engine],
     store: NamedDependency[SessionStore], voice_aliases: NamedDependency[dict[str, str]],
 ) -> Response[dict[str, Any]]:
-    """The body is read here, not by Litestar: the registration's place is taken before it arrives, it
-    must arrive within BODY_TIMEOUT_S, and up to 8 MB of JSON is decoded on the registry's threads."""
-    registration = _GATE.enter()
-    if registration is None:
-        return _busy()
-    with registration:
-        try:
-            raw = await asyncio.wait_for(request.body(), BODY_TIMEOUT_S)
-        except TimeoutError:
-            raise ApiError(f"the request body did not arrive within {BODY_TIMEOUT_S:g} s", code="request_timeout",
-                           status=408) from None  # fmt: skip
-        voice = await registration.run(_voice_from, raw, _names(engine, voice_aliases))
-        voice = await store.put_voice(tenant.name, voice)
+    """The body is read here, not by Litestar: an upload place (the tenant's) is taken before it arrives,
+    it must arrive within `body_timeout_s`, and only then is a place taken to decode its up to 8 MB of
+    JSON on the registry's threads."""
+    if (refused := _UPLOADS.enter(tenant.name)) is not None:
+        return _busy(refused)
+    try:
+        raw = await _body(request)
+        registration = _GATE.enter()
+        if registration is None:
+            return _busy(f"{REGISTRATION.decodes} voice registrations are being decoded")
+        with registration:
+            voice = await registration.run(_voice_from, raw, _names(engine, voice_aliases))
+            voice = await store.put_voice(tenant.name, voice)
+    finally:
+        _UPLOADS.leave(tenant.name)
     return Response({"voice_id": voice.voice_id, "kind": voice.kind, "created_ms": voice.created_ms}, status_code=201)
+
+
+async def _body(request: Request) -> bytes:
+    """The request's body, within `body_timeout_s` (408 past it; 413 past MAX_BODY_BYTES, Litestar's)."""
+    timeout = REGISTRATION.body_timeout_s
+    try:
+        return await asyncio.wait_for(request.body(), timeout)
+    except TimeoutError:
+        raise ApiError(f"the request body did not arrive within {timeout:g} s", code="request_timeout",
+                       status=408) from None  # fmt: skip
 
 
 @delete("/v1/audio/voices/{voice_id:str}", status_code=200)

@@ -44,3 +44,26 @@ def test_whole_wav_file_round_trips() -> None:
     pcm = (np.arange(2400) % 100).astype(np.int16)
     with wave.open(io.BytesIO(encode_file(pcm, 24000, "wav"))) as w:
         assert np.array_equal(np.frombuffer(w.readframes(w.getnframes()), np.int16), pcm)
+
+
+@pytest.mark.parametrize("fmt", ["wav", "pcm", "flac"])
+def test_a_whole_file_written_as_it_comes_is_the_file_encode_file_makes(fmt: str) -> None:
+    import soundfile
+
+    from gateway.audio import WholeFile
+
+    rng = np.random.default_rng(7)
+    parts = [rng.integers(-20000, 20000, n, dtype=np.int16) for n in (480, 1, 0, 2400)]
+    whole = WholeFile(24000, fmt)
+    for p in parts:
+        whole.add(p)
+    data, pcm = whole.finish()
+    expected = np.concatenate(parts)
+    assert np.array_equal(pcm, expected) and whole.samples == expected.size
+    if fmt == "pcm":
+        assert data == expected.tobytes()
+        return
+    decoded, rate = soundfile.read(io.BytesIO(data), dtype="int16")
+    assert rate == 24000 and np.array_equal(decoded, expected)
+    if fmt == "wav":
+        assert data == encode_file(expected, 24000, "wav")  # byte for byte what libsndfile writes

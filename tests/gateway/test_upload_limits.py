@@ -25,7 +25,7 @@ from support.wsclient import call
 from engine import Engine, load_engine
 from engine.qwen3_engine import Qwen3Engine
 from gateway.openai_api import MAX_BODY_BYTES as SPEECH_BODY_BYTES
-from gateway.voices import MAX_BODY_BYTES, MAX_REGISTRATIONS
+from gateway.voices import MAX_BODY_BYTES, REGISTRATION
 from sessions import DEFAULT_TENANT, SessionStore, StoreSettings, Voice, hash_api_key
 
 GROWTH_MB = 100  # the bomb decoded whole took 440 MB (2.5 GB for 16 at once)
@@ -193,7 +193,7 @@ def test_registrations_past_the_limit_are_told_to_retry(base_gateway: str) -> No
     not queued; a place is back when a slow upload goes."""
     slow = [open_request(base_gateway, "/v1/audio/voices",
                          {"Content-Type": "application/json", "Content-Length": "100000"}, b'{"voice_id": "slow"')
-            for _ in range(MAX_REGISTRATIONS)]  # fmt: skip
+            for _ in range(REGISTRATION.uploads_per_tenant)]  # fmt: skip
     try:
         deadline = time.monotonic() + 10
         while True:  # the slow ones reach the handler in a moment
@@ -219,7 +219,7 @@ def test_registrations_past_the_limit_are_told_to_retry(base_gateway: str) -> No
 def test_the_retry_after_header_comes_with_429(base_gateway: str) -> None:
     slow = [open_request(base_gateway, "/v1/audio/voices",
                          {"Content-Type": "application/json", "Content-Length": "100000"}, b"{")
-            for _ in range(MAX_REGISTRATIONS)]  # fmt: skip
+            for _ in range(REGISTRATION.uploads_per_tenant)]  # fmt: skip
     try:
         deadline = time.monotonic() + 10
         while True:
