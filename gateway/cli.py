@@ -50,11 +50,11 @@ def _talker_problems(settings: object) -> list[str]:
     """What stops a model asking for the vLLM talker from ever serving, told before anything loads (vLLM
     missing; on a CPU, a talker head size vLLM's CPU attention has no kernel for): the gateway would
     otherwise start, and the model fail in its engine process."""
-    from engine.loader import CPU_BACKENDS
+    from engine.loader import NO_TALKER
 
     found = []
     for spec in settings.model_specs():  # type: ignore[attr-defined]
-        if str(spec.options.get("talker", "")).strip().lower() == "vllm" and spec.source.lower() not in CPU_BACKENDS:
+        if str(spec.options.get("talker", "")).strip().lower() == "vllm" and spec.source.lower() not in NO_TALKER:
             from engine.vllm_talker.preflight import problems
 
             found += [f"model {spec.name!r}: {problem}" for problem in problems(spec.source, spec.options)]
@@ -116,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--host", help="bind address (default 127.0.0.1; env VOXGATE_HOST)")
     p.add_argument("--port", type=int, help="port (default 8000; env VOXGATE_PORT)")
     p.add_argument("--model", help="the models to serve, comma-separated, the first the default: cpu (default), "
-                   "piper, kokoro, tiny, tiny-base, a Qwen3-TTS checkpoint directory, or a [[models]] name of --config")
+                   "piper, kokoro, synthetic (load tests), tiny, tiny-base, a Qwen3-TTS checkpoint directory, "
+                   "or a [[models]] name of --config")
     p.add_argument("--in-process", action="store_true",
                    help="run the engines in the gateway's process (default: each in a child process of its own)")
     p.add_argument("--config", help="a TOML settings file (see gateway/settings.py)")
