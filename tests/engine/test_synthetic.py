@@ -216,3 +216,27 @@ async def test_a_slow_reader_holds_back_its_stream_only(engine: SyntheticEngine)
     assert end == StreamEnd("done")
     rest, end = await collect(slow, timeout=10)  # and the slow one, read at last, says it all
     assert end == StreamEnd("done") and len(rest) > 2
+
+
+async def test_it_runs_in_a_child_process_as_every_served_engine_does() -> None:
+    """The gateway runs it as it runs any engine (engine/process): the same events, capacity and cancel."""
+    from engine.process import start_engine
+
+    child = start_engine("synthetic", speed=20.0, first_audio_s=0.0, capacity=3)
+    try:
+        await asyncio.to_thread(child.wait_ready, 60)
+        events, end = await collect(_spoken(child, TEXT, word_timings=True))  # type: ignore[arg-type]
+        assert end == StreamEnd("done")
+        assert [w.word for e in events if isinstance(e, Words) for w in e.words] == words_of("".join(TEXT))
+        assert np.sqrt(np.mean((pcm_of(events) / 32768) ** 2)) > 0.03
+        capacity = child.capacity()
+        assert capacity is not None and capacity.streams == 3
+        stream = child.open_stream(None, "en")
+        stream.append("Cancelled before it is done, across the process boundary. " * 10)
+        events_of = stream.events()
+        while not isinstance(await asyncio.wait_for(anext(events_of), 10), AudioChunk):
+            pass
+        stream.cancel()
+        assert [ev async for ev in events_of][-1] == StreamEnd("cancelled")
+    finally:
+        child.close()
