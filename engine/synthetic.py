@@ -70,7 +70,9 @@ MAX_SYLLABLES = 6  # a word's syllables at most (a 60-letter "word" is not a min
 # The bank: this many syllables per sample rate, each long enough for the slowest request speed (0.25).
 BANK_SYLLABLES = 8
 BANK_SYLLABLE_S = SYLLABLE_S / 0.25
-BANK_RATES = 4  # sample rates whose banks are kept (the gateway asks for a few: 8k, 16k, 24k, 48k)
+BANK_RATES = 8  # sample rates whose banks are kept (clients ask for a few: 8k, 16k, 24k, 48k); 0.6 MB each at 24 kHz
+MASTER_RATE = 48000  # the bank is made once at this rate and read at the others
+BANK_TOP_HZ = 3500.0  # the highest harmonic: under the lowest rate's (8 kHz) Nyquist, so any rate reads it cleanly
 # A stream whose consumer queue is full is looked at again after this long (its audio waits, its
 # pace resumes from then): the clock thread never blocks on one consumer.
 RETRY_S = 0.02
@@ -90,13 +92,14 @@ class SyntheticOptions:
     seconds from a stream having text and a slot to its first audio (a real engine's prefill and first
     decode). `capacity`: streams served at once (`Capacity.streams`). `chunk_s`: audio seconds per
     `AudioChunk` (the CPU voices' are at most 0.25). `queue_size`: chunks queued per stream for its
-    consumer. `max_pending_chars`: text a stream may hold not yet spoken (`queue_full` past it)."""
+    consumer (16 × 0.2 s: 150 kB of 24 kHz audio per stream at most; hundreds of streams share a box).
+    `max_pending_chars`: text a stream may hold not yet spoken (`queue_full` past it)."""
 
     speed: float = 4.0
     first_audio_s: float = 0.1
     capacity: int = 1024
     chunk_s: float = 0.2
-    queue_size: int = 64
+    queue_size: int = 16
     max_pending_chars: int = 262144
 
     def __post_init__(self) -> None:
@@ -131,7 +134,7 @@ class SyntheticEngine:
         self._streams: weakref.WeakSet[SyntheticStream] = weakref.WeakSet()
         self._busy_s = 0.0
         self._closed = False
-        _bank(OUTPUT_RATE)  # the default rate's syllables, made before the first stream
+        _bank(OUTPUT_RATE)  # the syllables, made before the first stream (once per process)
         self._clock = threading.Thread(target=self._run, name="synthetic-clock", daemon=True)
         self._clock.start()
         log.info("synthetic engine: speed %.2fx, first audio %.3f s, capacity %d streams",
@@ -176,7 +179,7 @@ class SyntheticEngine:
         request = stream_request(voice, language, options)
         self.check(request)
         rate = request.sample_rate or OUTPUT_RATE
-        bank = _bank(rate)  # made here, on the caller's thread, not on the clock every stream shares
+        bank = _bank(rate)  # a new rate's is read here (ms), on the caller's thread, not on the clock
         with self._cond:
             if self._slots >= self.options.capacity and len(self._waiting) >= self.options.capacity:
                 raise EngineError("queue_full", f"the synthetic engine serves {self.options.capacity} streams "
@@ -454,25 +457,40 @@ def _envelope(length: int) -> np.ndarray:
 
 @lru_cache(maxsize=BANK_RATES)
 def _bank(rate: int) -> np.ndarray:
-    """`BANK_SYLLABLES` voiced syllables at `rate`, float32 [syllables, frames] peaking near 0.3: a
-    glottal pulse train (harmonics falling 12 dB/octave) with a pitch that wanders and falls, each
-    harmonic weighted by one vowel's formants, and a short noise burst at the onset (a consonant)."""
-    rng = np.random.default_rng(37)
+    """The syllables at `rate`, float32 [syllables, frames]: the master bank read at `rate` (a linear
+    interpolation, a few ms: its content lies below BANK_TOP_HZ, far under any rate's Nyquist)."""
+    master = _master_bank()
+    if rate == MASTER_RATE:
+        return master
     length = round(BANK_SYLLABLE_S * rate)
-    t = np.arange(length, dtype=np.float64) / rate
-    top = min(4000.0, 0.45 * rate)
+    at = np.arange(length) * (MASTER_RATE / rate)
+    grid = np.arange(master.shape[1])
+    return np.stack([np.interp(at, grid, row) for row in master]).astype(np.float32)
+
+
+@lru_cache(maxsize=1)
+def _master_bank() -> np.ndarray:
+    """`BANK_SYLLABLES` voiced syllables at MASTER_RATE peaking near 0.3: a glottal pulse train (harmonics
+    falling 6 dB/octave, up to BANK_TOP_HZ) with a pitch that wanders and falls, each harmonic weighted by
+    one vowel's formants, and a short noise burst, low-passed, at the onset (a consonant). Made once
+    (about 0.1 s), when the engine loads."""
+    rng = np.random.default_rng(37)
+    length = round(BANK_SYLLABLE_S * MASTER_RATE)
+    t = np.arange(length, dtype=np.float64) / MASTER_RATE
     bank = np.zeros((BANK_SYLLABLES, length), np.float32)
+    burst = round(0.03 * MASTER_RATE)
+    smooth = np.ones(12) / 12  # a moving average: the burst's noise kept mostly below 4 kHz
     for i, formants in enumerate(VOWELS[:BANK_SYLLABLES]):
         f0_base = 105.0 + 12.0 * i
         f0 = f0_base * (1.0 + 0.05 * np.sin(2 * np.pi * 3.0 * t + i) - 0.04 * t / BANK_SYLLABLE_S)
-        phase = 2 * np.pi * np.cumsum(f0) / rate
+        phase = 2 * np.pi * np.cumsum(f0) / MASTER_RATE
         audio = np.zeros(length)
-        for k in range(1, int(top // f0_base) + 1):
+        for k in range(1, int(BANK_TOP_HZ // (f0_base * 1.06)) + 1):  # the wandering pitch stays under the top
             f = k * f0_base
             weight = sum(math.exp(-(((f - formant) / (60.0 + 0.06 * formant)) ** 2)) for formant in formants)
             audio += (weight + 0.02) / k * np.sin(k * phase)
-        burst = round(0.03 * rate)
-        audio[:burst] += rng.standard_normal(burst) * np.linspace(0.6, 0.0, burst) * np.abs(audio).max()
+        noise = np.convolve(rng.standard_normal(burst), smooth, mode="same")
+        audio[:burst] += noise / np.abs(noise).max() * np.linspace(0.5, 0.0, burst) * np.abs(audio).max()
         bank[i] = (0.3 * audio / np.abs(audio).max()).astype(np.float32)
     return bank
 
