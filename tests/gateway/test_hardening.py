@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 import websockets
-from attack import Result, run
+from attack import run
 from support.servers import serve
+from support.undisturbed import assert_undisturbed
 from support.wsclient import call, open_session, until, utterance
 
 from engine import AudioChunk, Engine, StreamEnd, load_engine
@@ -28,24 +29,11 @@ from sessions import hash_api_key
 
 pytestmark = pytest.mark.slow
 
-WAIT_S = 5.0  # the canary's worst wait for the server within an utterance (1–2 s here; 20–35 s before)
-HEALTH_S = 1.5  # the worst /health latency (≤ 0.3 s here; 3–35 s before)
-
 
 @pytest.fixture(scope="module")
 def hardened(cpu_engine: Engine) -> Iterator[str]:
     limits = Limits(utterance_idle_timeout=1.5)
     yield from serve(cpu_engine, limits, header_timeout=1.0)
-
-
-def assert_undisturbed(r: Result, rss_mb: float = 150.0) -> None:
-    print(r)  # the numbers, for the record (pytest -s)
-    c = r.canary
-    assert c.failure is None and not c.errors, c
-    assert c.worst_wait_s < WAIT_S, c
-    assert r.health_worst_s < HEALTH_S, r
-    assert set(r.health_statuses) == {"ok"}, r.health_statuses
-    assert r.rss_growth_mb < rss_mb, r
 
 
 async def test_a_deflated_megabyte_message_is_refused_by_its_type_without_stalling_anyone(hardened: str) -> None:
@@ -192,7 +180,6 @@ def test_a_partial_request_is_closed_at_the_header_deadline(hardened: str) -> No
     with socket.create_connection((host, int(port)), timeout=10) as s:  # a complete request is answered
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert s.recv(100).startswith(b"HTTP/1.1 200")
-
 
 
 # -- the idle-commit poller survives what it cannot do (finding 9) --------------------------------------------

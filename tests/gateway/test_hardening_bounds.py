@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from attack import ATTACKS, Context, Result, run
+from attack import ATTACKS, Context, run
 from support.replicas import Replica
 from support.servers import serve
+from support.undisturbed import WAIT_S, assert_undisturbed
 
 from engine import Engine
 from gateway.connection import Limits
@@ -24,24 +25,12 @@ from ..conftest import RedisServer
 
 pytestmark = pytest.mark.slow
 
-WAIT_S = 5.0  # the canary's worst wait within an utterance (as test_hardening.py)
-HEALTH_S = 1.5  # the worst /health latency
 FILE_S = 20.0  # max_file_audio_s here (300 s by default), so a short attack reaches it
 
 
 @pytest.fixture(scope="module")
 def bounded(cpu_engine: Engine) -> Iterator[str]:
     yield from serve(cpu_engine, Limits(utterance_idle_timeout=1.5, max_file_audio_s=FILE_S))
-
-
-def assert_undisturbed(r: Result, rss_mb: float) -> None:
-    print(r)  # the numbers, for the record (pytest -s)
-    c = r.canary
-    assert c.failure is None and not c.errors, c
-    assert c.worst_wait_s < WAIT_S, c
-    assert r.health_worst_s < HEALTH_S, r
-    assert set(r.health_statuses) == {"ok"}, r.health_statuses
-    assert r.rss_growth_mb < rss_mb, r
 
 
 async def test_a_flood_of_bare_input_done_is_bounded_by_max_open_utterances(bounded: str) -> None:

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from attack import Result, run
+from attack import run
 from redis.exceptions import MaxConnectionsError
 from support.servers import serve
+from support.undisturbed import assert_undisturbed
 
 from engine import Engine
 from gateway.connection import Limits
@@ -26,9 +27,6 @@ from sessions import CircuitBreaker, SessionStore, StateUnavailable, StoreBusy, 
 from ..conftest import RedisServer
 
 pytestmark = pytest.mark.redis
-
-WAIT_S = 5.0  # the canary's worst wait within an utterance (as tests/gateway/test_hardening.py)
-HEALTH_S = 1.5  # the worst /health latency
 
 
 async def test_a_burst_past_redis_pys_default_pool_waits_its_turn_and_never_opens_the_breaker(
@@ -86,16 +84,6 @@ async def _refused() -> object:
 
 
 # -- a real server: a reconnect storm beside a canary -------------------------------------------------------
-
-
-def assert_undisturbed(r: Result, rss_mb: float = 150.0) -> None:
-    print(r)  # the numbers, for the record (pytest -s)
-    c = r.canary
-    assert c.failure is None and not c.errors, c
-    assert c.worst_wait_s < WAIT_S, c
-    assert r.health_worst_s < HEALTH_S, r
-    assert set(r.health_statuses) == {"ok"}, r.health_statuses
-    assert r.rss_growth_mb < rss_mb, r
 
 
 @pytest.mark.slow
