@@ -36,7 +36,7 @@ The rules:
 - the first-audio SLO (`first_audio_slo_s`): a stream that leads its listener (no earlier stream of its
   listener open, none of its audio playing) is expected to be heard by `enqueued_at + SLO`. Its start is
   predicted from its place (the cost that starts before it in fair order, `cost_ahead`, and its own, less
-  the free room, drained at the rate slots free: the capacity per measured hold) plus the tail
+  the free room, drained as the cost in flight frees: all of it every measured hold) plus the tail
   (`first_audio_quantile`) of the measured time from start to first audio. One that cannot make it is
   refused at once (bound "slo", its `retry_after_s` when a newcomer would make it), and a waiting one as
   soon as its prediction, or its wait alone, says it will miss (another tenant arriving moves it back
@@ -237,9 +237,15 @@ class FairQueue:
 
     def predicted_wait_s(self, cost_ahead: float, cost: float, capacity: float) -> float:
         """How long a stream of `cost` behind `cost_ahead` of waiting streams waits for its room: what it
-        needs beyond the free room, freed at the rate slots free (the capacity every measured hold)."""
-        need = cost_ahead + cost - max(0.0, capacity - self.load)
-        return 0.0 if need <= _EPS else need * self._hold_s / max(capacity, _EPS)
+        needs beyond the free room (negative where the streams in flight hold more than the capacity now,
+        or as many streams as `max_in_flight`), freed as the cost in flight is: all of it every measured
+        hold, each admitted stream holding its slot about that long."""
+        load, count = self.load, self._in_flight
+        free = capacity - load
+        if self.config.max_in_flight is not None and count:
+            free = min(free, (self.config.max_in_flight - count) * load / count)  # slots, at their mean cost
+        need = cost_ahead + cost - free
+        return 0.0 if need <= _EPS else need * self._hold_s / max(load, cost, _EPS)
 
     # -- transitions ------------------------------------------------------------------------------
 
@@ -506,7 +512,8 @@ class FairQueue:
         if heard <= slo:
             return None
         # A newcomer would make it once the line has drained what this one would wait beyond its budget.
-        return Refused("slo", max(wait - max(0.0, slo - tail), 0.0), predicted_s=heard)
+        retry = min(max(wait - max(0.0, slo - tail), 0.0), self.config.max_wait_s)
+        return Refused("slo", retry, predicted_s=heard)
 
     def relisten(self, waiter: Waiter, continue_by: float | None) -> None:
         """Where a waiter's listener is now: it began hearing speech (a continuation from now on), or

@@ -873,3 +873,18 @@ def test_one_tenants_burst_refuses_its_own_streams_not_another_tenants() -> None
     canary = q.push("canary", 1.0, 4)  # one ahead of it in fair order (the flood's head), not six
     assert canary.state == "waiting" and q.cost_ahead(canary) == pytest.approx(1.0)
     assert canary not in q.look(4)  # (a flood stream now behind it in fair order may miss instead)
+
+
+def test_the_prediction_drains_the_cost_in_flight_where_the_count_not_the_budget_binds() -> None:
+    # The CPU voices: a budget far above two Piper streams, but max_in_flight 2. Slots free as the
+    # streams in flight end (two per 2 s hold), not at the budget's rate: a budget-rate drain said
+    # "at once" and admitted streams that then waited seconds.
+    clock = Clock()
+    q = FairQueue(FairQueueConfig(max_in_flight=2, first_audio_slo_s=1.5), clock)
+    q.push("a", 1.0, 100.0, cost=0.1)
+    q.push("a", 1.0, 100.0, cost=0.1)
+    first = q.push("b", 1.0, 100.0, cost=0.1)  # the first slot frees in about 1 s: heard by 1.5 s
+    assert first.state == "waiting"
+    with pytest.raises(Refused) as e:
+        q.push("b", 1.0, 100.0, cost=0.1)  # the second slot: about 2 s
+    assert e.value.predicted_s == pytest.approx(2.5) and e.value.retry_after_s <= 10.0
