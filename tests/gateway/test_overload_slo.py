@@ -121,7 +121,8 @@ async def test_an_overload_burst_is_refused_at_once_by_the_slo_and_the_admitted_
     heard = sorted(x["heard_s"] for x in replies if "error" not in x)
     print(r.canary, [x.get("error", {}).get("bound") for x in replies])
     print({"replies": len(replies), "refused": len(refused), "heard_p50": statistics.median(heard or [0.0]),
-           "heard_max": max(heard, default=None), "refused_worst": max((x["answered_s"] for x in refused), default=None),
+           "heard_max": max(heard, default=None),
+           "refused_worst": max((x["answered_s"] for x in refused), default=None),
            "speech": speech})  # fmt: skip
     assert refused and heard, r.seen  # an overload: some refused, some heard
     for x in refused:
