@@ -135,6 +135,8 @@ class Response:
     frames: list[tuple[float, int]] = field(default_factory=list)  # (arrival, bytes)
     onset: OnsetTracker | None = None
     t_first_commit: float | None = None
+    t_last_commit: float | None = None  # the latest segment.committed: a stream asks admission as it commits
+    refused_after_s: float | None = None  # its first error after the commit before it (a refusal's answer time)
     errors: list[str] = field(default_factory=list)
     refusal_bounds: list[str] = field(default_factory=list)
     # Per utterance of the response, in order: when its `input.done` went out, and the index in `frames` of
@@ -236,14 +238,17 @@ class Session:
                 if r is None:
                     continue
                 kind = ev.get("type")
-                if kind == "segment.committed" and r.t_first_commit is None:
-                    r.t_first_commit = now
+                if kind == "segment.committed":
+                    r.t_first_commit = now if r.t_first_commit is None else r.t_first_commit
+                    r.t_last_commit = now
                 elif kind == "audio.start":
                     # Audio never interleaves, so this is the utterance after the ones already done.
                     r.first_frame.setdefault(r.utterances_done, len(r.frames))
                     if ev.get("sample_rate"):
                         r.sample_rate = int(ev["sample_rate"])
                 elif kind == "error":
+                    if not r.errors and r.t_last_commit is not None:
+                        r.refused_after_s = now - r.t_last_commit
                     r.errors.append(str(ev.get("code", "error")))
                     if ev.get("bound"):  # which queue refused it (queue_full)
                         r.refusal_bounds.append(str(ev["bound"]))
@@ -534,7 +539,7 @@ def response_metrics(r: Response, prebuffer_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {
         "index": r.index, "text_id": r.text.id, "lang": r.text.lang, "scheduled": round(r.scheduled, 4),
         "utterances": r.utterances_sent, "ok": r.ok, "errors": r.errors, "timed_out": r.timed_out,
-        "audio_s": round(r.audio_seconds(), 4),
+        "audio_s": round(r.audio_seconds(), 4), "refused_after_s": r.refused_after_s,
         "timings": [r.timings.get(u) for u in range(r.utterances_done)],  # each utterance's, as the server saw it
     }  # fmt: skip
     if r.t_first_text is None or not r.frames:

@@ -119,6 +119,22 @@ class Capacity:
     costs: tuple[tuple[str, float], ...] = ()
     voice_costs: tuple[tuple[str, float], ...] = ()
 
+    def price(self, language: str | None, voice: str | None = None) -> float:
+        """What a stream in `language` (`voice`: None or "default", the language's default) holds of
+        `budget`: one of `streams` where the engine counts streams. Else its language's cost, or its
+        voice's where that costs more (a voice that does not speak the language leaves it to the
+        default). A language or voice not costed ("auto" among them): the costliest, as the engine may
+        speak it with its costliest voice (never admitted for less). Bounded by the voices."""
+        if self.budget is None:
+            return 1.0
+        by_language, by_voice = dict(self.costs), dict(self.voice_costs)
+        costliest = max((*by_language.values(), *by_voice.values()), default=self.budget)  # none told: all
+        default = voice in (None, "default", "auto")  # StreamRequest.voice: the language's default
+        cost = by_language.get(language or "")
+        if cost is None or not (default or voice in by_voice):
+            return costliest
+        return cost if default else max(cost, by_voice.get(voice or "", 0.0))
+
 
 @dataclass(frozen=True, slots=True)
 class VoiceInfo:

@@ -26,13 +26,14 @@ from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
 from engine import Engine, EngineError
-from gateway.admission import QueueFull, ticketed
+from gateway.admission import QueueFull
 from gateway.audio import MEDIA_TYPES, encode_file
 from gateway.drain import refuse_while_draining
 from gateway.errors import ApiError, invalid
 from gateway.lexicons import spoken_segments
 from gateway.models import ModelRegistry, api_serving
 from gateway.openai_api import MAX_INPUT_CHARS, SpeechRequest, admitted, speech_pcm, speech_request, while_connected
+from gateway.queued_stream import ticketed
 from gateway.session_state import acquire_stream_slot, release_stream_slot
 from gateway.settings import Settings
 from gateway.timing import ResponseClock, observe, trim_for

@@ -72,7 +72,8 @@ def _serve(args: argparse.Namespace) -> int:
         settings = load_settings(
             args.config, host=args.host, port=args.port, model=args.model, redis_url=args.redis_url,
             api_keys=args.api_keys, insecure=args.insecure or None, takeover=args.takeover,
-            drain_grace_s=args.drain_grace, engine_processes=False if args.in_process else None,
+            drain_grace_s=args.drain_grace, first_audio_slo_s=args.first_audio_slo,
+            engine_processes=False if args.in_process else None,
             admin_socket=args.admin_socket, admin_open_loopback=args.admin_open_loopback or None,
         )  # fmt: skip
         if args.talker:  # the Qwen3 models' talker backend (engine/talker_backend.py TALKERS); tables keep theirs
@@ -128,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--takeover", choices=("takeover", "refuse"), help="a second connection to a live session")
     p.add_argument("--drain-grace", type=float, metavar="SECONDS",
                    help="on SIGTERM, open utterances get this long to finish (default 30; env VOXGATE_DRAIN_GRACE_S)")
+    p.add_argument("--first-audio-slo", type=float, metavar="SECONDS",
+                   help="refuse at once (429 / queue_full, bound slo) a stream that would be heard later than this "
+                   "after it asked (default 1.5; 0: off; env VOXGATE_FIRST_AUDIO_SLO_S)")
     p.add_argument("--admin-socket", metavar="PATH", help="also serve a Unix socket (mode 0600) that answers the "
                    "admin plane and /metrics without a key (env VOXGATE_ADMIN_SOCKET)")
     p.add_argument("--admin-open-loopback", action="store_true", help="a developer's machine: answer the admin "

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 
 from engine import EngineError, Stream
 from gateway import metrics
-from gateway.admission import QueuedStream, Ticket
+from gateway.admission import Ticket
 from gateway.lexicons import Respelled, spoken_text
 from gateway.outbox import SlowClient
 from gateway.protocol import ProtocolError, SegmentCommitted
+from gateway.queued_stream import QueuedStream
 from gateway.utterance import Utterance
 from segmentation import Segment, StreamSegmenter
 
@@ -183,11 +184,11 @@ class TextIntake:
             frame_rate = float(conn.engine.codec_info().get("frame_rate_hz", 12.5))  # type: ignore[attr-defined]
         tenant = conn.session.tenant
         # A listener still playing this session's audio must not hear a gap before the next utterance:
-        # its stream goes before newcomers once that audio runs low (engine/admission.py, continuations),
+        # its stream goes before newcomers once that audio runs low (engine/fair_queue.py, continuations),
         # asked while it waits, so one queued before the audio ahead of it began counts once it plays.
         return QueuedStream(conn.admission, tenant.name, tenant.weight, lambda: conn.open_stream(cfg, voice, engine),
                             on_lost=lambda e, indexes: self._lost(utt, e, indexes), on_admitted=admitted,
-                            frame_rate_hz=frame_rate, runs_dry=conn.listener.runs_dry_at,
+                            frame_rate_hz=frame_rate, listener=conn.listener,
                             language=cfg.language_code, voice=voice[0], text=text)  # fmt: skip
 
     async def _lost(self, utt: Utterance, e: ProtocolError | EngineError, engine_indexes: list[int]) -> None:

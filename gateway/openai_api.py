@@ -22,12 +22,13 @@ from litestar.params import JSONBody
 from litestar.response import Stream as StreamResponse
 
 from engine import AudioChunk, Engine, Stream, StreamEnd, StreamRequest
-from gateway.admission import Admission, Ticket, spoken_language, ticketed
+from gateway.admission import Admission, Ticket
 from gateway.audio import MEDIA_TYPES, OPUS_RATES, Resampler, encode_file, encode_frames, wav_stream_header
 from gateway.drain import refuse_while_draining
 from gateway.errors import ApiError
 from gateway.lexicons import spoken_segments, spoken_with, tenant_lexicon
 from gateway.models import ModelRegistry, api_serving
+from gateway.queued_stream import spoken_language, ticketed
 from gateway.session_state import acquire_stream_slot, release_stream_slot
 from gateway.settings import Settings
 from gateway.timing import LeadingTrim, ResponseClock, Timing, observe, trim_for

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 from msgspec import UNSET
 
 from gateway import metrics
-from gateway.admission import QueuedStream
 from gateway.outbox import SlowClient
 from gateway.protocol import AudioCancelled, AudioWaiting
 from gateway.pump import codec_done, pump_audio
+from gateway.queued_stream import QueuedStream
 from gateway.utterance import Utterance
 
 if TYPE_CHECKING:

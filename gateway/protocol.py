@@ -377,6 +377,8 @@ class Error(ServerEvent, tag="error"):
     action: str | UnsetType = UNSET
     bound: str | UnsetType = UNSET
     retry_after_s: float | UnsetType = UNSET
+    first_audio_slo_s: float | UnsetType = UNSET  # bound "slo": the target it would have missed …
+    predicted_first_audio_s: float | UnsetType = UNSET  # … and when it would have been heard
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")

@@ -19,7 +19,6 @@ from msgspec import UNSET, UnsetType
 
 from engine import AudioChunk, CodecFrames, StreamEnd, Words
 from gateway import metrics
-from gateway.admission import Refusal
 from gateway.audio import Resampler, WholeFile, encode_frames
 from gateway.outbox import Outgoing
 from gateway.playback import Playback
@@ -41,6 +40,7 @@ from gateway.protocol import (
     pack_codec_header,
     quote,
 )
+from gateway.queued_stream import Refusal
 from gateway.timing import ResponseClock, Timing, observe, trim_for
 from gateway.utterance import Utterance
 

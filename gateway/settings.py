@@ -156,8 +156,12 @@ class Settings:
     max_waiting_per_model: int = 256
     max_queue_wait_s: float = 10.0  # a stream still waiting after this is refused (queue_full, "wait")
     # The next utterance of a session whose listener has less audio than this left goes first in its
-    # tenant's line (engine/admission.py: continuations); about the engine's time to first audio.
+    # tenant's line (engine/fair_queue.py: continuations); about the engine's time to first audio.
     continuation_lead_s: float = 2.0
+    # The first-audio SLO (docs/admission.md): a stream that would be heard later than this after it asked
+    # is refused at once (queue_full, bound "slo"), and a waiting one as soon as it would miss; a voice
+    # agent's balancer then sends the call to a replica with room. 0: off (streams wait max_queue_wait_s).
+    first_audio_slo_s: float = 1.5
     # On SIGTERM, open utterances get this long to finish before their sockets close (gateway/drain.py).
     drain_grace_s: float = 30.0
 
@@ -170,6 +174,8 @@ class Settings:
             raise ValueError("setting max_queue_wait_s must be > 0 and at most 3600")
         if not 0 <= self.continuation_lead_s <= 600:
             raise ValueError("setting continuation_lead_s must be 0…600 seconds")
+        if not 0 <= self.first_audio_slo_s <= 3600:
+            raise ValueError("setting first_audio_slo_s must be 0 (off) … 3600 seconds")
         lim = self.limits
         # The trim holds the start of each response up to trim_max_ms + trim_preroll_ms: keep it short.
         if not 0 <= lim.trim_max_ms <= 1000 or not 0 <= lim.trim_preroll_ms <= 100:

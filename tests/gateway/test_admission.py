@@ -24,9 +24,10 @@ from support.servers import serve
 from support.wsclient import open_session, until
 
 from engine import Capacity, Engine
-from gateway.admission import Admission, QueueFull, spoken_language
+from gateway.admission import Admission, QueueFull
 from gateway.connection import Limits
 from gateway.playback import Playback
+from gateway.queued_stream import spoken_language
 from gateway.settings import Settings, load_settings
 from sessions import ApiKeys, hash_api_key
 
@@ -45,6 +46,9 @@ def gateway_with(engine: Engine, directory: Path, **settings: Any) -> Iterator[s
     # The tests hold the one stream with an open utterance (`hold`): keep the pressure rule, which would
     # finish it after 2 s while others wait, out of the way (tests/gateway/test_hardening.py covers it).
     limits = Limits(utterance_idle_timeout=20.0, utterance_idle_under_pressure=20.0)
+    # The waits these tests make are long by design: the first-audio SLO (tests/gateway/test_overload_slo.py)
+    # would refuse them at once.
+    settings.setdefault("first_audio_slo_s", 0.0)
     yield from serve(engine, limits, api_keys=str(keys_file(directory)), max_active_streams=1, **settings)
 
 
@@ -74,7 +78,7 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             patch.setattr(engine.meter, "record", lambda *a: None)  # keep the busy box's costs
             assert engine.capacity().streams == 1
             yield from serve(engine, limits, model="cpu", api_keys=str(keys_file(tmp_path_factory.mktemp("mixed"))),
-                             max_active_streams=8, max_queue_wait_s=30.0)  # fmt: skip
+                             max_active_streams=8, max_queue_wait_s=30.0, first_audio_slo_s=0.0)  # fmt: skip
     finally:
         engine.close()
 
@@ -576,7 +580,7 @@ class Judged:
 
 async def test_capacity_growing_admits_waiters_without_any_release() -> None:
     engine = Judged(1)
-    admission = Admission(engine, Settings(max_active_streams=8))  # type: ignore[arg-type]
+    admission = Admission(engine, Settings(first_audio_slo_s=0, max_active_streams=8))  # type: ignore[arg-type]
     held = await admission.admit("a", 1.0)
     waiting = asyncio.create_task(admission.admit("b", 1.0))
     await asyncio.sleep(0.25)
@@ -608,7 +612,7 @@ async def test_where_the_engine_tells_costs_a_stream_holds_its_languages_cost() 
     # (one that does not speak the language leaves it to the default); a language or voice the engine did
     # not cost ("auto" among them) costs the costliest: it may be spoken with that voice.
     engine = Judged(1, budget=1.6, costs={"en": 0.1, "zh": 1.2}, voice_costs={"joe": 0.1, "jf_alpha": 1.2})
-    admission = Admission(engine, Settings(max_active_streams=8))  # type: ignore[arg-type]
+    admission = Admission(engine, Settings(first_audio_slo_s=0, max_active_streams=8))  # type: ignore[arg-type]
     assert admission.capacity() == 1.6
     assert admission.cost("en") == admission.cost("en", "default") == admission.cost("en", "joe") == 0.1
     assert admission.cost("zh") == admission.cost("en", "jf_alpha") == admission.cost("zh", "joe") == 1.2
@@ -635,7 +639,7 @@ async def test_where_the_engine_tells_costs_a_stream_holds_its_languages_cost() 
 
 
 async def test_a_cancelled_wait_is_withdrawn_and_a_wait_past_its_bound_refused() -> None:
-    admission = Admission(Judged(1), Settings(max_queue_wait_s=0.3))  # type: ignore[arg-type]
+    admission = Admission(Judged(1), Settings(first_audio_slo_s=0, max_queue_wait_s=0.3))  # type: ignore[arg-type]
     held = await admission.admit("a", 1.0)
     gone = asyncio.create_task(admission.admit("b", 1.0))
     await asyncio.sleep(0.05)
@@ -651,7 +655,7 @@ async def test_a_cancelled_wait_is_withdrawn_and_a_wait_past_its_bound_refused()
 
 
 async def test_with_room_and_nobody_waiting_a_stream_is_admitted_without_waiting_for_the_loop() -> None:
-    admission = Admission(Judged(1), Settings())  # type: ignore[arg-type]
+    admission = Admission(Judged(1), Settings(first_audio_slo_s=0))  # type: ignore[arg-type]
     first = admission.try_admit("a", 1.0)
     assert first is not None and first.waited_s == 0.0
     assert admission.try_admit("b", 1.0) is None  # no room: admit() decides (waits or refuses)
@@ -667,14 +671,14 @@ async def test_an_utterance_queued_before_its_listener_heard_anything_becomes_a_
     # Sentence by sentence: a session's second sentence is queued while its first still waits, so when
     # it asks its listener hears nothing. Once the first sentence plays, the second goes before a
     # newcomer that asked earlier: its listener would otherwise hear a gap.
-    admission = Admission(Judged(1), Settings(continuation_lead_s=2.0))  # type: ignore[arg-type]
+    admission = Admission(Judged(1), Settings(first_audio_slo_s=0, continuation_lead_s=2.0))  # type: ignore[arg-type]
     held = await admission.admit("a", 1.0)
-    hearing: list[float | None] = [None]
+    listener = Playback()
     newcomer = asyncio.create_task(admission.admit("a", 1.0))
     await asyncio.sleep(0.01)
-    second = asyncio.create_task(admission.admit("a", 1.0, runs_dry=lambda: hearing[0]))
+    second = asyncio.create_task(admission.admit("a", 1.0, listener=listener))
     await asyncio.sleep(0.01)
-    hearing[0] = time.monotonic() + 0.5  # the first sentence plays now: half a second of it is left
+    listener.add(0.5)  # the first sentence plays now: half a second of it is left
     held.release()
     ticket = await asyncio.wait_for(second, 1.0)
     assert not newcomer.done()
@@ -688,16 +692,16 @@ async def test_a_listeners_next_utterance_starts_beside_the_one_it_hears_and_tak
     # starts at once beside it, past the capacity, ahead of another session's newcomer; a third waits
     # (a listener holds at most two) and takes the slot when the first ends. Streams of another
     # listener, or with none (HTTP), never start so.
-    admission = Admission(Judged(1), Settings(continuation_lead_s=2.0))  # type: ignore[arg-type]
+    admission = Admission(Judged(1), Settings(first_audio_slo_s=0, continuation_lead_s=2.0))  # type: ignore[arg-type]
     player, other = Playback(), Playback()
     player.add(10.0)  # ten seconds of audio sent: far from running dry, so not due
-    held = admission.try_admit("a", 1.0, runs_dry=player.runs_dry_at)
+    held = admission.try_admit("a", 1.0, listener=player)
     assert held is not None
-    newcomer = asyncio.create_task(admission.admit("b", 1.0, runs_dry=other.runs_dry_at))
+    newcomer = asyncio.create_task(admission.admit("b", 1.0, listener=other))
     await asyncio.sleep(0.01)
-    following = await asyncio.wait_for(admission.admit("a", 1.0, runs_dry=player.runs_dry_at), 1.0)
+    following = await asyncio.wait_for(admission.admit("a", 1.0, listener=player), 1.0)
     assert admission.admitted == 2 and following.waited_s < 0.05  # at once
-    third = asyncio.create_task(admission.admit("a", 1.0, runs_dry=player.runs_dry_at))
+    third = asyncio.create_task(admission.admit("a", 1.0, listener=player))
     unrelated = asyncio.create_task(admission.admit("a", 1.0))  # no listener: waits in turn
     await asyncio.sleep(0.01)
     assert not third.done() and not unrelated.done() and not newcomer.done()
@@ -727,17 +731,17 @@ async def test_a_listener_whose_streams_ended_while_it_hears_them_gets_its_next_
     # running dry (issue 14). Now it takes the slot back as it asks. The Qwen3 core (not
     # `follows_listener`) would run it beside the streams it steps at once: there it waits its turn.
     engine = Judged(1, follows_listener=follows_listener, budget=1.6, costs={"en": 0.1, "zh": 2.0})
-    admission = Admission(engine, Settings())  # type: ignore[arg-type]
+    admission = Admission(engine, Settings(first_audio_slo_s=0))  # type: ignore[arg-type]
     english, mandarin = Playback(), Playback()
-    first = admission.try_admit("a", 1.0, runs_dry=english.runs_dry_at, language="en")
+    first = admission.try_admit("a", 1.0, listener=english, language="en")
     assert first is not None
     english.add(5.0)  # its audio is out: five seconds of it to hear
     first.release()  # made: its stream ended
-    costly = admission.try_admit("a", 1.0, runs_dry=mandarin.runs_dry_at, language="zh")
+    costly = admission.try_admit("a", 1.0, listener=mandarin, language="zh")
     assert costly is not None  # alone, it starts, costlier than the whole capacity
     newcomer = asyncio.create_task(admission.admit("a", 1.0, language="en"))  # nobody hears it yet
     await asyncio.sleep(0.01)
-    nxt = asyncio.create_task(admission.admit("a", 1.0, runs_dry=english.runs_dry_at, language="en"))
+    nxt = asyncio.create_task(admission.admit("a", 1.0, listener=english, language="en"))
     await asyncio.sleep(0.2)
     assert nxt.done() is follows_listener and not newcomer.done()
     if follows_listener:
@@ -755,13 +759,13 @@ async def test_a_listener_whose_streams_ended_while_it_hears_them_gets_its_next_
 async def test_on_an_engine_that_runs_a_listeners_streams_at_once_the_next_waits_for_the_slot() -> None:
     # The Qwen3 core steps every stream it holds from its start: a next sentence beside the one heard
     # would slow every row. There it takes the slot when the one before ends, before anyone else.
-    admission = Admission(Judged(1, follows_listener=False), Settings())  # type: ignore[arg-type]
+    admission = Admission(Judged(1, follows_listener=False), Settings(first_audio_slo_s=0))  # type: ignore[arg-type]
     player, other = Playback(), Playback()
-    held = admission.try_admit("a", 1.0, runs_dry=player.runs_dry_at)
+    held = admission.try_admit("a", 1.0, listener=player)
     assert held is not None
-    newcomer = asyncio.create_task(admission.admit("b", 1.0, runs_dry=other.runs_dry_at))
+    newcomer = asyncio.create_task(admission.admit("b", 1.0, listener=other))
     await asyncio.sleep(0.01)
-    following = asyncio.create_task(admission.admit("a", 1.0, runs_dry=player.runs_dry_at))
+    following = asyncio.create_task(admission.admit("a", 1.0, listener=player))
     await asyncio.sleep(0.05)
     assert not following.done() and admission.admitted == 1
     held.release()
@@ -776,11 +780,13 @@ async def test_on_an_engine_that_runs_a_listeners_streams_at_once_the_next_waits
 def test_admission_settings_load_and_are_checked() -> None:
     env = {"VOXGATE_MAX_ACTIVE_STREAMS": "3", "VOXGATE_MAX_WAITING_PER_TENANT": "2",
            "VOXGATE_MAX_WAITING_PER_MODEL": "9", "VOXGATE_MAX_QUEUE_WAIT_S": "2.5",
-           "VOXGATE_CONTINUATION_LEAD_S": "1.5"}  # fmt: skip
+           "VOXGATE_CONTINUATION_LEAD_S": "1.5", "VOXGATE_FIRST_AUDIO_SLO_S": "0.8"}  # fmt: skip
     s = load_settings(env=env)
     assert (s.max_active_streams, s.max_waiting_per_tenant, s.max_waiting_per_model, s.max_queue_wait_s,
-            s.continuation_lead_s) == (3, 2, 9, 2.5, 1.5)  # fmt: skip
+            s.continuation_lead_s, s.first_audio_slo_s) == (3, 2, 9, 2.5, 1.5, 0.8)  # fmt: skip
+    assert Settings().first_audio_slo_s == 1.5  # a voice agent's target, on by default
     for bad in ({"max_active_streams": 0}, {"max_waiting_per_tenant": -1}, {"max_queue_wait_s": 0.0},
+                {"first_audio_slo_s": -1.0}, {"first_audio_slo_s": float("nan")},
                 {"max_queue_wait_s": float("nan")}, {"continuation_lead_s": -1.0},
                 {"continuation_lead_s": float("nan")}):  # fmt: skip
         with pytest.raises(ValueError):

@@ -235,7 +235,8 @@ def post_with_headers(addr: str, body: dict[str, Any]) -> tuple[int, dict[str, s
 def one_slot_gateway(cpu_engine: Engine) -> Iterator[tuple[str, _CountingEngine]]:
     """Room for one stream and one waiting: the third of three items finds the queue full."""
     engine = _CountingEngine(cpu_engine)
-    for addr in serve(engine, max_active_streams=1, max_waiting_per_model=1):  # type: ignore[arg-type]
+    # first_audio_slo_s off: the second item waits out the first (the SLO would refuse it at once)
+    for addr in serve(engine, max_active_streams=1, max_waiting_per_model=1, first_audio_slo_s=0):  # type: ignore[arg-type]
         yield addr, engine
 
 
@@ -292,7 +293,7 @@ def keyed_gateway(cpu_engine: Engine, tmp_path_factory: pytest.TempPathFactory) 
     # At most 4 streams at once, whatever the measured capacity (on a quiet box it is above 16): a batch of
     # 16 items then fills them and the tenant's 8 waiting places, and the rest are refused.
     yield from serve(cpu_engine, api_keys=str(path), max_waiting_per_tenant=8, max_queue_wait_s=60.0,
-                     max_active_streams=4)
+                     max_active_streams=4, first_audio_slo_s=0)  # the waiting places, not the SLO, refuse
 
 
 async def test_a_flood_of_batches_is_queued_or_refused_per_item_and_the_canary_keeps_speaking(

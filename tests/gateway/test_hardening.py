@@ -271,7 +271,8 @@ async def test_an_engine_stream_ending_before_input_done_is_an_error_naming_the_
 async def test_a_stream_waiting_for_a_slot_hears_audio_waiting_then_its_audio(tmp_path: Path) -> None:
     engine = load_engine("tiny", cache_dir=tmp_path, max_streams=1, frames_per_token=2.0, min_frames=6)
     try:
-        for addr in serve(engine, max_queue_wait_s=60.0):  # a loaded box: the first answer may take > 10 s
+        # A loaded box: the first answer may take > 10 s, and the late one waits for it (no SLO).
+        for addr in serve(engine, max_queue_wait_s=60.0, first_audio_slo_s=0):
             busy, _ = await open_session(addr, voice="ryan")
             late, _ = await open_session(addr, voice="ryan")
             await busy.send(json.dumps({"type": "input.text", "text": "A long first answer, " * 4}))
@@ -295,7 +296,8 @@ async def test_a_stream_waiting_for_a_slot_hears_audio_waiting_then_its_audio(tm
 async def test_an_idle_open_utterance_holding_the_only_stream_gives_it_up_when_others_wait(
     cpu_engine: Engine,
 ) -> None:
-    for addr in serve(cpu_engine, Limits(utterance_idle_under_pressure=1.0), max_active_streams=1):
+    limits = Limits(utterance_idle_under_pressure=1.0)
+    for addr in serve(cpu_engine, limits, max_active_streams=1, first_audio_slo_s=0):  # it waits, by design
         holder, _ = await open_session(addr)
         await holder.send(json.dumps({"type": "input.text", "text": "I hold the engine, and "}))
         await until(holder, "audio.start")

@@ -129,7 +129,8 @@ def one_slot(piper_engine: Engine, spare_engine: Engine) -> Iterator[str]:
     """piper and spare, each admitting one stream at a time (an utterance that holds it: no pressure rule)."""
     limits = Limits(utterance_idle_timeout=20.0, utterance_idle_under_pressure=20.0)
     yield from serve(piper_engine, limits, model="piper,spare", engines={"spare": spare_engine},
-                     engine_processes=False, max_active_streams=1, continuation_lead_s=60.0)  # fmt: skip
+                     engine_processes=False, max_active_streams=1, continuation_lead_s=60.0,
+                     first_audio_slo_s=0)  # it waits, by design  # fmt: skip
 
 
 async def test_an_utterance_waiting_for_admission_stays_on_the_model_it_began_on(one_slot: str) -> None:

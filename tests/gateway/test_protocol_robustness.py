@@ -154,8 +154,9 @@ def tiny_gateway() -> Iterator[str]:
 
 @pytest.mark.slow
 async def test_64_concurrent_sessions_on_the_tiny_model(tiny_gateway: str) -> None:
-    """64 sessions at once: each is either spoken whole or refused explicitly (queue_full, bound
-    "wait"), and every one ends with session.done; the engine serves streams all the while."""
+    """64 sessions at once: each is either spoken whole or refused explicitly (queue_full, bound "wait"
+    or "slo": heard past the first-audio SLO), and every one ends with session.done; the engine serves
+    streams all the while."""
     async def one(i: int) -> tuple[int, list[str]]:
         async with websockets.connect(URL.format(tiny_gateway), max_size=None) as ws:
             await send(ws, "session.config", language="en")
@@ -170,7 +171,7 @@ async def test_64_concurrent_sessions_on_the_tiny_model(tiny_gateway: str) -> No
     results = await asyncio.gather(*(one(i) for i in range(64)))
     spoken = [audio for audio, errors in results if not errors]
     assert all(audio > 0 for audio in spoken)
-    assert {e for _, errors in results for e in errors} <= {"queue_full:wait"}, results
+    assert {e for _, errors in results for e in errors} <= {"queue_full:wait", "queue_full:slo"}, results
     assert all(audio == 0 for audio, errors in results if errors)  # a refused one never started
     assert spoken, results  # how many depends on the box (one stream took 5 s at load 7 on 2 cores)
 

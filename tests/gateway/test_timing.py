@@ -347,7 +347,7 @@ def test_openai_whole_file_client_that_leaves_frees_its_engine_stream(trimming: 
 async def test_queue_wait_is_timed_apart_from_ttfa(cpu_engine: Engine) -> None:
     """With room for one stream, a second session's utterance waits for admission: the wait is its
     `queue_wait_ms`, and its TTFA clock starts only when its text goes to the engine."""
-    for addr in serve(cpu_engine, Limits(config_timeout=5.0), max_active_streams=1):
+    for addr in serve(cpu_engine, Limits(config_timeout=5.0), max_active_streams=1, first_audio_slo_s=0):
         first, _ = await open_session(addr)
         second, _ = await open_session(addr)
         await first.send(json.dumps({"type": "input.text", "text": SENTENCES * 2}))

@@ -1,4 +1,5 @@
-"""The admission policy (engine/admission.py) on a fake clock: fairness, entry, bounds, waits."""
+"""Admission's policy (engine/fair_queue.py) on a fake clock: fairness, entry, bounds, waits, a listener's
+streams and the first-audio SLO; each test is named by the behaviour it protects."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import random
 
 import pytest
 
-from engine.admission import FairQueue, Refused, Waiter
+from engine.fair_queue import FairQueue, FairQueueConfig, Refused, Waiter
 
 
 class Clock:
@@ -19,7 +20,7 @@ class Clock:
 
 
 def queue(clock: Clock, *, per_key: int = 100, total: int = 1000, max_wait_s: float = 1e9) -> FairQueue:
-    return FairQueue(max_waiting_per_key=per_key, max_waiting=total, max_wait_s=max_wait_s, clock=clock)
+    return FairQueue(FairQueueConfig(max_waiting_per_key=per_key, max_waiting=total, max_wait_s=max_wait_s), clock)
 
 
 def saturate(
@@ -578,13 +579,13 @@ def test_a_stream_costlier_than_the_whole_capacity_starts_alone() -> None:
 
 
 def test_max_in_flight_bounds_the_count_whatever_the_streams_cost() -> None:
-    q = FairQueue(max_waiting_per_key=10, max_waiting=10, max_wait_s=60, clock=Clock(), max_in_flight=2)
+    q = FairQueue(FairQueueConfig(max_waiting_per_key=10, max_waiting=10, max_wait_s=60, max_in_flight=2), Clock())
     streams = [q.push("a", 1.0, BUDGET, cost=0.01) for _ in range(3)]
     assert [w.state for w in streams] == ["admitted", "admitted", "waiting"]
     q.finish(streams[0])
     assert q.grant(BUDGET) == [streams[2]]
     with pytest.raises(ValueError):
-        FairQueue(max_waiting_per_key=1, max_waiting=1, max_wait_s=1, clock=Clock(), max_in_flight=0)
+        FairQueueConfig(max_waiting_per_key=1, max_waiting=1, max_wait_s=1, max_in_flight=0)
     with pytest.raises(ValueError):
         q.push("a", 1.0, BUDGET, cost=float("nan"))
 
@@ -632,3 +633,258 @@ def test_costs_are_reread_for_the_streams_in_flight_too() -> None:
     assert q.fits(cost["en"], BUDGET) and q.load == pytest.approx(KOKORO)
     with pytest.raises(ValueError):
         q.recost(lambda kind: -1.0)
+
+
+# -- a listener's streams, by identity: `push`, `release` and `look` as the gateway calls them ---------
+
+
+class Equal:
+    """A listener that equals every other (as two bound methods of equal objects do): only identity names it."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+
+def test_a_listener_is_known_by_identity_not_by_equality() -> None:
+    clock = Clock()
+    q = queue(clock)
+    one, other = Equal(), Equal()
+    held = q.push("a", 1.0, 1, listener=one, follows=True)
+    stranger = q.push("a", 1.0, 1, listener=other, follows=True)
+    assert held.state == "admitted" and stranger.state == "waiting"  # an equal listener rides no slot
+    nxt = q.push("a", 1.0, 1, listener=one, follows=True)
+    assert nxt.state == "admitted" and nxt.rides is held  # its own does
+    assert q.listeners == 2
+
+
+def test_a_listeners_next_stream_rides_its_slot_as_it_asks_where_the_engine_follows_listeners() -> None:
+    clock = Clock()
+    q = queue(clock)
+    player = object()
+    held = q.push("a", 1.0, 1, listener=player, follows=True)
+    newcomer = q.push("b", 1.0, 1)
+    nxt = q.push("a", 1.0, 1, listener=player, follows=True)
+    assert nxt.state == "admitted" and q.in_flight == 2 and newcomer.state == "waiting"  # past the capacity
+    third = q.push("a", 1.0, 1, listener=player, follows=True)
+    assert third.state == "waiting"  # the one heard and the next: two at most
+    q.release(held, 1, follows=True)
+    assert third.state == "admitted" and third.rides is nxt and newcomer.state == "waiting"
+
+
+def test_where_the_engine_does_not_follow_listeners_the_next_stream_takes_the_slot_when_the_one_before_ends() -> None:
+    clock = Clock()
+    q = queue(clock)
+    player = object()
+    held = q.push("a", 1.0, 1, listener=player)
+    newcomer = q.push("b", 1.0, 1)
+    nxt = q.push("a", 1.0, 1, listener=player)
+    assert nxt.state == "waiting"  # not beside: the engine would run both at once
+    q.release(held, 1)
+    assert nxt.state == "admitted" and newcomer.state == "waiting"  # before anyone else looks
+    q.release(nxt, 1)
+    q.look(1)
+    assert newcomer.state == "admitted" and q.listeners == 0  # a listener with nothing open is forgotten
+
+
+def test_a_listener_whose_streams_ended_while_it_hears_them_takes_the_slot_back_at_the_next_look() -> None:
+    clock = Clock()
+    q = queue(clock)
+    player = object()
+    first = q.push("a", 1.0, 1, listener=player, follows=True)
+    q.release(first, 1, follows=True)  # made in a tenth of its audio: its stream ended, its audio plays
+    costly = q.push("b", 1.0, 1)
+    nxt = q.push("a", 1.0, 1, listener=player, follows=True)
+    assert costly.state == "admitted" and nxt.state == "waiting"  # not yet known to be heard
+    q.look(1, follows=True, runs_dry=lambda listener: clock.now + 3.0 if listener is player else None)
+    assert nxt.state == "admitted" and q.in_flight == 2  # its listener's slot, past the capacity
+
+
+def test_a_listeners_slot_yields_to_fairness_past_its_keys_share() -> None:
+    clock = Clock()
+    q = queue(clock)
+    player = object()
+    held = q.push("a", 1.0, 2, listener=player, follows=True)
+    q.push("a", 1.0, 2)  # "a" holds both slots: its share and more
+    other = q.push("b", 1.0, 2)
+    nxt = q.push("a", 1.0, 2, listener=player, follows=True)
+    assert nxt.state == "waiting" and other.state == "waiting"
+    q.release(held, 2, follows=True)
+    assert other.state == "admitted" or nxt.state == "waiting"  # "b" below its share goes first
+
+
+# -- the first-audio SLO ------------------------------------------------------------------------------
+
+
+def slo_queue(clock: Clock, slo: float | None = 1.5, **knobs: float) -> FairQueue:
+    return FairQueue(FairQueueConfig(max_wait_s=10.0, first_audio_slo_s=slo, **knobs), clock)  # type: ignore[arg-type]
+
+
+def test_without_an_slo_a_stream_waits_its_turn_up_to_the_longest_wait() -> None:
+    clock = Clock()
+    q = slo_queue(clock, slo=None)
+    q.push("a", 1.0, 1)
+    waiter = q.push("a", 1.0, 1)  # 2 s of hold ahead: late, but waits (today's rule)
+    clock.now += 9.0
+    assert q.look(1) == [] and waiter.state == "waiting"
+    clock.now += 1.1
+    assert q.look(1) == [waiter] and waiter.refused is not None and waiter.refused.bound == "wait"
+
+
+def test_a_stream_predicted_to_be_heard_past_the_slo_is_refused_at_once_with_its_prediction() -> None:
+    clock = Clock()
+    q = slo_queue(clock)
+    q.push("a", 1.0, 1)  # holds the one slot: slots free every 2 s (the default hold)
+    with pytest.raises(Refused) as e:
+        q.push("b", 1.0, 1)
+    assert e.value.bound == "slo" and e.value.predicted_s == pytest.approx(2.0 + 0.5)  # its wait + the tail
+    assert e.value.retry_after_s == pytest.approx(2.0 - (1.5 - 0.5))  # once a newcomer would make it
+    assert q.waiting == 0  # it took no place
+
+
+def test_a_stream_predicted_to_make_the_slo_waits_for_its_room() -> None:
+    clock = Clock()
+    q = slo_queue(clock)
+    for _ in range(4):
+        q.push("a", 1.0, 4)
+    waiter = q.push("b", 1.0, 4)  # one of four slots frees every 0.5 s: heard in about 1 s
+    assert waiter.state == "waiting"
+    with pytest.raises(Refused):  # two ahead of it: heard in about 1.5 s + … past the SLO
+        q.push("c", 1.0, 4)
+        q.push("c", 1.0, 4)
+
+
+def test_the_prediction_counts_the_cost_waiting_ahead_not_the_number_of_streams() -> None:
+    clock = Clock()
+    q = slo_queue(clock)
+    q.push("a", 1.0, 1.0, cost=1.0)
+    cheap = [q.push("b", 1.0, 1.0, cost=0.05) for _ in range(4)]  # 0.2 of the capacity ahead: 0.4 s
+    assert all(w.state == "waiting" for w in cheap)
+    with pytest.raises(Refused):
+        q.push("c", 1.0, 1.0, cost=1.0)  # a whole capacity's worth behind them: 2.4 s, plus the tail
+
+
+def test_a_waiting_stream_is_refused_as_soon_as_its_wait_alone_means_it_will_miss() -> None:
+    clock = Clock()
+    q = slo_queue(clock)
+    for _ in range(4):
+        q.push("a", 1.0, 4)
+    waiter = q.push("b", 1.0, 4)
+    clock.now += 0.9  # nothing freed: with the 0.5 s tail, 1.4 s + its predicted wait is past 1.5 s
+    assert q.look(4) == [waiter]
+    assert waiter.state == "expired" and waiter.refused is not None and waiter.refused.bound == "slo"
+
+
+def test_a_waiting_stream_is_refused_as_soon_as_the_capacity_it_was_promised_shrinks() -> None:
+    clock = Clock()
+    q = slo_queue(clock)
+    for _ in range(4):
+        q.push("a", 1.0, 4)
+    waiter = q.push("b", 1.0, 4)
+    assert q.look(4) == []
+    assert q.look(1) == [waiter]  # the engine measured it keeps one ahead, not four: 2 s to wait
+
+
+def test_the_tail_of_first_audio_not_its_mean_sets_the_wait_allowed() -> None:
+    clock = Clock()
+    q = slo_queue(clock, smoothing=0.001)  # the hold stays about 2 s: this test is of the tail alone
+    for i in range(20):  # eighteen heard in 0.1 s, two in 1.2 s: mean 0.21 s, the 95th percentile 1.2 s
+        w = q.push("a", 1.0, 100)
+        clock.now += 1.2 if i < 2 else 0.1
+        q.heard(w)
+        q.finish(w)
+    assert q.first_audio_tail_s() == pytest.approx(1.2)
+    for _ in range(4):
+        q.push("a", 1.0, 4)
+    with pytest.raises(Refused):  # its wait, about 0.5 s, plus the tail is past 1.5 s (plus the mean is not)
+        q.push("b", 1.0, 4)
+
+
+def test_only_first_audio_the_slo_applies_to_is_measured() -> None:
+    clock = Clock()
+    q = slo_queue(clock)
+    player = object()
+    first = q.push("a", 1.0, 2, listener=player, follows=True)
+    nxt = q.push("a", 1.0, 2, listener=player, follows=True)  # made due when the first has played
+    clock.now += 4.0
+    q.heard(first)
+    q.heard(nxt)
+    q.heard(first)  # once each
+    assert q.first_audio_tail_s() == pytest.approx(4.0) and len(q._first_audio) == 1
+
+
+def test_a_stream_with_room_is_admitted_whatever_the_slo_says() -> None:
+    clock = Clock()
+    q = slo_queue(clock, slo=0.1)  # shorter than the engine's own time to first audio
+    assert q.push("a", 1.0, 1).state == "admitted"
+
+
+def test_continuations_and_a_listeners_later_streams_are_not_refused_by_the_slo() -> None:
+    # Their first audio is not a reply's: refused, a reply would lose its middle. They wait, within
+    # the longest wait, and go first when their listener is about to run dry.
+    clock = Clock()
+    q = slo_queue(clock)
+    player = object()
+    q.push("x", 1.0, 1)
+    continuation = q.push("a", 1.0, 1, continue_by=clock.now + 5.0)
+    assert continuation.state == "waiting"
+    with pytest.raises(Refused):
+        q.push("b", 1.0, 1, listener=player)  # the listener's first: the SLO applies
+    q.push("b", 1.0, 1, listener=player, continue_by=clock.now + 1.0)  # hears speech: it does not
+    clock.now += 3.0
+    assert [w.refused for w in q.look(1)] == []
+
+
+def test_a_refused_leader_leaves_the_listeners_next_stream_to_lead() -> None:
+    clock = Clock()
+    q = slo_queue(clock)
+    player = object()
+    for _ in range(4):
+        q.push("x", 1.0, 4)
+    lead = q.push("a", 1.0, 4, listener=player)
+    later = q.push("a", 1.0, 4, listener=player)  # not its listener's first: not yet the SLO's
+    clock.now += 1.0
+    gone = q.look(4)
+    assert gone == [lead, later]  # the lead missed; then the next one leads, and has waited as long
+
+
+def test_the_slo_and_every_other_knob_are_checked_in_the_config() -> None:
+    for bad in ({"first_audio_slo_s": 0.0}, {"first_audio_quantile": 0.0}, {"first_audio_samples": 0},
+                {"smoothing": 0.0}, {"recheck_s": 0.0}, {"max_in_flight": 0}, {"max_wait_s": 0.0}):
+        with pytest.raises(ValueError):
+            FairQueueConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_one_tenants_burst_refuses_its_own_streams_not_another_tenants() -> None:
+    # The prediction is in fair order: a tenant below its share goes before a flooding one's line.
+    clock = Clock()
+    q = slo_queue(clock)
+    for _ in range(4):
+        q.push("flood", 1.0, 4)
+    flood = []
+    for _ in range(6):
+        try:
+            flood.append(q.push("flood", 1.0, 4))
+        except Refused as e:
+            assert e.bound == "slo"
+    assert 0 < len(flood) < 6  # the flood's own line grew past the SLO
+    canary = q.push("canary", 1.0, 4)  # one ahead of it in fair order (the flood's head), not six
+    assert canary.state == "waiting" and q.cost_ahead(canary) == pytest.approx(1.0)
+    assert canary not in q.look(4)  # (a flood stream now behind it in fair order may miss instead)
+
+
+def test_the_prediction_drains_the_cost_in_flight_where_the_count_not_the_budget_binds() -> None:
+    # The CPU voices: a budget far above two Piper streams, but max_in_flight 2. Slots free as the
+    # streams in flight end (two per 2 s hold), not at the budget's rate: a budget-rate drain said
+    # "at once" and admitted streams that then waited seconds.
+    clock = Clock()
+    q = FairQueue(FairQueueConfig(max_in_flight=2, first_audio_slo_s=1.5), clock)
+    q.push("a", 1.0, 100.0, cost=0.1)
+    q.push("a", 1.0, 100.0, cost=0.1)
+    first = q.push("b", 1.0, 100.0, cost=0.1)  # the first slot frees in about 1 s: heard by 1.5 s
+    assert first.state == "waiting"
+    with pytest.raises(Refused) as e:
+        q.push("b", 1.0, 100.0, cost=0.1)  # the second slot: about 2 s
+    assert e.value.predicted_s == pytest.approx(2.5) and e.value.retry_after_s <= 10.0
