@@ -12,6 +12,12 @@ Guarantees (DESIGN §3):
   worker stops at its next chunk), wakes blocked producers, and ends the stream with
   `StreamEnd("cancelled")` unless the consumer has already received its `StreamEnd`;
 - leaving the `async for` early (break, task cancelled) cancels the stream, so work is freed.
+
+Wake-ups: a producer wakes its consumer through its loop's `LoopWaker`, which gathers the wake-ups that
+come from any thread while the loop is busy into one `call_soon_threadsafe` (a self-pipe write and a
+loop iteration each). An engine thread that hands out a batch of chunks for many streams at once (the
+engine process's I/O thread reads up to 64 messages per poll) then costs the loop one wake-up, not one
+per chunk.
 """
 
 from __future__ import annotations
@@ -19,10 +25,50 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from typing import ClassVar
 
 from engine.types import AudioChunk, CodecFrames, StreamEnd, StreamEvent, Waiting
+
+
+class LoopWaker:
+    """Sets asyncio Events of one loop from other threads, batched: the first `wake` while none is
+    pending schedules one callback on the loop, and every `wake` until it runs rides along with it."""
+
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+    _by_loop: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWaker]] = weakref.WeakKeyDictionary()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._pending: list[asyncio.Event] = []
+        self._pending_lock = threading.Lock()
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> LoopWaker:
+        """The loop's waker (one per loop, gone with it)."""
+        with cls._lock:
+            waker = cls._by_loop.get(loop)
+            if waker is None:
+                waker = cls._by_loop[loop] = cls(loop)
+            return waker
+
+    def wake(self, event: asyncio.Event) -> None:
+        """Set `event` on the loop soon (from any thread)."""
+        with self._pending_lock:
+            self._pending.append(event)
+            if len(self._pending) > 1:
+                return  # a callback is scheduled and has not run yet: it sets this one too
+        # A RuntimeError means the loop is closed: nobody is left to wake.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._set_pending)
+
+    def _set_pending(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        for event in pending:
+            event.set()
 
 
 class EventBridge:
@@ -44,7 +90,7 @@ class EventBridge:
         self._end_delivered = False
         self._cancelled = False
         self._consuming = False
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waker: LoopWaker | None = None
         self._wakeup: asyncio.Event | None = None
 
     # ---- producer side (any thread) ----
@@ -110,7 +156,7 @@ class EventBridge:
             if self._consuming:
                 raise RuntimeError("a stream's events can be consumed only once")
             self._consuming = True
-            self._loop = asyncio.get_running_loop()
+            self._waker = LoopWaker.of(asyncio.get_running_loop())
             self._wakeup = asyncio.Event()
         wakeup = self._wakeup
         try:
@@ -137,9 +183,7 @@ class EventBridge:
                 self.cancel()
 
     def _wake(self) -> None:
-        loop, wakeup = self._loop, self._wakeup
-        if loop is None or wakeup is None:
+        waker, wakeup = self._waker, self._wakeup
+        if waker is None or wakeup is None:
             return  # nobody consuming yet: events() checks the queue before it waits
-        # A RuntimeError means the consumer's loop is closed: nobody is left to wake.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(wakeup.set)
+        waker.wake(wakeup)

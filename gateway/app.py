@@ -21,14 +21,15 @@ from gateway.batch import batch_routes
 from gateway.browser import browser_guard, browser_refusal
 from gateway.connection import Connection
 from gateway.dependencies import DEPENDENCIES
-from gateway.drain import DRAIN_REASON, Drain
+from gateway.drain import Drain
 from gateway.errors import EXCEPTION_HANDLERS, ApiError
+from gateway.handshake import SessionCount, handshake_middleware
 from gateway.lexicons import lexicon_routes
 from gateway.model_routes import model_routes
 from gateway.models import EngineFactory, ModelRegistry, in_child, in_process
 from gateway.openai_api import openai_routes
 from gateway.playground import playground_routes
-from gateway.protocol import CLOSE_POLICY, CLOSE_RECONNECT, CLOSE_TRY_LATER, CancelBody, encode, error_event
+from gateway.protocol import CLOSE_POLICY, CLOSE_TRY_LATER, CancelBody, encode, error_event
 from gateway.request_id import request_id_middleware
 from gateway.session_state import SessionBinding
 from gateway.settings import Settings
@@ -103,16 +104,16 @@ async def _refuse(socket: WebSocket, code: str, message: str, close_code: int, r
 
 
 def _ws_refusal(socket: WebSocket, state: State) -> tuple[str, str, int, str] | None:
-    """Why a new WebSocket session cannot start (error code, message, close code, reason); None: it can."""
+    """Why this caller may not start a WebSocket session (error code, message, close code, reason); None:
+    it may. Whether the replica can take one (engine ready, not draining, room) was answered at the
+    handshake (gateway/handshake.py)."""
     if (refused := browser_refusal(socket, state.settings, credential=not state.api_keys.is_open)) is not None:
         return refused.code, refused.message, CLOSE_POLICY, refused.code.replace("_", " ")
     if authenticate(socket, query=True) is None:
         message = "a valid API key is required (Authorization: Bearer, X-API-Key or ?api_key=)"
         return "unauthorized", message, CLOSE_POLICY, "unauthorized"
-    if state.models.any_serving() is None:
+    if state.models.any_serving() is None:  # the last model went between the handshake and here
         return "engine_not_ready", "the engine is warming up", CLOSE_TRY_LATER, "engine not ready"
-    if state.drain.draining:
-        return "draining", DRAIN_REASON, CLOSE_RECONNECT, "draining"
     return None
 
 
@@ -210,8 +211,11 @@ def create_app(
     # Host, is answered (gateway/browser.py).
     app = Litestar(route_handlers=routes, lifespan=[_lifespan(settings, given, factory)],
                    exception_handlers=EXCEPTION_HANDLERS, dependencies=DEPENDENCIES, guards=[browser_guard],
-                   middleware=[request_id_middleware], request_max_body_size=64 * 1024)  # fmt: skip
+                   middleware=[request_id_middleware, handshake_middleware],
+                   request_max_body_size=64 * 1024)  # fmt: skip
     app.state.drain = Drain(settings.drain_grace_s)  # SIGTERM runs it (gateway/server.py)
+    # A WebSocket is refused before its upgrade (503) while the replica is full, draining or not ready.
+    app.state.sessions = SessionCount(settings.max_sessions)
     # Each model its own admission (every stream, WebSocket, speech or batch, starts through it).
     app.state.models = ModelRegistry(specs, settings, factory, aliases=settings.model_aliases)
     return app

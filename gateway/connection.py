@@ -25,6 +25,7 @@ from gateway import metrics
 from gateway.admission import Admission
 from gateway.backlog import Backlog
 from gateway.contexts import Contexts
+from gateway.deadline import Deadline
 from gateway.intake import TextIntake
 from gateway.lexicons import NO_LEXICON, spoken_with
 from gateway.outbox import Outbox, Outgoing, SlowClient
@@ -88,6 +89,7 @@ class Connection:
         self.contexts = Contexts(self)  # their text intakes, each owning the utterance receiving its text
         self.playout = Playout(self)  # the utterances whose input is over, their audio in order
         self._stopped = asyncio.Event()
+        self._quiet = Deadline(self.limits.config_timeout)  # the reader's wait for the client's next message
         self._watch: asyncio.Task[None] | None = None
         self.voice: tuple[str | None, dict[str, Any]] = (None, {})  # resolved at session.config
         self.pronunciations: Pronunciations = NO_LEXICON  # its lexicon's respellings (session.config `lexicon`)
@@ -126,6 +128,7 @@ class Connection:
             writer.cancel()
             await asyncio.wait({writer, reader, poller}, timeout=1.0)
             self.outbox.discard()
+            self._quiet.close()
             await self.session.close()
             metrics.SESSIONS.dec()
 
@@ -152,20 +155,24 @@ class Connection:
                 await self.error("internal_error", f"{what} failed on this connection")
 
     async def _writer(self) -> None:
-        while True:
-            item = await self.outbox.get()
-            if item.last:
-                return
-            if isinstance(item.data, bytes) and item.utterance is not None:
-                metrics.AUDIO_BYTES.inc(len(item.data))
-            try:
-                async with asyncio.timeout(self.limits.send_timeout):
-                    await self._send(item.data)
-            except TimeoutError:
-                raise  # an OSError too, but it says the client stopped reading (run() closes with 1008)
-            except (OSError, WebSocketDisconnect):  # the transport is gone (uvicorn's ClientDisconnected): it left
-                log.info("session %s: the client went away while it was sent to", self.session_id)
-                return
+        sending = Deadline(self.limits.send_timeout)  # one timer for the writer's life, not one per frame
+        try:
+            while True:
+                item = await self.outbox.get()
+                if item.last:
+                    return
+                if isinstance(item.data, bytes) and item.utterance is not None:
+                    metrics.AUDIO_BYTES.inc(len(item.data))
+                try:
+                    with sending:
+                        await self._send(item.data)
+                except TimeoutError:
+                    raise  # an OSError too, but it says the client stopped reading (run() closes with 1008)
+                except (OSError, WebSocketDisconnect):  # the transport is gone (uvicorn's ClientDisconnected)
+                    log.info("session %s: the client went away while it was sent to", self.session_id)
+                    return
+        finally:
+            sending.close()
 
     async def emit(self, ev: ServerEvent) -> None:
         await self.outbox.put(Outgoing(encode(self.contexts.stamped(ev))))
@@ -191,8 +198,9 @@ class Connection:
         """The socket's next event; None once the session idled past its timeout (the client is told)."""
         while True:
             timeout = self.limits.config_timeout if self.config is None else self.limits.idle_timeout
+            self._quiet.seconds = timeout
             try:
-                async with asyncio.timeout(timeout):
+                with self._quiet:  # one timer for the reader's life, not one per message
                     return await self._receive()
             except TimeoutError:
                 if self.current is not None or self.playing:

@@ -49,6 +49,16 @@ class Outbox:
         return len(self._items)
 
     async def put(self, item: Outgoing) -> None:
+        if len(self._items) >= self._maxsize:  # a timer only for a put that has to wait: most never do
+            await self._wait_for_space()
+        # Checked after any wait: audio of an utterance cancelled meanwhile never gets in.
+        if item.is_audio and item.utterance in self._cancelled:
+            return
+        self._items.append(item)
+        metrics.OUTBOX.inc()
+        self._ready.set()
+
+    async def _wait_for_space(self) -> None:
         try:
             async with asyncio.timeout(self._put_timeout):
                 while len(self._items) >= self._maxsize:
@@ -56,12 +66,6 @@ class Outbox:
                     await self._space.wait()
         except TimeoutError:
             raise SlowClient from None
-        # Checked after any wait: audio of an utterance cancelled meanwhile never gets in.
-        if item.is_audio and item.utterance in self._cancelled:
-            return
-        self._items.append(item)
-        metrics.OUTBOX.inc()
-        self._ready.set()
 
     def discard(self) -> None:
         """Drop whatever the writer did not send (the connection is gone)."""

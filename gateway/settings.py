@@ -145,6 +145,11 @@ class Settings:
     insecure: bool = False  # allow open mode on a non-loopback address
     takeover: str = "takeover"  # a second connection for a live session: "takeover" or "refuse"
     max_connections: int = 2048  # HTTP + WebSocket connections at once; past it uvicorn answers 503
+    # WebSocket sessions open at once on this replica; past it a new one is refused at its handshake with
+    # HTTP 503 `replica_full` + Retry-After, which a balancer retries on another replica
+    # (gateway/handshake.py). Set it to what the replica was measured to carry (bench/capacity.py);
+    # 0: no bound (admission still bounds the streams speaking at once).
+    max_sessions: int = 0
     header_timeout: float = 10.0  # a request's headers must arrive within this (slowloris)
     keep_alive_timeout: float = 5.0  # an idle kept-alive HTTP connection is closed after this
     max_voices_per_tenant: int = 1000  # registered voices a tenant may hold …
@@ -172,6 +177,8 @@ class Settings:
             raise ValueError("setting max_active_streams must be ≥ 1 and the max_waiting_* settings ≥ 0")
         if not 0 < self.max_queue_wait_s <= 3600:
             raise ValueError("setting max_queue_wait_s must be > 0 and at most 3600")
+        if self.max_sessions < 0:
+            raise ValueError("setting max_sessions must be ≥ 0 (0: no bound)")
         if not 0 <= self.continuation_lead_s <= 600:
             raise ValueError("setting continuation_lead_s must be 0…600 seconds")
         if not 0 <= self.first_audio_slo_s <= 3600:

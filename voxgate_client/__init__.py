@@ -25,7 +25,16 @@ from voxgate_client.events import (
     Word,
     decode_event,
 )
-from voxgate_client.session import Limits, Session, SessionClosed, Speech, VoxgateError, connect, stream_url
+from voxgate_client.session import (
+    Limits,
+    Refused,
+    Session,
+    SessionClosed,
+    Speech,
+    VoxgateError,
+    connect,
+    stream_url,
+)
 
 __all__ = [
     "Audio",
@@ -41,6 +50,7 @@ __all__ = [
     "Error",
     "Event",
     "Limits",
+    "Refused",
     "SegmentCommitted",
     "Session",
     "SessionClosed",

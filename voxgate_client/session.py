@@ -77,6 +77,30 @@ class SessionClosed(VoxgateError):
         self.close_reason = close_reason
 
 
+class Refused(VoxgateError):
+    """The server refused the session before the WebSocket upgrade (HTTP `status`, 503): `code` is
+    `replica_full`, `draining` or `engine_not_ready` (docs/protocol.md "Refused at the handshake"); try
+    again after `retry_after_s`, or another replica."""
+
+    def __init__(self, status: int, code: str | None, message: str, retry_after_s: float | None) -> None:
+        super().__init__(f"{code or status}: {message}")
+        self.status = status
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+
+def _refused(e: websockets.InvalidStatus) -> Refused:
+    """A handshake refusal as `Refused`: the server's error body and Retry-After, where it sent them."""
+    response = e.response
+    try:
+        error = msgspec.json.decode(bytes(response.body or b"{}")).get("error") or {}
+    except (msgspec.DecodeError, AttributeError):
+        error = {}
+    retry = response.headers.get("Retry-After", "")
+    return Refused(response.status_code, error.get("code"), str(error.get("message", response.reason_phrase)),
+                   float(retry) if retry.isdigit() else None)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Limits:
     """What one session holds at most of what the server sends: a server that misbehaves, or a man in
@@ -109,12 +133,16 @@ def stream_url(url: str) -> str:
 async def connect(url: str, *, api_key: str | None = None, open_timeout: float = 10.0,
                   inbox_items: int | None = None, limits: Limits | None = None, **config: Any) -> Session:  # fmt: skip
     """Open a session: connect, send `session.config` (`config`: its fields; names this client does not
-    know are sent as they are) and wait for `session.ready`. A refused config raises `VoxgateError`.
+    know are sent as they are) and wait for `session.ready`. A refused config raises `VoxgateError`; a
+    session refused before the upgrade (the replica is full, draining or not ready) raises `Refused`.
     `limits`: what the session holds at most (`Limits`); `inbox_items` overrides its `inbox_items`."""
     limits = _limits(limits, inbox_items)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    ws = await websockets.connect(stream_url(url), additional_headers=headers, open_timeout=open_timeout,
-                                  max_size=limits.max_frame_bytes, max_queue=limits.queue_frames)  # fmt: skip
+    try:
+        ws = await websockets.connect(stream_url(url), additional_headers=headers, open_timeout=open_timeout,
+                                      max_size=limits.max_frame_bytes, max_queue=limits.queue_frames)  # fmt: skip
+    except websockets.InvalidStatus as e:
+        raise _refused(e) from None
     session = Session(ws, limits=limits)
     try:
         await session.configure(timeout=open_timeout, **config)

@@ -19,14 +19,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class Replica:
-    """One `voxgate serve --model piper` process on a free port. ``spawn`` does not wait: start several,
-    then ``wait_healthy`` each (a piper replica takes ~8 s to warm up; in parallel they overlap)."""
+    """One `voxgate serve --model piper` (or `model`) process on a free port; an empty `redis_url`: the
+    embedded store. ``spawn`` does not wait: start several, then ``wait_healthy`` each (a piper replica
+    takes ~8 s to warm up; in parallel they overlap)."""
 
-    def __init__(self, redis_url: str, logdir: Path, *extra: str, port: int | None = None) -> None:
+    def __init__(self, redis_url: str, logdir: Path, *extra: str, port: int | None = None,
+                 model: str = "piper") -> None:  # fmt: skip
         self.port = port or free_port()
         self.addr = f"127.0.0.1:{self.port}"
-        self.cmd = [sys.executable, "-m", "gateway.cli", "serve", "--model", "piper", "--port", str(self.port),
-                    "--redis-url", redis_url, *extra]  # fmt: skip
+        store = ["--redis-url", redis_url] if redis_url else []
+        self.cmd = [sys.executable, "-m", "gateway.cli", "serve", "--model", model, "--port", str(self.port),
+                    *store, *extra]  # fmt: skip
         self.log = logdir / f"replica-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 

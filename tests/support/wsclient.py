@@ -20,6 +20,19 @@ async def open_session(addr: str, key: str | None = None, **config: Any) -> tupl
     return ws, json.loads(await asyncio.wait_for(ws.recv(), 10))
 
 
+async def refused_at_handshake(addr: str, key: str | None = None) -> tuple[int, str, dict[str, Any]]:
+    """Open a session that the server refuses before the upgrade (gateway/handshake.py): its HTTP status,
+    Retry-After and error body. Fails if the upgrade is accepted."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        ws = await websockets.connect(f"ws://{addr}/v1/audio/speech/stream", additional_headers=headers)
+    except websockets.InvalidStatus as e:
+        body = json.loads(bytes(e.response.body or b"{}"))
+        return e.response.status_code, e.response.headers.get("Retry-After", ""), body
+    await ws.close()
+    raise AssertionError("the upgrade was accepted")
+
+
 async def until(ws: Any, kind: str, timeout: float = 30) -> list[dict[str, Any]]:
     events = []
     while True:
