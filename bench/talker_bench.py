@@ -64,9 +64,9 @@ def talker_main(args: argparse.Namespace, levels: list[int], options: dict[str, 
             order = talkers if i % 2 == 0 else list(reversed(talkers))
             for name in order:
                 eng = engines[name]
-                prefills = eng.core.stats.get("prefills", 0)
+                prefills = eng.core.stats.prefills
                 row[name] = asyncio.run(engine_run(eng, n, text, seed0=1000 * i))
-                row[name]["prefills_per_stream"] = (eng.core.stats.get("prefills", 0) - prefills) / n
+                row[name]["prefills_per_stream"] = (eng.core.stats.prefills - prefills) / n
             rows.append(row)
             print(f"  N={n}: " + ", ".join(f"{t} {row[t]['frames_per_s']:.1f} f/s" for t in talkers), flush=True)
     finally:

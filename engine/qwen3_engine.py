@@ -26,7 +26,8 @@ from engine.core import CoreConfig, EngineCore, StreamOptions, TextLedger
 from engine.languages import canonical_language
 from engine.options import shown, stream_request
 from engine.qwen3.edge import decoder_id
-from engine.qwen3.model import Qwen3TTSModel, SamplingParams
+from engine.qwen3.generate import SamplingParams
+from engine.qwen3.model import Qwen3TTSModel
 from engine.stream import EventBridge
 from engine.talker_backend import TalkerFactory, talker_factory
 from engine.types import Capacity, EngineError, StreamEvent, StreamRequest, VoiceInfo
@@ -262,9 +263,9 @@ class Qwen3Engine:
         """The core's own measures for /metrics (gateway/engine_report.py): its last cycle's time and batch,
         slots in use of all, and streams waiting for a slot. Read without the core's lock (a snapshot)."""
         core, slots = self.core, self.config.max_streams
-        cycles = core.cycle_s
+        cycles = core.stats.cycle_s
         in_use = slots - core.free_slots
-        out = {"batch_size": float(core._cycle_work[0]), "slots_in_use": float(in_use), "slots_total": float(slots),
+        out = {"batch_size": float(core.stats.batch_rows), "slots_in_use": float(in_use), "slots_total": float(slots),
                "queue_depth": float(max(0, core.active - in_use))}  # fmt: skip
         if cycles:
             out["cycle_seconds"] = cycles[-1]

@@ -172,6 +172,14 @@ class TalkerPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class StepPlan:
+    """One cycle's talker work: parked requests to close for waiting streams, then the talker plan."""
+
+    evict: tuple[int, ...]
+    talker: TalkerPlan
+
+
+@dataclass(frozen=True, slots=True)
 class CodecPlan:
     chunks: tuple[tuple[int, int], ...]  # (request, frames to decode), most urgent first
 
@@ -208,15 +216,25 @@ class Scheduler:
         waiting = [r for r in records if not r.admitted and r.has_text]
         return sorted(waiting, key=lambda r: (not r.resume, r.arrival, r.rid))
 
-    def plan_talker(self, records: Iterable[RequestRecord], now: float, free_slots: int) -> TalkerPlan:
+    def plan(self, records: Iterable[RequestRecord], now: float, free_slots: int) -> StepPlan:
+        """The talker's work of one cycle: the evictions (`plan_evictions`), and the talker plan with the
+        evicted requests runnable (their end of text is fed before the step)."""
+        recs = list(records)
+        evict = self.plan_evictions(recs, now, free_slots)
+        return StepPlan(evict, self.plan_talker(recs, now, free_slots, frozenset(evict)))
+
+    def plan_talker(self, records: Iterable[RequestRecord], now: float, free_slots: int,
+                    evicting: frozenset[int] = frozenset()) -> TalkerPlan:
         """Admit at most one prefill (a long prompt must not stall every running stream twice in a
         cycle), then fill the batch with runnable rows in urgency order. Parked and paused requests
-        are skipped: the one has no input to consume, the other has nowhere to put its audio."""
+        are skipped: the one has no input to consume, the other has nowhere to put its audio; a parked
+        one in `evicting` runs (its end of text is fed this cycle)."""
         recs = list(records)
         line = self.line(recs)
         prefill = line[0].rid if line and free_slots > 0 else None
         blocked = tuple((r.rid, i) for i, r in enumerate(line) if i >= max(free_slots, 0))
-        runnable = [r for r in recs if r.admitted and r.generating and not r.parked and not r.paused]
+        runnable = [r for r in recs if r.admitted and r.generating and not r.paused
+                    and (not r.parked or r.rid in evicting)]
         runnable.sort(key=lambda r: (urgency(r, now), r.rid))
         room = self.config.max_batch - (1 if prefill is not None else 0)
         chosen = runnable[:room]

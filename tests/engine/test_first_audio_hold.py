@@ -94,7 +94,7 @@ async def speak_slowly(cache: Path, first_hold_s: float) -> tuple[list[tuple[flo
 
 async def test_a_stream_made_slower_than_it_plays_starts_later_and_plays_through(cache: Path) -> None:
     held, eng = await speak_slowly(cache, first_hold_s=30.0)
-    assert eng.core.frames_per_row is not None and 0.5 < eng.core.frames_per_row < 3.0
+    assert eng.core.pace.frames_per_row is not None and 0.5 < eng.core.pace.frames_per_row < 3.0
     let_go, _ = await speak_slowly(cache, first_hold_s=0.0)  # no hold: the first frames go at once
     audio = sum(s for _, s in held)
     assert audio == pytest.approx(sum(s for _, s in let_go), rel=0.2)
