@@ -25,8 +25,10 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from engine.graphs import StaticCall
+from engine.qwen3 import generate
+from engine.qwen3.generate import SamplingParams
 from engine.qwen3.layers import KVCache
-from engine.qwen3.model import Qwen3TTSModel, SamplingParams
+from engine.qwen3.model import Qwen3TTSModel
 from engine.qwen3.sampling import RowSampler
 from engine.slots import TalkerSlots
 
@@ -210,7 +212,7 @@ class NativeTalker:
         p.start(slot, t)
         slot_t = torch.tensor([slot], device=p.hidden.device)
         logits, hidden = self.model.talker.prefill(rows[None], torch.tensor([t], device=rows.device), slot_t, p.kv)
-        cb0 = self.model.choose_cb0(logits, p.seen[slot_t], p.n_generated[slot_t], [params])
+        cb0 = generate.choose_cb0(self.model, logits, p.seen[slot_t], p.n_generated[slot_t], [params])
         p.hidden[slot], p.cb0[slot] = hidden[0], cb0[0]
         return self._accept(slot, int(cb0[0]))
 
@@ -229,7 +231,7 @@ class NativeTalker:
                       slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The talker step's tensor part: last frames [B, 16] + text rows [B, H] at positions [B] of cache
         slots [B] → (codebook-0 logits [B, V], hidden [B, H])."""
-        x = self.model.next_inputs(frames, text_rows)
+        x = generate.next_inputs(self.model, frames, text_rows)
         return self.model.talker.step(x, positions, slots, self.pool.kv, kv_len=kv_len)
 
     def _run_step(self, kv_len: int, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -241,18 +243,18 @@ class NativeTalker:
                          u: torch.Tensor, *sampler_tensors: torch.Tensor) -> tuple[torch.Tensor]:
         """The code-predictor pass's tensor part: the sampler is rebuilt from static tensors and path facts."""
         sampler = RowSampler(**dict(zip(_SAMPLER_TENSORS, sampler_tensors, strict=True)), **dict(facts))
-        return (self.model.predict_frames(hidden, cb0, sampler, u, self._predictor_cache(hidden.shape[0])),)
+        return (generate.predict_frames(self.model, hidden, cb0, sampler, u, self._predictor_cache(hidden.shape[0])),)
 
     def _run_predict(self, hidden: torch.Tensor, cb0: torch.Tensor, params: Sequence[SamplingParams]
                      ) -> torch.Tensor:
         """Frames [B, 16] for rows [B]; with cuda_graphs a static output: valid until the next pass."""
-        sampler, u = self.model.predictor_sampler(params, hidden.device)  # host: generators, path facts
+        sampler, u = generate.predictor_sampler(self.model, params, hidden.device)  # host: generators, path facts
         cache = self._predictor_cache(hidden.shape[0])  # allocated here, never inside a capture
         if self._predict_call is not None and _capturable(sampler):
             facts = tuple((f, getattr(sampler, f)) for f in _SAMPLER_FACTS)
             tensors = [getattr(sampler, f) for f in _SAMPLER_TENSORS]
             return self._predict_call(facts, hidden, cb0, u, *tensors)[0]
-        return self.model.predict_frames(hidden, cb0, sampler, u, cache)
+        return generate.predict_frames(self.model, hidden, cb0, sampler, u, cache)
 
     @torch.no_grad()
     def step(self, slots: Sequence[int], text_rows: torch.Tensor, params: Sequence[SamplingParams],
@@ -275,7 +277,7 @@ class NativeTalker:
         logits, hidden = self._run_step(kv_len, frames, text_rows, pos, all_slots)
         seen = torch.cat([p.seen[idx], p.seen.new_zeros(pad, p.seen.shape[1])]) if pad > 0 else p.seen[idx]
         n_gen = torch.cat([p.n_generated[idx], p.n_generated.new_ones(pad)]) if pad > 0 else p.n_generated[idx]
-        cb0 = self.model.choose_cb0(logits, seen, n_gen, all_params)[:n]
+        cb0 = generate.choose_cb0(self.model, logits, seen, n_gen, all_params)[:n]
         p.hidden[idx] = hidden[:n]
         p.cb0[idx] = cb0
         return [self._accept(s, int(c)) for s, c in zip(slots, cb0.tolist(), strict=True)]

@@ -18,7 +18,7 @@ import torch
 from engine import AudioChunk, CodecFrames, StreamEnd, load_engine
 from engine.graphs import StaticCall
 from engine.qwen3 import Qwen3TTSModel, load_model
-from engine.qwen3.model import SamplingParams
+from engine.qwen3.generate import SamplingParams
 from engine.qwen3_engine import Qwen3Engine, tiny_checkpoint
 from engine.talker_backend import NativeTalker
 

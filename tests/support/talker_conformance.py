@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from engine.qwen3.model import GenerationRequest, Qwen3TTSModel, SamplingParams
+from engine.qwen3 import generate
+from engine.qwen3.generate import GenerationRequest, SamplingParams
+from engine.qwen3.model import Qwen3TTSModel
 from engine.qwen3.prompt import Prompt
 from engine.talker_backend import TalkerBackend, TalkerSpec
 
@@ -116,7 +118,7 @@ def _greedy() -> SamplingParams:
 
 def _reference(model: Qwen3TTSModel, prompt: Prompt, max_frames: int = FRAMES) -> np.ndarray:
     # The same greedy params as the backend's run: the reference loop applies penalty and suppression too.
-    return model.generate_batch([GenerationRequest(prompt, _greedy(), max_frames)])[0]
+    return generate.generate_batch(model, [GenerationRequest(prompt, _greedy(), max_frames)])[0]
 
 
 def _new(make: Make, spec: TalkerSpec = SPEC) -> TalkerBackend:
