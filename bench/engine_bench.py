@@ -55,7 +55,7 @@ from engine import AudioChunk, StreamEnd, load_engine  # noqa: E402
 from engine.qwen3 import generate  # noqa: E402
 from engine.qwen3.generate import SamplingParams  # noqa: E402
 from engine.qwen3.model import Qwen3TTSModel  # noqa: E402
-from engine.qwen3_engine import Qwen3Engine  # noqa: E402
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine  # noqa: E402
 
 RATE = 24000
 FRAME = 1920

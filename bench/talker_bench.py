@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from engine import load_engine  # noqa: E402
 from engine.cache import cache_dir  # noqa: E402
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine  # noqa: E402
 from engine.qwen3.tiny import make_tiny_checkpoint  # noqa: E402
-from engine.qwen3_engine import Qwen3Engine  # noqa: E402
 
 DEFAULT_LEVELS = "1,8,16,32"
 
@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=REPO / "bench" / "out" / "engine_talkers.json")
     ap.add_argument("--smoke", action="store_true", help="concurrency 1,2 and 8 frames: checks the harness runs")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--cuda-graphs", action="store_true", help="the native talker's CUDA graphs (engine/graphs.py)")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="the native talker's CUDA graphs (engine/qwen3/serving/graphs.py)")
     args, _ = ap.parse_known_args(argv)  # also called by engine_bench.py --talker: its other options pass
     levels = [1, 2] if args.smoke else [int(x) for x in args.concurrency.split(",")]
     if args.smoke:

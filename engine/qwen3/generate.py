@@ -118,7 +118,7 @@ def predictor_sampler(model: GenerationModel, params: Sequence[SamplingParams], 
 def predict_frames(model: GenerationModel, hidden: torch.Tensor, cb0: torch.Tensor, sampler: sampling.RowSampler,
                    u: torch.Tensor, cache: KVCache) -> torch.Tensor:
     """The tensor half of `complete_frames` (CUDA-graph capturable when the sampler's path is, see
-    engine/graphs.py): hidden [B, H], cb0 [B], uniforms [B, 15] → frames [B, 16]."""
+    engine/qwen3/serving/graphs.py): hidden [B, H], cb0 [B], uniforms [B, 15] → frames [B, 16]."""
 
     def pick(codebook: int, logits: torch.Tensor) -> torch.Tensor:
         return sampler(logits, u[:, codebook - 1])

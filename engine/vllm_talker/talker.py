@@ -1,4 +1,4 @@
-"""`VllmTalker`: the `TalkerBackend` (engine/talker_backend.py) on stock vLLM, in this process.
+"""`VllmTalker`: the `TalkerBackend` (engine/qwen3/serving/talker_backend.py) on stock vLLM, in this process.
 
 vLLM runs the talker backbone and codebook-0 head (our model class, model.py) with its paged KV cache,
 attention kernels and chunked prefill, as an `LLMEngine` whose engine core lives in this process and
@@ -42,7 +42,7 @@ from engine.qwen3 import generate
 from engine.qwen3.generate import SamplingParams
 from engine.qwen3.layers import KVCache
 from engine.qwen3.model import Qwen3TTSModel
-from engine.talker_backend import TalkerSpec
+from engine.qwen3.serving.talker_backend import TalkerSpec
 from engine.types import EngineError
 from engine.vllm_talker import side as side_state
 from engine.vllm_talker.plugin import ARCHITECTURE, register
@@ -158,7 +158,7 @@ class VllmTalker:
 
     @classmethod
     def create(cls, model: Qwen3TTSModel, spec: TalkerSpec) -> VllmTalker:
-        """The `TalkerFactory` (engine/talker_backend.py `TALKERS["vllm"]`)."""
+        """The `TalkerFactory` (engine/qwen3/serving/talker_backend.py `TALKERS["vllm"]`)."""
         return cls(model, spec.max_slots, spec.max_context, **dict(spec.options))
 
     # ---- vLLM's own view (tests, stats) -------------------------------------------------------------

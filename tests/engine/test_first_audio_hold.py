@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from engine import AudioChunk, load_engine
-from engine.qwen3_engine import Qwen3Engine
-from engine.talker_backend import NativeTalker, TalkerBackend
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine
+from engine.qwen3.serving.talker_backend import NativeTalker, TalkerBackend
 from engine.types import StreamEnd
 
 STEP_DELAY_S = 0.1  # about 8 frames a second against the 12.5 a listener plays

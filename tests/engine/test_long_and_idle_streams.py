@@ -18,7 +18,7 @@ import soundfile
 from support.streams import collect
 
 from engine import AudioChunk, CodecFrames, EngineError, Waiting, load_engine
-from engine.qwen3_engine import Qwen3Engine, Qwen3Stream
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine, Qwen3Stream
 
 FRAME = 1920
 SLOTS = 4

@@ -17,9 +17,9 @@ import torch
 from support.streams import collect
 
 from engine import AudioChunk, Engine, EngineError, Stream, StreamEnd, Waiting, load_engine
-from engine.core_stream import CoreStream
 from engine.options import stream_request
-from engine.qwen3_engine import Qwen3Engine, Qwen3Stream
+from engine.qwen3.serving.core_stream import CoreStream
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine, Qwen3Stream
 
 FRAME = 1920
 MAX_STREAMS = 6
@@ -378,7 +378,7 @@ def test_voices_and_languages_come_from_the_checkpoint(engine: Qwen3Engine) -> N
 
 
 def test_a_checkpoint_directory_loads_through_the_loader(engine: Qwen3Engine) -> None:
-    from engine.qwen3_engine import tiny_checkpoint
+    from engine.qwen3.serving.qwen3_engine import tiny_checkpoint
 
     path: Path = tiny_checkpoint(engine_cache(engine))
     other = load_engine(str(path), max_streams=1, warm_up=False)

@@ -14,8 +14,8 @@ from support.talker_conformance import ALL_CHECKS, CheckedTalker
 
 from engine import load_engine
 from engine.qwen3 import Qwen3TTSModel, load_model
-from engine.qwen3_engine import Qwen3Engine, tiny_checkpoint
-from engine.talker_backend import NativeTalker, TalkerBackend, TalkerSpec, talker_factory
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine, tiny_checkpoint
+from engine.qwen3.serving.talker_backend import NativeTalker, TalkerBackend, TalkerSpec, talker_factory
 
 
 @pytest.fixture(autouse=True)

@@ -7,12 +7,12 @@ from concurrent.futures import Future
 
 import pytest
 
-from engine.core_stream import CoreStream, StreamOptions, TalkerRequest
 from engine.qwen3 import make_tiny_checkpoint
 from engine.qwen3.generate import SamplingParams
+from engine.qwen3.serving.core_stream import CoreStream, StreamOptions, TalkerRequest
+from engine.qwen3.serving.scheduler import RequestRecord
+from engine.qwen3.serving.text_track import Pace, TextTrack, TrackLimits
 from engine.qwen3.text import TextTokenizer
-from engine.scheduler import RequestRecord
-from engine.text_track import Pace, TextTrack, TrackLimits
 
 PROMPT_ROWS = 10
 LIMITS = TrackLimits(max_context=64, min_frames=6, frames_per_token=2.0, hold_more_frames=5.0)

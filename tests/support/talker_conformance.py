@@ -1,4 +1,4 @@
-"""Checks every `TalkerBackend` (engine/talker_backend.py) must pass, whatever engine runs the talker.
+"""Checks every `TalkerBackend` (engine/qwen3/serving/talker_backend.py) must pass, whatever engine runs the talker.
 
 Each check takes `make(spec) -> TalkerBackend` and the loaded model, and drives the backend the way
 the core does (one prefill a cycle, then one step, then one complete over every slot that produced
@@ -22,7 +22,7 @@ from engine.qwen3 import generate
 from engine.qwen3.generate import GenerationRequest, SamplingParams
 from engine.qwen3.model import Qwen3TTSModel
 from engine.qwen3.prompt import Prompt
-from engine.talker_backend import TalkerBackend, TalkerSpec
+from engine.qwen3.serving.talker_backend import TalkerBackend, TalkerSpec
 
 Make = Callable[[TalkerSpec], TalkerBackend]
 SPEC = TalkerSpec(max_slots=6, max_context=128, buckets=(4, 8), kv_block=32)

@@ -16,7 +16,7 @@ import pytest
 
 from engine import AudioChunk, CodecFrames, StreamEnd
 from engine.qwen3 import Qwen3TTSModel
-from engine.qwen3_engine import Qwen3Engine
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine
 
 pytestmark = pytest.mark.vllm
 

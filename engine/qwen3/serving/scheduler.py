@@ -1,6 +1,6 @@
 """The scheduling policy of the Qwen3 engine core: which request to admit, which rows to step, which
 streams to decode, decided from plain request records and a clock (vLLM v1's split: this module
-decides, engine/core.py executes). No torch here, so every rule is tested with a fake clock.
+decides, engine/qwen3/serving/core.py executes). No torch here, so every rule is tested with a fake clock.
 
 Urgency is the listener's point of view. A stream with no audio yet is waiting on its first audio
 (time to first audio), the most urgent kind. A stream with audio has a simulated client playback

@@ -5,7 +5,7 @@ drains it at the top of every cycle, so a cancel takes effect before the next st
 vLLM's engine core: `plan = scheduler.plan(records, now)` → `execute(plan)` (≤1 prefill, one batched
 talker step, one batched code-predictor pass) → `update(plan, results)` (code2wav chunks batched by
 size, endings). The scheduler's records are written by one function (`_records`); a record's status
-moves only along engine/scheduler.py `TRANSITIONS`. The talker is a `TalkerBackend`: the core hands it
+moves only along engine/qwen3/serving/scheduler.py `TRANSITIONS`. The talker is a `TalkerBackend`: the core hands it
 slot ids and rows and gets codebook-0 ids and frames back; the core keeps each slot's codec state.
 Streams, requests and their lifecycle: docs/engine.md ("The Qwen3 core").
 """
@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.core_stream import (
+from engine.qwen3.model import Qwen3TTSModel
+from engine.qwen3.serving.core_stream import (
     Append,
     Cancel,
     ClonedVoice,
@@ -46,9 +47,7 @@ from engine.core_stream import (
     open_stream,
     prompt_rows,
 )
-from engine.qwen3.model import Qwen3TTSModel
-from engine.reference import VoiceMaker
-from engine.scheduler import (
+from engine.qwen3.serving.scheduler import (
     RequestRecord,
     Scheduler,
     SchedulerConfig,
@@ -57,10 +56,11 @@ from engine.scheduler import (
     ThroughputMeter,
     bucket_sizes,
 )
-from engine.slots import SlotPool
+from engine.qwen3.serving.slots import SlotPool
+from engine.qwen3.serving.talker_backend import TalkerBackend, TalkerFactory, TalkerSpec, talker_factory
+from engine.qwen3.serving.text_track import Pace, TextTrack, TrackLimits
+from engine.reference import VoiceMaker
 from engine.stream import EventBridge
-from engine.talker_backend import TalkerBackend, TalkerFactory, TalkerSpec, talker_factory
-from engine.text_track import Pace, TextTrack, TrackLimits
 from engine.types import CodecFrames
 
 __all__ = ["CoreConfig", "CoreStats", "EngineCore", "StreamOptions", "TextLedger"]
@@ -80,7 +80,7 @@ class EngineCore:
     def __init__(self, model: Qwen3TTSModel, config: CoreConfig | None = None,
                  clock: Callable[[], float] = time.monotonic, talker: str | TalkerFactory = "native",
                  talker_options: dict[str, Any] | None = None) -> None:
-        """`talker`: a registered name (engine/talker_backend.py `TALKERS`) or a factory, built on this
+        """`talker`: a registered name (engine/qwen3/serving/talker_backend.py `TALKERS`) or a factory, built on this
         core's thread; `talker_options` go to it as `TalkerSpec.options`."""
         config = config if config is not None else CoreConfig()
         self.model, self.config, self.clock = model, config, clock

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 import torch
 
+from engine.qwen3.serving.scheduler import DEFAULT_RAMP, RequestRecord, Status
 from engine.resample import Resampler
-from engine.scheduler import DEFAULT_RAMP, RequestRecord, Status
 from engine.types import AudioChunk, CodecFrames, Waiting
 
 R = TypeVar("R")
@@ -67,7 +67,7 @@ class CoreConfig:
     first_hold_s: float = 2.0
     hold_more_s: float = 1.5
     warm_up: bool = True
-    # Capture the talker step and the code-predictor pass as CUDA graphs (engine/graphs.py). Off the
+    # Capture the talker step and the code-predictor pass as CUDA graphs (engine/qwen3/serving/graphs.py). Off the
     # GPU it warns once and runs the same static-buffer path uncaptured.
     cuda_graphs: bool = False
     # A request parked (its text ran dry before finish()) this long gives its slot up when another

@@ -18,8 +18,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.core_stream import ClonedVoice, CoreStream, TalkerRequest
 from engine.options import quote_text
+from engine.qwen3.serving.core_stream import ClonedVoice, CoreStream, TalkerRequest
 
 
 class Tokenizer(Protocol):

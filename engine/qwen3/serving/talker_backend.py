@@ -1,14 +1,14 @@
 """The TalkerBackend seam (DESIGN §3; research/vllm_talker_backend.md §4.1): the talker's side of
 generation — prefill a request into a slot, step a batch of slots one frame, complete frames with the
 code predictor, abort a slot — and nothing else. Prompts, text tracks, the codec and its state,
-scheduling and the protocol stay in the core (engine/core.py), which holds a `TalkerBackend` and never
+scheduling and the protocol stay in the core (engine/qwen3/serving/core.py), which holds a `TalkerBackend` and never
 touches talker tensors; `NativeTalker` (below) is the in-process one, a vLLM talker is another.
 
 `NativeTalker`: all shapes are padded to a batch bucket (padding rows use its scratch slot and greedy
 sampling, so they draw no randomness) and attention reads a key length rounded up to `kv_block`, so the
 number of distinct shapes is small and every one of them is run once by `warm_up`. With `cuda_graphs`,
 each call splits into a host part (slot gathers, `int(...)`, uniforms drawn from the rows' generators,
-the sampler's path facts) and a tensor part run through `engine.graphs.StaticCall`: the talker step
+the sampler's path facts) and a tensor part run through `engine.qwen3.serving.graphs.StaticCall`: the talker step
 keyed by (bucket, kv_len), the code-predictor pass by (bucket, sampler path). On CUDA those are
 captured as CUDA graphs and replayed; elsewhere the same static-buffer path runs uncaptured.
 """
@@ -24,13 +24,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from engine.graphs import StaticCall
 from engine.qwen3 import generate
 from engine.qwen3.generate import SamplingParams
 from engine.qwen3.layers import KVCache
 from engine.qwen3.model import Qwen3TTSModel
 from engine.qwen3.sampling import RowSampler
-from engine.slots import TalkerSlots
+from engine.qwen3.serving.graphs import StaticCall
+from engine.qwen3.serving.slots import TalkerSlots
 
 log = logging.getLogger("voxgate.engine.talker")
 
@@ -55,7 +55,7 @@ class TalkerSpec:
     max_context: int  # positions per slot: prompt rows + frames (the core never steps past it)
     buckets: tuple[int, ...]  # padded batch sizes of step/complete calls, increasing; warm_up gets them too
     kv_block: int = 64  # native: attention key lengths are rounded up to this
-    cuda_graphs: bool = False  # native: capture the step and the predictor pass (engine/graphs.py)
+    cuda_graphs: bool = False  # native: capture the step and the predictor pass (engine/qwen3/serving/graphs.py)
     options: Mapping[str, Any] = field(default_factory=dict)  # backend-specific (e.g. vLLM's memory share)
 
 
@@ -65,7 +65,7 @@ class TalkerBackend(Protocol):
     time; `warm_up` once before the first `prefill`; `close` once, last.
 
     Slot state belongs to the backend: the core hands out slot ids in [0, max_slots) (it owns the id
-    free list and each slot's codec state, engine/slots.py `SlotPool`), and the backend allocates what
+    free list and each slot's codec state, engine/qwen3/serving/slots.py `SlotPool`), and the backend allocates what
     a request needs in `prefill` (KV, hidden state, cb0, position, repetition-penalty set, a vLLM
     request) and frees it in `abort`. The core never reads or writes talker tensors.
 
@@ -147,7 +147,7 @@ TalkerFactory = Callable[[Qwen3TTSModel, TalkerSpec], TalkerBackend]
 #: Talkers by name (`load_engine(..., talker=NAME)`): "module:attribute" of a `TalkerFactory`, imported
 #: only when named, so the default install never imports another engine's packages.
 TALKERS: dict[str, str] = {
-    "native": "engine.talker_backend:NativeTalker.create",
+    "native": "engine.qwen3.serving.talker_backend:NativeTalker.create",
     "vllm": "engine.vllm_talker.talker:VllmTalker.create",  # needs vLLM installed (docs/vllm.md)
 }
 
