@@ -261,9 +261,8 @@ class Scheduler:
                    cycle_s: float = 0.0, stream_rate: float | None = None) -> CodecPlan:
         """Decode ready chunks (`ready_frames`), most urgent first, up to the frames of `max_codec_rows`
         full chunks per cycle (always at least one chunk). A budget in frames, not in chunks, because
-        a decode costs about its frames: 32 streams opened at once reach the ramp's middle steps
-        together, and a cap of 4 chunks a cycle left the 20th waiting 5 cycles (57 of 96 streams ran
-        dry for 2–110 ms in three runs; with the frame budget 1). When the talker has pressing work,
+        a decode costs about its frames and streams opened together reach the ramp's middle steps
+        together (docs/engine.md "Underruns"). When the talker has pressing work,
         chunks of streams with more than `defer_s` buffered wait: their listener can spare the time,
         a stream still waiting for its first audio cannot. `stream_rate`: the frames per second each
         stream is measured to get now, for the first-audio hold (`holds_first`); None: no hold."""
@@ -308,10 +307,8 @@ class Scheduler:
 
     def holds_first(self, rec: RequestRecord, now: float, cycle_s: float, stream_rate: float | None) -> bool:
         """Hold a stream's first audio while the rest of its known text is predicted to come after its
-        listener needs it, at most `first_hold_s` past its first frame. A listener who has started must
-        keep hearing (issue 14): where one stream is made at about real time (the tiny model on a busy
-        2-core box, RTF 0.94-1.05) audio let go at its first frames ran dry again and again; held, the
-        same stream starts later and plays through.
+        listener needs it, at most `first_hold_s` past its first frame: a listener who has started must
+        keep hearing, so a later start beats a gap (docs/engine.md "The first-audio hold").
 
         Let go now, the listener plays the `n` frames made and then each later one as it comes; made at
         `stream_rate` r (taken `hold_error` too fast) the last of the `left` still to come is the latest

@@ -61,51 +61,15 @@ class TalkerSpec:
 
 @runtime_checkable
 class TalkerBackend(Protocol):
-    """The talker behind the core. Every method is called from the core's one thread, one call at a
-    time; `warm_up` once before the first `prefill`; `close` once, last.
-
-    Slot state belongs to the backend: the core hands out slot ids in [0, max_slots) (it owns the id
-    free list and each slot's codec state, engine/qwen3/serving/slots.py `SlotPool`), and the backend allocates what
-    a request needs in `prefill` (KV, hidden state, cb0, position, repetition-penalty set, a vLLM
-    request) and frees it in `abort`. The core never reads or writes talker tensors.
-
-    What the core guarantees, so a backend may rely on it (and should assert what it relies on):
-
-    1. Per slot, calls come in this order: `prefill` → (`complete` → `step`)* → `abort`. `complete`
-       follows every `prefill`/`step` that returned an id other than `eos_id`, before that slot's next
-       `step`; after `eos_id` only `abort` follows. `abort` may come at any point between calls (done,
-       cancel, failure, eviction) and ends the request — also for a slot whose `prefill` raised or never
-       ran (a failure just before it) — and the next call naming the slot is a `prefill`.
-       `prefill` is never called on a slot that is not free (never used, or aborted since).
-    2. A cycle makes at most one `prefill`, then at most one `step`, then at most one `complete` over
-       every slot that just produced codebook 0 — the prefilled slot and the stepped ones together.
-    3. A batch (`step`, `complete`) lists distinct live slots, 1 ≤ len(slots) ≤ bucket, bucket one of
-       `TalkerSpec.buckets`; row i of every argument and result belongs to slots[i]. The order is the
-       scheduler's urgency order and changes from cycle to cycle; slots are not contiguous.
-    4. A live slot left out of a `step` must not advance: it is parked (its text ran dry) or paused
-       (its listener is not reading) and may sit out any number of cycles, then resume with its state
-       intact — no padding fed, no re-prefill. Streamed text arrives as these per-step `text_rows`; one
-       request runs for the whole text its KV context holds (one prefill per request).
-    5. `text_rows` [len(slots), H] (model device, talker dtype) is each slot's next text-track row —
-       content, end-of-text or the pad row; step input = Σ embeddings of the slot's last completed
-       frame + that row. A step's position is prompt_len + ids accepted − 1; the core keeps it below
-       `max_context` (a request's frame cap), and prompt rows below `max_context` too.
-    6. `params[i]` is the same `SamplingParams` object for a slot for the whole request (per stream
-       for a stream's later requests); its `generator` draws in call order: cb0 uniforms in
-       `prefill`/`step`, then the code predictor's in `complete`. Padding rows draw nothing.
-
-    What the core expects back:
-    - ids as Python ints in slot order; frames as a [len(slots), 16] int64 tensor the caller owns (not a
-      view of a buffer a later call overwrites). `eos_id` ends the request.
-    - A row's results depend only on its own slot's state and params — not on the other rows, their
-      order or the bucket — so a seeded stream reproduces alone vs batched (the conformance suite,
-      tests/support/talker_conformance.py, checks this).
-    - A call that raises leaves every slot as before the call, so the core can re-run the rows one at
-      a time to find the culprit (its failure isolation) and end only that stream.
-    - `warm_up(buckets)` runs every shape the backend will see and returns bucket → seconds of one warm
-      `step` + `complete` at that bucket: the throughput meter's prior for buckets not measured yet
-      ({} if unknown: the meter then assumes no gain from batching).
-    """
+    """The talker behind the core: prefill a request into a slot, step a batch of slots one frame,
+    complete frames with the code predictor, abort a slot. Every method is called from the core's one
+    thread, one call at a time; `warm_up` once before the first `prefill`; `close` once, last. The
+    backend owns each slot's talker state (allocated in `prefill`, freed in `abort`); the core owns the
+    slot ids and their codec state and never touches a talker tensor. What the core guarantees (call
+    order per slot, one prefill/step/complete per cycle, batches of distinct slots in a bucket, parked
+    slots keep their state) and what it expects back (ints in slot order, frames the caller owns, rows
+    independent of each other, a failed call leaves every slot as before): docs/engine.md "The talker
+    contract"; tests/support/talker_conformance.py checks it."""
 
     eos_id: int
     max_slots: int
