@@ -282,25 +282,29 @@ class EngineCore:
             talk.token_segments += [seg] * len(ids)
 
     # ---- the scheduler's view --------------------------------------------------------------------
-    def _records(self, now: float) -> list[RequestRecord]:
-        """The one place the records' facts are written, from the streams, for every live stream; a
-        request whose track ran dry parks here (and resumes when text came)."""
+    def _records(self, now: float, planning: bool = True) -> list[RequestRecord]:
+        """The one place the records' facts are written, from the streams, for every live stream. When
+        `planning` (the top of a cycle) a request whose track ran dry parks here (and resumes when text
+        came) and the facts the talker plan reads are taken; after the talker ran (`planning` False) only
+        what it changed: frames made, audio out. The codec plan thus sees the cycle's new frames and the
+        same hold estimate the talker plan saw."""
         out = []
         for s in self._streams.values():
             rec, talk = s.record, s.talk
             if rec.ended:
                 continue
-            if rec.status in (Status.RUNNING, Status.PARKED):
-                assert talk is not None
-                if (talk.next_text_row() is None) != rec.parked:
-                    rec.to(Status.RUNNING if rec.parked else Status.PARKED, now)
-            rec.has_text = self.track.can_admit(s)
-            rec.paused = bool(s.outbox)
-            rec.arrival, rec.continues_at, rec.chunks_sent = s.arrival, s.continues_at, s.chunks_sent
+            if planning:
+                if rec.status in (Status.RUNNING, Status.PARKED):
+                    assert talk is not None
+                    if (talk.next_text_row() is None) != rec.parked:
+                        rec.to(Status.RUNNING if rec.parked else Status.PARKED, now)
+                rec.has_text = self.track.can_admit(s)
+                rec.paused = bool(s.outbox)
+                rec.arrival, rec.continues_at, rec.chunks_sent = s.arrival, s.continues_at, s.chunks_sent
+                if s.first_audio_at is None and talk is not None and talk.slot is not None:
+                    rec.frames_left = self.track.frames_left(s, self.pace.frames_per_row)
             rec.audio_s, rec.first_audio_at, rec.first_frame_at = s.audio_s, s.first_audio_at, s.first_frame_at
             rec.pending_frames = len(talk.codes) if talk is not None else 0
-            if s.first_audio_at is None and talk is not None and talk.slot is not None:
-                rec.frames_left = self.track.frames_left(s, self.pace.frames_per_row)
             out.append(rec)
         return out
 
@@ -447,7 +451,7 @@ class EngineCore:
         """Decode the chunks that are due, end the requests that are done, hand audio out."""
         self.stats.batch_rows, self.stats.batch_frames = results.rows, len(results.produced)
         now = self.clock()
-        records = self._records(now)
+        records = self._records(now, planning=False)
         # The slowest recent cycle, not the typical one: a listener runs dry in the slow ones.
         cycle_s = max(itertools.islice(reversed(self.stats.cycle_s), 8), default=0.0)
         generating = sum(1 for r in records if r.generating)
