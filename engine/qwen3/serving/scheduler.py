@@ -340,22 +340,14 @@ def bucket_sizes(max_batch: int, buckets: Sequence[int] = DEFAULT_BUCKETS, min_b
 
 
 class ThroughputMeter:
-    """What the core's cycles have cost, per batch bucket: how many streams it can keep ahead.
-
-    Every working cycle reports the rows it stepped, the frames it completed and its wall time
-    (decoding included: a decode-only cycle reports the rows still generating, so its time is charged
-    to that batch size). Per bucket it keeps EWMAs of frames per row per cycle and of the cycle time;
-    their ratio is the frame rate each stream gets at that batch size. `streams` is the largest N
-    whose bucket gives each stream at least `FRAMES_PER_S × HEADROOM`, capped by the slots. Buckets
-    not measured yet are judged from measured ones conservatively: a larger batch as if its cycle
-    grew in proportion to its step cost timed at the warm-up (`set_step_costs`), or without those in
-    proportion to its rows (no batching gain), and never faster per stream than the largest measured;
-    a smaller one as fast as the next larger measured (never faster). Before any measurement: one
-    stream (it is then measured). Without the warm-up's costs a batching engine would never be let
-    past the batch its first streams measured, since admission never starts more than `streams`.
-
-    The core thread records; `streams` is called from the event loop: a lock held for a few
-    arithmetic operations, never across torch work. Pure: no torch, no clock of its own.
+    """What the core's cycles have cost, per batch bucket: how many streams it can keep ahead. Every
+    working cycle reports its rows, frames completed and wall time; per bucket it keeps EWMAs of frames
+    per row per cycle and of the cycle time, whose ratio is each stream's frame rate at that batch.
+    `streams` is the largest N whose bucket gives each stream `FRAMES_PER_S × HEADROOM`. Buckets not
+    measured yet are judged conservatively (from the warm-up's step costs, else no batching gain; never
+    faster than measured); before any measurement, one stream. The core thread records, the event loop
+    reads, under a lock held for a few arithmetic operations only. Pure: no torch, no clock of its own.
+    docs/engine.md "Capacity" has the rules in full.
     """
 
     def __init__(self, buckets: Sequence[int], alpha: float = 0.1, frames_per_s: float = FRAMES_PER_S,
