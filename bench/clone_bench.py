@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from engine import AudioChunk, StreamEnd, load_engine  # noqa: E402
-from engine.qwen3_engine import Qwen3Engine  # noqa: E402
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine  # noqa: E402
 
 TRANSCRIPT = "Thanks for calling, this is the reference recording for my voice."
 REPLY = ("Sure, I can help with that. Your order shipped yesterday and should arrive on Friday, "

@@ -52,8 +52,10 @@ sys.path.insert(0, str(REPO / "bench"))
 from audio_metrics import pausing_player, percentile  # noqa: E402
 
 from engine import AudioChunk, StreamEnd, load_engine  # noqa: E402
-from engine.qwen3.model import Qwen3TTSModel, SamplingParams  # noqa: E402
-from engine.qwen3_engine import Qwen3Engine  # noqa: E402
+from engine.qwen3 import generate  # noqa: E402
+from engine.qwen3.generate import SamplingParams  # noqa: E402
+from engine.qwen3.model import Qwen3TTSModel  # noqa: E402
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine  # noqa: E402
 
 RATE = 24000
 FRAME = 1920
@@ -88,7 +90,7 @@ async def _consume(stream: Any, t_open: float) -> dict[str, Any]:
 
 
 async def engine_run(eng: Qwen3Engine, n: int, text: str, seed0: int) -> dict[str, Any]:
-    cpu0 = eng.core.cpu_s
+    cpu0 = eng.core.stats.cpu_s
     t0 = time.perf_counter()
     streams = []
     for i in range(n):
@@ -98,7 +100,7 @@ async def engine_run(eng: Qwen3Engine, n: int, text: str, seed0: int) -> dict[st
         streams.append(s)
     results = await asyncio.gather(*[_consume(s, t0) for s in streams])
     wall = time.perf_counter() - t0
-    return summarize_run(results, wall, eng.core.cpu_s - cpu0)
+    return summarize_run(results, wall, eng.core.stats.cpu_s - cpu0)
 
 
 async def engine_cancels(eng: Qwen3Engine, n: int, text: str, seed0: int) -> dict[str, Any]:
@@ -122,8 +124,8 @@ async def engine_cancels(eng: Qwen3Engine, n: int, text: str, seed0: int) -> dic
 
     tasks = [asyncio.create_task(consume(i)) for i in range(n)]
     await asyncio.gather(*[e.wait() for e in first])
-    core_before = len(eng.core.cancel_latency_s)
-    cycles = list(eng.core.cycle_s)[-200:]
+    core_before = len(eng.core.stats.cancel_latency_s)
+    cycles = list(eng.core.stats.cycle_s)[-200:]
     for i, s in enumerate(streams):
         cancelled_at[i] = time.perf_counter()
         s.cancel()
@@ -131,10 +133,10 @@ async def engine_cancels(eng: Qwen3Engine, n: int, text: str, seed0: int) -> dic
     await asyncio.gather(*tasks)
     # The consumer hears of a cancel at once; the core frees the slot at its next cycle: wait for it.
     deadline = time.perf_counter() + 5.0
-    while len(eng.core.cancel_latency_s) - core_before < n and time.perf_counter() < deadline:
+    while len(eng.core.stats.cancel_latency_s) - core_before < n and time.perf_counter() < deadline:
         await asyncio.sleep(0.01)
     consumer = [e - c for e, c in zip(ends, cancelled_at, strict=True)]
-    core = list(eng.core.cancel_latency_s)[core_before:]
+    core = list(eng.core.stats.cancel_latency_s)[core_before:]
     return {
         "consumer_p50_ms": 1e3 * statistics.median(consumer),
         "core_p50_ms": 1e3 * statistics.median(core) if core else None,
@@ -292,13 +294,13 @@ def baseline_one(model: Qwen3TTSModel, text: str, seed: int, frames: int, emit: 
     logits, hidden = model.talker.prefill(prompt.rows[None], torch.tensor([t], device=dev), slot, cache)
     seen = torch.zeros(1, model.talker.cfg.vocab_size, dtype=torch.bool, device=dev)
     n_gen = torch.zeros(1, dtype=torch.long, device=dev)
-    cb0 = model.choose_cb0(logits, seen, n_gen, [params])
+    cb0 = generate.choose_cb0(model, logits, seen, n_gen, [params])
     codes: list[torch.Tensor] = []
     decoded = 0
     while int(cb0[0]) != model.eos_id and len(codes) < frames:
         seen[0, cb0[0]] = True
         n_gen += 1
-        frame = model.complete_frames(hidden, cb0, [params])
+        frame = generate.complete_frames(model, hidden, cb0, [params])
         codes.append(frame[0])
         if len(codes) - decoded >= BASELINE_CHUNK:
             decoded = _baseline_decode(model, codes, decoded, emit)
@@ -306,9 +308,9 @@ def baseline_one(model: Qwen3TTSModel, text: str, seed: int, frames: int, emit: 
             break
         g = len(codes) - 1
         text = prompt.trailing[g] if g < prompt.trailing.shape[0] else prompt.pad
-        x = model.next_inputs(frame, text[None])
+        x = generate.next_inputs(model, frame, text[None])
         logits, hidden = model.talker.step(x, t + n_gen - 1, slot, cache)
-        cb0 = model.choose_cb0(logits, seen, n_gen, [params])
+        cb0 = generate.choose_cb0(model, logits, seen, n_gen, [params])
     if len(codes) > decoded:
         _baseline_decode(model, codes, decoded, emit)
     return len(codes)

@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.qwen3 import GenerationRequest, SamplingParams, load_model, make_tiny_checkpoint
+from engine.qwen3 import GenerationRequest, SamplingParams, generate, load_model, make_tiny_checkpoint
 
 TEXTS = ["Hello there, how are you doing today?", "The quick brown fox jumps over the lazy dog.",
          "Streaming speech should start quickly.", "你好，今天天气很好。"]
@@ -45,10 +45,10 @@ def main() -> None:
                                   SamplingParams.from_defaults(model.gen, greedy=not args.sampled, seed=i), args.frames)
                 for i in range(b)]
 
-    model.generate_batch(requests(2))  # warm-up
+    generate.generate_batch(model, requests(2))  # warm-up
     for b in (int(x) for x in args.batches.split(",")):
         t0 = time.perf_counter()
-        out = model.generate_batch(requests(b))
+        out = generate.generate_batch(model, requests(b))
         dt = time.perf_counter() - t0
         frames = sum(o.shape[0] for o in out)
         print(f"batch {b:>2}: {frames / dt:8.1f} frames/s total, {frames / dt / 12.5:6.2f}x real time "

@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from engine import load_engine  # noqa: E402
 from engine.cache import cache_dir  # noqa: E402
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine  # noqa: E402
 from engine.qwen3.tiny import make_tiny_checkpoint  # noqa: E402
-from engine.qwen3_engine import Qwen3Engine  # noqa: E402
 
 DEFAULT_LEVELS = "1,8,16,32"
 
@@ -64,9 +64,9 @@ def talker_main(args: argparse.Namespace, levels: list[int], options: dict[str, 
             order = talkers if i % 2 == 0 else list(reversed(talkers))
             for name in order:
                 eng = engines[name]
-                prefills = eng.core.stats.get("prefills", 0)
+                prefills = eng.core.stats.prefills
                 row[name] = asyncio.run(engine_run(eng, n, text, seed0=1000 * i))
-                row[name]["prefills_per_stream"] = (eng.core.stats.get("prefills", 0) - prefills) / n
+                row[name]["prefills_per_stream"] = (eng.core.stats.prefills - prefills) / n
             rows.append(row)
             print(f"  N={n}: " + ", ".join(f"{t} {row[t]['frames_per_s']:.1f} f/s" for t in talkers), flush=True)
     finally:
@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=REPO / "bench" / "out" / "engine_talkers.json")
     ap.add_argument("--smoke", action="store_true", help="concurrency 1,2 and 8 frames: checks the harness runs")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--cuda-graphs", action="store_true", help="the native talker's CUDA graphs (engine/graphs.py)")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="the native talker's CUDA graphs (engine/qwen3/serving/graphs.py)")
     args, _ = ap.parse_known_args(argv)  # also called by engine_bench.py --talker: its other options pass
     levels = [1, 2] if args.smoke else [int(x) for x in args.concurrency.split(",")]
     if args.smoke:

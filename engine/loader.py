@@ -24,7 +24,7 @@ def load_engine(model: str = DEFAULT_MODEL, **options: Any) -> Engine:
     - "synthetic": babble at a set pace, no model (engine.synthetic): options `speed`, `first_audio_s`,
       `capacity`, `chunk_s`, `queue_size`, `max_pending_chars`;
     - "tiny", "tiny-base" (cloned voices) or a Qwen3-TTS checkpoint directory: the Qwen3 engine
-      (engine.qwen3_engine.Qwen3Engine):
+      (engine.qwen3.serving.qwen3_engine.Qwen3Engine):
       options `cache_dir`, `device`, `greedy`, the core's (`max_streams`, `max_context`, `threads`, …) and
       `talker` ("native", or "vllm": engine/vllm_talker, docs/vllm.md) with its `talker_options`.
     Raises EngineError("model_unavailable", …) when the model cannot be served.
@@ -42,6 +42,6 @@ def load_engine(model: str = DEFAULT_MODEL, **options: Any) -> Engine:
         from engine.cpu.engine import load_cpu_engine  # heavy imports (onnxruntime) stay lazy
 
         return load_cpu_engine(name, **options)
-    from engine.qwen3_engine import load_qwen3_engine  # torch stays unimported for CPU voices
+    from engine.qwen3.serving.qwen3_engine import load_qwen3_engine  # torch stays unimported for CPU voices
 
     return load_qwen3_engine(model, **options)

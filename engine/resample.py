@@ -1,6 +1,6 @@
 """Audio at a rate it was not made at: the one resampler (soxr) and the int16 helpers around it.
 
-Every rate change in voxgate goes through here: the engines' output rate (engine/core.py, the CPU
+Every rate change in voxgate goes through here: the engines' output rate (engine/qwen3/serving/core.py, the CPU
 voices), a client's rate at the gateway, a reference clip's stored rate, the codec encoder's 24 kHz.
 """
 

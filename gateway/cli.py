@@ -76,7 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
             engine_processes=False if args.in_process else None,
             admin_socket=args.admin_socket, admin_open_loopback=args.admin_open_loopback or None,
         )  # fmt: skip
-        if args.talker:  # the Qwen3 models' talker backend (engine/talker_backend.py TALKERS); tables keep theirs
+        if args.talker:  # the Qwen3 talker backend (engine/qwen3/serving/talker_backend.py TALKERS); tables keep theirs
             settings = dataclasses.replace(settings, engine_options={"talker": args.talker, **settings.engine_options})
         keys = settings.keys()
     except (OSError, ValueError) as e:

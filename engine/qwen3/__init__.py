@@ -12,16 +12,17 @@ Engine level (what a continuous-batching core drives; generate.py's generate_bat
     more = model.prompts.text_rows(model.tokenizer.content_ids(segment)); end = model.prompts.eos_row()
     cache = model.new_kv_cache(slots, max_len)                       # static [layers, slots, kv, len, dim]
     logits, hidden = model.talker.prefill(rows[B,T,H], lengths[B], slots[B], cache)
-    cb0 = model.choose_cb0(logits, seen[B,V], n_generated[B], params)  # penalty, suppression, min tokens
-    frames = model.complete_frames(hidden[B,H], cb0[B], params)       # code predictor → [B, 16]
-    x = model.next_inputs(frames, text_rows[B,H])                     # Σ16 embeddings + text row
+    cb0 = generate.choose_cb0(model, logits, seen[B,V], n_generated[B], params)  # penalty, suppression
+    frames = generate.complete_frames(model, hidden[B,H], cb0[B], params)       # code predictor → [B, 16]
+    x = generate.next_inputs(model, frames, text_rows[B,H])                     # Σ16 embeddings + text row
     logits, hidden = model.talker.step(x, positions[B], slots[B], cache)
     state = model.codec.new_state(n); wav = model.codec.step(codes[b,16,k], state.rows(idx)) ...
 """
 
 from engine.qwen3.codec import CodecDecoder, CodecState
 from engine.qwen3.config import ConfigError, Qwen3TTSConfig, SpeechTokenizerConfig, load_configs, real_config
-from engine.qwen3.model import GenerationRequest, Qwen3TTSModel, SamplingParams, StreamDecoder, load_model
+from engine.qwen3.generate import GenerationRequest, SamplingParams
+from engine.qwen3.model import Qwen3TTSModel, StreamDecoder, load_model
 from engine.qwen3.prompt import Prompt, VoiceClone
 from engine.qwen3.tiny import make_tiny_checkpoint
 from engine.qwen3.weights import CheckpointError

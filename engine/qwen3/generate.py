@@ -1,11 +1,11 @@
-"""Generation over a loaded `Qwen3TTSModel` (model.py holds the weights and modules; this module, as
-gpt-fast's generate.py beside its model.py, holds how they are driven): per-request sampling params,
-codebook-0 choice, the code-predictor pass split into its host and tensor halves, the talker's next
-input rows, and `generate_batch`, the reference composition of those primitives that the engine core's
-talker backends reproduce exactly (tests/support/talker_conformance.py).
+"""Generation over a loaded model, as gpt-fast's generate.py beside its model.py: model.py owns the modules
+and caches, this module drives them. Per-request sampling params, codebook-0 choice, the code-predictor
+pass split into its host and tensor halves, the talker's next input rows, and `generate_batch`, the
+reference composition of those primitives that the engine core's talker backends reproduce exactly
+(tests/support/talker_conformance.py).
 
-Every function takes the model first; `Qwen3TTSModel` keeps its methods of the same names (DESIGN §3's
-model-level contract) as one-line calls into here.
+Every function takes the model first, typed as `GenerationModel` (what they use of `Qwen3TTSModel`), so
+this module does not import model.py and model.py may import it.
 """
 
 from __future__ import annotations
@@ -13,18 +13,37 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
 
 from engine.qwen3 import sampling
+from engine.qwen3.code_predictor import CodePredictor
 from engine.qwen3.config import GenerationDefaults
 from engine.qwen3.layers import KVCache
 from engine.qwen3.prompt import Prompt, VoiceClone, frame_embedding
+from engine.qwen3.talker import Talker
 
-if TYPE_CHECKING:
-    from engine.qwen3.model import Qwen3TTSModel
+
+class GenerationModel(Protocol):
+    """What generation uses of a loaded model (`engine.qwen3.model.Qwen3TTSModel`)."""
+
+    talker: Talker
+    predictor: CodePredictor
+    gen: GenerationDefaults
+    eos_id: int
+    suppress_mask: torch.Tensor
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def new_kv_cache(self, slots: int, max_len: int) -> KVCache: ...
+
+    def predictor_cache(self, rows: int) -> KVCache: ...
+
+    def build_prompt(self, text: str | Sequence[int], *, voice: str | VoiceClone | None, language: str = ...,
+                     instructions: str | None = ..., streaming_text: bool = ..., final: bool = ...) -> Prompt: ...
 
 
 @dataclass
@@ -70,7 +89,7 @@ def _col(values: Sequence[float | int | bool], dtype: torch.dtype, device: torch
 
 
 # ---- one step's primitives ---------------------------------------------------------------------------
-def choose_cb0(model: Qwen3TTSModel, logits: torch.Tensor, seen: torch.Tensor, n_generated: torch.Tensor,
+def choose_cb0(model: GenerationModel, logits: torch.Tensor, seen: torch.Tensor, n_generated: torch.Tensor,
                params: Sequence[SamplingParams]) -> torch.Tensor:
     """Codebook 0 for rows [B]: seen [B, V] bool (their generated cb0 ids), n_generated [B]."""
     dev = logits.device
@@ -84,7 +103,7 @@ def choose_cb0(model: Qwen3TTSModel, logits: torch.Tensor, seen: torch.Tensor, n
     return sampler(x, u)
 
 
-def predictor_sampler(model: Qwen3TTSModel, params: Sequence[SamplingParams], device: torch.device
+def predictor_sampler(model: GenerationModel, params: Sequence[SamplingParams], device: torch.device
                       ) -> tuple[sampling.RowSampler, torch.Tensor]:
     """The host half of `complete_frames`: the rows' code-predictor sampler and their uniforms [B, 15]
     (one draw per row for all 15 codebooks: each row's generator is called once per frame)."""
@@ -96,10 +115,10 @@ def predictor_sampler(model: Qwen3TTSModel, params: Sequence[SamplingParams], de
     return sampler, u
 
 
-def predict_frames(model: Qwen3TTSModel, hidden: torch.Tensor, cb0: torch.Tensor, sampler: sampling.RowSampler,
+def predict_frames(model: GenerationModel, hidden: torch.Tensor, cb0: torch.Tensor, sampler: sampling.RowSampler,
                    u: torch.Tensor, cache: KVCache) -> torch.Tensor:
     """The tensor half of `complete_frames` (CUDA-graph capturable when the sampler's path is, see
-    engine/graphs.py): hidden [B, H], cb0 [B], uniforms [B, 15] → frames [B, 16]."""
+    engine/qwen3/serving/graphs.py): hidden [B, H], cb0 [B], uniforms [B, 15] → frames [B, 16]."""
 
     def pick(codebook: int, logits: torch.Tensor) -> torch.Tensor:
         return sampler(logits, u[:, codebook - 1])
@@ -108,21 +127,23 @@ def predict_frames(model: Qwen3TTSModel, hidden: torch.Tensor, cb0: torch.Tensor
     return torch.cat([cb0[:, None], rest], dim=1)
 
 
-def complete_frames(model: Qwen3TTSModel, hidden: torch.Tensor, cb0: torch.Tensor, params: Sequence[SamplingParams],
-                    cache: KVCache) -> torch.Tensor:
-    """Run the code predictor for rows [B]: hidden [B, H] (the talker state that produced cb0) → [B, 16]."""
+def complete_frames(model: GenerationModel, hidden: torch.Tensor, cb0: torch.Tensor, params: Sequence[SamplingParams],
+                    cache: KVCache | None = None) -> torch.Tensor:
+    """Run the code predictor for rows [B]: hidden [B, H] (the talker state that produced cb0) → [B, 16];
+    in the model's own predictor cache unless `cache` is given."""
     sampler, u = predictor_sampler(model, params, hidden.device)
+    cache = cache if cache is not None else model.predictor_cache(hidden.shape[0])
     return predict_frames(model, hidden, cb0, sampler, u, cache)
 
 
-def next_inputs(model: Qwen3TTSModel, frames: torch.Tensor, text_rows: torch.Tensor) -> torch.Tensor:
+def next_inputs(model: GenerationModel, frames: torch.Tensor, text_rows: torch.Tensor) -> torch.Tensor:
     """Talker input rows [B, H] after frames [B, 16]: Σ16 code embeddings + the text-track row."""
     return frame_embedding(model.talker, model.predictor, frames) + text_rows
 
 
 # ---- the reference loop --------------------------------------------------------------------------------
 @torch.no_grad()
-def generate_batch(model: Qwen3TTSModel, requests: Sequence[GenerationRequest]) -> list[np.ndarray]:
+def generate_batch(model: GenerationModel, requests: Sequence[GenerationRequest]) -> list[np.ndarray]:
     """Generate several requests together (prompts of different lengths) → [frames, 16] int64 each."""
     dev, b = model.device, len(requests)
     lengths = torch.tensor([r.prompt.rows.shape[0] for r in requests], device=dev)
@@ -145,7 +166,7 @@ def generate_batch(model: Qwen3TTSModel, requests: Sequence[GenerationRequest]) 
         sub = [params[i] for i in rows]
         seen[idx, cb0[idx]] = True
         n_gen[idx] += 1
-        done = model.complete_frames(hidden[idx], cb0[idx], sub)
+        done = complete_frames(model, hidden[idx], cb0[idx], sub)
         text = []
         for j, i in enumerate(rows):
             frames[i].append(done[j])
@@ -165,7 +186,7 @@ def generate_batch(model: Qwen3TTSModel, requests: Sequence[GenerationRequest]) 
     return [torch.stack(f).cpu().numpy().astype(np.int64) if f else np.zeros((0, 16), np.int64) for f in frames]
 
 
-def generate(model: Qwen3TTSModel, text: str, *, voice: str | VoiceClone | None = None, language: str = "auto",
+def generate(model: GenerationModel, text: str, *, voice: str | VoiceClone | None = None, language: str = "auto",
              instructions: str | None = None, greedy: bool = False, seed: int | None = None,
              max_frames: int | None = None, streaming_text: bool = True) -> np.ndarray:
     """Codes [frames, 16] (int64) for one utterance; EOS may stop before `max_frames`."""

@@ -1,15 +1,16 @@
 """Qwen3TTSModel: a loaded checkpoint — config, modules, tokenizer, prompts, codec — and `load_model`.
-How the modules are driven to generate lives in generate.py (gpt-fast's model.py / generate.py split);
-the model keeps methods of the same names as one-line calls into it (DESIGN §3's model-level contract).
+How the modules are driven to generate lives in generate.py (gpt-fast's model.py / generate.py split): its
+functions take the model first; the model keeps only the contract's `generate` (DESIGN §3).
 
-The primitives (the engine core's talker backends build on them; `generate_batch` is their reference
-composition):
+The primitives (the engine core's talker backends build on them; `generate.generate_batch` is their
+reference composition):
 - `prompts.build(...) -> Prompt` — prefill rows + trailing text queue for one request;
 - `talker.prefill(embeds[B,T,H], lengths[B], slots[B], cache)` / `talker.step(x[B,H], positions[B], slots[B],
   cache)` — codebook-0 logits and hidden states, against a slot-indexed static KV cache;
-- `choose_cb0(logits, seen, n_generated, params)` — penalty, suppression, min-new-tokens, sampling;
-- `complete_frames(hidden[B,H], cb0[B], params)` — the code predictor, batched: [B, 16] frames;
-- `next_inputs(frames[B,16], text_rows[B,H])` — the talker's next input rows;
+- `generate.choose_cb0(model, logits, seen, n_generated, params)` — penalty, suppression, min-new-tokens,
+  sampling;
+- `generate.complete_frames(model, hidden[B,H], cb0[B], params)` — the code predictor, batched: [B, 16];
+- `generate.next_inputs(model, frames[B,16], text_rows[B,H])` — the talker's next input rows;
 - `codec.new_state(B)` / `codec.step(codes[B,16,n], state)` — exact streaming decode.
 """
 
@@ -25,7 +26,6 @@ from engine.qwen3 import generate, sampling
 from engine.qwen3.code_predictor import CodePredictor
 from engine.qwen3.codec import CodecDecoder, CodecState, CodecTransformer
 from engine.qwen3.config import GenerationDefaults, Qwen3TTSConfig, SpeechTokenizerConfig, load_configs
-from engine.qwen3.generate import GenerationRequest, SamplingParams
 from engine.qwen3.layers import DecoderStack, KVCache, rope_inv_freq
 from engine.qwen3.mimi import MimiEncoder, load_encoder, resample_to_24k
 from engine.qwen3.prompt import Prompt, PromptBuilder, VoiceClone
@@ -133,37 +133,11 @@ class Qwen3TTSModel:
     def new_kv_cache(self, slots: int, max_len: int) -> KVCache:
         return self.talker.new_cache(slots, max_len)
 
-    # (their bodies live in generate.py: model here, generation there)
-    def choose_cb0(self, logits: torch.Tensor, seen: torch.Tensor, n_generated: torch.Tensor,
-                   params: Sequence[SamplingParams]) -> torch.Tensor:
-        """Codebook 0 for rows [B]: seen [B, V] bool (their generated cb0 ids), n_generated [B]."""
-        return generate.choose_cb0(self, logits, seen, n_generated, params)
-
-    def complete_frames(self, hidden: torch.Tensor, cb0: torch.Tensor, params: Sequence[SamplingParams]
-                        ) -> torch.Tensor:
-        """Run the code predictor for rows [B]: hidden [B, H] (the talker state that produced cb0) → [B, 16]."""
-        b = hidden.shape[0]
-        if self._predictor_cache is None or self._predictor_cache.slots < b:
-            self._predictor_cache = self.predictor.new_cache(max(b, 8))
-        return generate.complete_frames(self, hidden, cb0, params, self._predictor_cache)
-
-    def predictor_sampler(self, params: Sequence[SamplingParams], device: torch.device
-                          ) -> tuple[sampling.RowSampler, torch.Tensor]:
-        """The host half of `complete_frames`: the code-predictor sampler and uniforms [B, 15]."""
-        return generate.predictor_sampler(self, params, device)
-
-    def predict_frames(self, hidden: torch.Tensor, cb0: torch.Tensor, sampler: sampling.RowSampler,
-                       u: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """The tensor half of `complete_frames` (CUDA-graph capturable): → frames [B, 16]."""
-        return generate.predict_frames(self, hidden, cb0, sampler, u, cache)
-
-    def next_inputs(self, frames: torch.Tensor, text_rows: torch.Tensor) -> torch.Tensor:
-        """Talker input rows [B, H] after frames [B, 16]: Σ16 code embeddings + the text-track row."""
-        return generate.next_inputs(self, frames, text_rows)
-
-    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[np.ndarray]:
-        """Generate several requests together (prompts of different lengths) → [frames, 16] int64 each."""
-        return generate.generate_batch(self, requests)
+    def predictor_cache(self, rows: int) -> KVCache:
+        """The code predictor's cache for at least `rows` rows (grown, never shrunk)."""
+        if self._predictor_cache is None or self._predictor_cache.slots < rows:
+            self._predictor_cache = self.predictor.new_cache(max(rows, 8))
+        return self._predictor_cache
 
     def generate(self, text: str, *, voice: str | VoiceClone | None = None, language: str = "auto",
                  instructions: str | None = None, greedy: bool = False, seed: int | None = None,

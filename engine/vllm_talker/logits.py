@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
+from engine.qwen3 import generate
 from engine.vllm_talker import side as side_state
 from engine.vllm_talker.side import expect
 
@@ -66,7 +67,8 @@ class Cb0Processor(LogitsProcessor):
         idx = torch.tensor(slots, dtype=torch.long, device=dev)
         row_idx = torch.tensor(rows, dtype=torch.long, device=logits.device)
         params = [side.slots[s].params for s in slots]
-        cb0 = side.model.choose_cb0(logits[row_idx, :v].to(dev), side.seen[idx], side.n_generated[idx], params)
+        cb0 = generate.choose_cb0(side.model, logits[row_idx, :v].to(dev), side.seen[idx], side.n_generated[idx],
+                                  params)
         side.hidden[idx] = side.captured[row_idx].to(device=dev, dtype=side.hidden.dtype)
         side.cb0[idx] = cb0
         spoken = cb0 != side.model.eos_id

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.qwen3.model import Qwen3TTSModel, SamplingParams
+from engine.qwen3.generate import SamplingParams
+from engine.qwen3.model import Qwen3TTSModel
 
 
 class LayoutError(AssertionError):

@@ -1,4 +1,4 @@
-"""`VllmTalker`: the `TalkerBackend` (engine/talker_backend.py) on stock vLLM, in this process.
+"""`VllmTalker`: the `TalkerBackend` (engine/qwen3/serving/talker_backend.py) on stock vLLM, in this process.
 
 vLLM runs the talker backbone and codebook-0 head (our model class, model.py) with its paged KV cache,
 attention kernels and chunked prefill, as an `LLMEngine` whose engine core lives in this process and
@@ -38,9 +38,11 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from engine.qwen3 import generate
+from engine.qwen3.generate import SamplingParams
 from engine.qwen3.layers import KVCache
-from engine.qwen3.model import Qwen3TTSModel, SamplingParams
-from engine.talker_backend import TalkerSpec
+from engine.qwen3.model import Qwen3TTSModel
+from engine.qwen3.serving.talker_backend import TalkerSpec
 from engine.types import EngineError
 from engine.vllm_talker import side as side_state
 from engine.vllm_talker.plugin import ARCHITECTURE, register
@@ -156,7 +158,7 @@ class VllmTalker:
 
     @classmethod
     def create(cls, model: Qwen3TTSModel, spec: TalkerSpec) -> VllmTalker:
-        """The `TalkerFactory` (engine/talker_backend.py `TALKERS["vllm"]`)."""
+        """The `TalkerFactory` (engine/qwen3/serving/talker_backend.py `TALKERS["vllm"]`)."""
         return cls(model, spec.max_slots, spec.max_context, **dict(spec.options))
 
     # ---- vLLM's own view (tests, stats) -------------------------------------------------------------
@@ -259,7 +261,7 @@ class VllmTalker:
         expect(len(set(slots)) == len(slots) and all(s in side.slots for s in slots),
                f"step over slots {list(slots)}: not distinct live slots ({sorted(side.slots)})")
         idx = torch.as_tensor(list(slots), dtype=torch.long, device=side.inputs.device)
-        side.inputs[idx] = self.model.next_inputs(side.last_frame[idx], text_rows).to(side.inputs.dtype)
+        side.inputs[idx] = generate.next_inputs(self.model, side.last_frame[idx], text_rows).to(side.inputs.dtype)
         side.input_ready = set(slots)
         side.allowed = {side.slots[s].request_id for s in slots}
         try:
@@ -291,8 +293,9 @@ class VllmTalker:
             hidden = torch.cat([hidden, hidden.new_zeros(bucket - n, hidden.shape[1])])
             cb0 = torch.cat([cb0, cb0.new_zeros(bucket - n)])
             all_params += [_PAD_PARAMS] * (bucket - n)
-        sampler, u = self.model.predictor_sampler(all_params, hidden.device)
-        frames = self.model.predict_frames(hidden, cb0, sampler, u, self._predictor_cache(hidden.shape[0]))[:n]
+        sampler, u = generate.predictor_sampler(self.model, all_params, hidden.device)
+        cache = self._predictor_cache(hidden.shape[0])
+        frames = generate.predict_frames(self.model, hidden, cb0, sampler, u, cache)[:n]
         side.last_frame[idx] = frames
         return frames.clone()
 

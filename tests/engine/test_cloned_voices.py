@@ -19,7 +19,7 @@ from support.streams import collect
 
 from engine import AudioChunk, CodecFrames, EngineError, StreamEnd, load_engine
 from engine.qwen3.prompt import VoiceClone
-from engine.qwen3_engine import Qwen3Engine
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine
 
 FRAME = 1920
 TRANSCRIPT = "Good morning."

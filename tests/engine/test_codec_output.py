@@ -10,7 +10,7 @@ import pytest
 
 from engine import AudioChunk, CodecFrames, EngineError, StreamEnd, load_engine
 from engine.qwen3.edge import decoder_id, load_stream_decoder
-from engine.qwen3_engine import Qwen3Engine, tiny_checkpoint
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine, tiny_checkpoint
 
 TEXT = ["Hello there, ", "this is a codec token stream. ", "It ends here."]
 

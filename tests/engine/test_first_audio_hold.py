@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from engine import AudioChunk, load_engine
-from engine.qwen3_engine import Qwen3Engine
-from engine.talker_backend import NativeTalker, TalkerBackend
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine
+from engine.qwen3.serving.talker_backend import NativeTalker, TalkerBackend
 from engine.types import StreamEnd
 
 STEP_DELAY_S = 0.1  # about 8 frames a second against the 12.5 a listener plays
@@ -94,7 +94,7 @@ async def speak_slowly(cache: Path, first_hold_s: float) -> tuple[list[tuple[flo
 
 async def test_a_stream_made_slower_than_it_plays_starts_later_and_plays_through(cache: Path) -> None:
     held, eng = await speak_slowly(cache, first_hold_s=30.0)
-    assert eng.core.frames_per_row is not None and 0.5 < eng.core.frames_per_row < 3.0
+    assert eng.core.pace.frames_per_row is not None and 0.5 < eng.core.pace.frames_per_row < 3.0
     let_go, _ = await speak_slowly(cache, first_hold_s=0.0)  # no hold: the first frames go at once
     audio = sum(s for _, s in held)
     assert audio == pytest.approx(sum(s for _, s in let_go), rel=0.2)

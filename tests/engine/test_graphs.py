@@ -1,4 +1,4 @@
-"""CUDA graphs behind `cuda_graphs` (engine/graphs.py, engine/talker_backend.py), on the real tiny model.
+"""CUDA graphs behind `cuda_graphs` (engine/qwen3/serving/graphs.py, talker_backend.py), on the real tiny model.
 
 On CPU the flag runs the same static-buffer plumbing without capture, so these tests check that path
 against the flag-off engine; the CUDA tests (replay equals eager) skip where there is no GPU.
@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from engine import AudioChunk, CodecFrames, StreamEnd, load_engine
-from engine.graphs import StaticCall
 from engine.qwen3 import Qwen3TTSModel, load_model
-from engine.qwen3.model import SamplingParams
-from engine.qwen3_engine import Qwen3Engine, tiny_checkpoint
-from engine.talker_backend import NativeTalker
+from engine.qwen3.generate import SamplingParams
+from engine.qwen3.serving.graphs import StaticCall
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine, tiny_checkpoint
+from engine.qwen3.serving.talker_backend import NativeTalker
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 TEXTS = ["Hello there, how are you doing today? ", "The quick brown fox jumps over the lazy dog. ",

@@ -18,7 +18,7 @@ import soundfile
 from support.streams import collect
 
 from engine import AudioChunk, CodecFrames, EngineError, Waiting, load_engine
-from engine.qwen3_engine import Qwen3Engine, Qwen3Stream
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine, Qwen3Stream
 
 FRAME = 1920
 SLOTS = 4
@@ -60,7 +60,7 @@ async def wait_for(cond: Any, timeout: float = 20.0) -> None:
 
 
 def parked(eng: Qwen3Engine, s: Qwen3Stream) -> bool:
-    req = eng.core._requests.get(s.rid)
+    req = eng.core._streams.get(s.rid)
     return req is not None and req.record.parked
 
 
@@ -82,7 +82,7 @@ async def test_parked_streams_give_a_waiting_stream_their_slot_and_resume_withou
         s.append("Hello there. ")  # then nothing: an open utterance, its request parked in its slot
     await wait_for(lambda: all(parked(crowded, s) for s in idle))
     assert core.free_slots == 0
-    evictions = core.stats.get("evictions", 0)
+    evictions = core.stats.evictions
 
     newcomer = crowded.open_stream("ryan", "en", seed=99)
     newcomer.append("I need a slot now. ")
@@ -92,8 +92,8 @@ async def test_parked_streams_give_a_waiting_stream_their_slot_and_resume_withou
     assert events[0] == Waiting("capacity", 0)  # told at once why its audio is late, then audio
     assert [e for e in events if isinstance(e, Waiting)] == [events[0]]  # once per wait
     audio = [e for e in events if isinstance(e, AudioChunk)]
-    assert audio and sum(c.pcm.size for c in audio) == core.finished_frames[newcomer.rid] * FRAME
-    assert core.stats["evictions"] == evictions + 1  # one waited: one parked request gave its slot up
+    assert audio and sum(c.pcm.size for c in audio) == core.stats.finished_frames[newcomer.rid] * FRAME
+    assert core.stats.evictions == evictions + 1  # one waited: one parked request gave its slot up
 
     for s in idle:  # the parked ones get their text later: every one speaks all of it
         s.append("And now the rest of what I had to say. ")
@@ -102,13 +102,13 @@ async def test_parked_streams_give_a_waiting_stream_their_slot_and_resume_withou
         events, end = await reader
         assert end.reason == "done", end.message
         audio = [e for e in events if isinstance(e, AudioChunk)]
-        assert sum(c.pcm.size for c in audio) == core.finished_frames[s.rid] * FRAME
+        assert sum(c.pcm.size for c in audio) == core.stats.finished_frames[s.rid] * FRAME
         assert [c.first_frame for c in audio] == list(np.cumsum([0] + [c.pcm.size for c in audio[:-1]]))
         assert audio[-1].segment == 1
-        segments = core.finished_text[s.rid][1]
+        segments = core.stats.finished_text[s.rid][1]
         assert segments == 2  # both pieces consumed, in one request or two
-    assert sum(core.finished_text[s.rid][0] == 2 for s in idle) == 1  # only the evicted one needed a second
-    await wait_for(lambda: core.free_slots == SLOTS and not core._requests)
+    assert sum(core.stats.finished_text[s.rid][0] == 2 for s in idle) == 1  # only the evicted one needed a second
+    await wait_for(lambda: core.free_slots == SLOTS and not core._streams)
 
 
 async def test_without_pressure_a_parked_stream_keeps_its_slot(crowded: Qwen3Engine) -> None:
@@ -118,13 +118,13 @@ async def test_without_pressure_a_parked_stream_keeps_its_slot(crowded: Qwen3Eng
     s.append("Hello there. ")
     await wait_for(lambda: parked(crowded, s))
     await asyncio.sleep(1.0)  # well past park_evict_s, nobody waiting
-    assert core._requests[s.rid].slot is not None
+    assert core._streams[s.rid].slot is not None
     s.append("Still here. ")
     s.finish()
     events, end = await reader
     assert end.reason == "done"
     assert not any(isinstance(e, Waiting) for e in events)
-    assert core.finished_text[s.rid][:2] == (1, 2)
+    assert core.stats.finished_text[s.rid][:2] == (1, 2)
 
 
 # ---- finding 8: past the KV context ---------------------------------------------------------------------
@@ -144,10 +144,10 @@ async def test_a_stream_past_its_kv_context_speaks_every_piece_in_fresh_requests
     await feed(s, PIECES[5:], pause=0.05)  # the rest while it speaks: each request ends at a piece boundary
     events, end = await reader
     assert end.reason == "done", end.message
-    requests, segments, _ = core.finished_text[s.rid]
+    requests, segments, _ = core.stats.finished_text[s.rid]
     assert segments == len(PIECES)  # every piece's tokens reached the talker
     assert requests >= 3  # ~56 tokens, 24 a request
-    frames = core.finished_frames[s.rid]
+    frames = core.stats.finished_frames[s.rid]
     assert frames > short_context.config.max_context  # one request could never have said it all
     assert total_frames(events) == frames
     if output == "pcm":
@@ -170,7 +170,7 @@ async def test_across_requests_the_decoder_state_carries_on(short_context: Qwen3
         st.finish()
     (pcm_events, e1), (codec_events, e2) = await asyncio.gather(collect(pcm_stream), collect(codec_stream))
     assert e1.reason == e2.reason == "done"
-    assert short_context.core.finished_text[pcm_stream.rid][0] >= 2
+    assert short_context.core.stats.finished_text[pcm_stream.rid][0] >= 2
     codes = np.concatenate([e.codes for e in codec_events]).astype(np.int64)
     model = short_context.model
     expected = (np.clip(model.decode(codes), -1, 1) * 32767.0).astype(np.int16)
@@ -187,7 +187,7 @@ async def test_one_piece_longer_than_a_request_is_cut_at_word_boundaries(short_c
     s.finish()
     events, end = await collect(s)
     assert end.reason == "done", end.message
-    requests, segments, tokens = core.finished_text[s.rid]
+    requests, segments, tokens = core.stats.finished_text[s.rid]
     assert requests >= 4 and segments == 1
     whole = len(short_context.model.tokenizer.content_ids(words))
     assert abs(tokens - whole) <= requests  # cut between words, each cut may re-tokenize one space
@@ -197,7 +197,7 @@ async def test_one_piece_longer_than_a_request_is_cut_at_word_boundaries(short_c
     cjk.finish()
     _, end = await collect(cjk)
     assert end.reason == "done", end.message
-    assert core.finished_text[cjk.rid][0] >= 2
+    assert core.stats.finished_text[cjk.rid][0] >= 2
 
 
 async def test_text_the_model_skipped_with_an_early_eos_goes_to_the_next_request(
@@ -212,7 +212,7 @@ async def test_text_the_model_skipped_with_an_early_eos_goes_to_the_next_request
         out = real(slots, rows, params, bucket)
         if not said and any(p.seed == 4242 for p in params):
             i = next(i for i, p in enumerate(params) if p.seed == 4242)
-            req = next(r for r in core._requests.values() if r.slot == slots[i])
+            req = next(r for r in core._streams.values() if r.slot == slots[i])
             if req.frames >= 4:  # a few tokens in, long before its text ends
                 said.append(req.frames)
                 out[i] = talker.eos_id
@@ -225,7 +225,7 @@ async def test_text_the_model_skipped_with_an_early_eos_goes_to_the_next_request
         s.finish()
         events, end = await collect(s)
         assert end.reason == "done", end.message
-        return events, core.finished_text[s.rid]
+        return events, core.stats.finished_text[s.rid]
 
     _, (plain_requests, _, plain_tokens) = await speak()  # without the fault
     monkeypatch.setattr(talker, "step", eos_once)
@@ -268,9 +268,10 @@ async def test_an_ended_stream_keeps_nothing_per_utterance(short_context: Qwen3E
     for p in PIECES:
         s.append(p)
         await asyncio.sleep(0.03)
-        req = core._requests.get(s.rid)
-        if req is not None:
-            longest = max(longest, len(req.ids), len(req.token_segments))
+        req = core._streams.get(s.rid)
+        talk = req.talk if req is not None else None
+        if talk is not None:
+            longest = max(longest, len(talk.ids), len(talk.token_segments))
     s.finish()
     _, end = await reader
     assert end.reason == "done"
@@ -298,9 +299,9 @@ async def test_an_icl_clone_past_its_kv_context_goes_on_with_the_reference_takin
         await feed(s, PIECES[:8], pause=0.05)
         events, end = await reader
         assert end.reason == "done", end.message
-        requests, segments, _ = eng.core.finished_text[s.rid]
+        requests, segments, _ = eng.core.stats.finished_text[s.rid]
         assert requests >= 3 and segments == 8
-        frames = eng.core.finished_frames[s.rid]
+        frames = eng.core.stats.finished_frames[s.rid]
         assert frames > 64 - 16
         if output == "codec_tokens":
             primes = [e for e in events if isinstance(e, CodecFrames) and e.prime]
@@ -334,7 +335,7 @@ async def test_text_past_max_pending_chars_is_refused_and_the_rest_keeps_its_seg
         events, end = await collect(s)
         assert end.reason == "done", end.message
         assert {e.segment for e in events} <= {0, 1, 3}  # the refused one is nowhere, the others keep theirs
-        assert eng.core.finished_text[s.rid][1] == 3  # three segments spoken
+        assert eng.core.stats.finished_text[s.rid][1] == 3  # three segments spoken
         await collect(holder)
     finally:
         eng.close()

@@ -12,7 +12,7 @@ import pytest
 from support.streams import collect
 
 from engine import load_engine
-from engine.scheduler import ThroughputMeter
+from engine.qwen3.serving.scheduler import ThroughputMeter
 from engine.types import Capacity, StreamEnd
 
 BUCKETS = (4, 8, 16, 32)

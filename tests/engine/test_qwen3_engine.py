@@ -17,9 +17,9 @@ import torch
 from support.streams import collect
 
 from engine import AudioChunk, Engine, EngineError, Stream, StreamEnd, Waiting, load_engine
-from engine.core import CoreRequest
 from engine.options import stream_request
-from engine.qwen3_engine import Qwen3Engine, Qwen3Stream
+from engine.qwen3.serving.core_stream import CoreStream
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine, Qwen3Stream
 
 FRAME = 1920
 MAX_STREAMS = 6
@@ -80,9 +80,9 @@ def assert_same_audio(got: np.ndarray, expected: np.ndarray) -> None:
     assert np.abs(got.astype(np.int32) - expected).max() <= 2
 
 
-async def request_of(eng: Qwen3Engine, stream: Qwen3Stream) -> CoreRequest:
-    await wait_for(lambda: stream.rid in eng.core._requests)
-    return eng.core._requests[stream.rid]
+async def request_of(eng: Qwen3Engine, stream: Qwen3Stream) -> CoreStream:
+    await wait_for(lambda: stream.rid in eng.core._streams)
+    return eng.core._streams[stream.rid]
 
 
 async def speak(eng: Qwen3Engine, text: str, seed: int | None = None, voice: str = "ryan") -> np.ndarray:
@@ -140,7 +140,7 @@ async def test_many_streams_with_text_in_random_pieces_finish_with_audio_matchin
     for rid, chunks, end, n_pieces in results:
         assert end.reason == "done", end.message
         audio = pcm(chunks)
-        assert audio.size == engine.core.finished_frames[rid] * FRAME > 0
+        assert audio.size == engine.core.stats.finished_frames[rid] * FRAME > 0
         assert [c.first_frame for c in chunks] == list(np.cumsum([0] + [c.pcm.size for c in chunks[:-1]]))
         segments = [c.segment for c in chunks]
         assert segments == sorted(segments) and segments[0] >= 0 and segments[-1] < n_pieces
@@ -158,17 +158,17 @@ async def test_a_request_parks_when_its_text_runs_dry_and_resumes_on_append(engi
     req = await request_of(engine, s)
     await wait_for(lambda: req.record.parked)
     frames_parked = req.frames
-    rows_parked = engine.core.stats["talker_rows"]
+    rows_parked = engine.core.stats.talker_rows
     await asyncio.sleep(0.3)
     # Parked: not fed padding, not stepped; one frame per text token at most.
     assert req.frames == frames_parked == n_tokens
-    assert engine.core.stats["talker_rows"] == rows_parked
+    assert engine.core.stats.talker_rows == rows_parked
     s.append("How are you doing today? ")
     s.finish()
     chunks, end = await consumer
     assert end.reason == "done"
-    assert engine.core.finished_frames[s.rid] > frames_parked
-    assert pcm(chunks).size == engine.core.finished_frames[s.rid] * FRAME
+    assert engine.core.stats.finished_frames[s.rid] > frames_parked
+    assert pcm(chunks).size == engine.core.stats.finished_frames[s.rid] * FRAME
     assert chunks[-1].segment == 1
 
 
@@ -191,7 +191,7 @@ async def test_cancel_at_every_stage_ends_the_stream_and_frees_its_slot(engine: 
     if stage != "before_text":
         s.append(TEXTS[0] * 3)
     if stage == "before_first_audio":
-        await wait_for(lambda: s.rid in engine.core._requests and engine.core._requests[s.rid].slot is not None)
+        await wait_for(lambda: s.rid in engine.core._streams and engine.core._streams[s.rid].slot is not None)
     if stage == "mid_stream":
         await wait_for(lambda: len(chunks) >= 2)
     if stage == "after_finish":
@@ -204,7 +204,7 @@ async def test_cancel_at_every_stage_ends_the_stream_and_frees_its_slot(engine: 
     assert len(chunks) == n_before  # no audio after the cancel
     for _, end in await other_results:
         assert end.reason == "done"  # the others are unaffected
-    await wait_for(lambda: engine.core.free_slots == MAX_STREAMS and s.rid not in engine.core._requests)
+    await wait_for(lambda: engine.core.free_slots == MAX_STREAMS and s.rid not in engine.core._streams)
 
 
 async def test_an_exception_in_one_stream_ends_only_that_stream(engine: Qwen3Engine,
@@ -247,7 +247,7 @@ async def test_a_consumer_that_stops_reading_pauses_its_stream(engine: Qwen3Engi
     assert req.record.generating
     chunks, end = await collect(s)
     assert end.reason == "done"
-    assert pcm(chunks).size == engine.core.finished_frames[s.rid] * FRAME
+    assert pcm(chunks).size == engine.core.stats.finished_frames[s.rid] * FRAME
 
 
 async def test_audio_is_resampled_to_the_requested_rate(engine: Qwen3Engine) -> None:
@@ -257,7 +257,7 @@ async def test_audio_is_resampled_to_the_requested_rate(engine: Qwen3Engine) -> 
     chunks, end = await collect(s)
     assert end.reason == "done"
     assert {c.sample_rate for c in chunks} == {16000}
-    assert abs(pcm(chunks).size - engine.core.finished_frames[s.rid] * FRAME * 2 // 3) <= 2
+    assert abs(pcm(chunks).size - engine.core.stats.finished_frames[s.rid] * FRAME * 2 // 3) <= 2
 
 
 async def test_finish_without_text_ends_at_once_without_audio(engine: Qwen3Engine) -> None:
@@ -378,7 +378,7 @@ def test_voices_and_languages_come_from_the_checkpoint(engine: Qwen3Engine) -> N
 
 
 def test_a_checkpoint_directory_loads_through_the_loader(engine: Qwen3Engine) -> None:
-    from engine.qwen3_engine import tiny_checkpoint
+    from engine.qwen3.serving.qwen3_engine import tiny_checkpoint
 
     path: Path = tiny_checkpoint(engine_cache(engine))
     other = load_engine(str(path), max_streams=1, warm_up=False)
@@ -432,7 +432,7 @@ async def test_random_appends_finishes_cancels_and_slow_readers_leave_the_engine
         assert ends[0].reason == ("cancelled" if "cancel" in plan else "done")
         assert [c.first_frame for c in chunks] == [sum(c.pcm.size for c in chunks[:k]) for k in range(len(chunks))]
         if plan in ("finish", "slow_reader"):
-            assert pcm(chunks).size == engine.core.finished_frames[s.rid] * FRAME
+            assert pcm(chunks).size == engine.core.stats.finished_frames[s.rid] * FRAME
 
     await asyncio.gather(*[life(i) for i in range(14)])
-    await wait_for(lambda: engine.core.free_slots == MAX_STREAMS and not engine.core._requests)
+    await wait_for(lambda: engine.core.free_slots == MAX_STREAMS and not engine.core._streams)

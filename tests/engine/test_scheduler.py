@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from engine.scheduler import TRANSITIONS, RequestRecord, Scheduler, SchedulerConfig, Status, bucket_sizes, urgency
+from engine.qwen3.serving.scheduler import (
+    TRANSITIONS,
+    RequestRecord,
+    Scheduler,
+    SchedulerConfig,
+    Status,
+    bucket_sizes,
+    urgency,
+)
 
 
 class FakeClock:

@@ -14,8 +14,8 @@ from support.talker_conformance import ALL_CHECKS, CheckedTalker
 
 from engine import load_engine
 from engine.qwen3 import Qwen3TTSModel, load_model
-from engine.qwen3_engine import Qwen3Engine, tiny_checkpoint
-from engine.talker_backend import NativeTalker, TalkerBackend, TalkerSpec, talker_factory
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine, tiny_checkpoint
+from engine.qwen3.serving.talker_backend import NativeTalker, TalkerBackend, TalkerSpec, talker_factory
 
 
 @pytest.fixture(autouse=True)
@@ -80,6 +80,6 @@ async def test_the_core_keeps_the_guarantees_a_backend_relies_on() -> None:
     assert not checked.violations
     assert all(checked.calls[c] > 0 for c in ("prefill", "step", "complete", "abort"))
     assert not checked.state  # every slot aborted: nothing left allocated
-    requests = {rid: done[0] for rid, done in eng.core.finished_text.items()}
+    requests = {rid: done[0] for rid, done in eng.core.stats.finished_text.items()}
     assert requests[late.rid] == 1 and requests[long.rid] >= 2
-    assert eng.core.stats["prefills"] == checked.calls["prefill"]
+    assert eng.core.stats.prefills == checked.calls["prefill"]

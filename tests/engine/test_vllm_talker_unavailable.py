@@ -17,7 +17,7 @@ from support.servers import free_port
 
 from engine import EngineError, load_engine
 from engine.qwen3 import make_tiny_checkpoint
-from engine.talker_backend import TALKERS
+from engine.qwen3.serving.talker_backend import TALKERS
 from engine.vllm_talker.preflight import have_vllm, problems, talker_head_dim
 
 

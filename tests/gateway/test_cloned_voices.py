@@ -21,7 +21,7 @@ from support.wsclient import call, open_session, until, utterance
 from engine import load_engine
 from engine.qwen3 import make_tiny_checkpoint
 from engine.qwen3.edge import load_stream_decoder
-from engine.qwen3_engine import Qwen3Engine
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine
 from gateway.protocol import CODEC_HEADER, CodecFlag
 
 AGENT = Path(__file__).resolve().parents[2] / "examples" / "agents" / "streaming_agent.py"

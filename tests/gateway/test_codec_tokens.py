@@ -21,7 +21,7 @@ from support.wsclient import utterance
 
 from engine import load_engine
 from engine.qwen3.edge import decoder_id, load_stream_decoder
-from engine.qwen3_engine import tiny_checkpoint
+from engine.qwen3.serving.qwen3_engine import tiny_checkpoint
 
 HEADER = struct.Struct("<IHB")
 EOS, SEGMENT_END, RESET = 1, 2, 4

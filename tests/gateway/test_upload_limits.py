@@ -23,7 +23,7 @@ from support.servers import serve
 from support.wsclient import call
 
 from engine import Engine, load_engine
-from engine.qwen3_engine import Qwen3Engine
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine
 from gateway.openai_api import MAX_BODY_BYTES as SPEECH_BODY_BYTES
 from gateway.voices import MAX_BODY_BYTES, REGISTRATION
 from sessions import DEFAULT_TENANT, SessionStore, StoreSettings, Voice, hash_api_key

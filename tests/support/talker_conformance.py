@@ -1,4 +1,4 @@
-"""Checks every `TalkerBackend` (engine/talker_backend.py) must pass, whatever engine runs the talker.
+"""Checks every `TalkerBackend` (engine/qwen3/serving/talker_backend.py) must pass, whatever engine runs the talker.
 
 Each check takes `make(spec) -> TalkerBackend` and the loaded model, and drives the backend the way
 the core does (one prefill a cycle, then one step, then one complete over every slot that produced
@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from engine.qwen3.model import GenerationRequest, Qwen3TTSModel, SamplingParams
+from engine.qwen3 import generate
+from engine.qwen3.generate import GenerationRequest, SamplingParams
+from engine.qwen3.model import Qwen3TTSModel
 from engine.qwen3.prompt import Prompt
-from engine.talker_backend import TalkerBackend, TalkerSpec
+from engine.qwen3.serving.talker_backend import TalkerBackend, TalkerSpec
 
 Make = Callable[[TalkerSpec], TalkerBackend]
 SPEC = TalkerSpec(max_slots=6, max_context=128, buckets=(4, 8), kv_block=32)
@@ -116,7 +118,7 @@ def _greedy() -> SamplingParams:
 
 def _reference(model: Qwen3TTSModel, prompt: Prompt, max_frames: int = FRAMES) -> np.ndarray:
     # The same greedy params as the backend's run: the reference loop applies penalty and suppression too.
-    return model.generate_batch([GenerationRequest(prompt, _greedy(), max_frames)])[0]
+    return generate.generate_batch(model, [GenerationRequest(prompt, _greedy(), max_frames)])[0]
 
 
 def _new(make: Make, spec: TalkerSpec = SPEC) -> TalkerBackend:

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from engine.qwen3 import Qwen3TTSModel, load_model, make_tiny_checkpoint
-from engine.qwen3_engine import Qwen3Engine
-from engine.talker_backend import TalkerBackend, TalkerSpec
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine
+from engine.qwen3.serving.talker_backend import TalkerBackend, TalkerSpec
 
 
 def have_vllm() -> bool:

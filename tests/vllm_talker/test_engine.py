@@ -16,7 +16,7 @@ import pytest
 
 from engine import AudioChunk, CodecFrames, StreamEnd
 from engine.qwen3 import Qwen3TTSModel
-from engine.qwen3_engine import Qwen3Engine
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine
 
 pytestmark = pytest.mark.vllm
 
@@ -34,7 +34,7 @@ async def until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 def parked(engine: Qwen3Engine) -> bool:
-    return any(r.record.parked for r in list(engine.core._requests.values()))
+    return any(r.record.parked for r in list(engine.core._streams.values()))
 
 
 async def speak(engine: Qwen3Engine, pieces: Sequence[str], *, park: bool = False, codec: bool = True,
@@ -91,7 +91,7 @@ async def test_streamed_text_parks_in_one_vllm_request_and_gives_the_native_code
     got_events = await speak(on_vllm, PIECES, park=True)
     assert np.array_equal(codes(got_events), want)
     assert vllm_talker.stats["prefills"] - prefills == 1  # the appended text joined the running request
-    requests, segments, _tokens = on_vllm.core.finished_text[max(on_vllm.core.finished_text)]
+    requests, segments, _tokens = on_vllm.core.stats.finished_text[max(on_vllm.core.stats.finished_text)]
     assert requests == 1 and segments == len(PIECES)
 
 
@@ -138,7 +138,7 @@ async def test_cancel_frees_the_vllm_request_and_its_kv(on_vllm: Qwen3Engine, vl
         await until(lambda: any(isinstance(ev, AudioChunk) for ev in events))
         assert vllm_talker.counters()["requests"] == 1
     if point == "parked":
-        await until(lambda: next(iter(on_vllm.core._requests.values())).record.parked)
+        await until(lambda: next(iter(on_vllm.core._streams.values())).record.parked)
     if point == "after_finish":
         stream.append(PIECES[1])
         stream.finish()

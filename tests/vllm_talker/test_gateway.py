@@ -14,7 +14,7 @@ import pytest
 import websockets
 from support.servers import serve
 
-from engine.qwen3_engine import Qwen3Engine
+from engine.qwen3.serving.qwen3_engine import Qwen3Engine
 
 pytestmark = pytest.mark.vllm
 

@@ -14,8 +14,8 @@ import torch
 from support.talker_conformance import ALL_CHECKS, SPEC
 
 from engine.qwen3 import Qwen3TTSModel
-from engine.qwen3.model import SamplingParams
-from engine.talker_backend import talker_factory
+from engine.qwen3.generate import SamplingParams
+from engine.qwen3.serving.talker_backend import talker_factory
 from engine.vllm_talker.side import LayoutError
 from engine.vllm_talker.talker import VllmTalker
 

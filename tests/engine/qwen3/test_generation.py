@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.qwen3 import GenerationRequest, Qwen3TTSModel, SamplingParams, load_model
+from engine.qwen3 import GenerationRequest, Qwen3TTSModel, SamplingParams, generate, load_model
 
 FRAMES = 20
 LONG = "The quick brown fox jumps over the lazy dog, and then it runs all the way back home again."
@@ -26,11 +26,11 @@ def _requests(model: Qwen3TTSModel, greedy: bool, seeds: tuple[int, ...] = (11, 
 
 @pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "seeded-sampling"])
 def test_batched_generation_equals_each_request_alone(tiny_model: Qwen3TTSModel, greedy: bool) -> None:
-    batched = tiny_model.generate_batch(_requests(tiny_model, greedy))
+    batched = generate.generate_batch(tiny_model, _requests(tiny_model, greedy))
     assert len({b.shape[0] for b in batched}) == 3  # rows really leave the batch at different steps
     assert max(b.shape[0] for b in batched) >= FRAMES
     for i, req in enumerate(_requests(tiny_model, greedy)):
-        alone = tiny_model.generate_batch([req])[0]
+        alone = generate.generate_batch(tiny_model, [req])[0]
         assert np.array_equal(alone, batched[i]), f"request {i} differs when batched"
 
 
@@ -152,19 +152,19 @@ def _generate_live(model: Qwen3TTSModel, segments: list[list[int]], max_frames: 
     n_gen, frames = torch.zeros(1, dtype=torch.long), []
     with torch.no_grad():
         logits, hidden = model.talker.prefill(prompt.rows[None], torch.tensor([prompt.rows.shape[0]]), slot, cache)
-        cb0 = model.choose_cb0(logits, seen, n_gen, params)
+        cb0 = generate.choose_cb0(model, logits, seen, n_gen, params)
         while int(cb0[0]) != model.eos_id and len(frames) < max_frames:
             seen[0, cb0[0]] = True
             n_gen += 1
-            frame = model.complete_frames(hidden, cb0, params)
+            frame = generate.complete_frames(model, hidden, cb0, params)
             frames.append(frame[0])
             g = len(frames) - 1
             while g >= len(queue) and pending:  # parked: text ran dry; resume when the next segment comes
                 queue.extend(pending.pop(0))
             text_row = queue[g] if g < len(queue) else prompt.pad
-            x = model.next_inputs(frame, text_row[None])
+            x = generate.next_inputs(model, frame, text_row[None])
             logits, hidden = model.talker.step(x, torch.tensor([prompt.rows.shape[0]]) + n_gen - 1, slot, cache)
-            cb0 = model.choose_cb0(logits, seen, n_gen, params)
+            cb0 = generate.choose_cb0(model, logits, seen, n_gen, params)
     return torch.stack(frames).numpy()
 
 

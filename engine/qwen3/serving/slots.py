@@ -3,7 +3,7 @@
 - `SlotPool` is the core's: which slot ids are free (the admission resource) and one exact streaming
   codec state per slot (conv histories, transposed-conv tails, the 72-frame attention window). The
   codec is the core's whichever talker runs.
-- `TalkerSlots` is the native talker's (engine/talker_backend.py `NativeTalker`): one talker KV cache
+- `TalkerSlots` is the native talker's (engine/qwen3/serving/talker_backend.py `NativeTalker`): one talker KV cache
   row per slot (all layers, `max_context` positions) plus one scratch row for padding, and the carry
   between steps (last hidden state, codebook 0, last frame, position, generated-id set for the
   repetition penalty). The core never reads it; another backend (vLLM) keeps its own instead.

@@ -1,7 +1,7 @@
 """The Qwen3-TTS engine behind the `Engine`/`Stream` contract (DESIGN §3): `load_engine("tiny" | PATH)`.
 
 `Qwen3Engine` validates a stream's options on the caller's thread (so bad requests fail at once with
-an `EngineError`) and hands everything else to the `EngineCore` thread (engine/core.py).
+an `EngineError`) and hands everything else to the `EngineCore` thread (engine/qwen3/serving/core.py).
 
 "tiny" is `engine.qwen3.make_tiny_checkpoint` written once into the cache directory ($VOXGATE_CACHE,
 default ~/.cache/voxgate) under a name derived from the generator's source, so a changed tiny model
@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from engine.cache import cache_dir
-from engine.core import CoreConfig, EngineCore, StreamOptions, TextLedger
 from engine.languages import canonical_language
 from engine.options import shown, stream_request
 from engine.qwen3.edge import decoder_id
-from engine.qwen3.model import Qwen3TTSModel, SamplingParams
+from engine.qwen3.generate import SamplingParams
+from engine.qwen3.model import Qwen3TTSModel
+from engine.qwen3.serving.core import CoreConfig, EngineCore, StreamOptions, TextLedger
+from engine.qwen3.serving.talker_backend import TalkerFactory, talker_factory
 from engine.stream import EventBridge
-from engine.talker_backend import TalkerFactory, talker_factory
 from engine.types import Capacity, EngineError, StreamEvent, StreamRequest, VoiceInfo
 
 log = logging.getLogger("voxgate.engine.qwen3")
@@ -108,7 +109,7 @@ class Qwen3Stream:
 class Qwen3Engine:
     """Options (see `CoreConfig`): max_streams, max_context, max_batch, ramp, max_codec_rows, queue_size,
     threads, frames_per_token, min_frames, kv_block, warm_up, cuda_graphs, first_hold_s, hold_more_s;
-    `greedy` makes every stream argmax; `talker` the talker backend (a name in engine/talker_backend.py
+    `greedy` makes every stream argmax; `talker` the talker backend (a name in engine/qwen3/serving/talker_backend.py
     `TALKERS`, default "native", or a `TalkerFactory`) and `talker_options` its own options."""
 
     def __init__(self, model: Qwen3TTSModel, *, greedy: bool = False, model_path: Path | None = None,
@@ -238,7 +239,7 @@ class Qwen3Engine:
 
     def capacity(self) -> Capacity:
         """How many streams the core keeps ahead of their listeners now, judged from the frames per
-        second its cycles have made at each batch size (engine/scheduler.py `ThroughputMeter`), capped
+        second its cycles have made at each batch size (engine/qwen3/serving/scheduler.py `ThroughputMeter`), capped
         by the slots; and how many streams are open and not ended (holding or waiting for a slot).
         Cheap, any thread: it reads the meter under its lock, never waits for the core."""
         active = sum(1 for s in list(self._streams) if not s._bridge.ended)
@@ -262,9 +263,9 @@ class Qwen3Engine:
         """The core's own measures for /metrics (gateway/engine_report.py): its last cycle's time and batch,
         slots in use of all, and streams waiting for a slot. Read without the core's lock (a snapshot)."""
         core, slots = self.core, self.config.max_streams
-        cycles = core.cycle_s
+        cycles = core.stats.cycle_s
         in_use = slots - core.free_slots
-        out = {"batch_size": float(core._cycle_work[0]), "slots_in_use": float(in_use), "slots_total": float(slots),
+        out = {"batch_size": float(core.stats.batch_rows), "slots_in_use": float(in_use), "slots_total": float(slots),
                "queue_depth": float(max(0, core.active - in_use))}  # fmt: skip
         if cycles:
             out["cycle_seconds"] = cycles[-1]

@@ -1,14 +1,14 @@
 """The TalkerBackend seam (DESIGN §3; research/vllm_talker_backend.md §4.1): the talker's side of
 generation — prefill a request into a slot, step a batch of slots one frame, complete frames with the
 code predictor, abort a slot — and nothing else. Prompts, text tracks, the codec and its state,
-scheduling and the protocol stay in the core (engine/core.py), which holds a `TalkerBackend` and never
+scheduling and the protocol stay in the core (engine/qwen3/serving/core.py), which holds a `TalkerBackend` and never
 touches talker tensors; `NativeTalker` (below) is the in-process one, a vLLM talker is another.
 
 `NativeTalker`: all shapes are padded to a batch bucket (padding rows use its scratch slot and greedy
 sampling, so they draw no randomness) and attention reads a key length rounded up to `kv_block`, so the
 number of distinct shapes is small and every one of them is run once by `warm_up`. With `cuda_graphs`,
 each call splits into a host part (slot gathers, `int(...)`, uniforms drawn from the rows' generators,
-the sampler's path facts) and a tensor part run through `engine.graphs.StaticCall`: the talker step
+the sampler's path facts) and a tensor part run through `engine.qwen3.serving.graphs.StaticCall`: the talker step
 keyed by (bucket, kv_len), the code-predictor pass by (bucket, sampler path). On CUDA those are
 captured as CUDA graphs and replayed; elsewhere the same static-buffer path runs uncaptured.
 """
@@ -24,11 +24,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from engine.graphs import StaticCall
+from engine.qwen3 import generate
+from engine.qwen3.generate import SamplingParams
 from engine.qwen3.layers import KVCache
-from engine.qwen3.model import Qwen3TTSModel, SamplingParams
+from engine.qwen3.model import Qwen3TTSModel
 from engine.qwen3.sampling import RowSampler
-from engine.slots import TalkerSlots
+from engine.qwen3.serving.graphs import StaticCall
+from engine.qwen3.serving.slots import TalkerSlots
 
 log = logging.getLogger("voxgate.engine.talker")
 
@@ -53,57 +55,21 @@ class TalkerSpec:
     max_context: int  # positions per slot: prompt rows + frames (the core never steps past it)
     buckets: tuple[int, ...]  # padded batch sizes of step/complete calls, increasing; warm_up gets them too
     kv_block: int = 64  # native: attention key lengths are rounded up to this
-    cuda_graphs: bool = False  # native: capture the step and the predictor pass (engine/graphs.py)
+    cuda_graphs: bool = False  # native: capture the step and the predictor pass (engine/qwen3/serving/graphs.py)
     options: Mapping[str, Any] = field(default_factory=dict)  # backend-specific (e.g. vLLM's memory share)
 
 
 @runtime_checkable
 class TalkerBackend(Protocol):
-    """The talker behind the core. Every method is called from the core's one thread, one call at a
-    time; `warm_up` once before the first `prefill`; `close` once, last.
-
-    Slot state belongs to the backend: the core hands out slot ids in [0, max_slots) (it owns the id
-    free list and each slot's codec state, engine/slots.py `SlotPool`), and the backend allocates what
-    a request needs in `prefill` (KV, hidden state, cb0, position, repetition-penalty set, a vLLM
-    request) and frees it in `abort`. The core never reads or writes talker tensors.
-
-    What the core guarantees, so a backend may rely on it (and should assert what it relies on):
-
-    1. Per slot, calls come in this order: `prefill` → (`complete` → `step`)* → `abort`. `complete`
-       follows every `prefill`/`step` that returned an id other than `eos_id`, before that slot's next
-       `step`; after `eos_id` only `abort` follows. `abort` may come at any point between calls (done,
-       cancel, failure, eviction) and ends the request — also for a slot whose `prefill` raised or never
-       ran (a failure just before it) — and the next call naming the slot is a `prefill`.
-       `prefill` is never called on a slot that is not free (never used, or aborted since).
-    2. A cycle makes at most one `prefill`, then at most one `step`, then at most one `complete` over
-       every slot that just produced codebook 0 — the prefilled slot and the stepped ones together.
-    3. A batch (`step`, `complete`) lists distinct live slots, 1 ≤ len(slots) ≤ bucket, bucket one of
-       `TalkerSpec.buckets`; row i of every argument and result belongs to slots[i]. The order is the
-       scheduler's urgency order and changes from cycle to cycle; slots are not contiguous.
-    4. A live slot left out of a `step` must not advance: it is parked (its text ran dry) or paused
-       (its listener is not reading) and may sit out any number of cycles, then resume with its state
-       intact — no padding fed, no re-prefill. Streamed text arrives as these per-step `text_rows`; one
-       request runs for the whole text its KV context holds (one prefill per request).
-    5. `text_rows` [len(slots), H] (model device, talker dtype) is each slot's next text-track row —
-       content, end-of-text or the pad row; step input = Σ embeddings of the slot's last completed
-       frame + that row. A step's position is prompt_len + ids accepted − 1; the core keeps it below
-       `max_context` (a request's frame cap), and prompt rows below `max_context` too.
-    6. `params[i]` is the same `SamplingParams` object for a slot for the whole request (per stream
-       for a stream's later requests); its `generator` draws in call order: cb0 uniforms in
-       `prefill`/`step`, then the code predictor's in `complete`. Padding rows draw nothing.
-
-    What the core expects back:
-    - ids as Python ints in slot order; frames as a [len(slots), 16] int64 tensor the caller owns (not a
-      view of a buffer a later call overwrites). `eos_id` ends the request.
-    - A row's results depend only on its own slot's state and params — not on the other rows, their
-      order or the bucket — so a seeded stream reproduces alone vs batched (the conformance suite,
-      tests/support/talker_conformance.py, checks this).
-    - A call that raises leaves every slot as before the call, so the core can re-run the rows one at
-      a time to find the culprit (its failure isolation) and end only that stream.
-    - `warm_up(buckets)` runs every shape the backend will see and returns bucket → seconds of one warm
-      `step` + `complete` at that bucket: the throughput meter's prior for buckets not measured yet
-      ({} if unknown: the meter then assumes no gain from batching).
-    """
+    """The talker behind the core: prefill a request into a slot, step a batch of slots one frame,
+    complete frames with the code predictor, abort a slot. Every method is called from the core's one
+    thread, one call at a time; `warm_up` once before the first `prefill`; `close` once, last. The
+    backend owns each slot's talker state (allocated in `prefill`, freed in `abort`); the core owns the
+    slot ids and their codec state and never touches a talker tensor. What the core guarantees (call
+    order per slot, one prefill/step/complete per cycle, batches of distinct slots in a bucket, parked
+    slots keep their state) and what it expects back (ints in slot order, frames the caller owns, rows
+    independent of each other, a failed call leaves every slot as before): docs/engine.md "The talker
+    contract"; tests/support/talker_conformance.py checks it."""
 
     eos_id: int
     max_slots: int
@@ -145,7 +111,7 @@ TalkerFactory = Callable[[Qwen3TTSModel, TalkerSpec], TalkerBackend]
 #: Talkers by name (`load_engine(..., talker=NAME)`): "module:attribute" of a `TalkerFactory`, imported
 #: only when named, so the default install never imports another engine's packages.
 TALKERS: dict[str, str] = {
-    "native": "engine.talker_backend:NativeTalker.create",
+    "native": "engine.qwen3.serving.talker_backend:NativeTalker.create",
     "vllm": "engine.vllm_talker.talker:VllmTalker.create",  # needs vLLM installed (docs/vllm.md)
 }
 
@@ -210,7 +176,7 @@ class NativeTalker:
         p.start(slot, t)
         slot_t = torch.tensor([slot], device=p.hidden.device)
         logits, hidden = self.model.talker.prefill(rows[None], torch.tensor([t], device=rows.device), slot_t, p.kv)
-        cb0 = self.model.choose_cb0(logits, p.seen[slot_t], p.n_generated[slot_t], [params])
+        cb0 = generate.choose_cb0(self.model, logits, p.seen[slot_t], p.n_generated[slot_t], [params])
         p.hidden[slot], p.cb0[slot] = hidden[0], cb0[0]
         return self._accept(slot, int(cb0[0]))
 
@@ -229,7 +195,7 @@ class NativeTalker:
                       slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The talker step's tensor part: last frames [B, 16] + text rows [B, H] at positions [B] of cache
         slots [B] → (codebook-0 logits [B, V], hidden [B, H])."""
-        x = self.model.next_inputs(frames, text_rows)
+        x = generate.next_inputs(self.model, frames, text_rows)
         return self.model.talker.step(x, positions, slots, self.pool.kv, kv_len=kv_len)
 
     def _run_step(self, kv_len: int, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -241,18 +207,18 @@ class NativeTalker:
                          u: torch.Tensor, *sampler_tensors: torch.Tensor) -> tuple[torch.Tensor]:
         """The code-predictor pass's tensor part: the sampler is rebuilt from static tensors and path facts."""
         sampler = RowSampler(**dict(zip(_SAMPLER_TENSORS, sampler_tensors, strict=True)), **dict(facts))
-        return (self.model.predict_frames(hidden, cb0, sampler, u, self._predictor_cache(hidden.shape[0])),)
+        return (generate.predict_frames(self.model, hidden, cb0, sampler, u, self._predictor_cache(hidden.shape[0])),)
 
     def _run_predict(self, hidden: torch.Tensor, cb0: torch.Tensor, params: Sequence[SamplingParams]
                      ) -> torch.Tensor:
         """Frames [B, 16] for rows [B]; with cuda_graphs a static output: valid until the next pass."""
-        sampler, u = self.model.predictor_sampler(params, hidden.device)  # host: generators, path facts
+        sampler, u = generate.predictor_sampler(self.model, params, hidden.device)  # host: generators, path facts
         cache = self._predictor_cache(hidden.shape[0])  # allocated here, never inside a capture
         if self._predict_call is not None and _capturable(sampler):
             facts = tuple((f, getattr(sampler, f)) for f in _SAMPLER_FACTS)
             tensors = [getattr(sampler, f) for f in _SAMPLER_TENSORS]
             return self._predict_call(facts, hidden, cb0, u, *tensors)[0]
-        return self.model.predict_frames(hidden, cb0, sampler, u, cache)
+        return generate.predict_frames(self.model, hidden, cb0, sampler, u, cache)
 
     @torch.no_grad()
     def step(self, slots: Sequence[int], text_rows: torch.Tensor, params: Sequence[SamplingParams],
@@ -275,7 +241,7 @@ class NativeTalker:
         logits, hidden = self._run_step(kv_len, frames, text_rows, pos, all_slots)
         seen = torch.cat([p.seen[idx], p.seen.new_zeros(pad, p.seen.shape[1])]) if pad > 0 else p.seen[idx]
         n_gen = torch.cat([p.n_generated[idx], p.n_generated.new_ones(pad)]) if pad > 0 else p.n_generated[idx]
-        cb0 = self.model.choose_cb0(logits, seen, n_gen, all_params)[:n]
+        cb0 = generate.choose_cb0(self.model, logits, seen, n_gen, all_params)[:n]
         p.hidden[idx] = hidden[:n]
         p.cb0[idx] = cb0
         return [self._accept(s, int(c)) for s, c in zip(slots, cb0.tolist(), strict=True)]

@@ -1,6 +1,6 @@
 """The scheduling policy of the Qwen3 engine core: which request to admit, which rows to step, which
 streams to decode, decided from plain request records and a clock (vLLM v1's split: this module
-decides, engine/core.py executes). No torch here, so every rule is tested with a fake clock.
+decides, engine/qwen3/serving/core.py executes). No torch here, so every rule is tested with a fake clock.
 
 Urgency is the listener's point of view. A stream with no audio yet is waiting on its first audio
 (time to first audio), the most urgent kind. A stream with audio has a simulated client playback
@@ -172,6 +172,14 @@ class TalkerPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class StepPlan:
+    """One cycle's talker work: parked requests to close for waiting streams, then the talker plan."""
+
+    evict: tuple[int, ...]
+    talker: TalkerPlan
+
+
+@dataclass(frozen=True, slots=True)
 class CodecPlan:
     chunks: tuple[tuple[int, int], ...]  # (request, frames to decode), most urgent first
 
@@ -208,15 +216,25 @@ class Scheduler:
         waiting = [r for r in records if not r.admitted and r.has_text]
         return sorted(waiting, key=lambda r: (not r.resume, r.arrival, r.rid))
 
-    def plan_talker(self, records: Iterable[RequestRecord], now: float, free_slots: int) -> TalkerPlan:
+    def plan(self, records: Iterable[RequestRecord], now: float, free_slots: int) -> StepPlan:
+        """The talker's work of one cycle: the evictions (`plan_evictions`), and the talker plan with the
+        evicted requests runnable (their end of text is fed before the step)."""
+        recs = list(records)
+        evict = self.plan_evictions(recs, now, free_slots)
+        return StepPlan(evict, self.plan_talker(recs, now, free_slots, frozenset(evict)))
+
+    def plan_talker(self, records: Iterable[RequestRecord], now: float, free_slots: int,
+                    evicting: frozenset[int] = frozenset()) -> TalkerPlan:
         """Admit at most one prefill (a long prompt must not stall every running stream twice in a
         cycle), then fill the batch with runnable rows in urgency order. Parked and paused requests
-        are skipped: the one has no input to consume, the other has nowhere to put its audio."""
+        are skipped: the one has no input to consume, the other has nowhere to put its audio; a parked
+        one in `evicting` runs (its end of text is fed this cycle)."""
         recs = list(records)
         line = self.line(recs)
         prefill = line[0].rid if line and free_slots > 0 else None
         blocked = tuple((r.rid, i) for i, r in enumerate(line) if i >= max(free_slots, 0))
-        runnable = [r for r in recs if r.admitted and r.generating and not r.parked and not r.paused]
+        runnable = [r for r in recs if r.admitted and r.generating and not r.paused
+                    and (not r.parked or r.rid in evicting)]
         runnable.sort(key=lambda r: (urgency(r, now), r.rid))
         room = self.config.max_batch - (1 if prefill is not None else 0)
         chosen = runnable[:room]
@@ -243,9 +261,8 @@ class Scheduler:
                    cycle_s: float = 0.0, stream_rate: float | None = None) -> CodecPlan:
         """Decode ready chunks (`ready_frames`), most urgent first, up to the frames of `max_codec_rows`
         full chunks per cycle (always at least one chunk). A budget in frames, not in chunks, because
-        a decode costs about its frames: 32 streams opened at once reach the ramp's middle steps
-        together, and a cap of 4 chunks a cycle left the 20th waiting 5 cycles (57 of 96 streams ran
-        dry for 2–110 ms in three runs; with the frame budget 1). When the talker has pressing work,
+        a decode costs about its frames and streams opened together reach the ramp's middle steps
+        together (docs/engine.md "Underruns"). When the talker has pressing work,
         chunks of streams with more than `defer_s` buffered wait: their listener can spare the time,
         a stream still waiting for its first audio cannot. `stream_rate`: the frames per second each
         stream is measured to get now, for the first-audio hold (`holds_first`); None: no hold."""
@@ -290,10 +307,8 @@ class Scheduler:
 
     def holds_first(self, rec: RequestRecord, now: float, cycle_s: float, stream_rate: float | None) -> bool:
         """Hold a stream's first audio while the rest of its known text is predicted to come after its
-        listener needs it, at most `first_hold_s` past its first frame. A listener who has started must
-        keep hearing (issue 14): where one stream is made at about real time (the tiny model on a busy
-        2-core box, RTF 0.94-1.05) audio let go at its first frames ran dry again and again; held, the
-        same stream starts later and plays through.
+        listener needs it, at most `first_hold_s` past its first frame: a listener who has started must
+        keep hearing, so a later start beats a gap (docs/engine.md "The first-audio hold").
 
         Let go now, the listener plays the `n` frames made and then each later one as it comes; made at
         `stream_rate` r (taken `hold_error` too fast) the last of the `left` still to come is the latest
@@ -325,22 +340,14 @@ def bucket_sizes(max_batch: int, buckets: Sequence[int] = DEFAULT_BUCKETS, min_b
 
 
 class ThroughputMeter:
-    """What the core's cycles have cost, per batch bucket: how many streams it can keep ahead.
-
-    Every working cycle reports the rows it stepped, the frames it completed and its wall time
-    (decoding included: a decode-only cycle reports the rows still generating, so its time is charged
-    to that batch size). Per bucket it keeps EWMAs of frames per row per cycle and of the cycle time;
-    their ratio is the frame rate each stream gets at that batch size. `streams` is the largest N
-    whose bucket gives each stream at least `FRAMES_PER_S × HEADROOM`, capped by the slots. Buckets
-    not measured yet are judged from measured ones conservatively: a larger batch as if its cycle
-    grew in proportion to its step cost timed at the warm-up (`set_step_costs`), or without those in
-    proportion to its rows (no batching gain), and never faster per stream than the largest measured;
-    a smaller one as fast as the next larger measured (never faster). Before any measurement: one
-    stream (it is then measured). Without the warm-up's costs a batching engine would never be let
-    past the batch its first streams measured, since admission never starts more than `streams`.
-
-    The core thread records; `streams` is called from the event loop: a lock held for a few
-    arithmetic operations, never across torch work. Pure: no torch, no clock of its own.
+    """What the core's cycles have cost, per batch bucket: how many streams it can keep ahead. Every
+    working cycle reports its rows, frames completed and wall time; per bucket it keeps EWMAs of frames
+    per row per cycle and of the cycle time, whose ratio is each stream's frame rate at that batch.
+    `streams` is the largest N whose bucket gives each stream `FRAMES_PER_S × HEADROOM`. Buckets not
+    measured yet are judged conservatively (from the warm-up's step costs, else no batching gain; never
+    faster than measured); before any measurement, one stream. The core thread records, the event loop
+    reads, under a lock held for a few arithmetic operations only. Pure: no torch, no clock of its own.
+    docs/engine.md "Capacity" has the rules in full.
     """
 
     def __init__(self, buckets: Sequence[int], alpha: float = 0.1, frames_per_s: float = FRAMES_PER_S,
