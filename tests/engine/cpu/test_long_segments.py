@@ -20,9 +20,9 @@ from attack import huge_prose
 from support.streams import collect
 
 from engine import EngineError, load_engine
-from engine.cpu import engine as engine_module
-from engine.cpu.engine import PIECE_LIMITS, CpuStream
-from engine.cpu.splitters import Splitters
+from engine.cpu.engine import CpuStream
+from engine.cpu.policy import DEFAULT
+from engine.cpu.splitters import SplitterGroups
 from engine.cpu.text import cost, estimate_seconds
 from engine.resample import to_int16, trim_silence
 from engine.types import AudioChunk, StreamEnd, Waiting
@@ -47,7 +47,8 @@ def no_listener_remembered(request: pytest.FixtureRequest, monkeypatch: pytest.M
     listener not seen before is held when most seen split (`Splitters`)."""
     if "piper2" in request.fixturenames:
         engine = request.getfixturevalue("piper2")
-        monkeypatch.setattr(engine, "_splitters", Splitters(engine_module.SPLITTERS_REMEMBERED))
+        cfg = engine.config
+        monkeypatch.setattr(engine, "_splitters", SplitterGroups(cfg.splitters_per_group, cfg.splitter_groups))
 
 
 @pytest.fixture
@@ -112,7 +113,7 @@ async def test_a_new_stream_gets_a_worker_between_the_pieces_of_two_huge_segment
     jumped = [j for s, j, at in started if s is not small and job.queued_at < at < ran_at]
     assert jumped == [], f"{len(jumped)} pieces of the long segments ran before the new stream's"
     # Every job was bounded, however long its segment.
-    assert max(cost(j.piece.text) for _, j, _ in started) <= PIECE_LIMITS["piper"]
+    assert max(cost(j.piece.text) for _, j, _ in started) <= DEFAULT.piece_limit("piper")
     assert ttfa < 10.0, f"{ttfa:.1f} s to a short utterance beside two 64 KiB segments"  # was minutes
 
 
@@ -120,7 +121,7 @@ def test_the_pieces_of_a_long_segment_speak_all_its_words_in_order(piper2: Any) 
     text = huge_prose(65000) + " and a last clause without any mark " * 40
     pieces = list(piper2._pieces(None, "en", 0, text))
     assert len(pieces) > 300
-    assert all(cost(p.text) <= PIECE_LIMITS["piper"] for p in pieces)
+    assert all(cost(p.text) <= DEFAULT.piece_limit("piper") for p in pieces)
     assert " ".join(p.text for p in pieces).split() == text.split()  # nothing lost, nothing repeated
     assert [p.last for p in pieces] == [False] * (len(pieces) - 1) + [True]
     assert {p.segment for p in pieces} == {0}
@@ -129,7 +130,7 @@ def test_the_pieces_of_a_long_segment_speak_all_its_words_in_order(piper2: Any) 
 async def test_pieces_of_whole_sentences_sound_as_the_whole_segment(
         cpu_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Kokoro is deterministic: the pieces' audio must be exactly the sentence runs of the whole text.
-    monkeypatch.setitem(PIECE_LIMITS, "kokoro", 30)
+    monkeypatch.setattr(cpu_engine, "config", dataclasses.replace(cpu_engine.config, kokoro_piece_cost=30))
     text = "Sure, I can help. Your order ships today. Is that all? Thanks."
     stream = cpu_engine.open_stream("jf_gongitsune", "en")
     pieces = [p.text for p in cpu_engine._pieces(stream._voice, "en", 0, text)]
@@ -339,7 +340,7 @@ async def test_a_queued_piece_is_due_by_the_audio_before_it_not_by_that_audios_e
         assert moved and future is second.future and not second.started
         rtf = piper2._rtf("piper")
         assert stream._frames_put > 0 and sum(heard) > 0
-        assert due == pytest.approx(stream._runs_out() - second.piece.seconds * rtf, abs=1e-6)
+        assert due == pytest.approx(stream._sent().runs_out_at - second.piece.seconds * rtf, abs=1e-6)
         gate.set()
         await asyncio.wait_for(reader, 60)
     finally:
@@ -639,7 +640,7 @@ async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_es
     def run_then_hold(self: CpuStream, job: Any) -> None:
         real_run(self, job)
         # The sentence before ran (not another test's leftover job): a more urgent job takes this worker next.
-        if self.listener == "L" and job.piece.text == "Doctor Smith." and not ran.is_set():
+        if self.listener == ("", "L") and job.piece.text == "Doctor Smith." and not ran.is_set():
             ran.set()
             pool.submit(float("-inf"), lambda: gate.wait(30))
 
