@@ -128,6 +128,16 @@ class CpuStream:
     def events(self) -> AsyncIterator[StreamEvent]:
         return self._bridge.events()
 
+    @property
+    def first_audio_at(self) -> float | None:
+        """When its first chunk went out (time.monotonic; None before): its listener could start playing."""
+        return self._first_put_at
+
+    @property
+    def status(self) -> StreamStatus:
+        """Where it is from its listener's side (engine/cpu/policy.py `StreamStatus`)."""
+        return self._status
+
     # ---- internals ----
 
     def _abort(self) -> None:
