@@ -1,7 +1,7 @@
 """What cutting a reply into smaller pieces costs the CPU voices: run time and audio made per piece size.
 
 The CPU engine cuts a stream's text into pool jobs (pieces), smaller while its listener has little audio
-ahead or many streams want the workers (engine/cpu/engine.py, `RAMP_MIN_COST`, `SHARE_MIN_COST`). Each
+ahead or many streams want the workers (engine/cpu/policy.py, `ramp_min_cost`, `share_min_cost`). Each
 piece is a model run of its own, with its own edges (leading and trailing silence, Kokoro's padding).
 This runs the same text whole and cut at each `--limits` value (engine/cpu/text.py `pieces`, the cutter
 the engine uses), each piece through the engine's own job path, one at a time, in rounds that run every
@@ -27,8 +27,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
 from engine import load_engine  # noqa: E402
-from engine.cpu.engine import KOKORO_DEFAULT, PIECE_LIMITS  # noqa: E402
+from engine.cpu.engine import KOKORO_DEFAULT  # noqa: E402
 from engine.cpu.onnx import run_options  # noqa: E402
+from engine.cpu.policy import DEFAULT  # noqa: E402
 from engine.cpu.text import pieces  # noqa: E402
 
 TEXTS = {
@@ -52,10 +53,10 @@ def one_pass(engine: Any, backend: str, parts: list[str]) -> tuple[float, float]
 
 
 def measure(engine: Any, backend: str, limits: list[int], repeat: int) -> list[dict[str, Any]]:
-    """One row per bound in `limits`. Each round runs every bound and the usual one (`PIECE_LIMITS`) in
+    """One row per bound in `limits`. Each round runs every bound and the usual one (`CpuPolicyConfig.piece_limit`) in
     turn, so a shared box's drift falls on all alike; the ratio to the usual bound is the median of the
     rounds' own ratios."""
-    usual = PIECE_LIMITS[backend]
+    usual = DEFAULT.piece_limit(backend)
     cuts = {limit: list(pieces(TEXTS[backend][1], limit)) for limit in {*limits, usual}}
     runs: dict[int, list[tuple[float, float]]] = {limit: [] for limit in cuts}
     for _ in range(repeat):

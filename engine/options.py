@@ -41,7 +41,7 @@ def quote_text(text: str, limit: int = 80) -> str:
 
 # open_stream's keywords → StreamRequest's fields (the clone's two become one ReferenceClip).
 OPTION_NAMES = ("sample_rate", "speed", "seed", "instructions", "output", "ref_audio", "ref_text", "word_timings",
-                "phonemes", "listener_buffer_s", "listener")
+                "phonemes", "listener_buffer_s", "listener", "listener_group")
 _CODES = {"voice": "unknown_voice", "language": "unsupported_language"}  # a field's own code; else invalid_option
 
 

@@ -193,11 +193,15 @@ class StreamRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     # sending sentence by sentence has its next sentence open while the one before is made). The same
     # kind of hint, used by the same engines; None: a listener of its own.
     listener: Annotated[str, msgspec.Meta(max_length=MAX_LISTENER_CHARS)] | None = None
+    # The listener's group (the gateway sets its tenant's digest): what an engine learns from a listener's
+    # streams (the CPU voices' sentence-splitter vote) is shared within its group only, so one tenant's
+    # traffic never changes another's scheduling. None: the group of listeners no tenant names.
+    listener_group: Annotated[str, msgspec.Meta(max_length=MAX_LISTENER_CHARS)] | None = None
 
     def options(self) -> dict[str, object]:
         """The `open_stream` keywords that say the same (those not at their default)."""
         out: dict[str, object] = {}
-        for name in ("sample_rate", "seed", "instructions", "listener_buffer_s", "listener"):
+        for name in ("sample_rate", "seed", "instructions", "listener_buffer_s", "listener", "listener_group"):
             if (value := getattr(self, name)) is not None:
                 out[name] = value
         if self.speed != 1.0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections import deque
@@ -324,9 +325,11 @@ class Connection:
                     engine: Engine | None = None) -> Stream:  # fmt: skip
         """`engine`: the model's the utterance began on (None: the session's now). The engine is told
         whose it is (`listener`: its streams are heard one after another, so one opened while the one
-        before is still made continues it), and, opened while the client still plays this session's
+        before is still made continues it; `listener_group`: its tenant, within which alone the engine
+        learns from listeners' habits), and, opened while the client still plays this session's
         earlier audio, how long that audio lasts (`listener_buffer_s`): its first audio is due by then."""
-        request = msgspec.structs.replace(self._request(cfg, voice), listener=self.listener.name)
+        request = msgspec.structs.replace(self._request(cfg, voice), listener=self.listener.name,
+                                          listener_group=listener_group(self.session.tenant.name))
         if (dry_at := self.listener.runs_dry_at()) is not None:
             left = min(MAX_LISTENER_BUFFER_S, dry_at - time.monotonic())
             request = msgspec.structs.replace(request, listener_buffer_s=max(0.0, left))
@@ -373,3 +376,9 @@ class Connection:
     @property
     def codec_mode(self) -> bool:
         return self.config is not None and self.config.output_mode == "codec_tokens"
+
+
+def listener_group(tenant: str) -> str:
+    """The engine's listener group of `tenant`: a fixed-length digest (a tenant's name may be longer than
+    a group name may be, and the engine needs no names)."""
+    return hashlib.blake2b(tenant.encode(), digest_size=16).hexdigest()

@@ -4,7 +4,7 @@ Every pool job reports the seconds it ran and the seconds of audio it made. Per 
 Kokoro differ about fourfold) an EWMA of the real-time factor (RTF: run seconds per audio second) is
 kept, and beside it an EWMA of each backend's share of the audio, so a mixed load is judged by what
 it mixes. A stream that speaks needs about one second of audio per second, i.e. RTF worker-seconds
-per second; `workers` workers keep `workers / rtf` such streams ahead, of which `HEADROOM` is counted
+per second; `workers` workers keep `workers / rtf` such streams ahead, of which `headroom` is counted
 (a shared box's other work, the look-ahead's bursts, the cost of text that is not speech yet).
 
 The RTF is measured on the wall clock of each job, with whatever else ran beside it (other workers,
@@ -12,7 +12,7 @@ other processes of a shared box): what it costs under the load of the moment. A 
 had the idle cores for its intra-op threads and measures cheaper than it will with the pool full;
 charging it for a full pool (cores it would lose) was tried and, on a shared box whose idle cores
 other processes take anyway, halved the admitted load for no fewer gaps. A rise in cost is believed
-at once instead (`ALPHA_UP`).
+at once instead (`alpha_up`). The knobs are `CpuPolicyConfig`'s (engine/cpu/policy.py).
 Pure and thread-safe (a lock held for a few arithmetic operations); no clock of its own.
 """
 
@@ -22,32 +22,16 @@ import math
 import threading
 from collections import deque
 
-#: Share of the measured throughput that is promised to listeners.
-HEADROOM = 0.8
-#: Weight of the newest job in the EWMAs: about the last ten jobs count.
-ALPHA = 0.1
-#: Weight of a job that cost more than the estimate: a rise is believed at once (the box got busier,
-#: more streams were admitted), a fall slowly. Under-estimating the cost admits streams that then
-#: break up; over-estimating it only makes a newcomer wait a little longer.
-ALPHA_UP = 0.5
-#: RTF assumed before anything was measured (cold onnxruntime on a loaded 2-core box is about this
-#: slow for Kokoro; Piper is far faster): the first streams are admitted carefully, then measured.
-PRIOR_RTF = 0.5
-#: Jobs that made less audio than this are timed but not weighed as much: a one-word piece is mostly
-#: per-run overhead, and listeners rarely hear a whole stream of them.
-SHORT_AUDIO_S = 0.5
-#: How many of a backend's latest runs `overrun` reads (about the last minute at 1 reply/s), and the
-#: least it needs before it says anything.
-OVERRUN_WINDOW = 64
-OVERRUN_MIN_RUNS = 8
-#: The share of runs that may run past `overrun`'s answer.
-OVERRUN_QUANTILE = 0.9
+from engine.cpu.policy import DEFAULT, CpuPolicyConfig
 
 
 class RtfMeter:
-    def __init__(self, alpha: float = ALPHA, prior_rtf: float = PRIOR_RTF, headroom: float = HEADROOM,
-                 alpha_up: float | None = ALPHA_UP) -> None:
-        """`alpha_up`: the weight of a job costlier than the estimate (None: `alpha`, symmetric)."""
+    def __init__(self, alpha: float = DEFAULT.alpha, prior_rtf: float = DEFAULT.prior_rtf,
+                 headroom: float = DEFAULT.headroom, alpha_up: float | None = DEFAULT.alpha_up,
+                 config: CpuPolicyConfig = DEFAULT) -> None:
+        """`alpha_up`: the weight of a job costlier than the estimate (None: `alpha`, symmetric);
+        `config`: the short-job weight and the overrun window."""
+        self._config = config
         alpha_up = alpha if alpha_up is None else max(alpha, alpha_up)
         if not (0 < alpha <= 1 and alpha_up <= 1 and prior_rtf > 0 and 0 < headroom <= 1):
             raise ValueError(f"need 0 < alpha <= 1, prior_rtf > 0, 0 < headroom <= 1; got {alpha}, {prior_rtf}, "
@@ -65,10 +49,11 @@ class RtfMeter:
         if not (math.isfinite(run_s) and math.isfinite(audio_s)) or run_s < 0 or audio_s <= 0:
             return  # nothing made (cancelled, failed): no cost to learn from
         rtf = run_s / audio_s
-        weight = min(1.0, audio_s / SHORT_AUDIO_S)
+        weight = min(1.0, audio_s / self._config.short_audio_s)
         with self._lock:
             if predicted_s > 0 and math.isfinite(predicted_s):
-                self._overruns.setdefault(backend, deque(maxlen=OVERRUN_WINDOW)).append(run_s / predicted_s)
+                window = self._overruns.setdefault(backend, deque(maxlen=self._config.overrun_window))
+                window.append(run_s / predicted_s)
             old = self._rtf.get(backend)
             a = (self.alpha_up if old is not None and rtf > old else self.alpha) * weight
             self._rtf[backend] = rtf if old is None else old + a * (rtf - old)
@@ -95,17 +80,17 @@ class RtfMeter:
             return self._rtf.get(backend)
 
     def overrun(self, backend: str) -> float | None:
-        """How much longer than predicted `backend`'s runs take: the `OVERRUN_QUANTILE` of run time over
-        prediction among its latest `OVERRUN_WINDOW` runs (None before `OVERRUN_MIN_RUNS`). The RTF is a
+        """How much longer than predicted `backend`'s runs take: the `overrun_quantile` of run time over
+        prediction among its latest `overrun_window` runs (None before `overrun_min_runs`). The RTF is a
         mean; a run's own cost is not. Under load on 2 cores (bench/results/overload_s13.md) Kokoro ran
         at 1.0× its prediction at the median and 1.35× at p90: a short piece is mostly per-run overhead,
         and two runs side by side share the cores that one alone had."""
         with self._lock:
             runs = self._overruns.get(backend)
-            if runs is None or len(runs) < OVERRUN_MIN_RUNS:
+            if runs is None or len(runs) < self._config.overrun_min_runs:
                 return None
             ordered = sorted(runs)
-        return ordered[min(len(ordered) - 1, int(OVERRUN_QUANTILE * len(ordered)))]
+        return ordered[min(len(ordered) - 1, int(self._config.overrun_quantile * len(ordered)))]
 
     @property
     def job_s(self) -> float:

@@ -25,13 +25,15 @@ stream's, due within `guard_s`, or a newcomer's first audio) and every worker is
 with the most time to spare gives its worker up, if it can still run again, whole, after the urgent one
 and start by its own deadline (less `guard_s`; a newcomer's first audio, whose deadline is only its
 age, always can for a playing stream's piece: it waits for those in line too), would not be over before
-the urgent one must start (nor within `YIELD_MIN_S`), and would not throw away, with what its earlier
+the urgent one must start (nor within `yield_min_s`), and would not throw away, with what its earlier
 runs cut short threw away, more than half its expected run time. Its run is aborted (it has made no
 audio yet: only its owner can say, `yield_to`), and it goes back in line at its old place. A job may
 yield again on a later run within that bound: once only, both workers restarted long Kokoro runs that
 had yielded before, and a due English piece waited 2 s behind them (its listener heard a 1 s gap); a
 run asked a moment after it started throws almost nothing away.
-Checked as a job is queued and every `WATCH_S` while any is queued (a job falls due as time passes).
+Checked as a job is queued and every `watch_s` while any is queued (a job falls due as time passes).
+The rules themselves are engine/cpu/policy.py's (`rank`, `first_goes_next`, `choose_victim`); this
+module is their mechanism.
 """
 
 from __future__ import annotations
@@ -45,8 +47,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-WATCH_S = 0.05  # how often the jobs queued are looked at for one that cannot wait (`_watch`)
-YIELD_MIN_S = 0.2  # a run expected to be over within this long keeps its worker: waiting costs less
+from engine.cpu.policy import DEFAULT, CpuPolicyConfig, RunningJob, choose_victim, first_goes_next, rank
 
 
 class Preempted(Exception):
@@ -72,7 +73,8 @@ _Entry = tuple[float, int, _Job]
 
 class UrgencyPool:
     def __init__(self, workers: int, name: str = "worker", *, guard_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, config: CpuPolicyConfig = DEFAULT) -> None:
+        self._config = config
         self._first: list[_Entry] = []  # first_audio jobs
         self._rest: list[_Entry] = []  # jobs of streams already playing (or with no listener tier)
         self._seq = itertools.count()
@@ -134,10 +136,8 @@ class UrgencyPool:
         return False
 
     def _rank(self, entry: _Entry, first: bool, now: float) -> tuple[int, float, int]:
-        """Under the lock: `entry`'s place in line now, smallest first."""
-        if first:
-            return (1, entry[0], entry[1])
-        return (0 if entry[0] <= now + self.guard_s else 2, entry[0], entry[1])
+        """Under the lock: `entry`'s place in line now, smallest first (`policy.rank`)."""
+        return rank(entry[0], entry[1], first, now, self.guard_s)
 
     def _ranked(self, now: float) -> list[tuple[tuple[int, float, int], _Entry]]:
         """Under the lock: every queued job with its place in line now (`_rank`), unsorted."""
@@ -147,40 +147,26 @@ class UrgencyPool:
         """Under the lock: the queue whose head is the most urgent job (None: nothing queued)."""
         if not self._first:
             return self._rest or None
-        # A playing stream's job goes first if it falls due before the newcomer's job would be over.
-        horizon = self._clock() + max(self.guard_s, self._first[0][2].run_s)
-        return self._rest if self._rest and self._rest[0][0] <= horizon else self._first
+        rest = self._rest[0][0] if self._rest else None
+        first = first_goes_next(self._first[0][2].run_s, rest, self._clock(), self.guard_s)
+        return self._first if first else self._rest
 
     def _victim(self) -> _Entry | None:
         """Under the lock: the running job that gives its worker up to the job that goes next, if that one
-        cannot wait (the module doc): every worker busy, it urgent, the victim able to run again after it
-        by its own deadline, and not about to be over. The one with the most time to spare."""
+        cannot wait (`policy.choose_victim`); every worker must be busy."""
         queue = self._next()
         if queue is None or len(self._running) < self._workers:
             return None
         deadline, _, urgent = queue[0]
-        now = self._clock()
-        if not (urgent.first or deadline <= now + self.guard_s):
+        entries = {id(e): e for _, e in self._running.values()}  # bounded by the workers
+        running = [RunningJob(key, e[0], e[2].run_s, e[2].started, e[2].wasted_s, e[2].first,
+                              e[2].yield_to is not None and not e[2].asked)
+                   for key, e in entries.items() if e[2].started is not None]
+        key = choose_victim(deadline, urgent.first, urgent.run_s, running, self._clock(), self.guard_s, self._config)
+        if key is None:
             return None
-        best: _Entry | None = None
-        for _, entry in self._running.values():  # bounded by the workers
-            job = entry[2]
-            if job.yield_to is None or job.asked or job.started is None:
-                continue
-            ran = now - job.started
-            left = job.run_s - ran
-            can_wait = 0.0 if urgent.first else max(0.0, deadline - now)  # the urgent one, for a worker
-            if left <= max(YIELD_MIN_S, can_wait) or job.wasted_s + ran > job.run_s / 2:
-                continue  # over before the urgent one must start, or half its run thrown away: kept
-            # It would start again too late. A newcomer's first audio has no listener to run dry yet: it
-            # gives way to a playing stream's piece, as it waits for one in line (its deadline is its age).
-            if not (job.first and not urgent.first) and now + urgent.run_s + self.guard_s > entry[0]:
-                continue
-            if best is None or entry[0] > best[0]:
-                best = entry
-        if best is not None:
-            best[2].asked = True
-        return best
+        entries[key][2].asked = True
+        return entries[key]
 
     @staticmethod
     def _preempt(victim: _Entry | None) -> None:
@@ -189,7 +175,7 @@ class UrgencyPool:
             victim[2].yield_to()
 
     def _watch(self) -> None:
-        """A queued job falls due as time passes, with no event to tell: look every `WATCH_S` while any
+        """A queued job falls due as time passes, with no event to tell: look every `watch_s` while any
         is queued, else sleep until one is."""
         while True:
             self._queued.wait()
@@ -201,7 +187,7 @@ class UrgencyPool:
                     continue
                 victim = self._victim()
             self._preempt(victim)
-            time.sleep(WATCH_S)
+            time.sleep(self._config.watch_s)
 
     def expected_start(self, future: Future[Any], stretch: float = 1.0) -> float | None:
         """When (the pool's clock) `future`'s queued job is expected to take a worker: the jobs that go

@@ -7,7 +7,9 @@ opened, so its first audio is held as for text still to come (`CpuStream._hold_f
 "Well..." played out before "Let me check." was made (bench/results/overload_s19.md).
 
 A listener not seen before (a new connection's first turn) is taken to split when most listeners
-remembered do: a deployment's clients are mostly alike. Unheld, the first turns of splitting clients
+remembered *of its group* do: a tenant's clients are mostly alike. The group
+(`StreamRequest.listener_group`, set by the gateway from the tenant) keeps one tenant's traffic from
+changing another's first audio (`SplitterGroups`). Unheld, the first turns of splitting clients
 were the `sentence`-mode gaps left up to the knee: "Dr." and "Well..." played out before the next
 sentence was made (Piper at 2 and 4 replies/s: 4 of 657 replies gapped, 1 with the prior, and that
 one by 0.3 ms; bench/results/overload_s20.md). The price is those first turns' wait, as for a known
@@ -15,8 +17,8 @@ splitter's: +0.2 s median at Piper's knee; nothing for clients sending whole rep
 streams already cover the piece still to come (`auto` unchanged). On an engine just started nothing
 is remembered, and nothing is held.
 
-Bounded: the `limit` listeners seen most recently, least recently seen forgotten first. Not
-thread-safe: the engine calls it under its listeners' lock.
+Bounded: the `limit` listeners seen most recently per group, and the `groups` groups seen most recently,
+least recently seen forgotten first. Not thread-safe: the engine calls it under its listeners' lock.
 """
 
 from __future__ import annotations
@@ -49,3 +51,25 @@ class Splitters:
     def splits(self, listener: str) -> bool | None:
         """Whether `listener` was seen splitting (None: not remembered)."""
         return self._seen.get(listener)
+
+
+class SplitterGroups:
+    """One `Splitters` per listener group (a tenant), so no group's vote moves another's."""
+
+    def __init__(self, per_group: int, groups: int) -> None:
+        self.per_group, self.groups = per_group, groups
+        self._groups: OrderedDict[str, Splitters] = OrderedDict()
+
+    def opened(self, group: str | None, listener: str, continues: bool) -> bool:
+        """`Splitters.opened` in `group`'s vote (None: the group of listeners named by no tenant)."""
+        key = group or ""
+        splitters = self._groups.pop(key, None) or Splitters(self.per_group)
+        self._groups[key] = splitters  # the most recently seen, last
+        while len(self._groups) > self.groups:
+            self._groups.popitem(last=False)
+        return splitters.opened(listener, continues)
+
+    def splits(self, group: str | None, listener: str) -> bool | None:
+        """Whether `listener` of `group` was seen splitting (None: not remembered)."""
+        splitters = self._groups.get(group or "")
+        return None if splitters is None else splitters.splits(listener)

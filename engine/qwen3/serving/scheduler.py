@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from engine.listening import HoldRule, holds_first
+
 #: First code2wav chunk small (time to first audio), then larger ones (a decode has a fixed cost).
 DEFAULT_RAMP = (2, 4, 8, 16, 25)
 DEFAULT_BUCKETS = (1, 2, 4, 8, 16, 32)
@@ -319,15 +321,15 @@ class Scheduler:
         for it: a stream parked on text or done speaks what it has (its text's pace is not the engine's
         to hide)."""
         if (rec.first_audio_at is not None or rec.first_frame_at is None or not rec.generating or rec.parked
-                or not stream_rate or stream_rate <= 0 or now - rec.first_frame_at >= self.config.first_hold_s):
+                or not stream_rate or stream_rate <= 0):
             return False
         margin = 2 * cycle_s + self.config.flush_margin_s
         ahead = 0.0 if rec.continues_at is None else rec.continues_at - now
-        if rec.continues_at is not None and ahead <= margin:
-            return False
         rate = stream_rate / (1.0 + self.config.hold_error)
         late = rec.frames_left / rate - ahead - (rec.pending_frames + rec.frames_left) / self.config.frames_per_s
-        return late > -margin
+        # The one hold rule (engine/listening.py); it must be `margin` early, not merely on time.
+        return holds_first(now, rec.first_frame_at, late, rec.continues_at,
+                           HoldRule(self.config.first_hold_s, margin, -margin))
 
     def _pressing(self, rec: RequestRecord, now: float) -> bool:
         return rec.first_audio_at is None or rec.buffer_s(now) < self.config.low_water_s

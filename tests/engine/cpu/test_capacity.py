@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from support.streams import collect
 
-from engine.cpu.capacity import OVERRUN_MIN_RUNS, OVERRUN_WINDOW, RtfMeter
-from engine.cpu.engine import HOLD_ERROR, HOLD_ERROR_COLD, HOLD_ERROR_MAX
+from engine.cpu.capacity import RtfMeter
+from engine.cpu.policy import DEFAULT
 from engine.cpu.pool import UrgencyPool
 from engine.types import Capacity, StreamEnd
 
@@ -188,26 +188,26 @@ def test_the_job_time_follows_long_jobs_at_once_and_short_ones_slowly() -> None:
 
 def test_the_overrun_is_the_90th_percentile_of_the_latest_runs_past_their_prediction() -> None:
     meter = RtfMeter()
-    for _ in range(OVERRUN_MIN_RUNS - 1):
+    for _ in range(DEFAULT.overrun_min_runs - 1):
         meter.record("kokoro", 1.5, 1.0, predicted_s=1.0)
     meter.record("kokoro", 1.0, 1.0)  # no prediction (0): its cost counts, not its overrun
     assert meter.overrun("kokoro") is None  # too few runs to say
     meter.record("kokoro", 1.5, 1.0, predicted_s=1.0)
     assert meter.overrun("kokoro") == pytest.approx(1.5) and meter.overrun("piper") is None
-    for i in range(OVERRUN_WINDOW):  # one run in twenty at twice its prediction: under the 90th percentile
+    for i in range(DEFAULT.overrun_window):  # one run in twenty at twice its prediction: under the 90th percentile
         meter.record("kokoro", 2.0 if i % 20 == 0 else 1.0, 1.0, predicted_s=1.0)
     assert meter.overrun("kokoro") == pytest.approx(1.0)
-    for i in range(OVERRUN_WINDOW):  # one in five: over it
+    for i in range(DEFAULT.overrun_window):  # one in five: over it
         meter.record("kokoro", 2.0 if i % 5 == 0 else 1.0, 1.0, predicted_s=1.0)
     assert meter.overrun("kokoro") == pytest.approx(2.0)
-    for _ in range(OVERRUN_WINDOW):  # the box got quieter: the old runs leave the window
+    for _ in range(DEFAULT.overrun_window):  # the box got quieter: the old runs leave the window
         meter.record("kokoro", 0.9, 1.0, predicted_s=1.0)
     assert meter.overrun("kokoro") == pytest.approx(0.9)
 
 
 def test_the_holds_error_follows_the_overrun_within_its_bounds(piper: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert piper._hold_error("kokoro") == HOLD_ERROR_COLD  # nothing measured: the cold margin
-    for overrun, error in ((0.8, HOLD_ERROR), (1.6, 0.6), (9.0, HOLD_ERROR_MAX)):
+    assert piper._hold_error("kokoro") == DEFAULT.hold_error_cold  # nothing measured: the cold margin
+    for overrun, error in ((0.8, DEFAULT.hold_error), (1.6, 0.6), (9.0, DEFAULT.hold_error_max)):
         monkeypatch.setattr(piper.meter, "overrun", lambda backend, o=overrun: o)
         assert piper._hold_error("piper") == pytest.approx(error)
 

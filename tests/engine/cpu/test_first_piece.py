@@ -16,7 +16,7 @@ from support.segcases import load_cases, mandarin_deltas
 from support.servers import serve
 from support.wsclient import open_session
 
-from engine.cpu.engine import PIECE_LIMITS
+from engine.cpu.policy import DEFAULT
 from engine.cpu.text import cost, first_clause_end, pieces
 
 REPLY = "好的，我来帮您安排。您周五晚上七点半在海港餐厅的四人桌已经订好了。"
@@ -81,7 +81,7 @@ def test_only_a_streams_first_segment_is_cut(cpu_engine: Any) -> None:
     voice = cpu_engine._voices[cpu_engine.default_voice("zh")]
     first = [p.text for p in cpu_engine._pieces(voice, "zh", 0, REPLY)]
     later = [p.text for p in cpu_engine._pieces(voice, "zh", 1, REPLY)]
-    assert first[0] == "好的，" and later == list(pieces(REPLY, PIECE_LIMITS["kokoro"]))
+    assert first[0] == "好的，" and later == list(pieces(REPLY, DEFAULT.piece_limit("kokoro")))
     assert [p.last for p in cpu_engine._pieces(voice, "zh", 0, REPLY)][-1] is True
 
 

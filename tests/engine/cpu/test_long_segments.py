@@ -20,9 +20,9 @@ from attack import huge_prose
 from support.streams import collect
 
 from engine import EngineError, load_engine
-from engine.cpu import engine as engine_module
-from engine.cpu.engine import PIECE_LIMITS, CpuStream
-from engine.cpu.splitters import Splitters
+from engine.cpu.engine import CpuStream
+from engine.cpu.policy import DEFAULT
+from engine.cpu.splitters import SplitterGroups
 from engine.cpu.text import cost, estimate_seconds
 from engine.resample import to_int16, trim_silence
 from engine.types import AudioChunk, StreamEnd, Waiting
@@ -47,7 +47,8 @@ def no_listener_remembered(request: pytest.FixtureRequest, monkeypatch: pytest.M
     listener not seen before is held when most seen split (`Splitters`)."""
     if "piper2" in request.fixturenames:
         engine = request.getfixturevalue("piper2")
-        monkeypatch.setattr(engine, "_splitters", Splitters(engine_module.SPLITTERS_REMEMBERED))
+        cfg = engine.config
+        monkeypatch.setattr(engine, "_splitters", SplitterGroups(cfg.splitters_per_group, cfg.splitter_groups))
 
 
 @pytest.fixture
@@ -112,7 +113,7 @@ async def test_a_new_stream_gets_a_worker_between_the_pieces_of_two_huge_segment
     jumped = [j for s, j, at in started if s is not small and job.queued_at < at < ran_at]
     assert jumped == [], f"{len(jumped)} pieces of the long segments ran before the new stream's"
     # Every job was bounded, however long its segment.
-    assert max(cost(j.piece.text) for _, j, _ in started) <= PIECE_LIMITS["piper"]
+    assert max(cost(j.piece.text) for _, j, _ in started) <= DEFAULT.piece_limit("piper")
     assert ttfa < 10.0, f"{ttfa:.1f} s to a short utterance beside two 64 KiB segments"  # was minutes
 
 
@@ -120,7 +121,7 @@ def test_the_pieces_of_a_long_segment_speak_all_its_words_in_order(piper2: Any) 
     text = huge_prose(65000) + " and a last clause without any mark " * 40
     pieces = list(piper2._pieces(None, "en", 0, text))
     assert len(pieces) > 300
-    assert all(cost(p.text) <= PIECE_LIMITS["piper"] for p in pieces)
+    assert all(cost(p.text) <= DEFAULT.piece_limit("piper") for p in pieces)
     assert " ".join(p.text for p in pieces).split() == text.split()  # nothing lost, nothing repeated
     assert [p.last for p in pieces] == [False] * (len(pieces) - 1) + [True]
     assert {p.segment for p in pieces} == {0}
@@ -129,7 +130,7 @@ def test_the_pieces_of_a_long_segment_speak_all_its_words_in_order(piper2: Any) 
 async def test_pieces_of_whole_sentences_sound_as_the_whole_segment(
         cpu_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Kokoro is deterministic: the pieces' audio must be exactly the sentence runs of the whole text.
-    monkeypatch.setitem(PIECE_LIMITS, "kokoro", 30)
+    monkeypatch.setattr(cpu_engine, "config", dataclasses.replace(cpu_engine.config, kokoro_piece_cost=30))
     text = "Sure, I can help. Your order ships today. Is that all? Thanks."
     stream = cpu_engine.open_stream("jf_gongitsune", "en")
     pieces = [p.text for p in cpu_engine._pieces(stream._voice, "en", 0, text)]
@@ -339,7 +340,7 @@ async def test_a_queued_piece_is_due_by_the_audio_before_it_not_by_that_audios_e
         assert moved and future is second.future and not second.started
         rtf = piper2._rtf("piper")
         assert stream._frames_put > 0 and sum(heard) > 0
-        assert due == pytest.approx(stream._runs_out() - second.piece.seconds * rtf, abs=1e-6)
+        assert due == pytest.approx(stream._sent().runs_out_at - second.piece.seconds * rtf, abs=1e-6)
         gate.set()
         await asyncio.wait_for(reader, 60)
     finally:
@@ -385,7 +386,7 @@ async def _first_audio_on_a_slow_box(piper2: Any, monkeypatch: pytest.MonkeyPatc
     async for ev in stream.events():
         if isinstance(ev, StreamEnd):
             assert ev == StreamEnd("done")
-    first = stream._first_put_at  # the driver's release, not when this loop got round to reading it
+    first = stream.first_audio_at  # the driver's release, not when this loop got round to reading it
     assert first is not None and "Hi there." in ran and len(ran) >= 2, ran  # the rest: one piece or a few
     return first, min(t for text, t in ran.items() if text != "Hi there.")
 
@@ -464,7 +465,7 @@ async def test_a_continuations_first_audio_is_not_held_past_the_audio_its_listen
     events = stream.events()
     try:
         first = await asyncio.wait_for(events.__anext__(), 10)
-        heard = time.monotonic()  # `_first_put_at` is set just after the put: the loop may see the chunk first
+        heard = time.monotonic()  # `first_audio_at` is set just after the put: the loop may see the chunk first
         assert isinstance(first, AudioChunk)
         assert heard - opened < 1.0 + 0.4  # by the run-out (the hold looks every 0.1 s), not the 2 s cap
     finally:
@@ -496,8 +497,8 @@ async def test_a_sentences_first_audio_waits_for_its_listeners_next_sentence_too
         gate.set()
     blocker.result(5)
     next_made = min((t for text, t in made.items() if text != "Hi there."), default=None)  # one piece or a few
-    assert heard._first_put_at is not None and next_made is not None, made
-    assert heard._first_put_at >= next_made  # held until the next sentence's first audio was made
+    assert heard.first_audio_at is not None and next_made is not None, made
+    assert heard.first_audio_at >= next_made  # held until the next sentence's first audio was made
 
 
 @pytest.mark.parametrize("seen", ["splitting", "whole", "new"])
@@ -510,8 +511,8 @@ async def test_a_turns_first_sentence_waits_for_the_next_when_its_client_sends_s
     # connection's first turn gapped so); one seen sending whole replies goes at once.
     listener = "turns"
     for other in ("x", "y"):  # the other listeners seen split
-        piper2._splitters.opened(other, False)
-        piper2._splitters.opened(other, True)
+        piper2._splitters.opened(None, other, False)
+        piper2._splitters.opened(None, other, True)
     if seen != "new":  # an earlier turn, with a sentence opened while its listener still heard one, or not
         options = {"listener_buffer_s": 0.5} if seen == "splitting" else {}
         earlier = piper2.open_stream("joe", "en", listener=listener, **options)
@@ -531,17 +532,17 @@ async def test_a_turns_first_sentence_waits_for_the_next_when_its_client_sends_s
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.5)  # the next sentence is still being written (the hold's cap is 2 s)
     if not splits:
-        assert well._first_put_at is not None and well._first_put_at - made["Well..."] < 0.5  # nothing held it
+        assert well.first_audio_at is not None and well.first_audio_at - made["Well..."] < 0.5  # nothing held it
         await asyncio.wait_for(reader, 30)
         return
-    assert well._first_put_at is None  # held: a next sentence is likely
+    assert well.first_audio_at is None  # held: a next sentence is likely
     behind_at = time.monotonic()
     behind = piper2.open_stream("joe", "en", listener=listener)
     behind.append("I guess that could work.")
     behind.finish()
     assert well._next is behind
     await asyncio.wait_for(asyncio.gather(reader, _read(behind, [])), 60)
-    assert well._first_put_at is not None and well._first_put_at > behind_at, made
+    assert well.first_audio_at is not None and well.first_audio_at > behind_at, made
 
 
 def sentence_after_sentence(engine: Any, first: str, second: str) -> tuple[Any, Any]:
@@ -612,7 +613,7 @@ async def test_a_stream_opened_once_the_one_before_it_has_ended_opens_a_turn(
     earlier = piper2.open_stream("joe", "en", listener=listener, listener_buffer_s=1.0)  # it splits
     try:
         earlier.cancel()  # its end is decided now
-        assert piper2._heard.get(listener) is earlier
+        assert piper2._heard.get(("", listener)) is earlier
         turn = piper2.open_stream("joe", "en", listener=listener)
         assert turn._after is None and turn._next_likely and earlier._next is None
     finally:
@@ -639,7 +640,7 @@ async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_es
     def run_then_hold(self: CpuStream, job: Any) -> None:
         real_run(self, job)
         # The sentence before ran (not another test's leftover job): a more urgent job takes this worker next.
-        if self.listener == "L" and job.piece.text == "Doctor Smith." and not ran.is_set():
+        if self.listener == ("", "L") and job.piece.text == "Doctor Smith." and not ran.is_set():
             ran.set()
             pool.submit(float("-inf"), lambda: gate.wait(30))
 
@@ -745,8 +746,8 @@ async def _next_piece_after_the_first_audio(engine: Any, monkeypatch: pytest.Mon
     stream = hi_then_more(engine)
     events, end = await collect(stream, timeout=60)
     assert end == StreamEnd("done") and events
-    assert stream._first_put_at is not None
-    return made["Then more."][0] - (stream._first_put_at + made["Hi there."][1])
+    assert stream.first_audio_at is not None
+    return made["Then more."][0] - (stream.first_audio_at + made["Hi there."][1])
 
 
 def hi_then_more(engine: Any) -> Any:
@@ -824,8 +825,8 @@ async def _next_piece_behind_a_long_run(engine: Any, monkeypatch: pytest.MonkeyP
     long_run.result(timeout=10)
     assert end == StreamEnd("done")
     first_s = sum(e.pcm.size for e in events if isinstance(e, AudioChunk) and e.segment == 0) / stream.sample_rate
-    assert stream._first_put_at is not None and first_s < 1.5
-    return made["Then more."] - (stream._first_put_at + first_s)
+    assert stream.first_audio_at is not None and first_s < 1.5
+    return made["Then more."] - (stream.first_audio_at + first_s)
 
 
 def three_sentences(engine: Any) -> Any:
@@ -887,8 +888,8 @@ async def test_first_audio_waits_for_every_piece_after_it_not_just_the_next(pipe
     _, end = await collect(stream, timeout=60)
     for run in long_runs:
         run.result(timeout=10)
-    assert end == StreamEnd("done") and stream._first_put_at is not None
-    heard_until = stream._first_put_at + made["Are you sure?"][1] + made["Yes!"][1]
+    assert end == StreamEnd("done") and stream.first_audio_at is not None
+    heard_until = stream.first_audio_at + made["Are you sure?"][1] + made["Yes!"][1]
     assert made["Then let's go."][0] <= heard_until + 0.15, made["Then let's go."][0] - heard_until  # no gap
 
 
@@ -931,7 +932,7 @@ async def test_first_audio_from_a_piece_of_several_runs_waits_for_the_rest_of_it
     stream.finish()
     _, end = await collect(stream, timeout=60)
     assert end == StreamEnd("done") and len(made) == 2, made
-    assert stream._first_put_at is not None and stream._first_put_at >= made[1][0]
+    assert stream.first_audio_at is not None and stream.first_audio_at >= made[1][0]
 
 
 async def test_first_audio_waits_for_text_still_to_come_when_a_next_piece_could_not_be_made_in_time(
@@ -944,12 +945,12 @@ async def test_first_audio_waits_for_text_still_to_come_when_a_next_piece_could_
     stream.append("Hi there.")
     reader = asyncio.create_task(collect(stream, timeout=60))
     await asyncio.sleep(0.5)  # the first piece is made; the rest of the reply is still being written
-    assert stream._first_put_at is None  # held: a next piece started now would come after it has played
+    assert stream.first_audio_at is None  # held: a next piece started now would come after it has played
     more_at = time.monotonic()
     stream.append("Then more.")
     stream.finish()
     _, end = await reader
-    assert end == StreamEnd("done") and stream._first_put_at is not None and stream._first_put_at > more_at
+    assert end == StreamEnd("done") and stream.first_audio_at is not None and stream.first_audio_at > more_at
 
 
 async def test_first_audio_waits_for_no_text_a_next_piece_would_be_made_in_time_from(piper2: Any) -> None:
@@ -958,7 +959,7 @@ async def test_first_audio_waits_for_no_text_a_next_piece_would_be_made_in_time_
     stream = piper2.open_stream("joe", "en")
     stream.append("Hi there, how are you?")
     deadline = time.monotonic() + 10
-    while stream._first_put_at is None:
+    while stream.first_audio_at is None:
         assert time.monotonic() < deadline, "the first audio was held for text still to come"
         await asyncio.sleep(0.01)
     stream.finish()
@@ -998,6 +999,6 @@ async def test_text_that_comes_while_the_first_audio_is_held_is_made_meanwhile(
     stream.append("And this one came while it waited.")
     stream.finish()
     _, end = await collect(stream, timeout=60)
-    assert end == StreamEnd("done") and stream._first_put_at is not None, submitted
+    assert end == StreamEnd("done") and stream.first_audio_at is not None, submitted
     third = min((t for text, t in submitted.items() if text.startswith("And this one")), default=math.inf)
-    assert third < stream._first_put_at, submitted  # its first piece (the ramp cuts it to the audio ahead)
+    assert third < stream.first_audio_at, submitted  # its first piece (the ramp cuts it to the audio ahead)

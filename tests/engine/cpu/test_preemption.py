@@ -44,11 +44,11 @@ async def test_a_piece_that_gives_its_worker_up_runs_again_whole(cpu_engine: Any
 def test_a_piece_that_has_put_audio_out_keeps_its_worker(cpu_engine: Any) -> None:
     # A Piper piece of several sentences puts out each run's audio as it comes: run again, it would be
     # heard twice. Once any is out, it keeps its worker.
-    from engine.cpu.engine import _PieceJob
+    from engine.cpu.jobs import PieceJob
 
     stream = cpu_engine.open_stream("joe", "en")
     try:
-        job = _PieceJob(next(cpu_engine._pieces(None, "en", 0, "Hello there. How are you?")))
+        job = PieceJob(next(cpu_engine._pieces(None, "en", 0, "Hello there. How are you?")))
         job.made = 1
         assert not stream._yield_job(job) and not job.preempted
     finally:

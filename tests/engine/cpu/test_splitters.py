@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.cpu.splitters import Splitters
+from engine.cpu.splitters import SplitterGroups, Splitters
 
 
 def turn(memory: Splitters, listener: str, sentences: int) -> list[bool]:
@@ -52,3 +52,19 @@ def test_the_memory_is_bounded_and_forgets_the_least_recently_seen_first() -> No
         memory.opened(f"n{i}", i % 2 == 1)
     assert len(memory._seen) == 2
     assert memory._splitting == sum(memory._seen.values())
+
+
+def test_one_tenants_splitting_clients_do_not_change_another_tenants_first_audio() -> None:
+    groups = SplitterGroups(per_group=8, groups=4)
+    for other in "xyz":  # tenant A's clients all split
+        [groups.opened("A", other, i > 0) for i in range(2)]
+    assert groups.opened("A", "new-a", False) is True  # A's newcomer is taken to split, as A's clients do
+    assert groups.opened("B", "new-b", False) is False  # B has seen nothing: its newcomer is not held
+    assert groups.splits("B", "x") is None  # and knows nothing of A's listeners
+
+
+def test_listener_groups_are_bounded_least_recently_seen_forgotten_first() -> None:
+    groups = SplitterGroups(per_group=8, groups=2)
+    for group in ("A", "B", "C"):
+        groups.opened(group, "l", True)
+    assert groups.splits("A", "l") is None and groups.splits("C", "l") is True

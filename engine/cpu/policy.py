@@ -1,0 +1,284 @@
+"""The CPU voices' scheduling policy: pure functions over plain values and an injected `now`.
+
+The mechanism (engine/cpu/stream.py's driver threads, engine/cpu/pool.py's workers) asks these
+functions every decision that has a rule: which queued piece goes next (`rank`, `first_goes_next`),
+which running piece gives its worker up (`choose_victim`), by when a piece must start
+(`piece_deadline`), how big the next piece is cut (`ramp_limit`), when the first audio is released
+(`first_audio_late`, `hold_until`), when a `Waiting` notice is due (`notice_due`). Every knob is in
+`CpuPolicyConfig` with its unit and the measurement that set it. No threads, no clock, no onnx: the
+tests drive each rule with a fake clock (tests/engine/cpu/test_cpu_policy.py). docs/scheduling.md
+states the rules.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CpuPolicyConfig:
+    """Every tuned constant of the CPU voices, with its unit and why it has its value."""
+
+    # Text cost (text.cost units: Latin letters, a Han character 3) of one piece, the longest a new stream
+    # waits for a busy worker. 120 Piper letters (~7 s of speech) run 0.4 s on 2 quiet cores, 1-1.5 s
+    # loaded (200 let a canary wait 3.2 s); 90 for Kokoro is about one of its 100-token model runs.
+    piper_piece_cost: int = 120
+    kokoro_piece_cost: int = 90
+    # Share (0-1) of the audio a listener has ahead that a later piece's expected run may take (it waits
+    # for a worker too): pieces grow with the buffer, as a codec decoder's chunk ramp does.
+    ramp_share: float = 0.5
+    # Least cost (letters) the ramp cuts to: a clause; below it a piece's edges dominate its run.
+    ramp_min_cost: int = 24
+    # Least cost (letters) the per-stream worker share cuts to: 48-letter pieces run 1.12x (Piper) and
+    # 0.98x (Kokoro) the usual bound's time per audio second, 24-letter ones 1.30x and 1.23x
+    # (bench/piece_cost.py).
+    share_min_cost: int = 48
+    # Seconds a piece waits for a worker, its listener dry, before a `Waiting` event says why.
+    notice_after_s: float = 0.5
+    # Seconds at most a stream's first audio is held for a later start instead of a gap.
+    first_hold_s: float = 2.0
+    # Seconds of predicted lateness the hold accepts (a gap this short is not heard).
+    hold_margin_s: float = 0.05
+    # Seconds between two looks of a held first audio at the pool's prediction.
+    hold_look_s: float = 0.1
+    # Fraction a run takes past its RTF prediction, at least (the RTF is a mean over pieces; a fixed
+    # 0.25 left gaps of 0.1 s where Kokoro's p90 was 1.35x, so the measured p90 rules above it).
+    hold_error: float = 0.25
+    # Fraction at most: beyond it the measurement is an outlier window, not a prediction.
+    hold_error_max: float = 1.0
+    # Fraction before a backend's runs are measured (a fresh server): 0.25 gapped its first reply in
+    # 2 of 2 rounds at 1 reply/s, 0.5 in none of 3.
+    hold_error_cold: float = 0.5
+    # Seconds of speech a piece still to come (text not in, or not cut) is taken to be: the least the
+    # ramp cuts (24 letters, ~1.5 s); Kokoro's first piece played out 0.9-1.5 s before the rest was made.
+    next_min_s: float = 1.5
+    # Seconds between looks of a stream behind another of its listener at whether that one's text is cut.
+    after_poll_s: float = 0.02
+    # Seconds the audio before a continuation may move before its queued pieces' deadlines are moved:
+    # Piper's estimates run 20-30 % long, and stale deadlines left a 4th sentence due 1.2 s late.
+    follow_s: float = 0.05
+    # Listeners remembered per listener group (one group per tenant) by the sentence-splitter vote, and
+    # groups remembered: one listener per session, so far above the sessions a CPU engine serves at once.
+    splitters_per_group: int = 1024
+    splitter_groups: int = 256
+    # Seconds between the pool's looks at its queue for a job that fell due as time passed.
+    watch_s: float = 0.05
+    # Seconds: a running job expected to be over within this long keeps its worker (waiting costs less).
+    yield_min_s: float = 0.2
+    # The guard: a playing stream due within max(guard_min_s, guard_jobs x a long job's run) goes
+    # before newcomers: one run to wait for a worker, one to run.
+    guard_min_s: float = 0.5
+    guard_jobs: float = 2.0
+    # Milliseconds of audio per AudioChunk: keeps the gateway's queues and a barge-in's drop fine-grained.
+    chunk_ms: int = 250
+    # The RTF meter (engine/cpu/capacity.py): share (0-1) of measured throughput promised to listeners.
+    headroom: float = 0.8
+    # Weight (0-1) of the newest job in the EWMAs (about the last ten count), and of a costlier one:
+    # a rise is believed at once (under-estimating admits streams that then break up).
+    alpha: float = 0.1
+    alpha_up: float = 0.5
+    # RTF assumed before anything is measured: cold Kokoro on a loaded 2-core box.
+    prior_rtf: float = 0.5
+    # Seconds of audio below which a job is weighed less (mostly per-run overhead).
+    short_audio_s: float = 0.5
+    # Runs in the overrun window (about a minute at 1 reply/s), the least it answers from, its quantile.
+    overrun_window: int = 64
+    overrun_min_runs: int = 8
+    overrun_quantile: float = 0.9
+
+    def piece_limit(self, backend: str) -> int:
+        """The most one piece of `backend` may cost (text.cost units)."""
+        return self.piper_piece_cost if backend == "piper" else self.kokoro_piece_cost
+
+
+DEFAULT = CpuPolicyConfig()
+
+
+class StreamStatus(enum.Enum):
+    """Where a stream is, from its listener's side. Text progress (cut or not) is apart: it does not
+    change what the listener hears."""
+
+    NEW = "new"  # nothing heard, nothing before it: its first piece is first audio
+    FOLLOWING = "following"  # nothing of its own out; audio of its listener's earlier stream plays first
+    HELD = "held"  # its first audio is made and held for a later start instead of a gap
+    PLAYING = "playing"  # its audio is going out
+    ENDED = "ended"  # done, failed or cancelled
+
+
+TRANSITIONS: dict[StreamStatus, frozenset[StreamStatus]] = {
+    StreamStatus.NEW: frozenset({StreamStatus.HELD, StreamStatus.ENDED}),
+    # back to NEW when the stream before it ended unheard: nothing plays before it then
+    StreamStatus.FOLLOWING: frozenset({StreamStatus.NEW, StreamStatus.HELD, StreamStatus.ENDED}),
+    StreamStatus.HELD: frozenset({StreamStatus.PLAYING, StreamStatus.ENDED}),
+    StreamStatus.PLAYING: frozenset({StreamStatus.ENDED}),
+    StreamStatus.ENDED: frozenset(),
+}
+
+
+def advance(status: StreamStatus, to: StreamStatus) -> StreamStatus:
+    """`to`, if the table allows it from `status` (staying put is allowed); else ValueError."""
+    if to is not status and to not in TRANSITIONS[status]:
+        raise ValueError(f"a stream cannot go from {status.value} to {to.value}")
+    return to
+
+
+# ---- the pool's order ----
+
+
+def rank(deadline: float, seq: int, first: bool, now: float, guard_s: float) -> tuple[int, float, int]:
+    """A queued job's place in line, smallest first: a playing stream's job due within `guard_s` (0),
+    first-audio jobs oldest first (1), the rest earliest deadline first (2); ties in submission order."""
+    if first:
+        return (1, deadline, seq)
+    return (0 if deadline <= now + guard_s else 2, deadline, seq)
+
+
+def first_goes_next(first_run_s: float, rest_deadline: float | None, now: float, guard_s: float) -> bool:
+    """Whether the oldest first-audio job goes before the most urgent playing stream's: unless that
+    one falls due before the newcomer's run would be over (a job runs to its end)."""
+    return rest_deadline is None or rest_deadline > now + max(guard_s, first_run_s)
+
+
+def guard_s(job_s: float, cfg: CpuPolicyConfig = DEFAULT) -> float:
+    """How close to running dry a playing stream may come before its job goes ahead of newcomers."""
+    return max(cfg.guard_min_s, cfg.guard_jobs * job_s)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """What the victim rule needs of a running job."""
+
+    key: int  # which job (the caller's)
+    deadline: float
+    run_s: float  # expected run time
+    started: float  # when this run started
+    wasted_s: float  # run time its earlier cut-short runs threw away
+    first: bool  # a first-audio job
+    can_yield: bool  # it has a yield hook and was not asked yet in this run
+
+
+def choose_victim(urgent_deadline: float, urgent_first: bool, urgent_run_s: float, running: Sequence[RunningJob],
+                  now: float, guard: float, cfg: CpuPolicyConfig = DEFAULT) -> int | None:
+    """The running job (its key) that gives its worker up to the urgent job that goes next, or None.
+    The urgent one: a first-audio job or one due within `guard`. A victim: not about to be over (nor
+    before the urgent one must start), has thrown away less than half its run, and can run again,
+    whole, after the urgent one by its own deadline (a newcomer's first audio always can for a playing
+    stream's piece: it waits for those in line). The one with the most time to spare."""
+    if not (urgent_first or urgent_deadline <= now + guard):
+        return None
+    best: RunningJob | None = None
+    can_wait = 0.0 if urgent_first else max(0.0, urgent_deadline - now)
+    for job in running:
+        if not job.can_yield:
+            continue
+        ran = now - job.started
+        if job.run_s - ran <= max(cfg.yield_min_s, can_wait) or job.wasted_s + ran > job.run_s / 2:
+            continue
+        if not (job.first and not urgent_first) and now + urgent_run_s + guard > job.deadline:
+            continue
+        if best is None or job.deadline > best.deadline:
+            best = job
+    return None if best is None else best.key
+
+
+# ---- a stream's pieces ----
+
+
+def piece_deadline(runs_out_at: float, before_s: Iterable[float], run_s: float) -> float:
+    """The latest a piece may start: when its listener runs out of audio without it (the end of what
+    is heard, plus the estimated length of the undelivered pieces before it), less its own expected
+    run (ordering by run-out time alone starts a long piece too late)."""
+    return runs_out_at + sum(before_s) - run_s
+
+
+def ramp_limit(piece_cost: int, piece_s: float, slack_s: float, rtf: float, share: float,
+               cfg: CpuPolicyConfig = DEFAULT) -> int:
+    """The most the next piece may cost (>= `piece_cost`: leave it whole). A job due soon never gives its
+    worker up, so a long piece behind a short one would leave its listener dry while it runs: it may take
+    `ramp_share` of the audio made in the listener's `slack_s`, down to `ramp_min_cost`, and the stream's
+    `share` of the workers of it, down to `share_min_cost` (streams started together want their next
+    pieces at once: 12 Piper streams on 2 workers gapped 1-8 of ~50 replies before this)."""
+    ahead_s = max(0.0, slack_s) / max(rtf, 1e-3)  # audio seconds made in the slack
+    limit = piece_cost
+    for part, least in ((cfg.ramp_share, cfg.ramp_min_cost), (share, cfg.share_min_cost)):
+        budget_s = ahead_s * part
+        if piece_s > budget_s and piece_cost > least:
+            limit = min(limit, max(least, int(piece_cost * budget_s / piece_s)))
+    return limit
+
+
+def hold_error(overrun: float | None, cfg: CpuPolicyConfig = DEFAULT) -> float:
+    """How much longer than predicted a backend's run is taken to be: its measured overrun (p90 of run
+    over prediction) less 1, within [hold_error, hold_error_max]; `hold_error_cold` before it is measured."""
+    if overrun is None:
+        return cfg.hold_error_cold
+    return min(cfg.hold_error_max, max(cfg.hold_error, overrun - 1.0))
+
+
+def notice_due(queued_at: float, runs_out_at: float, cfg: CpuPolicyConfig = DEFAULT) -> float:
+    """When a `Waiting` notice is due for a piece queued at `queued_at` and not started: its listener
+    has nothing left, and it has waited `notice_after_s`."""
+    return max(queued_at + cfg.notice_after_s, runs_out_at)
+
+
+def moved(until: float, taken: float | None, cfg: CpuPolicyConfig = DEFAULT) -> bool:
+    """Whether the audio before a continuation now ends far enough (`follow_s`) from what its queued
+    pieces' deadlines took that they must move."""
+    return taken is None or abs(until - taken) > cfg.follow_s
+
+
+# ---- the first-audio hold ----
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPiece:
+    """A piece behind the first audio, as the hold sees it."""
+
+    seconds: float  # its estimated spoken length
+    run_s: float  # its expected run time, error included
+    start: float | None  # when it started, or is expected to take a worker (None: now)
+    made_s: float | None = None  # once made: the length of its audio (it is no longer late)
+    rest_of_first: float = 0.0  # for the first audio's own piece, still running: the audio already out
+
+
+def first_audio_late(now: float, runs_out_at: float, pending: Iterable[PendingPiece], more_text: bool,
+                     free_at: float, next_run_s: float) -> float:
+    """How late (seconds; -inf: not at all) the latest of the pieces after the first audio comes against
+    the moment its listener needs it, if the first audio is let go now. Its listener hears until
+    `runs_out_at` (the first audio's end), then each piece in turn; a piece comes at its start plus its
+    run. With `more_text` (text still to come or to cut) one more piece of `next_run_s` comes from when a
+    worker is free (`free_at`), soonest now."""
+    ahead, late = runs_out_at, -math.inf
+    for piece in pending:
+        if piece.made_s is not None:
+            ahead += piece.made_s
+            continue
+        begin = now if piece.start is None else piece.start
+        late = max(late, begin + piece.run_s - ahead)
+        ahead += piece.seconds - piece.rest_of_first
+    if more_text:
+        late = max(late, max(now, free_at) + next_run_s - ahead)
+    return late
+
+
+def hold_until(now: float, before_ends_at: float | None, cfg: CpuPolicyConfig = DEFAULT) -> float:
+    """The latest the first audio is held: `first_hold_s` from now, and for a continuation whose
+    listener still hears the audio before it, until that ends (less `hold_margin_s`): held past it, it
+    would make a gap heard now for one that may come later."""
+    until = now + cfg.first_hold_s
+    if before_ends_at is not None and before_ends_at > now:
+        until = min(until, before_ends_at - cfg.hold_margin_s)
+    return until
+
+
+def releases(late: float, now: float, until: float, cfg: CpuPolicyConfig = DEFAULT) -> bool:
+    """Whether the held first audio goes now: nothing predicted late past `hold_margin_s`, or held long enough."""
+    return late <= cfg.hold_margin_s or now >= until
+
+
+def next_look(late: float, now: float, until: float, cfg: CpuPolicyConfig = DEFAULT) -> float:
+    """Seconds until the hold looks again."""
+    return min(late, until - now, cfg.hold_look_s)
