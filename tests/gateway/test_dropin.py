@@ -1,0 +1,237 @@
+"""The providers' protocols (gateway/protocols/): ElevenLabs' stream-input and multi-stream-input sockets
+and Cartesia's /tts/websocket, with their HTTP routes, against a real gateway on loopback with the Piper
+voice, spoken to by a real `websockets` client in the providers' published message shapes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import websockets
+from attack import run
+from support.servers import serve
+from support.undisturbed import assert_undisturbed
+
+from engine import Engine
+from gateway.connection import Limits
+from sessions import hash_api_key
+
+Message = dict[str, Any]
+
+
+def el_url(gateway: str, path: str = "multi-stream-input", voice: str = "joe", **query: str) -> str:
+    query = {"output_format": "pcm_16000", "model_id": "eleven_flash_v2_5"} | query
+    q = "&".join(f"{k}={v}" for k, v in query.items())
+    return f"ws://{gateway}/v1/text-to-speech/{voice}/{path}?{q}"
+
+
+async def until(ws: Any, done: Callable[[list[Message]], bool], timeout: float = 60) -> list[Message]:
+    got: list[Message] = []
+    async with asyncio.timeout(timeout):
+        while not done(got):
+            got.append(json.loads(await ws.recv()))
+    return got
+
+
+def final(context_id: str | None = None) -> Callable[[list[Message]], bool]:
+    return lambda got: any(m.get("isFinal") is True and m.get("contextId") == context_id for m in got)
+
+
+def audio_of(got: list[Message], context_id: str | None = None) -> bytes:
+    return b"".join(base64.b64decode(m["audio"]) for m in got if m.get("audio") and m.get("contextId") == context_id)
+
+
+def heard_words(got: list[Message], context_id: str | None = None) -> list[tuple[str, float]]:
+    """Words and their start (s) as Pipecat reads `alignment`: each message's times from its own start,
+    the clock advanced by its last start + duration."""
+    clock, words, word, start = 0.0, [], "", None
+    for m in got:
+        a = m.get("alignment")
+        if not a or m.get("contextId") != context_id:
+            continue
+        for ch, t in zip(a["chars"], a["charStartTimesMs"], strict=True):
+            if ch == " ":
+                if word:
+                    words.append((word, start))
+                word, start = "", None
+            else:
+                if start is None and ch:
+                    start = clock + t / 1000
+                word += ch
+        clock += (a["charStartTimesMs"][-1] + a["charDurationsMs"][-1]) / 1000
+    if word:
+        words.append((word, start))
+    return words
+
+
+@pytest.fixture(scope="module")
+def gateway(cpu_engine: Engine) -> Iterator[str]:
+    yield from serve(cpu_engine, Limits(config_timeout=2.0))
+
+
+# -- ElevenLabs: stream-input ---------------------------------------------------------------------------
+
+
+async def test_stream_input_speaks_with_alignment_and_closes_after_is_final(gateway: str) -> None:
+    async with websockets.connect(el_url(gateway, "stream-input")) as ws:
+        await ws.send(json.dumps({"text": " ", "voice_settings": {"stability": 0.5}, "xi_api_key": "ignored"}))
+        await ws.send(json.dumps({"text": "Hello there, how are you today? ", "try_trigger_generation": True}))
+        await ws.send(json.dumps({"text": ""}))  # the end of input
+        got = await until(ws, final())
+        with pytest.raises(websockets.ConnectionClosedOK):
+            async with asyncio.timeout(10):
+                await ws.recv()
+    pcm = audio_of(got)
+    assert len(pcm) > 16000 and len(pcm) % 2 == 0  # > 0.5 s of 16 kHz s16le
+    words = heard_words(got)
+    assert [w for w, _ in words] == ["Hello", "there,", "how", "are", "you", "today?"]
+    starts = [t for _, t in words]
+    assert starts == sorted(starts) and starts[-1] < len(pcm) / 32000
+    # Each message's alignment spans exactly its audio: the reader's clock ends where the audio does.
+    spans = sum((m["alignment"]["charStartTimesMs"][-1] + m["alignment"]["charDurationsMs"][-1])
+                for m in got if m.get("audio"))  # fmt: skip
+    assert abs(spans - len(pcm) / 32) <= len([m for m in got if m.get("audio")])  # 1 ms of rounding a message
+    normalized = [t for m in got if m.get("normalizedAlignment") for t in m["normalizedAlignment"]["charStartTimesMs"]]
+    shown = [m.get("normalizedAlignment") for m in got]
+    assert normalized == sorted(normalized) and normalized[-1] <= len(pcm) / 32, shown
+
+
+# -- ElevenLabs: multi-stream-input ---------------------------------------------------------------------
+
+
+async def test_multi_stream_turns_keepalives_and_is_final_per_context(gateway: str) -> None:
+    """Pipecat's sequence: open with " ", text, flush, close_context; keep-alives with and without a
+    context between; a second turn on the same socket; a late close of a finished context is ignored."""
+    async with websockets.connect(el_url(gateway), additional_headers={"xi-api-key": "any"}) as ws:
+        await ws.send(json.dumps({"text": ""}))  # a keep-alive before anything: opens nothing
+        for turn in ("t1", "t2"):
+            await ws.send(json.dumps({"text": " ", "context_id": turn, "voice_settings": {"speed": 1.0}}))
+            await ws.send(json.dumps({"text": f"This is turn {turn[1]}. ", "context_id": turn}))
+            await ws.send(json.dumps({"text": "", "context_id": turn}))  # keep-alive inside the context
+            await ws.send(json.dumps({"context_id": turn, "flush": True}))
+            await ws.send(json.dumps({"context_id": turn, "close_context": True}))
+            got = await until(ws, final(turn))
+            assert len(audio_of(got, turn)) > 8000
+            assert [w for w, _ in heard_words(got, turn)] == ["This", "is", "turn", turn[1] + "."]
+            assert all(m.get("contextId") == turn for m in got)
+        await ws.send(json.dumps({"context_id": "t1", "close_context": True}))  # long finished: nothing
+        await ws.send(json.dumps({"close_socket": True}))
+        async with asyncio.timeout(10):
+            rest = [json.loads(m) async for m in ws]
+        assert not [m for m in rest if m.get("error")], rest
+    assert ws.close_code == 1000
+
+
+async def test_multi_stream_second_close_is_a_barge_in(gateway: str) -> None:
+    """Pipecat's interruption: close_context again for a context still speaking cuts its audio, isFinal
+    follows at once, and the next context speaks in full."""
+    long = "This reply goes on for a long while, sentence after sentence, so that it can be cut. " * 6
+    async with websockets.connect(el_url(gateway)) as ws:
+        await ws.send(json.dumps({"text": long, "context_id": "a"}))
+        await ws.send(json.dumps({"context_id": "a", "flush": True}))
+        await ws.send(json.dumps({"context_id": "a", "close_context": True}))
+        await until(ws, lambda got: any(m.get("audio") for m in got))
+        await ws.send(json.dumps({"context_id": "a", "close_context": True}))
+        got = await until(ws, final("a"), timeout=10)
+        assert len(audio_of(got, "a")) < len(long) * 16000 * 2 / 15  # far less than the whole (~15 chars/s)
+        await ws.send(json.dumps({"text": "And now the next turn. ", "context_id": "b"}))
+        await ws.send(json.dumps({"context_id": "b", "flush": True}))
+        await ws.send(json.dumps({"context_id": "b", "close_context": True}))
+        got = await until(ws, final("b"))
+        assert [w for w, _ in heard_words(got, "b")] == ["And", "now", "the", "next", "turn."]
+
+
+async def test_livekit_sentence_flushes_then_empty_flush_and_close(gateway: str) -> None:
+    """LiveKit's sequence: each sentence with flush, then {"text": "", "flush": true} and close_context."""
+    async with websockets.connect(el_url(gateway, sync_alignment="true", auto_mode="true")) as ws:
+        for sentence in ("First sentence here.", "Second one."):
+            await ws.send(json.dumps({"text": sentence + " ", "context_id": "lk", "flush": True}))
+        await ws.send(json.dumps({"text": "", "context_id": "lk", "flush": True}))
+        await ws.send(json.dumps({"context_id": "lk", "close_context": True}))
+        got = await until(ws, final("lk"))
+    text = "".join(c for m in got if m.get("normalizedAlignment") for c in m["normalizedAlignment"]["chars"])
+    assert text.split() == ["First", "sentence", "here.", "Second", "one."]
+    starts = [t for m in got if m.get("normalizedAlignment") for t in m["normalizedAlignment"]["charStartTimesMs"]]
+    assert starts == sorted(starts) and starts[-1] > 500  # the context's clock, not each message's
+
+
+@pytest.mark.parametrize(("fmt", "check"), [
+    ("ulaw_8000", lambda audio, ms: abs(len(audio) - ms * 8) < 400),
+    ("pcm_24000", lambda audio, ms: len(audio) % 2 == 0 and abs(len(audio) - ms * 48) < 2400),
+    ("mp3_22050_32", lambda audio, ms: audio[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xe3", b"ID")),
+])  # fmt: skip
+async def test_output_formats(gateway: str, fmt: str, check: Callable[[bytes, float], bool]) -> None:
+    async with websockets.connect(el_url(gateway, "stream-input", output_format=fmt)) as ws:
+        await ws.send(json.dumps({"text": "Formats are honoured. "}))
+        await ws.send(json.dumps({"text": ""}))
+        got = await until(ws, final())
+    ms = sum(m["alignment"]["charStartTimesMs"][-1] + m["alignment"]["charDurationsMs"][-1]
+             for m in got if m.get("audio") is not None and m.get("alignment"))  # fmt: skip
+    assert check(audio_of(got), ms), (fmt, len(audio_of(got)), ms)
+
+
+@pytest.mark.parametrize("fmt", ["opus_48000_32", "pcm_12345", "wav", "mp3_44100"])
+async def test_unsupported_output_format_is_refused_in_elevenlabs_shape(gateway: str, fmt: str) -> None:
+    async with websockets.connect(el_url(gateway, output_format=fmt)) as ws:
+        msg = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        await asyncio.wait_for(ws.wait_closed(), 10)
+    assert msg["error"] == "unsupported_format" and msg["message"] and msg["code"] == 1008
+    assert ws.close_code == 1008
+
+
+async def test_malformed_messages_get_stable_errors_and_the_socket_goes_on(gateway: str) -> None:
+    async with websockets.connect(el_url(gateway)) as ws:
+        await ws.send("{not json")
+        await ws.send(json.dumps({"text": 5, "context_id": "x"}))
+        await ws.send(json.dumps({"text": "x" * 200_000, "context_id": "x"}))
+        await ws.send(b"\x00\x01")
+        await ws.send(json.dumps({"text": "hi", "context_id": "c" * 500}))
+        got = await until(ws, lambda got: len(got) >= 5, timeout=10)
+        assert [m["error"] for m in got] == ["invalid_json", "invalid_message", "message_too_large",
+                                             "binary_not_supported", "invalid_message"]  # fmt: skip
+        assert all(isinstance(m["message"], str) and len(m["message"]) <= 300 for m in got)
+        await ws.send(json.dumps({"text": "Still here. ", "context_id": "ok", "flush": True}))
+        await ws.send(json.dumps({"context_id": "ok", "close_context": True}))
+        got = await until(ws, final("ok"))
+        assert audio_of(got, "ok")
+
+
+async def test_unknown_voice_is_refused_and_closed(gateway: str) -> None:
+    async with websockets.connect(el_url(gateway, voice="no-such-voice")) as ws:
+        msg = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        await asyncio.wait_for(ws.wait_closed(), 10)
+    assert msg["error"] == "unknown_voice" and ws.close_code == 1008
+
+
+# -- keys -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def keyed_gateway(cpu_engine: Engine) -> Iterator[str]:
+    yield from serve(cpu_engine, Limits(config_timeout=2.0), api_keys=f"acme={hash_api_key('acme-key')}")
+
+
+async def test_xi_api_key_is_a_voxgate_key(keyed_gateway: str) -> None:
+    url = el_url(keyed_gateway, "stream-input")
+    async with websockets.connect(url, additional_headers={"xi-api-key": "acme-key"}) as ws:
+        await ws.send(json.dumps({"text": "Keyed. "}))
+        await ws.send(json.dumps({"text": ""}))
+        assert audio_of(await until(ws, final()))
+    async with websockets.connect(el_url(keyed_gateway), additional_headers={"xi-api-key": "wrong"}) as ws:
+        msg = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        await asyncio.wait_for(ws.wait_closed(), 10)
+    assert msg["error"] == "unauthorized" and ws.close_code == 1008
+
+
+# -- attacks, with a canary speaking beside them (bench/attack.py) ---------------------------------------
+
+
+@pytest.mark.parametrize("name", ["elevenlabs_garbage", "elevenlabs_unread"])
+def test_dropin_attacks_leave_the_canary_undisturbed(gateway: str, name: str) -> None:
+    r = asyncio.run(run(f"http://{gateway}", name, sockets=3, seconds=2.0))
+    assert_undisturbed(r)
+    assert r.seen["codes"], r.seen
