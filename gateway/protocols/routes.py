@@ -19,7 +19,7 @@ from gateway.connection import Connection
 from gateway.drain import DRAIN_REASON, Drain
 from gateway.models import ModelRegistry
 from gateway.protocol import CLOSE_POLICY, CLOSE_RECONNECT, CLOSE_TRY_LATER, ProtocolError
-from gateway.protocols import elevenlabs
+from gateway.protocols import cartesia, elevenlabs
 from gateway.protocols.bridge import Bridge, Wire
 from gateway.session_state import SessionBinding
 from gateway.settings import Settings
@@ -128,4 +128,21 @@ async def elevenlabs_multi_stream_input(
     await _elevenlabs(socket, state, store, settings, voice_id, multi=True)
 
 
-protocol_routes = [elevenlabs_stream_input, elevenlabs_multi_stream_input]
+@websocket("/tts/websocket")
+async def cartesia_websocket(socket: WebSocket, state: State, store: NamedDependency[SessionStore],
+                             settings: NamedDependency[Settings]) -> None:  # fmt: skip
+    """Cartesia's socket. Its version (the Cartesia-Version header or ?cartesia_version=) is accepted, whatever
+    its date: the message shapes served are those every version since 2024-06 shares."""
+    await socket.accept()
+    if (refused := refusal(socket, state)) is not None:
+        code, message, close = refused
+        await _refuse(socket, cartesia.error_message(code, message), close, code)
+        return
+
+    def wire(conn: Callable[[], Connection]) -> Wire:
+        return cartesia.CartesiaWire(socket.send_text, max_contexts=settings.limits.max_contexts)
+
+    await run_bridge(socket, state, store, settings, wire, [])
+
+
+protocol_routes = [elevenlabs_stream_input, elevenlabs_multi_stream_input, cartesia_websocket]

@@ -230,8 +230,125 @@ async def test_xi_api_key_is_a_voxgate_key(keyed_gateway: str) -> None:
 # -- attacks, with a canary speaking beside them (bench/attack.py) ---------------------------------------
 
 
-@pytest.mark.parametrize("name", ["elevenlabs_garbage", "elevenlabs_unread"])
+@pytest.mark.parametrize("name", ["elevenlabs_garbage", "elevenlabs_unread", "cartesia_garbage", "cartesia_unread"])
 def test_dropin_attacks_leave_the_canary_undisturbed(gateway: str, name: str) -> None:
     r = asyncio.run(run(f"http://{gateway}", name, sockets=3, seconds=2.0))
     assert_undisturbed(r)
     assert r.seen["codes"], r.seen
+
+
+# -- Cartesia: /tts/websocket ----------------------------------------------------------------------------
+
+
+def cartesia_request(context_id: str, transcript: str, more: bool, **fields: Any) -> str:
+    """A generation request as Pipecat's CartesiaTTSService sends it."""
+    fmt = fields.pop("output_format", {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 16000})
+    return json.dumps({"transcript": transcript, "continue": more, "context_id": context_id,
+                       "model_id": "sonic-3", "voice": {"mode": "id", "id": "joe"}, "output_format": fmt,
+                       "add_timestamps": True, "max_buffer_delay_ms": 0, "language": "en",
+                       "generation_config": {"speed": 1.0, "emotion": "calm"}} | fields)  # fmt: skip
+
+
+def cartesia_done(context_id: str) -> Callable[[list[Message]], bool]:
+    return lambda got: any(m.get("type") == "done" and m.get("context_id") == context_id for m in got)
+
+
+def cartesia_audio(got: list[Message], context_id: str) -> bytes:
+    return b"".join(
+        base64.b64decode(m["data"]) for m in got if m.get("type") == "chunk" and m["context_id"] == context_id
+    )
+
+
+async def test_cartesia_turns_with_word_timestamps(gateway: str) -> None:
+    url = f"ws://{gateway}/tts/websocket?cartesia_version=2025-04-16"
+    async with websockets.connect(url, additional_headers={"Cartesia-Version": "2024-11-13"}) as ws:
+        offset = 0.0
+        for turn, pieces in (("c1", ["Hello from ", "Cartesia's socket. "]), ("c2", ["A second turn. "])):
+            for piece in pieces:
+                await ws.send(cartesia_request(turn, piece, True))
+            await ws.send(cartesia_request(turn, "", False))
+            got = await until(ws, cartesia_done(turn))
+            assert all(m["context_id"] == turn for m in got)  # Pipecat reads it from every message
+            done = got[-1]
+            assert done["type"] == "done" and done["done"] is True and done["status_code"] == 200
+            audio = cartesia_audio(got, turn)
+            assert len(audio) > 8000 and len(audio) % 2 == 0
+            stamps = [m["word_timestamps"] for m in got if m["type"] == "timestamps"]
+            words = [w for s in stamps for w in s["words"]]
+            starts = [t for s in stamps for t in s["start"]]
+            assert " ".join(words) == " ".join(pieces).replace("  ", " ").strip().replace(".", "")
+            assert starts == sorted(starts) and starts[-1] < len(audio) / 32000
+            offset += len(audio) / 32000
+        assert offset > 1.0
+
+
+async def test_cartesia_cancel_cuts_a_context_and_the_next_one_speaks(gateway: str) -> None:
+    long = "This answer runs on and on, one clause after another, so that it can be cut short. " * 6
+    async with websockets.connect(f"ws://{gateway}/tts/websocket") as ws:
+        await ws.send(cartesia_request("a", long, True))
+        await until(ws, lambda got: any(m.get("type") == "chunk" for m in got))
+        await ws.send(json.dumps({"context_id": "a", "cancel": True}))
+        await ws.send(cartesia_request("b", "After the cut. ", False))
+        got = await until(ws, cartesia_done("b"))
+        assert not [m for m in got if m.get("context_id") == "a" and m["type"] in ("done", "error")]
+        assert [w for m in got if m["type"] == "timestamps" for w in m["word_timestamps"]["words"]] == \
+            ["After", "the", "cut"]  # fmt: skip
+
+
+async def test_cartesia_flush_then_done(gateway: str) -> None:
+    async with websockets.connect(f"ws://{gateway}/tts/websocket") as ws:
+        await ws.send(cartesia_request("f", "First part. ", True, flush=True))
+        await ws.send(cartesia_request("f", "Second part. ", False))
+        got = await until(ws, cartesia_done("f"))
+    kinds = [m["type"] for m in got if m["type"] in ("flush_done", "done")]
+    assert kinds == ["flush_done", "done"]
+    assert next(m for m in got if m["type"] == "flush_done")["flush_id"] == 1
+
+
+@pytest.mark.parametrize(("encoding", "rate", "width"), [("pcm_f32le", 16000, 4), ("pcm_mulaw", 8000, 1)])
+async def test_cartesia_encodings(gateway: str, encoding: str, rate: int, width: int) -> None:
+    fmt = {"container": "raw", "encoding": encoding, "sample_rate": rate}
+    async with websockets.connect(f"ws://{gateway}/tts/websocket") as ws:
+        await ws.send(cartesia_request("e", "Encodings work. ", False, output_format=fmt))
+        got = await until(ws, cartesia_done("e"))
+    audio = cartesia_audio(got, "e")
+    last = [m for m in got if m["type"] == "timestamps"][-1]["word_timestamps"]["end"][-1]
+    assert len(audio) % width == 0 and len(audio) / width / rate > last * 0.9
+    if encoding == "pcm_f32le":
+        import numpy as np
+
+        samples = np.frombuffer(audio, "<f4")
+        assert 0.01 < float(np.abs(samples).max()) <= 1.0
+
+
+async def test_cartesia_errors_in_its_shape(gateway: str) -> None:
+    async with websockets.connect(f"ws://{gateway}/tts/websocket") as ws:
+        await ws.send("{nope")
+        await ws.send(json.dumps({"transcript": "no voice", "context_id": "x"}))
+        await ws.send(cartesia_request("ok", "Fine. ", False))
+        await ws.send(cartesia_request("other", "Another voice. ", False, voice={"mode": "id", "id": "ryan"}))
+        got = await until(
+            ws, lambda got: cartesia_done("ok")(got) and len([m for m in got if m["type"] == "error"]) >= 3
+        )
+    errors = [m for m in got if m["type"] == "error"]
+    assert [(m["code"], m["context_id"]) for m in errors] == [("invalid_json", ""), ("invalid_config", "x"),
+                                                              ("invalid_config", "other")]  # fmt: skip
+    assert all(m["status_code"] == 400 and m["done"] is True and m["error"] for m in errors)
+    async with websockets.connect(f"ws://{gateway}/tts/websocket") as ws:
+        await ws.send(cartesia_request("v", "Hi. ", False, voice={"mode": "id", "id": "no-such-voice"}))
+        msg = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        await asyncio.wait_for(ws.wait_closed(), 10)
+    assert msg["type"] == "error" and msg["code"] == "unknown_voice" and msg["status_code"] == 404
+    assert ws.close_code == 1008
+
+
+async def test_cartesia_keys_by_header_and_query(keyed_gateway: str) -> None:
+    for url, headers in ((f"ws://{keyed_gateway}/tts/websocket", {"X-API-Key": "acme-key"}),
+                         (f"ws://{keyed_gateway}/tts/websocket?api_key=acme-key", {})):  # fmt: skip
+        async with websockets.connect(url, additional_headers=headers) as ws:
+            await ws.send(cartesia_request("k", "Keyed. ", False))
+            assert cartesia_audio(await until(ws, cartesia_done("k")), "k")
+    async with websockets.connect(f"ws://{keyed_gateway}/tts/websocket", additional_headers={"X-API-Key": "no"}) as ws:
+        msg = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        await asyncio.wait_for(ws.wait_closed(), 10)
+    assert msg["code"] == "unauthorized" and msg["status_code"] == 401 and ws.close_code == 1008
