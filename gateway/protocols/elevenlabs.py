@@ -220,14 +220,15 @@ class CharTimeline:
         return Alignment(self.chars[i:j], rel, durs), self._absolute(i, j, offset)
 
     def rest(self, at: float, offset: float) -> tuple[Alignment, Alignment] | None:
-        """What was not sent when the audio ended (words timed past it), then a space ending the last word:
-        at the audio's end `at`, no length."""
-        if self._segment is not None:
-            self._tail(self._segment)
+        """What was not sent when the audio ended (words timed past it), then a space ending the last word,
+        no later than the audio's end `at` (the context's next utterance starts there), with no length."""
         if not self.chars:
             return None
+        self._end = max(self.starts[-1], min(self._end, at))
+        if self._segment is not None:
+            self._tail(self._segment)
         i = self.taken
-        self._add(" ", max(at, self._end))
+        self._add(" ", self._end)
         self.taken = len(self.chars)
         chars = self.chars[i:]
         rel = Alignment(chars, [0] * len(chars), [0] * len(chars))

@@ -8,12 +8,11 @@ from collections.abc import Callable
 
 import msgspec
 from litestar import websocket
-from litestar.connection import ASGIConnection, WebSocket
+from litestar.connection import WebSocket
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
-from gateway.auth import authenticate
 from gateway.browser import browser_refusal
 from gateway.connection import Connection
 from gateway.drain import DRAIN_REASON, Drain
@@ -21,24 +20,11 @@ from gateway.models import ModelRegistry
 from gateway.protocol import CLOSE_POLICY, CLOSE_RECONNECT, CLOSE_TRY_LATER, ProtocolError
 from gateway.protocols import cartesia, elevenlabs
 from gateway.protocols.bridge import Bridge, Wire
+from gateway.protocols.http import http_routes
+from gateway.protocols.keys import provider_tenant
 from gateway.session_state import SessionBinding
 from gateway.settings import Settings
-from sessions import SessionStore, Tenant
-
-# The header (and query) forms of a key the providers' clients send, beside voxgate's own.
-PROVIDER_KEY_HEADERS = ("xi-api-key", "x-api-key")
-
-
-def provider_tenant(connection: ASGIConnection, *, query: bool) -> Tenant | None:
-    """The caller's tenant by voxgate's key forms, or by a provider's (`xi-api-key`, ElevenLabs')."""
-    tenant = authenticate(connection, query=query)
-    if tenant is not None:
-        return tenant
-    keys = connection.app.state.api_keys
-    for name in PROVIDER_KEY_HEADERS:
-        if (presented := connection.headers.get(name)) is not None and (t := keys.authenticate(presented)):
-            return t
-    return None
+from sessions import SessionStore
 
 
 def refusal(socket: WebSocket, state: State) -> tuple[str, str, int] | None:
@@ -145,4 +131,4 @@ async def cartesia_websocket(socket: WebSocket, state: State, store: NamedDepend
     await run_bridge(socket, state, store, settings, wire, [])
 
 
-protocol_routes = [elevenlabs_stream_input, elevenlabs_multi_stream_input, cartesia_websocket]
+protocol_routes = [elevenlabs_stream_input, elevenlabs_multi_stream_input, cartesia_websocket, *http_routes]
