@@ -1118,6 +1118,95 @@ async def file_mode_hoard(ctx: Context) -> dict[str, Any]:
 # -- more attacks above this line --------------------------------------------------------------------------
 
 
+# Issue 39: the providers' protocols (gateway/protocols/). Their sockets run the native Connection, so they
+# must hold its bounds: malformed, oversized and binary messages in the provider's shapes get stable errors
+# and the socket goes on; a client that sends long replies and never reads is disconnected, not buffered.
+def _provider_ws_url(ctx: Context, path: str) -> str:
+    return ctx.url.replace("http://", "ws://").replace("https://", "wss://") + path
+
+
+async def _provider_codes(ws: Any, seconds: float, key: str = "error") -> list[str]:
+    codes: list[str] = []
+    end = time.monotonic() + seconds
+    with contextlib.suppress(TimeoutError, websockets.ConnectionClosed):
+        while (left := end - time.monotonic()) > 0:
+            msg = await asyncio.wait_for(ws.recv(), left)
+            if isinstance(msg, str) and isinstance(code := json.loads(msg).get(key), str):
+                codes.append(code)
+    return codes
+
+
+_GARBAGE = ["{not json", json.dumps({"text": 5}), json.dumps({"text": "x" * 300_000}), json.dumps([1, 2]),
+            "[" * 100_000, json.dumps({"context_id": "c" * 10_000, "text": "hi"}),
+            json.dumps({"transcript": {"nested": [1] * 1000}, "context_id": "a"})]  # fmt: skip
+_PROVIDER_PATHS = {
+    "elevenlabs": ("/v1/text-to-speech/joe/multi-stream-input?output_format=pcm_16000", "error"),
+    "cartesia": ("/tts/websocket?cartesia_version=2025-04-16", "code"),
+}
+
+
+async def _garbage(ctx: Context, provider: str) -> dict[str, Any]:
+    path, key = _PROVIDER_PATHS[provider]
+    sockets, seconds = int(ctx.options.get("sockets", 4)), float(ctx.options.get("seconds", 3.0))
+    url = _provider_ws_url(ctx, path)
+    wss = [await websockets.connect(url, max_size=None, open_timeout=30) for _ in range(sockets)]
+    readers = [asyncio.create_task(_provider_codes(ws, seconds, key)) for ws in wss]
+    for _ in range(int(ctx.options.get("rounds", 5))):
+        for ws in wss:
+            for raw in _GARBAGE:
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    await ws.send(raw)
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await ws.send(b"\x00" * 1024)
+        await asyncio.sleep(0)
+    codes = [c for r in readers for c in await r]
+    for ws in wss:
+        await ws.close()
+    return {"codes": sorted(set(codes)), "errors": len(codes)}
+
+
+async def _unread(ctx: Context, provider: str) -> dict[str, Any]:
+    """Sockets asking for long replies (and, for ElevenLabs, at 44.1 kHz) that never read a byte."""
+    path, _ = _PROVIDER_PATHS[provider]
+    sockets, seconds = int(ctx.options.get("sockets", 4)), float(ctx.options.get("seconds", 3.0))
+    text = huge_prose(4000)
+    wss = []
+    for n in range(sockets):
+        ws = await websockets.connect(_provider_ws_url(ctx, path), max_size=None, open_timeout=30, max_queue=1)
+        if provider == "elevenlabs":
+            await ws.send(json.dumps({"text": text, "context_id": f"u{n}", "flush": True}))
+        else:
+            await ws.send(json.dumps({"context_id": f"u{n}", "transcript": text, "continue": False,
+                                      "voice": {"mode": "id", "id": "joe"}, "add_timestamps": True,
+                                      "output_format": {"container": "raw", "encoding": "pcm_f32le",
+                                                        "sample_rate": 44100}}))  # fmt: skip
+        wss.append(ws)
+    await asyncio.sleep(seconds)
+    for ws in wss:
+        ws.transport.abort()  # never read: the server must not wait on them
+    return {"codes": ["unread"], "sockets": sockets}
+
+
+@attack("elevenlabs_garbage")
+async def elevenlabs_garbage(ctx: Context) -> dict[str, Any]:
+    return await _garbage(ctx, "elevenlabs")
+
+
+@attack("elevenlabs_unread")
+async def elevenlabs_unread(ctx: Context) -> dict[str, Any]:
+    return await _unread(ctx, "elevenlabs")
+
+
+@attack("cartesia_garbage")
+async def cartesia_garbage(ctx: Context) -> dict[str, Any]:
+    return await _garbage(ctx, "cartesia")
+
+
+@attack("cartesia_unread")
+async def cartesia_unread(ctx: Context) -> dict[str, Any]:
+    return await _unread(ctx, "cartesia")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", default="http://127.0.0.1:8000")

@@ -30,6 +30,7 @@ from gateway.models import EngineFactory, ModelRegistry, in_child, in_process
 from gateway.openai_api import openai_routes
 from gateway.playground import playground_routes
 from gateway.protocol import CLOSE_POLICY, CLOSE_TRY_LATER, CancelBody, encode, error_event
+from gateway.protocols.routes import protocol_routes
 from gateway.request_id import request_id_middleware
 from gateway.session_state import SessionBinding
 from gateway.settings import Settings
@@ -203,6 +204,7 @@ def create_app(
         given.setdefault(specs[0].name, engine)
     routes = [health, livez, metrics_endpoint, speech_stream, cancel_session, *model_routes, *admin_routes]
     routes += [*openai_routes, *batch_routes, *voice_routes, *lexicon_routes, *playground_routes]
+    routes += protocol_routes  # ElevenLabs- and Cartesia-compatible (gateway/protocols/)
     # Handlers raise (ApiError, EngineError, QueueFull, store errors, bad bodies); one table
     # (gateway/errors.py) turns each into its status and OpenAI's body. Handlers are given the engine,
     # store, settings and tenant (gateway/dependencies.py). Every response carries x-request-id.

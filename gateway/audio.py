@@ -22,8 +22,8 @@ MEDIA_TYPES = {
 }
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 # Resampler: engine/resample.py's, for the gateway's rate changes
-__all__ = ["FILE_FORMATS", "MEDIA_TYPES", "OPUS_RATES", "STREAM_FORMATS", "Resampler", "WholeFile", "encode_file",
-           "encode_frames", "wav_header", "wav_stream_header"]  # fmt: skip
+__all__ = ["FILE_FORMATS", "MEDIA_TYPES", "MP3_RATES", "OPUS_RATES", "STREAM_FORMATS", "Mp3Stream", "Resampler",
+           "WholeFile", "encode_file", "encode_frames", "mp3_available", "wav_header", "wav_stream_header"]  # fmt: skip
 
 
 def _ulaw(pcm: np.ndarray) -> bytes:
@@ -126,3 +126,38 @@ def encode_file(pcm: np.ndarray, rate: int, fmt: str) -> bytes:
         pcm, rate = Resampler(rate, 48000)(pcm, last=True), 48000
     soundfile.write(buf, pcm.astype(np.int16, copy=False), rate, format=kind, subtype=subtype)
     return buf.getvalue()
+
+
+MP3_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)  # MPEG-1/2/2.5 Layer III
+
+
+class Mp3Stream:
+    """MP3 frames as the PCM comes (LAME through `lameenc`, a 190 kB wheel of the cpu extra), for streamed
+    MP3 (ElevenLabs' `mp3_22050_32`): a file encoded per chunk would restart the encoder and click at
+    every seam. LAME holds back up to a frame and a half (~1.5 k samples); `finish` gives the rest."""
+
+    def __init__(self, rate: int, kbps: int) -> None:
+        import lameenc
+
+        if rate not in MP3_RATES:
+            raise ValueError(f"MP3 cannot be encoded at {rate} Hz")
+        self._encoder = lameenc.Encoder()
+        self._encoder.set_in_sample_rate(rate)
+        self._encoder.set_channels(1)
+        self._encoder.set_bit_rate(kbps)
+        self._encoder.set_quality(7)  # LAME's "fast": the quality gain past it is not worth the CPU at speech rates
+
+    def feed(self, pcm: bytes) -> bytes:
+        """s16le mono PCM in; whatever whole MP3 frames it completes out (often none for a short chunk)."""
+        return bytes(self._encoder.encode(pcm)) if pcm else b""
+
+    def finish(self) -> bytes:
+        return bytes(self._encoder.flush())
+
+
+def mp3_available() -> bool:
+    try:
+        import lameenc  # noqa: F401
+    except ImportError:
+        return False
+    return True
