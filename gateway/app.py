@@ -16,7 +16,7 @@ from litestar.params import FromPath, JSONBody
 from engine import Engine, heap
 from gateway import metrics
 from gateway.admin import admin_guard, admin_routes
-from gateway.auth import authenticate
+from gateway.auth import KEY_FORMS, authenticate
 from gateway.batch import batch_routes
 from gateway.browser import browser_guard, browser_refusal
 from gateway.connection import Connection
@@ -107,7 +107,7 @@ def _ws_refusal(socket: WebSocket, state: State) -> tuple[str, str, int, str] | 
     if (refused := browser_refusal(socket, state.settings, credential=not state.api_keys.is_open)) is not None:
         return refused.code, refused.message, CLOSE_POLICY, refused.code.replace("_", " ")
     if authenticate(socket, query=True) is None:
-        message = "a valid API key is required (Authorization: Bearer, X-API-Key or ?api_key=)"
+        message = f"a valid API key is required ({KEY_FORMS} or ?api_key=)"
         return "unauthorized", message, CLOSE_POLICY, "unauthorized"
     if state.models.any_serving() is None:
         return "engine_not_ready", "the engine is warming up", CLOSE_TRY_LATER, "engine not ready"

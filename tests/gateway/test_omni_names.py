@@ -1,0 +1,96 @@
+"""Clients of vLLM-Omni's protocol (and the other services voxgate stands in for) work on names alone:
+every common form of an API key (issue 39), the Qwen3-TTS model ids and speaker names they default to,
+and a refusal, never a silent substitute, for a capability the served model lacks. A real gateway (Piper)
+with keys configured, real websockets and HTTP clients."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+from support.servers import serve
+
+from engine import Engine
+from gateway.connection import Limits
+from sessions import hash_api_key
+
+KEY = "sk-omni-test"
+# What each kind of client sends (vLLM-Omni's harnesses: Api-Key; ElevenLabs': xi-api-key; …).
+HEADER_FORMS = [
+    {"Authorization": f"Bearer {KEY}"},
+    {"Authorization": f"Api-Key {KEY}"},
+    {"Authorization": f"api-key {KEY}"},
+    {"Authorization": f"Token {KEY}"},
+    {"xi-api-key": KEY},
+    {"X-API-Key": KEY},
+]
+SPEECH = {"input": "Hello there.", "response_format": "pcm"}
+
+
+@pytest.fixture(scope="module")
+def keyed(cpu_engine: Engine) -> Iterator[str]:
+    yield from serve(cpu_engine, Limits(config_timeout=5.0), api_keys=f"acme={hash_api_key(KEY)}")
+
+
+async def ws_events(url: str, config: dict[str, Any], text: str = "Hello there.", headers: dict[str, str] | None = None,
+                    ) -> list[dict[str, Any]]:  # fmt: skip
+    """The JSON events of one utterance (to session.done, or to the first error), binary frames counted
+    as {"type": "binary"}."""
+    async with websockets.connect(url, additional_headers=headers or {}, max_size=None, open_timeout=10) as ws:
+        with contextlib.suppress(websockets.ConnectionClosed):  # a refused session is closed at once
+            await ws.send(json.dumps({"type": "session.config", **config}))
+            await ws.send(json.dumps({"type": "input.text", "text": text}))
+            await ws.send(json.dumps({"type": "input.done"}))
+        events: list[dict[str, Any]] = []
+        while True:
+            try:
+                message = await asyncio.wait_for(ws.recv(), 30)
+            except websockets.ConnectionClosed:
+                return events
+            if isinstance(message, bytes):
+                events.append({"type": "binary"})
+                continue
+            events.append(json.loads(message))
+            if events[-1]["type"] in ("session.done", "error"):
+                return events
+
+
+@pytest.mark.parametrize("headers", HEADER_FORMS, ids=lambda h: next(iter(h.items()))[1].split()[0])
+def test_every_key_header_form_is_a_key_over_http(keyed: str, headers: dict[str, str]) -> None:
+    r = httpx.post(f"http://{keyed}/v1/audio/speech", json=SPEECH, headers=headers, timeout=30)
+    assert r.status_code == 200, r.text
+    assert len(r.content) > 1000
+
+
+def test_a_wrong_key_in_any_form_is_refused(keyed: str) -> None:
+    for headers in ({"Authorization": "Api-Key nope"}, {"xi-api-key": "nope"}, {"Authorization": "Basic " + KEY}):
+        r = httpx.post(f"http://{keyed}/v1/audio/speech", json=SPEECH, headers=headers, timeout=30)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", r.text
+    # A key in the URL is for WebSockets only (browsers cannot set their headers): HTTP URLs end up in logs.
+    r = httpx.post(f"http://{keyed}/v1/audio/speech?api_key={KEY}", json=SPEECH, timeout=30)
+    assert r.status_code == 401
+
+
+@pytest.mark.parametrize("headers", HEADER_FORMS, ids=lambda h: next(iter(h.items()))[1].split()[0])
+async def test_every_key_header_form_opens_a_websocket_session(keyed: str, headers: dict[str, str]) -> None:
+    events = await ws_events(f"ws://{keyed}/v1/audio/speech/stream", {"voice": "default"}, headers=headers)
+    assert events[0]["type"] == "session.ready", events
+    assert events[-1]["type"] == "session.done" and {"type": "binary"} in events
+
+
+@pytest.mark.parametrize("param", ["api_key", "api-key"])
+async def test_a_query_key_opens_a_websocket_session(keyed: str, param: str) -> None:
+    events = await ws_events(f"ws://{keyed}/v1/audio/speech/stream?{param}={KEY}", {})
+    assert events[-1]["type"] == "session.done", events
+
+
+async def test_a_missing_websocket_key_is_refused_with_the_forms_named(keyed: str) -> None:
+    events = await ws_events(f"ws://{keyed}/v1/audio/speech/stream", {}, headers={"Authorization": "Api-Key nope"})
+    assert events[0]["type"] == "error" and events[0]["code"] == "unauthorized"
+    assert "Api-Key" in events[0]["message"] and "xi-api-key" in events[0]["message"]
