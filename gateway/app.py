@@ -16,6 +16,7 @@ from litestar.params import FromPath, JSONBody
 from engine import Engine, heap
 from gateway import metrics
 from gateway.admin import admin_guard, admin_routes
+from gateway.aliases import Aliases
 from gateway.auth import KEY_FORMS, authenticate
 from gateway.batch import batch_routes
 from gateway.browser import browser_guard, browser_refusal
@@ -138,7 +139,8 @@ async def speech_stream(
 
     # The engine, its admission and the model's name follow `model` in each session.config (models.select).
     drain: Drain = state.drain
-    conn = Connection(first.served, settings.limits, SessionBinding(store, tenant), socket.receive, send,  # type: ignore[arg-type]
+    binding = SessionBinding(store, tenant, state.aliases)
+    conn = Connection(first.served, settings.limits, binding, socket.receive, send,  # type: ignore[arg-type]
                       model=first.name, admission=first.admission, select=models.select,
                       draining=lambda: drain.draining)  # fmt: skip
     drain.opened(conn)
@@ -213,5 +215,6 @@ def create_app(
                    middleware=[request_id_middleware], request_max_body_size=64 * 1024)  # fmt: skip
     app.state.drain = Drain(settings.drain_grace_s)  # SIGTERM runs it (gateway/server.py)
     # Each model its own admission (every stream, WebSocket, speech or batch, starts through it).
-    app.state.models = ModelRegistry(specs, settings, factory, aliases=settings.model_aliases)
+    app.state.aliases = Aliases.of(settings)  # every route resolves model ids and voice names by them
+    app.state.models = ModelRegistry(specs, settings, factory, aliases=app.state.aliases)
     return app

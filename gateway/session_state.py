@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from engine import Engine
+from gateway.aliases import SHIPPED, Aliases
 from gateway.protocol import ProtocolError, SessionConfig, quote
 from gateway.voices import resolve_voice
 from sessions import (
@@ -74,9 +75,10 @@ def config_fields(cfg: SessionConfig) -> dict[str, Any]:
 
 
 class SessionBinding:
-    def __init__(self, store: SessionStore, tenant: Tenant) -> None:
+    def __init__(self, store: SessionStore, tenant: Tenant, aliases: Aliases = SHIPPED) -> None:
         self.store = store
         self.tenant = tenant
+        self.aliases = aliases  # the voice names a config may use besides the engine's (gateway/aliases.py)
         self.attached: AttachedSession | None = None
 
     @property
@@ -135,9 +137,9 @@ class SessionBinding:
             raise refusal(e) from None
 
     async def resolve_voice(self, engine: Engine, name: str | None) -> tuple[str | None, dict[str, Any]]:
-        """An engine voice, or a registered preset/clone from the tenant's registry."""
+        """An alias's voice, an engine voice, or a registered preset/clone from the tenant's registry."""
         try:
-            return await resolve_voice(self.store, self.tenant, engine, name)
+            return await resolve_voice(self.store, self.tenant, engine, name, self.aliases)
         except (StateUnavailable, StoreBusy) as e:
             raise refusal(e) from None
 

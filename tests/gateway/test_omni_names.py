@@ -94,3 +94,50 @@ async def test_a_missing_websocket_key_is_refused_with_the_forms_named(keyed: st
     events = await ws_events(f"ws://{keyed}/v1/audio/speech/stream", {}, headers={"Authorization": "Api-Key nope"})
     assert events[0]["type"] == "error" and events[0]["code"] == "unauthorized"
     assert "Api-Key" in events[0]["message"] and "xi-api-key" in events[0]["message"]
+
+
+# ---- names: the Qwen3-TTS model ids and speakers vLLM-Omni's clients default to, OpenAI's voices ----
+
+OMNI = {"model": "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice", "speaker": "Vivian", "task_type": "CustomVoice",
+        "language": "Auto", "response_format": "pcm", "stream_audio": True}  # fmt: skip
+API_KEY = {"Authorization": f"Api-Key {KEY}"}
+
+
+@pytest.mark.parametrize("speaker", ["Vivian", "Ryan", "uncle_fu", "Ono_Anna", "alloy"])
+async def test_a_vllm_omni_client_speaks_with_its_default_model_id_and_speaker_names(keyed: str, speaker: str) -> None:
+    events = await ws_events(f"ws://{keyed}/v1/audio/speech/stream", OMNI | {"speaker": speaker}, headers=API_KEY)
+    kinds = [e["type"] for e in events]
+    assert "error" not in kinds, events
+    assert kinds[0] == "session.ready" and kinds[-1] == "session.done" and "binary" in kinds
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice", "Qwen3-TTS-12Hz-1.7B-Base", "tts-1"])
+def test_model_ids_and_speakers_of_other_services_speak_over_http(keyed: str, model: str) -> None:
+    body = SPEECH | {"model": model, "voice": "Ryan"}
+    r = httpx.post(f"http://{keyed}/v1/audio/speech", json=body, headers=API_KEY, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+def test_the_voice_list_names_the_aliases_in_force(keyed: str) -> None:
+    r = httpx.get(f"http://{keyed}/v1/audio/voices", headers=API_KEY, timeout=10)
+    aliases = r.json()["aliases"]
+    assert aliases["vivian"] == "default" and aliases["alloy"] == "default", aliases
+
+
+@pytest.fixture(scope="module")
+def configured(cpu_engine: Engine) -> Iterator[str]:
+    """Shipped aliases off, one table entry each: only the tables and the served names are known."""
+    yield from serve(cpu_engine, Limits(config_timeout=5.0), shipped_aliases=False,
+                     voice_aliases={"Narrator": "joe"}, model_aliases={"house-tts": "piper"})  # fmt: skip
+
+
+async def test_without_shipped_aliases_only_the_tables_and_served_names_resolve(configured: str) -> None:
+    url = f"ws://{configured}/v1/audio/speech/stream"
+    events = await ws_events(url, {"model": "house-tts", "voice": "narrator"})  # the table, in any case
+    assert events[0]["type"] == "session.ready" and events[-1]["type"] == "session.done", events
+    events = await ws_events(url, {"voice": "Vivian"})
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "unknown_voice", events
+    events = await ws_events(url, {"model": OMNI["model"]})
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "unknown_model", events
+    r = httpx.post(f"http://{configured}/v1/audio/speech", json=SPEECH | {"voice": "alloy"}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "unknown_voice", r.text
