@@ -32,7 +32,7 @@ from gateway.models import ModelRegistry, api_serving
 from gateway.session_state import acquire_stream_slot, release_stream_slot
 from gateway.settings import Settings
 from gateway.timing import LeadingTrim, ResponseClock, Timing, observe, trim_for
-from gateway.voices import open_request, resolve_voice, stream_request
+from gateway.voices import TaskType, open_request, refuse_missing_capability, resolve_voice, stream_request
 from segmentation.lexicon import Pronunciations
 from sessions import SessionStore, StreamSlot, Tenant
 
@@ -68,10 +68,21 @@ class SpeechRequest(msgspec.Struct, forbid_unknown_fields=False):
     stream: bool | None = None
     stream_format: Literal["sse", "audio"] = "audio"
     seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    # vLLM-Omni's task and inline reference: known so that what the model cannot do is refused by code
+    # (gateway/voices.py refuse_missing_capability), never spoken in another voice.
+    task_type: TaskType | None = None
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool | None = None
+    speaker_embedding: Annotated[list[float], msgspec.Meta(max_length=8192)] | None = None
 
     @property
     def voice_name(self) -> str | None:
         return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
+
+    @property
+    def inline_reference(self) -> bool:
+        return bool(self.ref_audio or self.ref_text or self.speaker_embedding) or self.x_vector_only_mode is True
 
 
 def _checked(req: SpeechRequest, engine: Engine) -> int:
@@ -91,6 +102,7 @@ async def speech_request(req: SpeechRequest, engine: Engine, store: SessionStore
     """The engine request a speech body asks for (its voice resolved: alias, registered, engine's; its
     lexicon's IPA entries as `phonemes` where the engine takes them) and the respellings for its text."""
     rate = _checked(req, engine)
+    refuse_missing_capability(engine, req.task_type, req.inline_reference)  # cloning, voice design
     voice = await resolve_voice(store, tenant, engine, req.voice_name, aliases)
     lexicon = await tenant_lexicon(store, tenant, req.lexicon)
     request = stream_request(voice, req.language, sample_rate=rate, speed=req.speed, seed=req.seed,

@@ -40,7 +40,8 @@ from sessions.lexicon import Lexicon, LexiconStore
 log = logging.getLogger("voxgate.sessions")
 
 # What is stored of a config: everything but the message type and the id itself.
-_NOT_STORED = ("type", "session_id")
+# (An inline reference is refused at config time; it never goes to the store, megabytes per session.)
+_NOT_STORED = ("type", "session_id", "ref_audio", "ref_text", "x_vector_only_mode", "speaker_embedding")
 
 
 def refusal(e: SessionStoreError) -> ProtocolError:

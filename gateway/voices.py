@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from litestar import Request, Response, delete, get, post
@@ -201,6 +201,39 @@ async def resolve_voice(
     if not engine.supports_cloning:
         raise EngineError("voice_cloning_unsupported", f"voice {name!r} is a clone; this engine cannot clone voices")
     return None, {"ref_audio": voice.ref_audio, "ref_text": voice.ref_text}
+
+
+TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]  # vLLM-Omni's (Qwen3-TTS's) tasks
+
+
+def designs_voices(engine: Engine) -> bool:
+    """The engine declares a voice shaped by instructions (engine/types.py VoiceInfo kind "designed")."""
+    return any(v.kind == "designed" for v in engine.voices())
+
+
+def refuse_missing_capability(engine: Engine, task_type: TaskType | None, inline_reference: bool) -> None:
+    """A request that asks for what the served model cannot do is refused with a stable code, never
+    spoken as something else (a clone request in the default voice). vLLM-Omni's clients ask by
+    `task_type` and by sending a reference inline (`ref_audio`, `ref_text`, `x_vector_only_mode`,
+    `speaker_embedding`):
+
+    - cloning (`task_type: "Base"`, or an inline reference) on a model that cannot clone:
+      `voice_cloning_unsupported`;
+    - an inline reference on a model that can: `inline_reference_unsupported` (a clone is registered
+      once, POST /v1/audio/voices, and named as the voice: the registry stores it compact and shares it
+      across replicas, and a session does not carry megabytes of audio in each config);
+    - `task_type: "VoiceDesign"` on a model that designs no voices: `voice_design_unsupported`.
+
+    EngineError: a 400 over HTTP, an `error` event on a WebSocket."""
+    if (task_type == "Base" or inline_reference) and not engine.supports_cloning:
+        raise EngineError("voice_cloning_unsupported", "this model cannot clone voices (task_type Base, ref_audio, "
+                                                       "x_vector_only_mode); use a Base checkpoint")  # fmt: skip
+    if inline_reference:
+        raise EngineError("inline_reference_unsupported", "a reference is not taken inline: register the voice "
+                          "(POST /v1/audio/voices with ref_audio and ref_text), then name it as the voice")  # fmt: skip
+    if task_type == "VoiceDesign" and not designs_voices(engine):
+        raise EngineError("voice_design_unsupported",
+                          "this model designs no voices (task_type VoiceDesign); use a VoiceDesign checkpoint")
 
 
 @dataclass(frozen=True)

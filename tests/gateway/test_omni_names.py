@@ -141,3 +141,69 @@ async def test_without_shipped_aliases_only_the_tables_and_served_names_resolve(
     assert events[-1]["type"] == "error" and events[-1]["code"] == "unknown_model", events
     r = httpx.post(f"http://{configured}/v1/audio/speech", json=SPEECH | {"voice": "alloy"}, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["code"] == "unknown_voice", r.text
+
+
+# ---- capabilities the served model lacks: refused by code, never served as something else ----
+
+CLONE_ASKS = [
+    {"task_type": "Base", "x_vector_only_mode": True, "ref_audio": "data:audio/wav;base64,UklGRg=="},
+    {"task_type": "Base"},
+    {"ref_audio": "https://example.com/me.wav", "ref_text": "hello"},
+]
+
+
+@pytest.mark.parametrize("ask", CLONE_ASKS, ids=["base-xvector", "base", "ref-audio"])
+async def test_cloning_on_a_model_that_cannot_clone_is_refused(keyed: str, ask: dict[str, Any]) -> None:
+    events = await ws_events(f"ws://{keyed}/v1/audio/speech/stream", OMNI | ask, headers=API_KEY)
+    assert events[0]["type"] == "error" and events[0]["code"] == "voice_cloning_unsupported", events
+    assert "binary" not in [e["type"] for e in events]
+    r = httpx.post(f"http://{keyed}/v1/audio/speech", json=SPEECH | ask, headers=API_KEY, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "voice_cloning_unsupported", r.text
+
+
+async def test_voice_design_on_a_model_that_designs_no_voices_is_refused(keyed: str) -> None:
+    ask = {"task_type": "VoiceDesign", "instructions": "A calm, low voice."}
+    events = await ws_events(f"ws://{keyed}/v1/audio/speech/stream", OMNI | ask, headers=API_KEY)
+    assert events[0]["type"] == "error" and events[0]["code"] == "voice_design_unsupported", events
+    r = httpx.post(f"http://{keyed}/v1/audio/speech", json=SPEECH | ask, headers=API_KEY, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "voice_design_unsupported", r.text
+    # Instructions alone are a style hint, which the CPU voices ignore (as OpenAI's clients expect of tts-1).
+    r = httpx.post(f"http://{keyed}/v1/audio/speech", json=SPEECH | {"instructions": "calm"}, headers=API_KEY,
+                   timeout=30)  # fmt: skip
+    assert r.status_code == 200, r.text
+
+
+@pytest.fixture(scope="module")
+def qwen_variants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Tiny Qwen3 Base and VoiceDesign checkpoints, served under their Hub names."""
+    from engine import load_engine
+    from engine.qwen3 import make_tiny_checkpoint
+
+    base, design = "Qwen3-TTS-12Hz-0.6B-Base", "Qwen3-TTS-12Hz-1.7B-VoiceDesign"
+    engines = {}
+    for name, kind in ((base, "base"), (design, "voice_design")):
+        path = make_tiny_checkpoint(tmp_path_factory.mktemp(kind), seed=0, model_type=kind)
+        engines[name] = load_engine(str(path), max_streams=2, frames_per_token=2.0, min_frames=6)
+    try:
+        yield from serve(None, Limits(config_timeout=5.0), model=f"{base},{design}", engines=engines,
+                         engine_processes=False)  # fmt: skip
+    finally:
+        for engine in engines.values():
+            engine.close()
+
+
+async def test_a_model_that_can_clone_wants_the_clone_registered_not_inline(qwen_variants: str) -> None:
+    ask = {"model": "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "task_type": "Base", "ref_audio": "data:,", "ref_text": "hi"}
+    events = await ws_events(f"ws://{qwen_variants}/v1/audio/speech/stream", ask)
+    assert events[0]["type"] == "error" and events[0]["code"] == "inline_reference_unsupported", events
+
+
+async def test_voice_design_on_a_voice_design_model_speaks(qwen_variants: str) -> None:
+    ask = {"model": "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign", "task_type": "VoiceDesign", "language": "English",
+           "instructions": "A calm, low voice.", "response_format": "pcm", "stream_audio": True}  # fmt: skip
+    events = await ws_events(f"ws://{qwen_variants}/v1/audio/speech/stream", ask)
+    kinds = [e["type"] for e in events]
+    assert "error" not in kinds and "binary" in kinds and kinds[-1] == "session.done", events
+    # The same model refuses to clone: it says so rather than speak a designed voice instead.
+    events = await ws_events(f"ws://{qwen_variants}/v1/audio/speech/stream", ask | {"task_type": "Base"})
+    assert events[0]["code"] == "voice_cloning_unsupported", events
