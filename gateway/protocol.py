@@ -275,12 +275,16 @@ class AudioStart(ServerEvent, tag="audio.start", kw_only=True):
 
 
 class WordTime(msgspec.Struct):
-    """One committed word and where its speech lies on the utterance's audio clock (docs/protocol.md)."""
+    """One committed word, as the client wrote it, where it lies in the utterance's text (`char_start`,
+    `char_end`: offsets into the text sent, as `segment.committed`'s `start`/`end`) and where its speech
+    lies on the utterance's audio clock (docs/protocol.md)."""
 
     word: str
     start_ms: int
     end_ms: int
     segment_index: int
+    char_start: int
+    char_end: int
 
 
 class AudioWords(ServerEvent, tag="audio.words"):
