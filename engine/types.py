@@ -140,7 +140,9 @@ class Capacity:
 class VoiceInfo:
     name: str
     languages: tuple[str, ...]
-    kind: Literal["preset", "cloned"] = "preset"
+    # "designed": a voice shaped by each request's instructions (a VoiceDesign checkpoint's): the engine's
+    # declaration that it designs voices, which the gateway reads before it takes a VoiceDesign request.
+    kind: Literal["preset", "cloned", "designed"] = "preset"
     description: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 

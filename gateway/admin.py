@@ -31,11 +31,12 @@ from litestar.handlers import BaseRouteHandler
 from litestar.params import FromPath
 
 from gateway import engine_report
+from gateway.auth import KEY_FORMS, presented_key
 from gateway.browser import browser_refusal, via_admin_socket
 from gateway.errors import ApiError
 from gateway.models import ModelHandle, ModelRegistry, ModelUnavailable
 from gateway.settings import Settings
-from sessions import is_loopback, key_from_headers
+from sessions import is_loopback
 
 _FORWARDED = ("forwarded", "x-forwarded-for", "x-real-ip")
 
@@ -53,10 +54,10 @@ def admin_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     if via_admin_socket(connection.scope, settings):
         return
     if settings.admin_digest:
-        presented = key_from_headers(connection.headers.get("authorization"), connection.headers.get("x-api-key"))
+        presented = presented_key(connection)
         given = hashlib.sha256((presented or "").encode("utf-8")).hexdigest()
         if presented is None or not hmac.compare_digest(given, settings.admin_digest):
-            raise ApiError("the admin key is required (Authorization: Bearer or X-API-Key)", code="unauthorized",
+            raise ApiError(f"the admin key is required ({KEY_FORMS})", code="unauthorized",
                            status=401)  # fmt: skip
         return
     if not settings.admin_open_loopback:

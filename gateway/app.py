@@ -16,7 +16,8 @@ from litestar.params import FromPath, JSONBody
 from engine import Engine, heap
 from gateway import metrics
 from gateway.admin import admin_guard, admin_routes
-from gateway.auth import authenticate
+from gateway.aliases import Aliases
+from gateway.auth import KEY_FORMS, authenticate
 from gateway.batch import batch_routes
 from gateway.browser import browser_guard, browser_refusal
 from gateway.connection import Connection
@@ -111,7 +112,7 @@ def _ws_refusal(socket: WebSocket, state: State) -> tuple[str, str, int, str] | 
     if (refused := browser_refusal(socket, state.settings, credential=not state.api_keys.is_open)) is not None:
         return refused.code, refused.message, CLOSE_POLICY, refused.code.replace("_", " ")
     if authenticate(socket, query=True) is None:
-        message = "a valid API key is required (Authorization: Bearer, X-API-Key or ?api_key=)"
+        message = f"a valid API key is required ({KEY_FORMS} or ?api_key=)"
         return "unauthorized", message, CLOSE_POLICY, "unauthorized"
     if state.models.any_serving() is None:  # the last model went between the handshake and here
         return "engine_not_ready", "the engine is warming up", CLOSE_TRY_LATER, "engine not ready"
@@ -140,7 +141,8 @@ async def speech_stream(
 
     # The engine, its admission and the model's name follow `model` in each session.config (models.select).
     drain: Drain = state.drain
-    conn = Connection(first.served, settings.limits, SessionBinding(store, tenant), socket.receive, send,  # type: ignore[arg-type]
+    binding = SessionBinding(store, tenant, state.aliases)
+    conn = Connection(first.served, settings.limits, binding, socket.receive, send,  # type: ignore[arg-type]
                       model=first.name, admission=first.admission, select=models.select,
                       draining=lambda: drain.draining)  # fmt: skip
     drain.opened(conn)
@@ -219,5 +221,6 @@ def create_app(
     # A WebSocket is refused before its upgrade (503) while the replica is full, draining or not ready.
     app.state.sessions = SessionCount(settings.max_sessions)
     # Each model its own admission (every stream, WebSocket, speech or batch, starts through it).
-    app.state.models = ModelRegistry(specs, settings, factory, aliases=settings.model_aliases)
+    app.state.aliases = Aliases.of(settings)  # every route resolves model ids and voice names by them
+    app.state.models = ModelRegistry(specs, settings, factory, aliases=app.state.aliases)
     return app

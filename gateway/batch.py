@@ -132,7 +132,7 @@ async def _item(index: int, req: SpeechRequest | ApiError, who: _Caller) -> dict
     try:
         model = api_serving(who.models, req.model)  # each item's `model` picks one (unknown_model, …)
         engine = cast(Engine, model.served)
-        stream_req, respelled = await speech_request(req, engine, who.store, who.tenant, who.settings.voice_aliases)
+        stream_req, respelled = await speech_request(req, engine, who.store, who.tenant, who.models.aliases)
         spoken = await spoken_segments(req.input, stream_req.language, respelled, who.settings.limits)
         rate = stream_req.sample_rate or engine.sample_rate
         slot = await acquire_stream_slot(who.store, who.tenant)  # each item is a stream of the tenant's max_streams

@@ -55,7 +55,7 @@ from gateway.protocol import (
 from gateway.session_state import SessionBinding
 from gateway.settings import Limits
 from gateway.utterance import Utterance
-from gateway.voices import open_request, stream_request
+from gateway.voices import open_request, refuse_missing_capability, stream_request
 from segmentation.lexicon import Pronunciations
 from sessions import SESSION_TAKEN_OVER
 
@@ -288,6 +288,7 @@ class Connection:
         cfg.validate()
         # unknown_model, model_unloading, …: a ProtocolError; the model is switched once the config is taken.
         chosen = (self.engine, self.admission, self.model) if self.select is None else self.select(cfg.model)
+        refuse_missing_capability(chosen[0], cfg.task_type, cfg.inline_reference)  # cloning, voice design
         voice = await self.session.resolve_voice(chosen[0], cfg.voice_name)
         # The engine is the judge of voices, languages, options and capabilities (codec_tokens_unsupported,
         # voice_cloning_unsupported): it checks the request without opening a stream.

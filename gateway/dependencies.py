@@ -1,6 +1,6 @@
 """What HTTP handlers are given (Litestar's `Provide`), instead of reaching into `request.app.state`:
 the model a request names (`?model=`, else the default) with its warm engine and admission, the models, the
-session store, the settings (and its voice aliases), the caller's tenant."""
+session store, the settings, the model and voice aliases, the caller's tenant."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from litestar.di import NamedDependency, Provide
 
 from engine import Engine
 from gateway.admission import Admission
+from gateway.aliases import Aliases
 from gateway.auth import caller, serving_model
 from gateway.models import ModelHandle, ModelRegistry
 from gateway.settings import Settings
@@ -42,8 +43,8 @@ def _settings(state: State) -> Settings:
     return state.settings
 
 
-def _voice_aliases(state: State) -> dict[str, str]:
-    return state.settings.voice_aliases
+def _aliases(state: State) -> Aliases:
+    return state.aliases
 
 
 def _admission(served_model: NamedDependency[ModelHandle]) -> Admission | None:
@@ -57,6 +58,6 @@ DEPENDENCIES = {
     "models": Provide(_models, sync_to_thread=False),
     "store": Provide(_store, sync_to_thread=False),
     "settings": Provide(_settings, sync_to_thread=False),
-    "voice_aliases": Provide(_voice_aliases, sync_to_thread=False),
+    "aliases": Provide(_aliases, sync_to_thread=False),
     "admission": Provide(_admission, sync_to_thread=False),
 }

@@ -112,7 +112,7 @@ class TextIntake:
         for s in segments:
             index = len(utt.segments)
             utt.segments.append(s)
-            utt.words.committed(index, s.text)
+            utt.words.committed(index, s.text, s.start, self.conn.pronunciations)  # its engine words, matched back
             metrics.SEGMENTS.labels(s.reason).inc()
             await self.conn.emit(SegmentCommitted(utterance_index=utt.index, segment_index=index, text=s.text,
                                                   start=s.start, end=s.end, reason=s.reason))  # fmt: skip

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from engine import Engine, heap, load_engine
 from gateway.admission import Admission
+from gateway.aliases import SHIPPED, Aliases
 from gateway.errors import ApiError
 from gateway.protocol import ProtocolError
 from gateway.served_engine import ServedEngine
@@ -34,7 +35,6 @@ log = logging.getLogger("voxgate.models")
 
 ModelState = Literal["unloaded", "warming", "ready", "restarting", "unloading", "failed"]
 # What clients written for OpenAI (and vLLM-Omni's) send as `model`: the default model serves them.
-DEFAULT_ALIASES = frozenset({"default", "voxgate", "tts-1", "tts-1-hd", "gpt-4o-mini-tts"})
 CUT_WAIT_S = 2.0  # after the grace: how long cut streams get to end before the engine is closed anyway
 
 
@@ -136,27 +136,26 @@ class ModelRegistry:
     """The gateway's models, by name, in the order configured (the first is the default)."""
 
     def __init__(self, specs: Sequence[ModelSpec], settings: Settings, factory: EngineFactory = in_process,
-                 aliases: Mapping[str, str] | None = None) -> None:  # fmt: skip
+                 aliases: Aliases = SHIPPED) -> None:  # fmt: skip
         if not specs:
             raise ValueError("a gateway serves at least one model")
         self.handles: dict[str, ModelHandle] = {s.name: ModelHandle(s) for s in specs}
         self.default = specs[0].name
         self.settings = settings
         self.factory = factory
-        self.aliases = dict(aliases or {})
+        self.aliases = aliases
         self._starting: asyncio.Task[None] | None = None
 
     def __iter__(self) -> Any:
         return iter(self.handles.values())
 
     def handle(self, name: str | None) -> ModelHandle:
-        """The model a request names (None, "" or an OpenAI model name: the default); unknown_model."""
-        key = (name or "").strip()
-        key = self.aliases.get(key, key)
-        if not key or (key.lower() in DEFAULT_ALIASES and key not in self.handles):
-            key = self.default
-        found = self.handles.get(key)
+        """The model a request names, through the aliases (gateway/aliases.py: None, "", an OpenAI or
+        Qwen3-TTS model id: the default or the served Qwen3 model); unknown_model."""
+        key = self.aliases.model(name, [h.spec for h in self], self.default)
+        found = None if key is None else self.handles.get(key)
         if found is None:
+            key = (name or "").strip() if key is None else key
             shown = key if len(key) <= 64 else key[:64] + "…"
             raise ModelUnavailable("unknown_model", f"no model {shown!r}; this gateway serves "
                                                     f"{', '.join(self.handles)}", status=404)  # fmt: skip

@@ -11,7 +11,7 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Annotated, Literal, TypeVar, cast
 
 import msgspec
@@ -23,6 +23,7 @@ from litestar.response import Stream as StreamResponse
 
 from engine import AudioChunk, Engine, Stream, StreamEnd, StreamRequest
 from gateway.admission import Admission, Ticket
+from gateway.aliases import Aliases
 from gateway.audio import MEDIA_TYPES, OPUS_RATES, Resampler, encode_file, encode_frames, wav_stream_header
 from gateway.drain import refuse_while_draining
 from gateway.errors import ApiError
@@ -32,7 +33,7 @@ from gateway.queued_stream import spoken_language, ticketed
 from gateway.session_state import acquire_stream_slot, release_stream_slot
 from gateway.settings import Settings
 from gateway.timing import LeadingTrim, ResponseClock, Timing, observe, trim_for
-from gateway.voices import aliased, open_request, resolve_voice, stream_request
+from gateway.voices import TaskType, open_request, refuse_missing_capability, resolve_voice, stream_request
 from segmentation.lexicon import Pronunciations
 from sessions import SessionStore, StreamSlot, Tenant
 
@@ -68,10 +69,21 @@ class SpeechRequest(msgspec.Struct, forbid_unknown_fields=False):
     stream: bool | None = None
     stream_format: Literal["sse", "audio"] = "audio"
     seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    # vLLM-Omni's task and inline reference: known so that what the model cannot do is refused by code
+    # (gateway/voices.py refuse_missing_capability), never spoken in another voice.
+    task_type: TaskType | None = None
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool | None = None
+    speaker_embedding: Annotated[list[float], msgspec.Meta(max_length=8192)] | None = None
 
     @property
     def voice_name(self) -> str | None:
         return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
+
+    @property
+    def inline_reference(self) -> bool:
+        return bool(self.ref_audio or self.ref_text or self.speaker_embedding) or self.x_vector_only_mode is True
 
 
 def _checked(req: SpeechRequest, engine: Engine) -> int:
@@ -87,11 +99,12 @@ def _checked(req: SpeechRequest, engine: Engine) -> int:
 
 
 async def speech_request(req: SpeechRequest, engine: Engine, store: SessionStore, tenant: Tenant,
-                         aliases: Mapping[str, str]) -> tuple[StreamRequest, Pronunciations]:  # fmt: skip
+                         aliases: Aliases) -> tuple[StreamRequest, Pronunciations]:  # fmt: skip
     """The engine request a speech body asks for (its voice resolved: alias, registered, engine's; its
     lexicon's IPA entries as `phonemes` where the engine takes them) and the respellings for its text."""
     rate = _checked(req, engine)
-    voice = await resolve_voice(store, tenant, engine, aliased(engine, req.voice_name, aliases))
+    refuse_missing_capability(engine, req.task_type, req.inline_reference)  # cloning, voice design
+    voice = await resolve_voice(store, tenant, engine, req.voice_name, aliases)
     lexicon = await tenant_lexicon(store, tenant, req.lexicon)
     request = stream_request(voice, req.language, sample_rate=rate, speed=req.speed, seed=req.seed,
                              instructions=req.instructions)  # fmt: skip
@@ -291,7 +304,7 @@ async def create_speech(
 ) -> Response:
     model = api_serving(models, data.model)  # `model` picks one (404 unknown_model; 503 while it cannot serve)
     engine, admission = cast(Engine, model.served), model.admission
-    stream_req, pronunciations = await speech_request(data, engine, store, tenant, settings.voice_aliases)
+    stream_req, pronunciations = await speech_request(data, engine, store, tenant, models.aliases)
     # Before admission: a text its lexicon lengthens past the bound is refused without taking capacity.
     spoken = await spoken_segments(data.input, stream_req.language, pronunciations, settings.limits)
     rate = stream_req.sample_rate or engine.sample_rate

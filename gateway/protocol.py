@@ -68,6 +68,12 @@ class SessionConfig(msgspec.Struct, forbid_unknown_fields=False):
     lexicon: str | None = None  # a tenant lexicon's name (PUT /v1/lexicons/{name}): its pronunciations
     word_timestamps: bool = False  # vLLM-Omni's name: audio.words events beside the audio
     timestamps_format: Literal["voxgate", "vllm_omni"] | None = None  # None: vllm_omni if task_type was sent
+    # vLLM-Omni's inline reference (a Base task's clone): never taken, but known, so it is refused by code
+    # (gateway/voices.py refuse_missing_capability) rather than ignored; never stored with the session.
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool | None = None
+    speaker_embedding: Annotated[list[float], msgspec.Meta(max_length=8192)] | None = None
 
     def validate(self) -> None:
         formats = STREAM_FORMATS if self.streamed else FILE_FORMATS
@@ -94,6 +100,11 @@ class SessionConfig(msgspec.Struct, forbid_unknown_fields=False):
     @property
     def voice_name(self) -> str | None:
         return self.voice or self.speaker
+
+    @property
+    def inline_reference(self) -> bool:
+        """The config carries a reference to clone from (vLLM-Omni's Base task fields)."""
+        return bool(self.ref_audio or self.ref_text or self.speaker_embedding) or self.x_vector_only_mode is True
 
     @property
     def language_code(self) -> str:
@@ -264,12 +275,16 @@ class AudioStart(ServerEvent, tag="audio.start", kw_only=True):
 
 
 class WordTime(msgspec.Struct):
-    """One committed word and where its speech lies on the utterance's audio clock (docs/protocol.md)."""
+    """One committed word, as the client wrote it, where it lies in the utterance's text (`char_start`,
+    `char_end`: offsets into the text sent, as `segment.committed`'s `start`/`end`) and where its speech
+    lies on the utterance's audio clock (docs/protocol.md)."""
 
     word: str
     start_ms: int
     end_ms: int
     segment_index: int
+    char_start: int
+    char_end: int
 
 
 class AudioWords(ServerEvent, tag="audio.words"):

@@ -74,7 +74,7 @@ class HeaderDeadline(H11Protocol):
 class RedactKeys(logging.Filter):
     """`?api_key=…` (browsers' WebSockets) never reaches a log line: uvicorn logs request paths."""
 
-    _KEY = re.compile(r"(api_key=)[^&\s\"']+")
+    _KEY = re.compile(r"(api[_-]key=)[^&\s\"']+")
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from engine import Engine
+from gateway.aliases import SHIPPED, Aliases
 from gateway.protocol import ProtocolError, SessionConfig, quote
 from gateway.voices import resolve_voice
 from sessions import (
@@ -39,7 +40,8 @@ from sessions.lexicon import Lexicon, LexiconStore
 log = logging.getLogger("voxgate.sessions")
 
 # What is stored of a config: everything but the message type and the id itself.
-_NOT_STORED = ("type", "session_id")
+# (An inline reference is refused at config time; it never goes to the store, megabytes per session.)
+_NOT_STORED = ("type", "session_id", "ref_audio", "ref_text", "x_vector_only_mode", "speaker_embedding")
 
 
 def refusal(e: SessionStoreError) -> ProtocolError:
@@ -74,9 +76,10 @@ def config_fields(cfg: SessionConfig) -> dict[str, Any]:
 
 
 class SessionBinding:
-    def __init__(self, store: SessionStore, tenant: Tenant) -> None:
+    def __init__(self, store: SessionStore, tenant: Tenant, aliases: Aliases = SHIPPED) -> None:
         self.store = store
         self.tenant = tenant
+        self.aliases = aliases  # the voice names a config may use besides the engine's (gateway/aliases.py)
         self.attached: AttachedSession | None = None
 
     @property
@@ -135,9 +138,9 @@ class SessionBinding:
             raise refusal(e) from None
 
     async def resolve_voice(self, engine: Engine, name: str | None) -> tuple[str | None, dict[str, Any]]:
-        """An engine voice, or a registered preset/clone from the tenant's registry."""
+        """An alias's voice, an engine voice, or a registered preset/clone from the tenant's registry."""
         try:
-            return await resolve_voice(self.store, self.tenant, engine, name)
+            return await resolve_voice(self.store, self.tenant, engine, name, self.aliases)
         except (StateUnavailable, StoreBusy) as e:
             raise refusal(e) from None
 

@@ -5,8 +5,10 @@
     port = 8000
     model = "cpu"
     idle_timeout = 300
-    [voxgate.voice_aliases]
+    [voxgate.voice_aliases]       # a client's names → served ones (gateway/aliases.py: the order)
     alloy = "joe"
+    [voxgate.model_aliases]
+    "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice" = "qwen"
 
     [[models]]                    # several models: `model` lists names (default: every [[models]])
     name = "qwen"
@@ -133,7 +135,10 @@ class Settings:
     # Each model's engine in a supervised child process of its own (engine/process); false: in this one.
     engine_processes: bool = True
     limits: Limits = field(default_factory=Limits)
-    voice_aliases: dict[str, str] = field(default_factory=dict)  # e.g. OpenAI names → engine voices
+    voice_aliases: dict[str, str] = field(default_factory=dict)  # a client's voice name → a voice served
+    # The shipped aliases (gateway/aliases.py: OpenAI's and Qwen3-TTS's model ids and voice names → the
+    # defaults), under the two tables; false: only the tables and the served names are known.
+    shipped_aliases: bool = True
     redis_url: str | None = None  # None: the embedded single-process store
     # The store's connections at most (its pool is sized for them: a reconnect storm of 512 sessions needs
     # far fewer, a call holds one ~1 ms); a call waits this long for a free one before its session start

@@ -21,11 +21,11 @@ import asyncio
 import base64
 import binascii
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from litestar import Request, Response, delete, get, post
@@ -35,6 +35,7 @@ from litestar.params import FromPath
 from engine import Engine, EngineError, Stream, StreamRequest
 from engine.options import stream_request as checked_request
 from engine.reference import MAX_SECONDS, compact_reference
+from gateway.aliases import SHIPPED, Aliases
 from gateway.drain import refuse_while_draining
 from gateway.errors import ApiError, api_error, invalid
 from sessions import (
@@ -47,11 +48,6 @@ from sessions import (
 T = TypeVar("T")
 
 _ENGINE_DEFAULTS = ("default", "auto")
-# Every voice name the `openai` package's `speech.create` types (its `voice` Literal) and Pipecat's
-# OpenAITTSService accept: each maps to the engine's language-aware default unless the engine has a voice
-# of that name (or the settings alias it), so clients written for OpenAI work unchanged.
-OPENAI_VOICES = ("alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage",
-                 "shimmer", "verse")  # fmt: skip
 
 # A 30 s WAV at 48 kHz, stereo, 16-bit is 5.8 MB, 7.7 MB as base64: it fits, and so does any compressed
 # clip of 30 s. Litestar's default (10 MB) would also let 10 MB of JSON strings through the parser.
@@ -155,18 +151,6 @@ _GATE = RegistrationGate(REGISTRATION.decodes, REGISTRATION.decode_threads)
 _UPLOADS = Uploads(REGISTRATION.uploads_per_tenant, REGISTRATION.uploads)
 
 
-def aliased(engine: Engine, name: str | None, aliases: Mapping[str, str]) -> str | None:
-    """The voice an HTTP request's name stands for: a configured alias, else an OpenAI name (which the
-    engine has no voice of) as the engine's language-aware default (None), else the name itself."""
-    if name is None:
-        return None
-    if name in aliases:
-        return aliases[name]
-    if name.lower() in OPENAI_VOICES and name not in {v.name for v in engine.voices()}:
-        return None
-    return name
-
-
 def stream_request(
     voice: tuple[str | None, dict[str, Any]], language: str, *, sample_rate: int | None, speed: float,
     seed: int | None, instructions: str | None, output: str = "pcm", word_timings: bool = False,
@@ -195,10 +179,13 @@ def open_request(engine: Engine, request: StreamRequest) -> Stream:
 
 
 async def resolve_voice(
-    store: SessionStore, tenant: Tenant, engine: Engine, name: str | None
+    store: SessionStore, tenant: Tenant, engine: Engine, name: str | None, aliases: Aliases = SHIPPED,
 ) -> tuple[str | None, dict[str, Any]]:
-    """(engine voice, stream options) for a voice name: an engine voice as is, a registered voice
-    through the store; an unknown name is passed on for the engine to reject."""
+    """(engine voice, stream options) for a voice name, on every route: through the aliases
+    (gateway/aliases.py: the configured table, the engine's own voices, the shipped names), then an
+    engine voice as is, a registered voice through the store; an unknown name is passed on for the
+    engine to reject (`unknown_voice`)."""
+    name = aliases.voice(name, [v.name for v in engine.voices()])
     if name is None or name in _ENGINE_DEFAULTS or name in {v.name for v in engine.voices()}:
         return name, {}
     try:
@@ -216,6 +203,39 @@ async def resolve_voice(
     return None, {"ref_audio": voice.ref_audio, "ref_text": voice.ref_text}
 
 
+TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]  # vLLM-Omni's (Qwen3-TTS's) tasks
+
+
+def designs_voices(engine: Engine) -> bool:
+    """The engine declares a voice shaped by instructions (engine/types.py VoiceInfo kind "designed")."""
+    return any(v.kind == "designed" for v in engine.voices())
+
+
+def refuse_missing_capability(engine: Engine, task_type: TaskType | None, inline_reference: bool) -> None:
+    """A request that asks for what the served model cannot do is refused with a stable code, never
+    spoken as something else (a clone request in the default voice). vLLM-Omni's clients ask by
+    `task_type` and by sending a reference inline (`ref_audio`, `ref_text`, `x_vector_only_mode`,
+    `speaker_embedding`):
+
+    - cloning (`task_type: "Base"`, or an inline reference) on a model that cannot clone:
+      `voice_cloning_unsupported`;
+    - an inline reference on a model that can: `inline_reference_unsupported` (a clone is registered
+      once, POST /v1/audio/voices, and named as the voice: the registry stores it compact and shares it
+      across replicas, and a session does not carry megabytes of audio in each config);
+    - `task_type: "VoiceDesign"` on a model that designs no voices: `voice_design_unsupported`.
+
+    EngineError: a 400 over HTTP, an `error` event on a WebSocket."""
+    if (task_type == "Base" or inline_reference) and not engine.supports_cloning:
+        raise EngineError("voice_cloning_unsupported", "this model cannot clone voices (task_type Base, ref_audio, "
+                                                       "x_vector_only_mode); use a Base checkpoint")  # fmt: skip
+    if inline_reference:
+        raise EngineError("inline_reference_unsupported", "a reference is not taken inline: register the voice "
+                          "(POST /v1/audio/voices with ref_audio and ref_text), then name it as the voice")  # fmt: skip
+    if task_type == "VoiceDesign" and not designs_voices(engine):
+        raise EngineError("voice_design_unsupported",
+                          "this model designs no voices (task_type VoiceDesign); use a VoiceDesign checkpoint")
+
+
 @dataclass(frozen=True)
 class _Names:
     """What the registration checks a request against, read on the event loop before the work leaves it."""
@@ -225,9 +245,9 @@ class _Names:
     cloning: bool
 
 
-def _names(engine: Engine, aliases: Mapping[str, str]) -> _Names:
+def _names(engine: Engine, aliases: Aliases) -> _Names:
     voices = frozenset(v.name for v in engine.voices())
-    reserved = {n.casefold() for n in (*voices, *_ENGINE_DEFAULTS, *OPENAI_VOICES, *aliases)}
+    reserved = {n.casefold() for n in (*voices, *_ENGINE_DEFAULTS)} | aliases.reserved_voice_names()
     return _Names(voices, frozenset(reserved), engine.supports_cloning)
 
 
@@ -251,7 +271,7 @@ def _voice_from(raw: bytes, names: _Names) -> Voice:
     the registry's threads."""
     req = _parse(raw)
     if req.voice_id.casefold() in names.reserved:
-        # Engine voices, default/auto, OpenAI's names and the configured aliases are resolved before the
+        # Engine voices, default/auto and the aliases (shipped and configured) are resolved before the
         # registry: a voice registered under one of them would never be used.
         raise ApiError(f"voice_id {req.voice_id!r} is the name of an engine voice or alias, which always wins; "
                        "choose another id", param="voice_id", code="voice_id_reserved")  # fmt: skip
@@ -287,7 +307,7 @@ def _busy(why: str) -> Response[dict[str, Any]]:
       opt={"too_large_hint": f" (a clip of up to {MAX_SECONDS:g} s; send it compressed: FLAC, Opus or MP3)"})
 async def create_voice(
     request: Request, tenant: NamedDependency[Tenant], engine: NamedDependency[Engine],
-    store: NamedDependency[SessionStore], voice_aliases: NamedDependency[dict[str, str]],
+    store: NamedDependency[SessionStore], aliases: NamedDependency[Aliases],
 ) -> Response[dict[str, Any]]:
     """The body is read here, not by Litestar: an upload place (the tenant's) is taken before it arrives,
     it must arrive within `body_timeout_s`, and only then is a place taken to decode its up to 8 MB of
@@ -300,7 +320,7 @@ async def create_voice(
         if registration is None:
             return _busy(f"{REGISTRATION.decodes} voice registrations are being decoded")
         with registration:
-            voice = await registration.run(_voice_from, raw, _names(engine, voice_aliases))
+            voice = await registration.run(_voice_from, raw, _names(engine, aliases))
             voice = await store.put_voice(tenant.name, voice)
     finally:
         _UPLOADS.leave(tenant.name)
@@ -329,7 +349,7 @@ async def delete_voice(
 @get("/v1/audio/voices")
 async def list_voices(
     tenant: NamedDependency[Tenant], engine: NamedDependency[Engine], store: NamedDependency[SessionStore],
-    voice_aliases: NamedDependency[dict[str, str]],
+    aliases: NamedDependency[Aliases],
 ) -> Response[dict[str, Any]]:
     voices = [
         {"name": v.name, "languages": list(v.languages), "kind": v.kind, "description": v.description}
@@ -341,11 +361,10 @@ async def list_voices(
         voices.append({"name": v.voice_id, "kind": v.kind, "description": v.metadata.get("description", ""),
                        "base_voice": v.metadata.get("base_voice"), "created_ms": v.created_ms,
                        "bytes": v.ref_audio_bytes})  # fmt: skip
-    aliases = dict.fromkeys(OPENAI_VOICES, "default") | voice_aliases
     limits = store.settings
     usage = {"voices": count, "bytes": size, "max_voices": limits.max_voices_per_tenant,
              "max_bytes": limits.max_voice_bytes_per_tenant}  # fmt: skip
-    return Response({"voices": voices, "languages": engine.languages(), "aliases": aliases,
+    return Response({"voices": voices, "languages": engine.languages(), "aliases": aliases.voice_table(),
                      "cloning": engine.supports_cloning, "usage": usage})  # fmt: skip
 
 

@@ -1,10 +1,15 @@
 """An utterance's words on its audio clock: the engine's word timings matched to the committed text, or
 an estimate from the segments' marks where the engine has none; and the text a listener heard.
 
-The engine times the words of the text it was given — the committed text after normalisation ("$5" →
-"five dollars") — so its words are matched back to the committed words in order: equal words pair up,
-and a committed word the normaliser rewrote takes the span of the engine words spoken in its place.
-Every committed word gets a span exactly once, so `audio.words` covers the text the client sent.
+The engine times the words of the text it was given — the committed text respelled by the session's
+lexicon ("voxgate" → "vocks gate") and normalised ("$5" → "five dollars") — so its words are matched
+back to the words the client sent, in order. Each committed word is expected as the words it is said
+as: itself, or its share of the respelling that replaced it (segmentation/lexicon.py `respellings_in`).
+An engine word continues the committed word it is part of, else pairs with the next committed word said
+that way (skipping at most `_LOOKAHEAD`: those went unspoken), else is taken by the next committed word
+(one the normaliser rewrote takes the span of all the engine words spoken in its place). Every committed
+word gets a span exactly once, with its characters in the utterance's text (`char_start`, `char_end`),
+so `audio.words` covers the text the client sent, in its own words, whatever the engine was given.
 """
 
 from __future__ import annotations
@@ -12,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.languages import HAN_RE as _HAN
-from engine.words import key, word_spans
+from engine.words import key, word_spans, words
 from gateway.protocol import WordTime
+from segmentation.lexicon import Pronunciations
 
 _LOOKAHEAD = 4  # committed words an engine word may skip to find its match (the ones between went unspoken)
 # Written forms a rate estimate uses before an utterance has timed any segment: ~15 Latin characters
@@ -25,7 +31,9 @@ _MS_PER_HAN = 220.0
 @dataclass(slots=True)
 class _Word:
     text: str
-    end_char: int  # where it ends in its segment's text
+    start_char: int  # where it starts and ends in its segment's text
+    end_char: int
+    said: tuple[str, ...]  # the keys of the engine words it is expected as (a respelled word: its share)
     start_ms: float | None = None
     end_ms: float | None = None
 
@@ -34,10 +42,30 @@ class _Word:
 class _Segment:
     text: str
     words: list[_Word]
+    offset: int = 0  # where its text starts in the utterance's
     next: int = 0  # the first word not yet given a span
     start_ms: float | None = None  # its audio.mark
     timed: bool = False  # the engine timed some of its words
     estimated: bool = False  # its spans are an estimate
+    # The word the last engine word went to and how many of its `said` keys came (`open`: later engine
+    # words that pair with no committed word belong to it: a rewritten word's, or a respelling's rest).
+    current: int | None = None
+    heard_keys: int = 0
+    open: bool = False
+
+
+def _segment_words(text: str, pronunciations: Pronunciations | None) -> list[_Word]:
+    """The words of a committed segment, each with the keys it is expected to be spoken as. A respelling
+    that replaced several words ("New York" → "noo york") shares its words among them in order."""
+    spans = word_spans(text)
+    said: list[tuple[str, ...]] = [(key(text[a:b]),) for a, b in spans]
+    for start, end, say in pronunciations.respellings_in(text) if pronunciations else ():
+        inside = [i for i, (a, _) in enumerate(spans) if start <= a < end]
+        spoken = [key(w) for w in words(say)]
+        for n, i in enumerate(inside):
+            share = spoken[n * len(spoken) // len(inside) : (n + 1) * len(spoken) // len(inside)]
+            said[i] = tuple(share)
+    return [_Word(text[a:b], a, b, k) for (a, b), k in zip(spans, said, strict=True)]
 
 
 @dataclass(slots=True)
@@ -49,16 +77,18 @@ class UtteranceWords:
     last_ms: float = 0.0  # the latest span end given (spans stay monotone)
     _open: list[int] = field(default_factory=list)  # segments whose words may still lack a span
 
-    def committed(self, index: int, text: str) -> None:
-        """Segment `index` is committed: its words are owed a span even if its audio never comes (a model
-        that ended it early, text the voice could not read), given as points when a later segment or the
-        end closes it."""
-        self._segment(index, text)
+    def committed(self, index: int, text: str, start: int = 0, pronunciations: Pronunciations | None = None) -> None:
+        """Segment `index` (`text`, at `start` in the utterance's text) is committed: its words are owed a
+        span even if its audio never comes (a model that ended it early, text the voice could not read),
+        given as points when a later segment or the end closes it. `pronunciations`: the lexicon that
+        respells it for the engine, whose words are matched back to these."""
+        self._segment(index, text, start, pronunciations)
 
-    def _segment(self, index: int, text: str) -> _Segment:
+    def _segment(self, index: int, text: str, start: int = 0, pronunciations: Pronunciations | None = None,
+                 ) -> _Segment:  # fmt: skip
         seg = self.segments.get(index)
         if seg is None:
-            seg = _Segment(text, [_Word(text[a:b], b) for a, b in word_spans(text)])
+            seg = _Segment(text, _segment_words(text, pronunciations), start)
             self.segments[index] = seg
             self._open.append(index)
         return seg
@@ -72,26 +102,42 @@ class UtteranceWords:
         seg = self._segment(index, text)
         seg.timed = True
         seg.estimated = seg.estimated or estimated
-        absorbing: tuple[_Word, WordTime] | None = None  # a rewritten word taking the engine words said for it
+        sent: dict[int, WordTime] = {}  # the words given a span by this call: a later engine word extends them
         for word, start, end in spoken:
             start, end = max(start, self.last_ms), max(end, start, self.last_ms)
             k = key(word)
+            cur = seg.current
+            rest = seg.words[cur].said[seg.heard_keys :] if cur is not None else ()
+            if cur is not None and rest[:1] == (k,):
+                self._extend(index, seg, cur, end, sent)  # the respelling's next word
+                seg.heard_keys += 1
+                seg.open = seg.heard_keys < len(seg.words[cur].said)  # all said: the next word is another's
+                continue
             match = next((j for j in range(seg.next, min(seg.next + _LOOKAHEAD, len(seg.words)))
-                          if key(seg.words[j].text) == k), None)  # fmt: skip
+                          if seg.words[j].said[:1] == (k,)), None)  # fmt: skip
             if match is not None:
                 for skipped in seg.words[seg.next : match]:  # unspoken as written: a point where it would be
-                    out.append(self._give(index, skipped, start, start))
-                out.append(self._give(index, seg.words[match], start, end))
-                seg.next, absorbing = match + 1, None
-            elif absorbing is not None:  # "five" then "dollars" for "$5": its span grows (sent once, below)
-                absorbing[0].end_ms = end
-                absorbing[1].end_ms = round(end)
-                self.last_ms = max(self.last_ms, end)
+                    out.append(self._give(index, seg, skipped, start, start))
+                sent[match] = self._give(index, seg, seg.words[match], start, end)
+                out.append(sent[match])
+                seg.next, seg.current, seg.heard_keys = match + 1, match, 1
+                seg.open = len(seg.words[match].said) > 1
+            elif cur is not None and seg.open:  # "five" then "dollars" for "$5": its span grows (sent once)
+                self._extend(index, seg, cur, end, sent)
             elif seg.next < len(seg.words):
-                absorbing = seg.words[seg.next], self._give(index, seg.words[seg.next], start, end)
-                out.append(absorbing[1])
-                seg.next += 1
+                taken = seg.next
+                sent[taken] = self._give(index, seg, seg.words[taken], start, end)
+                out.append(sent[taken])
+                seg.next, seg.current, seg.heard_keys, seg.open = taken + 1, taken, 1, True
         return out
+
+    def _extend(self, index: int, seg: _Segment, j: int, end: float, sent: dict[int, WordTime]) -> None:
+        """Word `j` of `seg` goes on to `end`: in what this call sends, or (sent before) for `heard` only."""
+        w = seg.words[j]
+        w.end_ms = max(w.end_ms or end, end)
+        self.last_ms = max(self.last_ms, end)
+        if j in sent:
+            sent[j].end_ms = round(w.end_ms)
 
     def marked(self, index: int, text: str, start_ms: float) -> list[WordTime]:
         """Segment `index`'s audio begins at `start_ms`. When the engine timed none of its words, they are
@@ -108,7 +154,7 @@ class UtteranceWords:
         for w in seg.words[seg.next :]:
             written = text[previous_end : w.end_char]
             length = _length_ms(written.strip(), ms_per_char)
-            out.append(self._give(index, w, at, at + length))
+            out.append(self._give(index, seg, w, at, at + length))
             at += length
             previous_end = w.end_char
         seg.next = len(seg.words)
@@ -121,7 +167,7 @@ class UtteranceWords:
         for i in [i for i in self._open if index is None or i < index]:  # a few: the segments still playing
             seg = self.segments[i]
             for w in seg.words[seg.next :]:
-                out.append(self._give(i, w, self.last_ms, self.last_ms))
+                out.append(self._give(i, seg, w, self.last_ms, self.last_ms))
             seg.next = len(seg.words)
             self._open.remove(i)
         return out
@@ -155,15 +201,10 @@ class UtteranceWords:
 
     # ---- helpers ----
 
-    def _give(self, index: int, w: _Word, start: float, end: float) -> WordTime:
+    def _give(self, index: int, seg: _Segment, w: _Word, start: float, end: float) -> WordTime:
         w.start_ms, w.end_ms = start, end
         self.last_ms = max(self.last_ms, end)
-        return self._wire(index, w)
-
-    @staticmethod
-    def _wire(index: int, w: _Word) -> WordTime:
-        assert w.start_ms is not None and w.end_ms is not None
-        return WordTime(w.text, round(w.start_ms), round(w.end_ms), index)
+        return WordTime(w.text, round(start), round(end), index, seg.offset + w.start_char, seg.offset + w.end_char)
 
     def _rate(self) -> float | None:
         """ms of audio per written character over the segments whose audio is over (None: none yet)."""

@@ -137,28 +137,42 @@ class Pronunciations:
     def apply(self, text: str) -> str:
         if self._exact is None and self._folded is None:
             return text
+        out: list[str] = []
+        at = 0
+        for start, end, say in self.respellings_in(text):
+            out += [text[at:start], say]
+            at = end
+        out.append(text[at:])
+        return "".join(out)
+
+    def respellings_in(self, text: str) -> list[tuple[int, int, str]]:
+        """(start, end, say): where `apply` replaces `text[start:end]` by `say`, in order. The gateway maps
+        the engine's words of the respelled text back to the words the client wrote (gateway/words.py)."""
+        if self._exact is None and self._folded is None:
+            return []
         pieces = _TOKEN.findall(text)
         keys = [_SPACE if t[0].isspace() else t for t in pieces]
         exact = self._exact.longest(keys) if self._exact is not None else None
         folded_keys = [k.casefold() for k in keys] if self._folded is not None else keys
         folded = self._folded.longest(folded_keys) if self._folded is not None else None
         if exact is None and folded is None:
-            return text
-        out: list[str] = []
-        i = 0
+            return []
+        found: list[tuple[int, int, str]] = []
+        i = at = 0
         while i < len(pieces):
             lx = exact[i] if exact is not None else 0
             lf = folded[i] if folded is not None else 0
             if lx == lf == 0:
-                out.append(pieces[i])
+                at += len(pieces[i])
                 i += 1
                 continue
             if lx >= lf:  # as written wins a tie ("US" before "us")
                 assert self._exact is not None
-                out.append(self._exact.say[tuple(keys[i : i + lx])])
-                i += lx
+                say, n = self._exact.say[tuple(keys[i : i + lx])], lx
             else:
                 assert self._folded is not None
-                out.append(self._folded.say[tuple(folded_keys[i : i + lf])])
-                i += lf
-        return "".join(out)
+                say, n = self._folded.say[tuple(folded_keys[i : i + lf])], lf
+            end = at + sum(len(p) for p in pieces[i : i + n])
+            found.append((at, end, say))
+            i, at = i + n, end
+        return found

@@ -72,12 +72,15 @@ class AudioMark(Event, tag="audio.mark"):
 
 
 class Word(msgspec.Struct, frozen=True):
-    """One word (or Han character/word) on the utterance's audio clock."""
+    """One word (or Han character/word) of the text sent, on the utterance's audio clock. `char_start`,
+    `char_end`: where it stands in the utterance's text (None from a server that does not say)."""
 
     word: str
     start_ms: float
     end_ms: float
     segment_index: int = 0
+    char_start: int | None = None
+    char_end: int | None = None
 
 
 class AudioWords(Event, tag="audio.words"):

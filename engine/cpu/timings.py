@@ -5,9 +5,11 @@ words by spaces: the i-th phoneme token speaks the i-th word group (one Latin wo
 of Han characters). `plan` carries that correspondence through the cut into model-run pieces and the
 phoneme → id mapping, as positions in each run's id sequence; after the run `place` turns them into
 sample offsets with the run's samples per id. Where the counts differ (a word espeak reads as two
-tokens, or two as one), groups are spread over the tokens in proportion, so every word still gets a
-span inside its sentence's speech, only less exact. A group of several Han characters is split evenly
-among them (each is a syllable).
+tokens, or two as one: "for a" is one token, `fɚɹə`), Latin words are aligned to the tokens locally
+(`_positions`: a merge or a split takes the words around it, matched by length), so the words before and
+after it keep their own tokens; Han groups, and a sentence the local alignment cannot explain, are
+spread over the tokens in proportion, so every word still gets a span inside its sentence's speech.
+A group of several Han characters is split evenly among them (each is a syllable).
 
 A word's span starts at the whitespace before its token: both voices give the space between two words
 ids of its own (Piper: a space and its PAD, ~25–60 ms), and the next word's sound, its first consonant's
@@ -25,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from engine.languages import HAN_RE
 
 _TOKEN = re.compile(r"\S+")
 _MARKS = ".,;:!?…¡¿—–-\"'()[]«»“”"
@@ -67,7 +71,7 @@ def plan(phonemes: str, groups: list[list[str]], pieces: list[str], ids_of: IdsO
             inside = [s for s in spans[max(lead, offset) - offset : min(c1, at) - offset] if s is not None]
             if inside:
                 where[k] = (len(units) - 1, inside[0][0], inside[-1][1])
-    _assign(units, where, len(tokens), groups)
+    _assign(units, where, [c1 - c0 for _, c0, c1 in tokens], groups)
     return units
 
 
@@ -92,12 +96,74 @@ def _core(phonemes: str, m: re.Match[str]) -> tuple[int, int, int] | None:
     return lead, start, end
 
 
-def _assign(units: list[TimedUnit], where: dict[int, tuple[int, int, int]], m: int, groups: list[list[str]]) -> None:
-    n = len(groups)
+# Local alignment of words to tokens where their counts differ: at most this many words in one token (or
+# tokens for one word), a penalty (in log length ratio) for every step that is not one word to one
+# token, and a bound on the table's size (a sentence is at most ~60 words). The penalty is high: espeak
+# merges or splits rarely, so the fewest uneven steps are right, placed where the lengths fit best
+# (at 0.5, letters read one by one, "a w s" with long names for short words, drew two extra steps).
+_MOST_PER_STEP = 3
+_UNEVEN_STEP_COST = 2.0
+# espeak joins a short unstressed word to the one before it ("for a" → fɚɹə): where the lengths cannot
+# tell which neighbour took it, that one did.
+_CLITIC_LETTERS = 2
+_CLITIC_BONUS = 0.25
+_MAX_CELLS = 40_000
+
+
+def _positions(groups: list[list[str]], lengths: list[int]) -> list[tuple[float, float]]:
+    """Each group's [start, end) in token-index space (fractional). One to one where the counts agree;
+    else, for Latin words, the alignment of words to tokens that best matches their lengths (letters
+    against phoneme characters, at the sentence's own ratio), allowing a few words in one token or one
+    word over a few tokens; otherwise in proportion."""
+    n, m = len(groups), len(lengths)
+    if n == m:
+        return [(g, g + 1) for g in range(n)]
+    proportional = [(g * m / n, (g + 1) * m / n) for g in range(n)]
+    if n * m > _MAX_CELLS or any(HAN_RE.search(w) for group in groups for w in group):
+        return proportional
+    letters = [max(1, sum(len(w) for w in group)) for group in groups]
+    ratio = sum(lengths) / sum(letters)
+    inf = float("inf")
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
+    step: list[list[tuple[int, int]]] = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
+    cost[0][0] = 0.0
+    for g in range(n + 1):
+        for k in range(m + 1):
+            if cost[g][k] == inf:
+                continue
+            for a in range(1, _MOST_PER_STEP + 1):
+                for b in range(1, _MOST_PER_STEP + 1):
+                    if (a > 1 and b > 1) or g + a > n or k + b > m:
+                        continue
+                    said = max(1, sum(lengths[k : k + b]))
+                    c = cost[g][k] + abs(math.log(said / (ratio * sum(letters[g : g + a]))))
+                    c += 0.0 if a == b == 1 else _UNEVEN_STEP_COST
+                    if a > 1 and all(count <= _CLITIC_LETTERS for count in letters[g + 1 : g + a]):
+                        c -= _CLITIC_BONUS
+                    if c < cost[g + a][k + b]:
+                        cost[g + a][k + b], step[g + a][k + b] = c, (a, b)
+    if cost[n][m] == inf:
+        return proportional
+    out: list[tuple[float, float]] = [(0.0, 0.0)] * n
+    g, k = n, m
+    while g:
+        a, b = step[g][k]
+        g, k = g - a, k - b
+        total = sum(letters[g : g + a])
+        at = float(k)
+        for i in range(g, g + a):  # words sharing tokens split them by their letters
+            width = b * letters[i] / total
+            out[i] = (at, at + width)
+            at += width
+    return out
+
+
+def _assign(units: list[TimedUnit], where: dict[int, tuple[int, int, int]], lengths: list[int],
+            groups: list[list[str]]) -> None:  # fmt: skip
+    n, m = len(groups), len(lengths)
     if not m or not n:
         return
-    for g, group in enumerate(groups):
-        p0, p1 = (g, g + 1) if n == m else (g * m / n, (g + 1) * m / n)
+    for group, (p0, p1) in zip(groups, _positions(groups, lengths), strict=True):
         k0 = min(int(p0), m - 1)
         if k0 not in where:
             continue

@@ -13,7 +13,7 @@ import openai
 import pytest
 from openai.types.audio import speech_create_params
 
-from gateway.voices import OPENAI_VOICES
+from gateway.aliases import OPENAI_VOICES
 
 
 def openai_voice_names() -> list[str]:

@@ -70,7 +70,7 @@ def test_every_event_encodes_from_its_struct_and_decodes_back() -> None:
         protocol.SegmentCommitted(utterance_index=0, segment_index=0, text="Hi.", start=0, end=3, reason="sentence"),
         protocol.AudioStart(utterance_index=0, sample_rate=24000, format="pcm"),
         protocol.AudioMark(utterance_index=0, segment_index=1, sample_offset=480),
-        protocol.AudioWords(utterance_index=0, words=[protocol.WordTime("Hi", 0, 180, 0)], estimated=False),
+        protocol.AudioWords(utterance_index=0, words=[protocol.WordTime("Hi", 0, 180, 0, 0, 2)], estimated=False),
         protocol.AudioChunkMessage(utterance_index=0, chunk_id=1, chunk_start_ms=0, chunk_end_ms=180, sample_rate=24000,
                                    audio_b64="", timestamps=[protocol.OmniWord("Hi", 0, 180)]),
         protocol.AudioWaiting(utterance_index=0, reason="queue", ahead=None),

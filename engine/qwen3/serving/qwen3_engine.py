@@ -146,7 +146,8 @@ class Qwen3Engine:
         langs = tuple(self.languages()[1:])
         kind = self.model.model_type
         if kind != "custom_voice":  # voice design / base: one unnamed voice shaped by instructions or a clone
-            return [VoiceInfo("default", langs, description=f"Qwen3-TTS {kind}")]
+            shaped = "designed" if kind == "voice_design" else "preset"
+            return [VoiceInfo("default", langs, kind=shaped, description=f"Qwen3-TTS {kind}")]
         return [VoiceInfo(s, langs, description="Qwen3-TTS preset speaker") for s in self.model.speakers]
 
     def languages(self) -> list[str]:

@@ -93,3 +93,14 @@ def test_the_first_word_starts_where_the_run_first_sounds() -> None:
     (unit,) = plan(ph, [["one"], ["two"]], [ph], _one_id_per_char)
     assert place(unit, [10.0] * 5, lead=50.0, heard_from=20) == [("one", 20, 70), ("two", 70, 100)]
     assert place(unit, [10.0] * 5, lead=50.0, heard_from=60) == [("one", 50, 70), ("two", 70, 100)]
+
+
+def test_two_words_espeak_reads_as_one_token_share_it_and_the_others_keep_theirs() -> None:
+    """"for a" is one espeak token (`fɚɹə`): the two share it, and the words around keep their own tokens
+    (spread in proportion, "day" began 1.5 ids early and "one" ran 0.75 of a token into "for")."""
+    ph = "wʌn fɚɹə dˈeɪ"
+    (unit,) = plan(ph, [["one"], ["for"], ["a"], ["day"]], [ph], _one_id_per_char)
+    spans = {w: (s, e) for w, s, e in place(unit, [10.0] * len(ph))}
+    assert spans["one"] == (0, 30)  # its token, wʌn
+    assert spans["for"][0] == 30 and spans["for"][1] == spans["a"][0] and spans["a"][1] == 80  # fɚɹə's, shared
+    assert spans["day"] == (80, 130)  # from the space before dˈeɪ
