@@ -15,7 +15,7 @@ SYNTHETIC = "synthetic"
 #: The backends without a talker: a gateway-wide `--talker` choice is for the Qwen3 models only.
 NO_TALKER = (*CPU_BACKENDS, SYNTHETIC)
 DEFAULT_MODEL = "cpu"
-#: The randomly initialised Qwen3-TTS checkpoints built on first use (engine.qwen3_engine.TINY_MODELS).
+#: The randomly initialised Qwen3-TTS checkpoints built on first use (engine.qwen3.serving.qwen3_engine.TINY_MODELS).
 TINY = ("tiny", "tiny-base")
 #: What installs the Qwen3 engine's torch (pyproject.toml); a default install has none.
 QWEN3_INSTALL = "pip install 'voxgate[qwen3]'"
