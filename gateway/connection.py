@@ -87,8 +87,8 @@ class Connection:
         self.config: SessionConfig | None = None
         self.session_id = ""
         self.utterance_count = 0
-        self.contexts = Contexts(self)  # their text intakes, each owning the utterance receiving its text
-        self.playout = Playout(self)  # the utterances whose input is over, their audio in order
+        self.playout = Playout(self, self, self.detach)  # the utterances whose input is over, their audio in order
+        self.contexts = Contexts(self, self, self.playout)  # their intakes, each owning the utterance taking its text
         self._stopped = asyncio.Event()
         self._quiet = Deadline(self.limits.config_timeout)  # the reader's wait for the client's next message
         self._watch: asyncio.Task[None] | None = None
@@ -175,8 +175,11 @@ class Connection:
         finally:
             sending.close()
 
-    async def emit(self, ev: ServerEvent) -> None:
-        await self.outbox.put(Outgoing(encode(self.contexts.stamped(ev))))
+    async def emit(self, ev: ServerEvent, audio_of: int | None = None) -> None:
+        """Queue `ev`, stamped with its utterance's context; `audio_of`: the utterance whose audio it carries
+        (vLLM-Omni's audio.chunk), so a cancel purges it as it purges audio frames."""
+        data = encode(self.contexts.stamped(ev))
+        await self.outbox.put(Outgoing(data) if audio_of is None else Outgoing(data, audio_of, audio=True))
 
     async def error(self, code: str, message: str, **fields: object) -> None:
         metrics.ERRORS.labels(code).inc()
@@ -242,7 +245,7 @@ class Connection:
                 await self.contexts.open(msg.context_id).finish()
             else:
                 if not await self._cancel(msg.context_id, notify=True, played_ms=msg.played_ms):
-                    await self.playout.nothing_to_cancel(msg.context_id)
+                    await self.playout.nothing_to_cancel(self._last_of(msg.context_id), msg.context_id)
         except ProtocolError as e:
             if msg.context_id is not None:  # a refusal in a context names it
                 e.fields.setdefault("context_id", msg.context_id)
@@ -306,7 +309,7 @@ class Connection:
         async for msg in self.session.events():
             if msg.kind == "cancel":  # answered as input.cancel is, whether or not anything was left to stop
                 if not await self._cancel(None, notify=True, played_ms=msg.played_ms):
-                    await self.playout.nothing_to_cancel()
+                    await self.playout.nothing_to_cancel(self._last_of(None))
             elif msg.kind == "takeover":
                 await self.error(SESSION_TAKEN_OVER, "another connection took over this session")
                 self.stop(CLOSE_TAKEN_OVER, "taken over")
@@ -350,7 +353,7 @@ class Connection:
         send, the last one sent, which its listener may still be hearing); those queued behind it were not
         heard at all. Their audio.cancelled then says what was heard (gateway/words.py)."""
         victims = self.contexts.victims(context_id)
-        last = self.playout.last_of(context_id)
+        last = self._last_of(context_id)
         for i, utt in enumerate(victims or ([last] if last is not None else [])):
             utt.played_ms = played_ms if i == 0 or played_ms is None else 0.0
         cancelled = await self.playout.cancel(victims, notify)
@@ -359,6 +362,13 @@ class Connection:
             # afresh, not as the continuation of audio nobody hears (its first audio would wait for that).
             self.listener.stop()
         return cancelled
+
+    def _last_of(self, context_id: str | None) -> Utterance | None:
+        """The session's last utterance sent, or the named context's latest (what a late cancel names)."""
+        if context_id is None:
+            return self.playout.last_utterance
+        intake = self.contexts.get(context_id)
+        return None if intake is None else intake.latest
 
     @property
     def intake(self) -> TextIntake:

@@ -14,17 +14,14 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from gateway.intake import TextIntake
 from gateway.protocol import ProtocolError, ServerEvent, quote
+from gateway.seams import Emitter, PlayOrder, SessionView
 from gateway.settings import Limits
 from gateway.utterance import Utterance
-
-if TYPE_CHECKING:
-    from gateway.connection import Connection
 
 
 def tagged_bound(limits: Limits) -> int:
@@ -37,12 +34,20 @@ def tagged_bound(limits: Limits) -> int:
 
 
 class Contexts:
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-        self.default = TextIntake(conn)
+    """A socket's text intakes, the default one and the named ones, and the context of each recent
+    utterance. It sees the session (`view`), the client (`out`) and the playing order (`order`) only to
+    hand them to the intakes it opens."""
+
+    def __init__(self, view: SessionView, out: Emitter, order: PlayOrder) -> None:
+        self._view, self._out, self._order = view, out, order
+        self._limits = view.limits
+        self.default = self._intake(None)
         self._named: dict[str, TextIntake] = {}
         self._context_of: dict[int, str] = {}  # utterance index → context_id, the most recent ones
-        self._tagged = tagged_bound(conn.limits)
+        self._tagged = tagged_bound(view.limits)
+
+    def _intake(self, context_id: str | None) -> TextIntake:
+        return TextIntake(self._view, self._out, self._order, self.tag, context_id)
 
     def __iter__(self) -> Iterator[TextIntake]:
         yield self.default
@@ -58,7 +63,7 @@ class Contexts:
             return intake
         assert context_id is not None
         self._prune()
-        bound = self.conn.limits.max_contexts
+        bound = self._limits.max_contexts
         if len(self._named) >= bound:
             refused = f" ({rejected_chars} characters of input.text not accepted)" if rejected_chars else ""
             raise ProtocolError(
@@ -67,12 +72,12 @@ class Contexts:
                 "finish or cancel one first",
                 context_id=context_id, **({"rejected_chars": rejected_chars} if rejected_chars else {}),
             )  # fmt: skip
-        intake = self._named[context_id] = TextIntake(self.conn, context_id)
+        intake = self._named[context_id] = self._intake(context_id)
         return intake
 
     def _prune(self) -> None:
         """Named contexts with nothing open and nothing playing are closed."""
-        playing = {utt.context_id for utt in self.conn.playout.playing}
+        playing = {utt.context_id for utt in self._order.playing}
         for cid, intake in list(self._named.items()):
             if intake.current is None and cid not in playing:
                 del self._named[cid]
@@ -102,7 +107,7 @@ class Contexts:
         context's (so a session without contexts cancels as it always has)."""
         every = context_id is None
         intakes = list(self) if every else [i for i in (self.get(context_id),) if i is not None]
-        victims = [utt for utt in self.conn.playout.playing if every or utt.context_id == context_id]
+        victims = [utt for utt in self._order.playing if every or utt.context_id == context_id]
         for intake in intakes:
             if intake.current is not None:
                 victims.append(intake.current)
@@ -126,7 +131,7 @@ class Contexts:
     async def poller(self) -> None:
         """Idle commits of every context's open utterance, every `poll_interval`."""
         while True:
-            await asyncio.sleep(self.conn.limits.poll_interval)
+            await asyncio.sleep(self._limits.poll_interval)
             now = time.monotonic()
             for intake in self:
                 await intake.tick(now)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from engine import EngineError, Stream
 from gateway import metrics
@@ -17,11 +17,9 @@ from gateway.lexicons import Respelled, spoken_text
 from gateway.outbox import SlowClient
 from gateway.protocol import ProtocolError, SegmentCommitted
 from gateway.queued_stream import QueuedStream
+from gateway.seams import Emitter, PlayOrder, SessionView
 from gateway.utterance import Utterance
 from segmentation import Segment, StreamSegmenter
-
-if TYPE_CHECKING:
-    from gateway.connection import Connection
 
 # A big input.text is fed to the segmenter this many characters at a time, yielding to the event loop
 # between slices: the costliest text (dense clause marks, ~4 ms/KiB; bench/segmentation_bench.py
@@ -36,10 +34,13 @@ def message_of(e: ProtocolError | EngineError) -> str:
 
 
 class TextIntake:
-    """One context's intake (gateway/contexts.py); `context_id` None: the session's default one."""
+    """One context's intake (gateway/contexts.py); `context_id` None: the session's default one. It reads
+    the session through `view`, tells the client through `out`, hands each utterance it begins to the
+    playing `order`, and has `tag` note the utterance's context (so its events are stamped with it)."""
 
-    def __init__(self, conn: Connection, context_id: str | None = None) -> None:
-        self.conn = conn
+    def __init__(self, view: SessionView, out: Emitter, order: PlayOrder, tag: Callable[[Utterance], None],
+                 context_id: str | None = None) -> None:  # fmt: skip
+        self._view, self._out, self._order, self._tag = view, out, order, tag
         self.context_id = context_id
         self.current: Utterance | None = None  # the one receiving text
         self.latest: Utterance | None = None  # the last one begun (what a context's late cancel names)
@@ -51,7 +52,7 @@ class TextIntake:
             return
         utt = self.current or self._begin(len(text))
         utt.last_input = time.monotonic()  # refused text is input too: the client is not idle
-        self.conn.backlog.admit(utt, text)
+        self._view.backlog.admit(utt, text)
         utt.chars += len(text)
         for i in range(0, len(text), FEED_SLICE):
             if i:
@@ -69,11 +70,9 @@ class TextIntake:
 
     def _begin(self, rejected_chars: int) -> Utterance:
         """A new utterance, opened by its first text (`rejected_chars` of it, named if it is refused)."""
-        conn = self.conn
-        assert conn.config is not None
-        self.current = self._new(
-            StreamSegmenter(conn.config.language_code, conn.config.split_granularity), rejected_chars
-        )
+        cfg = self._view.config
+        assert cfg is not None
+        self.current = self._new(StreamSegmenter(cfg.language_code, cfg.split_granularity), rejected_chars)
         metrics.UTTERANCES.inc()
         return self.current
 
@@ -82,24 +81,23 @@ class TextIntake:
         here (by input.text, by an input.done with nothing open, by session.close), so its bounds hold
         for each of them."""
         self._may_begin(rejected_chars)
-        utt = self.latest = Utterance(self.conn.next_utterance_index(), segmenter, context_id=self.context_id)
-        self.conn.contexts.tag(utt)
-        self.conn.playout.reserve(utt)
+        utt = self.latest = Utterance(self._view.next_utterance_index(), segmenter, context_id=self.context_id)
+        self._tag(utt)
+        self._order.reserve(utt)
         return utt
 
     def _may_begin(self, rejected_chars: int) -> None:
         """Refuse a new utterance while the server drains (the one under way still finishes: the socket
         is then closed to resume elsewhere) or while `max_open_utterances` wait to play."""
-        conn = self.conn
         what = f"{rejected_chars} characters of input.text were not accepted" if rejected_chars else "input.done"
         fields = {"rejected_chars": rejected_chars} if rejected_chars else {}
-        if conn.draining():
+        if self._view.draining():
             raise ProtocolError(
                 "draining", f"{what}: no new utterance begins while the server drains; reconnect and resume "
                 "the session elsewhere", **fields,
             )  # fmt: skip
-        bound = conn.limits.max_open_utterances
-        if len(conn.playout.playing) >= bound:
+        bound = self._view.limits.max_open_utterances
+        if len(self._order.playing) >= bound:
             raise ProtocolError(
                 "too_many_utterances",
                 f"{what}: {bound} utterances (max_open_utterances) are waiting to play; wait or cancel", **fields,
@@ -112,9 +110,9 @@ class TextIntake:
         for s in segments:
             index = len(utt.segments)
             utt.segments.append(s)
-            utt.words.committed(index, s.text, s.start, self.conn.pronunciations)  # its engine words, matched back
+            utt.words.committed(index, s.text, s.start, self._view.pronunciations)  # its engine words, matched back
             metrics.SEGMENTS.labels(s.reason).inc()
-            await self.conn.emit(SegmentCommitted(utterance_index=utt.index, segment_index=index, text=s.text,
+            await self._out.emit(SegmentCommitted(utterance_index=utt.index, segment_index=index, text=s.text,
                                                   start=s.start, end=s.end, reason=s.reason))  # fmt: skip
             try:
                 await self._speak(utt, index, s.text)
@@ -131,11 +129,11 @@ class TextIntake:
 
     async def _speak(self, utt: Utterance, index: int, text: str) -> None:
         """One committed segment to the utterance's engine stream (opened with its first speakable one)."""
-        conn = self.conn
-        assert conn.config is not None
-        pronunciations, language = conn.pronunciations, conn.config.language_code
+        view = self._view
+        assert view.config is not None
+        pronunciations, language = view.pronunciations, view.config.language_code
         # The lexicon's respellings are charged to the utterance: at most max_respelling_growth × its text.
-        respelled = utt.respelled = utt.respelled or Respelled.of(conn.limits)
+        respelled = utt.respelled = utt.respelled or Respelled.of(view.limits)
 
         def speech() -> str:  # read in the utterance's language where the segment has no letters ("12.5%。")
             return spoken_text(pronunciations, text, utt.reading.of(text, language), respelled)
@@ -147,33 +145,33 @@ class TextIntake:
         assert utt.stream is not None
         utt.engine_segments.append(index)  # a refused append spends its engine index all the same
         utt.stream.append(spoken + " ")  # may raise the engine's own backstop (queue_full)
-        conn.backlog.committed(utt, index, len(spoken))
+        view.backlog.committed(utt, index, len(spoken))
 
     async def _open(self, utt: Utterance, text: str) -> None:
         """The utterance's engine stream, opened with its first speakable segment (`text`)."""
         if utt.stream is not None:
             return
-        conn = self.conn
-        utt.slot = await conn.session.acquire_slot()
+        session = self._view.session
+        utt.slot = await session.acquire_slot()
         try:
             utt.stream = self._admitted_stream(utt, text)
         except BaseException:
-            await conn.playout.release_slot(utt)
+            await self._order.release_slot(utt)
             raise
-        conn.session.begin(utt.index)
-        utt.pump = conn.playout.start(utt)
+        session.begin(utt.index)
+        utt.pump = self._order.start(utt)
 
     def _admitted_stream(self, utt: Utterance, text: str) -> Stream:
         """The engine stream, opened once admission lets it (gateway/admission.py). Never waits: the
         wait runs in its own task, so the reader still reads (a cancel withdraws the wait), and the
         utterance's pump tells the client `audio.waiting {reason: "queue"}` when its turn comes first."""
-        conn = self.conn
-        assert conn.config is not None
+        view = self._view
+        assert view.config is not None
         # The engine of the model the utterance begins on: a session.config naming another model while it
         # waits for admission must not move it (its admission is this model's).
-        cfg, voice, engine = conn.config, conn.voice, conn.engine
-        if conn.admission is None:
-            return conn.open_stream(cfg, voice, engine)
+        cfg, voice, engine, admission = view.config, view.voice, view.engine, view.admission
+        if admission is None:
+            return view.open_stream(cfg, voice, engine)
 
         def admitted(ticket: Ticket) -> None:  # its text goes to the engine now, with no await between
             utt.queue_wait_s = ticket.waited_s
@@ -181,14 +179,14 @@ class TextIntake:
 
         frame_rate = 12.5
         if cfg.output_mode == "codec_tokens":
-            frame_rate = float(conn.engine.codec_info().get("frame_rate_hz", 12.5))  # type: ignore[attr-defined]
-        tenant = conn.session.tenant
+            frame_rate = float(engine.codec_info().get("frame_rate_hz", 12.5))  # type: ignore[attr-defined]
+        tenant = view.session.tenant
         # A listener still playing this session's audio must not hear a gap before the next utterance:
         # its stream goes before newcomers once that audio runs low (engine/fair_queue.py, continuations),
         # asked while it waits, so one queued before the audio ahead of it began counts once it plays.
-        return QueuedStream(conn.admission, tenant.name, tenant.weight, lambda: conn.open_stream(cfg, voice, engine),
+        return QueuedStream(admission, tenant.name, tenant.weight, lambda: view.open_stream(cfg, voice, engine),
                             on_lost=lambda e, indexes: self._lost(utt, e, indexes), on_admitted=admitted,
-                            frame_rate_hz=frame_rate, listener=conn.listener,
+                            frame_rate_hz=frame_rate, listener=view.listener,
                             language=cfg.language_code, voice=voice[0], text=text)  # fmt: skip
 
     async def _lost(self, utt: Utterance, e: ProtocolError | EngineError, engine_indexes: list[int]) -> None:
@@ -200,16 +198,15 @@ class TextIntake:
             which = ", ".join(map(str, segments))
             message = f"segment {which} of utterance {utt.index} will not be spoken: {message}"
         with contextlib.suppress(SlowClient):  # the pump notices a client that stopped reading
-            await self.conn.error(e.code, message, utterance_index=utt.index, segment_indexes=segments, **fields)
+            await self._out.error(e.code, message, utterance_index=utt.index, segment_indexes=segments, **fields)
 
     async def finish(self) -> None:
         """input.done: the tail committed and the utterance closed (the connection stays open)."""
-        conn = self.conn
         utt = self.current
         if utt is None:
             # input.done with nothing said: vLLM-Omni answers session.done with no sentences. It is an
             # utterance of its own (its session.done comes in order, after those playing), bounded as any.
-            if conn.config is None:
+            if self._view.config is None:
                 return
             utt = self._new(StreamSegmenter())
         unspoken: ProtocolError | None = None
@@ -219,7 +216,7 @@ class TextIntake:
             except ProtocolError as e:  # the tail named as not spoken; the utterance still ends here
                 unspoken = e
         self.current = None
-        conn.playout.finished(utt)
+        self._order.finished(utt)
         if unspoken is not None:
             raise unspoken
 
@@ -231,12 +228,6 @@ class TextIntake:
         utt.finished = True
         return True
 
-    async def poller(self) -> None:
-        """Idle commits of the open utterance's tail, every `poll_interval`."""
-        while True:
-            await asyncio.sleep(self.conn.limits.poll_interval)
-            await self.tick(time.monotonic())
-
     async def tick(self, now: float) -> None:
         """The open utterance's idle commit; quiet past its bound, it is finished (its text spoken, its
         engine capacity given back) and the client told so."""
@@ -245,7 +236,7 @@ class TextIntake:
             return
         try:
             if now - utt.last_input > (bound := self.idle_bound(utt)):
-                await self.conn.error(
+                await self._out.error(
                     "utterance_timeout",
                     f"no input for {bound:g} s: utterance {utt.index} was finished as if input.done had "
                     "come (its text is spoken)",
@@ -255,14 +246,14 @@ class TextIntake:
             else:
                 await self.commit(utt, utt.segmenter.poll(now))
         except ProtocolError as e:
-            await self.conn.error(e.code, e.message, **e.fields)
+            await self._out.error(e.code, e.message, **e.fields)
         except EngineError as e:
-            await self.conn.error(e.code, str(e), utterance_index=utt.index)
+            await self._out.error(e.code, str(e), utterance_index=utt.index)
 
     def idle_bound(self, utt: Utterance) -> float:
         """How long the open utterance may stay quiet: shorter while it holds engine capacity (an admitted
         stream) that others are waiting for — a parked stream must not keep them out."""
-        limits, admission = self.conn.limits, self.conn.admission
+        limits, admission = self._view.limits, self._view.admission
         holds = utt.stream is not None and not getattr(utt.stream, "queued", False)
         if holds and admission is not None and admission.waiting > 0:
             return min(limits.utterance_idle_under_pressure, limits.utterance_idle_timeout)

@@ -10,27 +10,28 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
 from msgspec import UNSET
 
 from gateway import metrics
 from gateway.outbox import SlowClient
 from gateway.protocol import AudioCancelled, AudioWaiting
-from gateway.pump import codec_done, pump_audio
+from gateway.pump import Pump, codec_done
 from gateway.queued_stream import QueuedStream
+from gateway.seams import Emitter, SessionView
 from gateway.utterance import Utterance
-
-if TYPE_CHECKING:
-    from gateway.connection import Connection
 
 log = logging.getLogger("voxgate.ws")
 
 
 class Playout:
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
+    """The playing order (a `PlayOrder`). It reads the session through `view` and tells the client through
+    `out`; `detach` ends an utterance's text intake early (the engine ended its stream before input.done)."""
+
+    def __init__(self, view: SessionView, out: Emitter, detach: Callable[[Utterance], bool]) -> None:
+        self._view, self._out = view, out
+        self._audio = Pump(view, out, self.release_slot, detach)
         self.playing: deque[Utterance] = deque()  # finished input, audio still to send, in order
         self.last_utterance: Utterance | None = None  # the last whose pump ended (what a late cancel names)
         self._last_turn: asyncio.Future[None] | None = None  # the turn of the utterance begun last
@@ -71,7 +72,7 @@ class Playout:
     async def cancel(self, victims: Iterable[Utterance], notify: bool) -> int:
         """Stop `victims` now: generation, queued audio, and any audio still to come; each is named in
         `audio.cancelled` (`codec.done` in codec mode) when `notify`. Returns how many there were."""
-        conn, victims = self.conn, list(victims)
+        view, out, victims = self._view, self._out, list(victims)
         for utt in victims:
             with contextlib.suppress(ValueError):
                 self.playing.remove(utt)
@@ -80,40 +81,32 @@ class Playout:
                 self._pass_on(utt)
             if utt.stream is not None:
                 utt.stream.cancel()
-            conn.outbox.cancel_audio(utt.index)
+            out.outbox.cancel_audio(utt.index)
             if utt.pump is None or utt.pump.done():
-                conn.outbox.settled(utt.index)  # no pump: no later audio to keep out
-            conn.backlog.forget(utt)
+                out.outbox.settled(utt.index)  # no pump: no later audio to keep out
+            view.backlog.forget(utt)
         if notify:
             metrics.CANCELS.inc()
         for utt in victims:
             spoken = utt.spoken_text
-            await conn.session.record(utt.index, spoken, cancelled=True)
-            if notify and conn.codec_mode:
-                await conn.emit(codec_done(utt, error=False, cancelled=True, spoken_text=spoken, **utt.heard_fields()))
+            await view.session.record(utt.index, spoken, cancelled=True)
+            if notify and view.codec_mode:
+                await out.emit(codec_done(utt, error=False, cancelled=True, spoken_text=spoken, **utt.heard_fields()))
             elif notify:
-                await conn.emit(AudioCancelled(utterance_index=utt.index, played_bytes=utt.sent_bytes,
-                                               spoken_text=spoken, **utt.heard_fields()))  # fmt: skip
+                await out.emit(AudioCancelled(utterance_index=utt.index, played_bytes=utt.sent_bytes,
+                                              spoken_text=spoken, **utt.heard_fields()))  # fmt: skip
         return len(victims)
 
-    async def nothing_to_cancel(self, context_id: str | None = None) -> None:
+    async def nothing_to_cancel(self, last: Utterance | None, context_id: str | None = None) -> None:
         """A cancel with nothing queued or playing is answered all the same (a client waiting for the
-        acknowledgement must not hang): `audio.cancelled {cancelled: false}` for the last utterance (of the
-        context named), whose audio was all sent (null index, 0 bytes: there has been none)."""
-        last = self.last_of(context_id)
-        await self.conn.emit(AudioCancelled(
+        acknowledgement must not hang): `audio.cancelled {cancelled: false}` for `last`, the last utterance
+        (of the context named), whose audio was all sent (null index, 0 bytes: there has been none)."""
+        await self._out.emit(AudioCancelled(
             utterance_index=None if last is None else last.index, played_bytes=0 if last is None else last.sent_bytes,
             spoken_text="" if last is None else last.spoken_text, cancelled=False,
             **({} if last is None else last.heard_fields()),
             context_id=UNSET if context_id is None else context_id,
         ))  # fmt: skip
-
-    def last_of(self, context_id: str | None) -> Utterance | None:
-        """The session's last utterance sent, or the named context's latest."""
-        if context_id is None:
-            return self.last_utterance
-        intake = self.conn.contexts.get(context_id)
-        return None if intake is None else intake.latest
 
     def _pass_on(self, utt: Utterance) -> None:
         """`utt` is done with: its turn is over once the one before it is (the order holds past a cancel)."""
@@ -130,28 +123,28 @@ class Playout:
         """Send one utterance's audio once every utterance before it has been sent."""
         if utt.after is not None:
             await asyncio.wait({utt.after})  # a wait, not an await: cancelling this pump leaves the turn alone
-        conn = self.conn
+        out = self._out
         try:
             if utt.cancelled:
                 return
             await self._queued(utt)
-            await pump_audio(conn, utt)
+            await self._audio.run(utt)
         except SlowClient:
-            conn.stop()
+            out.stop()
         except Exception:  # one utterance's failure must not take the session down silently
-            log.exception("session %s: utterance %d failed", conn.session_id, utt.index)
+            log.exception("session %s: utterance %d failed", self._view.session_id, utt.index)
             utt.cancelled = True
             if utt.stream is not None:
                 utt.stream.cancel()
             with contextlib.suppress(SlowClient):
-                await conn.error("internal_error", "the utterance failed", utterance_index=utt.index)
+                await out.error("internal_error", "the utterance failed", utterance_index=utt.index)
         finally:
             if utt.stream is not None or not utt.cancelled:  # one cancelled before it spoke was never played
                 self.last_utterance = utt
             if utt in self.playing:
                 self.playing.remove(utt)
-            conn.backlog.forget(utt)
-            conn.outbox.settled(utt.index)
+            self._view.backlog.forget(utt)
+            out.outbox.settled(utt.index)
             self._pass_on(utt)
             await self.release_slot(utt)
 
@@ -160,7 +153,7 @@ class Playout:
         is late, and wait (admission bounds the wait; a cancel ends it)."""
         stream = utt.stream
         if isinstance(stream, QueuedStream) and stream.queued:
-            await self.conn.emit(AudioWaiting(utterance_index=utt.index, reason="queue", ahead=stream.ahead()))
+            await self._out.emit(AudioWaiting(utterance_index=utt.index, reason="queue", ahead=stream.ahead()))
             await stream.settled()
 
     async def release_slot(self, utt: Utterance) -> None:

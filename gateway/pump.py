@@ -1,6 +1,6 @@
 """One utterance's audio, from its engine stream to the connection's outbox.
 
-One loop (`pump_audio`) does what every output mode shares — the first-audio time, `audio.waiting`,
+One loop (`Pump`) does what every output mode shares — the first-audio time, `audio.waiting`,
 segment marks and the backlog they clear, giving the engine's capacity back, the engine's errors,
 the spoken log and the done events — and hands the audio itself to a sink: `PcmSink` (frames or one
 file, resampled and trimmed, with the words' timings: `audio.words`, or vLLM-Omni's `audio.chunk`) or
@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import numpy as np
 from msgspec import UNSET, UnsetType
@@ -36,16 +37,13 @@ from gateway.protocol import (
     ServerEvent,
     SessionDone,
     WordTime,
-    encode,
     pack_codec_header,
     quote,
 )
 from gateway.queued_stream import Refusal
+from gateway.seams import Emitter, SessionView
 from gateway.timing import ResponseClock, Timing, observe, trim_for
 from gateway.utterance import Utterance
-
-if TYPE_CHECKING:
-    from gateway.connection import Connection
 
 Chunk = AudioChunk | CodecFrames
 
@@ -64,108 +62,115 @@ class Sink(Protocol):
     async def done(self, failed: bool, timing: Timing) -> ServerEvent: ...  # the utterance's done event
 
 
-async def pump_audio(conn: Connection, utt: Utterance) -> None:
-    """Send the utterance's audio, then its done events (none once it is cancelled)."""
-    if utt.stream is None:  # nothing to say: close the utterance in order, without audio
-        timing = ResponseClock(conn.sample_rate, None, utt.queue_wait_s).record()
-        await conn.emit(SessionDone(utterance_index=utt.index, total_sentences=0, timing=timing))
-        return
-    sink: Sink = CodecSink(conn, utt) if conn.codec_mode else PcmSink(conn, utt)
-    model = conn.model  # the model it is spoken by: a later session.config may name another
-    end = await _stream(conn, utt, sink)
-    if end is None:
-        return
-    # The engine is done with this stream: free the tenant's slot before telling the client, so its
-    # next utterance can start at once.
-    await conn.playout.release_slot(utt)
-    if utt.cancelled or end.reason == "cancelled":
-        return
-    await sink.tail()
-    end = _ended_early(conn, utt, end)
-    failed = end.reason == "error"
-    if failed:
-        await _engine_failed(conn, utt, end)
-    timing = _timed(conn, sink.clock, utt, failed, model)
-    await conn.emit(await sink.done(failed, timing))
-    # Redis has the spoken log before the client hears the utterance is done (a resume elsewhere right
-    # after session.done sees it).
-    await conn.session.record(utt.index, utt.text, cancelled=failed)
-    await conn.emit(SessionDone(utterance_index=utt.index, total_sentences=len(utt.segments), timing=timing))
+class Pump:
+    """Sends utterances' audio: reads the session through `view`, tells the client through `out`, hands
+    the engine's capacity back with `release` as soon as a stream ends, and `detach`es an utterance whose
+    stream ended before input.done from its text intake."""
 
+    def __init__(self, view: SessionView, out: Emitter, release: Callable[[Utterance], Awaitable[None]],
+                 detach: Callable[[Utterance], bool]) -> None:  # fmt: skip
+        self._view, self._out, self._release, self._detach = view, out, release, detach
 
-async def _stream(conn: Connection, utt: Utterance, sink: Sink) -> StreamEnd | None:
-    """The engine stream's audio into `sink`; how the stream ended (None: the utterance was cancelled)."""
-    assert utt.stream is not None
-    heard = False
-    async for ev in utt.stream.events():
-        if utt.cancelled:
-            return None
-        if isinstance(ev, StreamEnd):
-            return ev
-        if isinstance(ev, Words):
-            sink.words(ev)
-            continue
-        if not isinstance(ev, AudioChunk | CodecFrames):  # Waiting: say why audio is late, not leave a silence
-            await conn.emit(AudioWaiting(utterance_index=utt.index, reason=ev.reason, ahead=ev.ahead))
-            continue
-        if not sink.started:
-            await sink.start(ev)
-        prime = isinstance(ev, CodecFrames) and ev.prime
-        if not heard and not prime:
-            heard = True
-            metrics.TTFA.observe(time.monotonic() - utt.opened_at)
-        seg = None if prime else utt.segment_of(ev.segment)
-        mark = seg if seg is not None and seg not in utt.marked else None
-        if mark is not None:
-            conn.backlog.heard(utt, mark)
-        await sink.audio(ev, mark)
-        if sink.full:
-            utt.stream.cancel()
-            return _file_full(conn, utt)
-    return None if utt.cancelled else StreamEnd("done")
+    async def run(self, utt: Utterance) -> None:
+        """Send the utterance's audio, then its done events (none once it is cancelled)."""
+        view, out = self._view, self._out
+        if utt.stream is None:  # nothing to say: close the utterance in order, without audio
+            timing = ResponseClock(view.sample_rate, None, utt.queue_wait_s).record()
+            await out.emit(SessionDone(utterance_index=utt.index, total_sentences=0, timing=timing))
+            return
+        sink: Sink = CodecSink(view, out, utt) if view.codec_mode else PcmSink(view, out, utt)
+        model = view.model  # the model it is spoken by: a later session.config may name another
+        end = await self._stream(utt, sink)
+        if end is None:
+            return
+        # The engine is done with this stream: free the tenant's slot before telling the client, so its
+        # next utterance can start at once.
+        await self._release(utt)
+        if utt.cancelled or end.reason == "cancelled":
+            return
+        await sink.tail()
+        end = self._ended_early(utt, end)
+        failed = end.reason == "error"
+        if failed:
+            await self._engine_failed(utt, end)
+        timing = self._timed(sink.clock, utt, failed, model)
+        await out.emit(await sink.done(failed, timing))
+        # Redis has the spoken log before the client hears the utterance is done (a resume elsewhere right
+        # after session.done sees it).
+        await view.session.record(utt.index, utt.text, cancelled=failed)
+        await out.emit(SessionDone(utterance_index=utt.index, total_sentences=len(utt.segments), timing=timing))
 
+    async def _stream(self, utt: Utterance, sink: Sink) -> StreamEnd | None:
+        """The engine stream's audio into `sink`; how the stream ended (None: the utterance was cancelled)."""
+        assert utt.stream is not None
+        heard = False
+        async for ev in utt.stream.events():
+            if utt.cancelled:
+                return None
+            if isinstance(ev, StreamEnd):
+                return ev
+            if isinstance(ev, Words):
+                sink.words(ev)
+                continue
+            if not isinstance(ev, AudioChunk | CodecFrames):  # Waiting: say why audio is late, not leave a silence
+                await self._out.emit(AudioWaiting(utterance_index=utt.index, reason=ev.reason, ahead=ev.ahead))
+                continue
+            if not sink.started:
+                await sink.start(ev)
+            prime = isinstance(ev, CodecFrames) and ev.prime
+            if not heard and not prime:
+                heard = True
+                metrics.TTFA.observe(time.monotonic() - utt.opened_at)
+            seg = None if prime else utt.segment_of(ev.segment)
+            mark = seg if seg is not None and seg not in utt.marked else None
+            if mark is not None:
+                self._view.backlog.heard(utt, mark)
+            await sink.audio(ev, mark)
+            if sink.full:
+                utt.stream.cancel()
+                return self._file_full(utt)
+        return None if utt.cancelled else StreamEnd("done")
 
-def _file_full(conn: Connection, utt: Utterance) -> StreamEnd:
-    """The utterance's file holds `max_file_audio_s` of audio: the rest is not made, the file made so far
-    is sent, and the segments not spoken are named (`file_too_long`). It takes no more text: later text
-    starts the next utterance."""
-    bound = conn.limits.max_file_audio_s
-    message = f"utterance {utt.index}'s file reached max_file_audio_s ({bound:g} s of audio); the rest was not made"
-    if conn.detach(utt) and (pending := utt.segmenter.pending):
-        message += f"; the text not yet committed ({quote(pending, 80)}) was dropped"
-    return StreamEnd("error", message, code="file_too_long")
+    def _file_full(self, utt: Utterance) -> StreamEnd:
+        """The utterance's file holds `max_file_audio_s` of audio: the rest is not made, the file made so far
+        is sent, and the segments not spoken are named (`file_too_long`). It takes no more text: later text
+        starts the next utterance."""
+        bound = self._view.limits.max_file_audio_s
+        message = f"utterance {utt.index}'s file reached max_file_audio_s ({bound:g} s of audio); the rest was not made"
+        if self._detach(utt) and (pending := utt.segmenter.pending):
+            message += f"; the text not yet committed ({quote(pending, 80)}) was dropped"
+        return StreamEnd("error", message, code="file_too_long")
 
+    def _ended_early(self, utt: Utterance, end: StreamEnd) -> StreamEnd:
+        """An engine stream that ends before input.done cannot speak text sent after it: the utterance is
+        closed here (later text starts the next one) and the end becomes an error."""
+        if end.reason != "done" or utt.finished:
+            return end
+        message = "the engine ended the utterance before input.done"
+        if self._detach(utt) and (pending := utt.segmenter.pending):
+            message += f"; the text not yet committed ({quote(pending, 80)}) was dropped"
+        return StreamEnd("error", message)
 
-def _ended_early(conn: Connection, utt: Utterance, end: StreamEnd) -> StreamEnd:
-    """An engine stream that ends before input.done cannot speak text sent after it: the utterance is
-    closed here (later text starts the next one) and the end becomes an error."""
-    if end.reason != "done" or utt.finished:
-        return end
-    message = "the engine ended the utterance before input.done"
-    if conn.detach(utt) and (pending := utt.segmenter.pending):
-        message += f"; the text not yet committed ({quote(pending, 80)}) was dropped"
-    return StreamEnd("error", message)
+    async def _engine_failed(self, utt: Utterance, end: StreamEnd) -> None:
+        """The engine's error, naming the committed segments whose audio never began."""
+        if isinstance(end, Refusal):
+            return  # the client was told which segments when admission refused them
+        unspoken = [i for i in utt.engine_segments if i not in utt.marked]
+        message = end.message or "synthesis failed"
+        if unspoken:
+            message += f"; segments {', '.join(map(str, unspoken))} of utterance {utt.index} were not spoken"
+        await self._out.error(end.code or "engine_error", message, utterance_index=utt.index,
+                              segment_indexes=unspoken)  # fmt: skip
 
-
-async def _engine_failed(conn: Connection, utt: Utterance, end: StreamEnd) -> None:
-    """The engine's error, naming the committed segments whose audio never began."""
-    if isinstance(end, Refusal):
-        return  # the client was told which segments when admission refused them
-    unspoken = [i for i in utt.engine_segments if i not in utt.marked]
-    message = end.message or "synthesis failed"
-    if unspoken:
-        message += f"; segments {', '.join(map(str, unspoken))} of utterance {utt.index} were not spoken"
-    await conn.error(end.code or "engine_error", message, utterance_index=utt.index, segment_indexes=unspoken)
-
-
-def _timed(conn: Connection, clock: ResponseClock, utt: Utterance, failed: bool, model: str) -> Timing:
-    """The utterance's timing record; a complete one also goes to the histograms. Its start and queue
-    wait are read now: admission sets them when it lets the text go in, which may follow the pump's start."""
-    clock.start, clock.queue_wait_s = utt.engine_at, utt.queue_wait_s
-    timing = clock.record()
-    if not failed:
-        observe(timing, model, conn.session.tenant.name)
-    return timing
+    def _timed(self, clock: ResponseClock, utt: Utterance, failed: bool, model: str) -> Timing:
+        """The utterance's timing record; a complete one also goes to the histograms. Its start and queue
+        wait are read now: admission sets them when it lets the text go in, which may follow the pump's
+        start."""
+        clock.start, clock.queue_wait_s = utt.engine_at, utt.queue_wait_s
+        timing = clock.record()
+        if not failed:
+            observe(timing, model, self._view.session.tenant.name)
+        return timing
 
 
 class PcmSink:
@@ -174,14 +179,14 @@ class PcmSink:
     engine's, else estimated at each mark: gateway/words.py) are placed on the same clock — samples sent,
     after the trim — and sent, when the session asked, with the marks before the audio that holds them."""
 
-    def __init__(self, conn: Connection, utt: Utterance) -> None:
-        assert conn.config is not None
-        self._conn, self._utt, self._cfg = conn, utt, conn.config
-        self.rate = conn.sample_rate
+    def __init__(self, view: SessionView, out: Emitter, utt: Utterance) -> None:
+        assert view.config is not None
+        self._view, self._out, self._utt, self._cfg = view, out, utt, view.config
+        self.rate = view.sample_rate
         self.clock = ResponseClock(self.rate, None)
         self.started = False
         self._resample: Resampler | None = None
-        self._trim = trim_for(self.rate, conn.limits)
+        self._trim = trim_for(self.rate, view.limits)
         self._marks: list[tuple[int, int]] = []  # (segment, sample offset before the trim), sent with their audio
         # the engine's words per segment, (word, start, end) samples before the trim, placed with the marks
         self._words: list[tuple[int, list[tuple[str, int, int]], bool]] = []
@@ -221,14 +226,14 @@ class PcmSink:
         await self._timed_words(self._utt.words.close_before(None), estimated=False)
         if self._omni:  # vLLM-Omni's last chunk: no audio, the utterance's end, every word's span
             end = round(self._utt.words.sent_ms)
-            await self._conn.emit(AudioChunkMessage(
+            await self._out.emit(AudioChunkMessage(
                 utterance_index=self._utt.index, chunk_id=self._chunk_id, chunk_start_ms=0, chunk_end_ms=end,
                 sample_rate=self.rate, audio_b64="", timestamps=self._omni_words))  # fmt: skip
         if self._file.samples:
             data, whole = await asyncio.to_thread(self._file.finish)
             self._utt.sent_bytes = len(data)
-            await self._conn.outbox.put(Outgoing(data, self._utt.index))
-            self._conn.backlog.file_sent(self._utt)
+            await self._out.outbox.put(Outgoing(data, self._utt.index))
+            self._view.backlog.file_sent(self._utt)
             # The file is the first and the last audio. Its onset search reads the whole file (0.6 s for
             # 300 s at 48 kHz): off the event loop, timed when the file was queued.
             await asyncio.to_thread(self.clock.audio, whole, time.monotonic())
@@ -240,8 +245,8 @@ class PcmSink:
 
     async def _audio_start(self) -> None:
         fmt = self._cfg.response_format
-        await self._conn.emit(AudioStart(utterance_index=self._utt.index, sample_rate=self.rate, format=fmt,
-                                         word_timestamps=True if self._omni else UNSET))  # fmt: skip
+        await self._out.emit(AudioStart(utterance_index=self._utt.index, sample_rate=self.rate, format=fmt,
+                                        word_timestamps=True if self._omni else UNSET))  # fmt: skip
 
     async def _send(self, pcm: np.ndarray) -> None:
         pcm = self._trim.feed(pcm)
@@ -255,7 +260,7 @@ class PcmSink:
         self._words.clear()
         for seg, offset in self._marks:  # offsets count the audio sent: the trimmed start is not
             offset = max(0, offset - self._trim.trimmed)
-            await self._conn.emit(AudioMark(utterance_index=self._utt.index, segment_index=seg, sample_offset=offset))
+            await self._out.emit(AudioMark(utterance_index=self._utt.index, segment_index=seg, sample_offset=offset))
             await self._timed_words(words.marked(seg, self._utt.segments[seg].text, self._ms(offset)), estimated=True)
         self._marks.clear()
         if pcm.size == 0:  # e.g. the resampler's tail when no resampling was needed
@@ -264,22 +269,21 @@ class PcmSink:
         words.sent_ms += self._ms(pcm.size)
         if not self._cfg.streamed:
             self._file.add(pcm)
-            self._conn.backlog.held(self._utt, pcm.size / self.rate)
-            self.full = self._utt.file_s >= self._conn.limits.max_file_audio_s
+            self._view.backlog.held(self._utt, pcm.size / self.rate)
+            self.full = self._utt.file_s >= self._view.limits.max_file_audio_s
             return
         data = encode_frames(pcm, self._cfg.response_format)
         self._utt.sent_bytes += len(data)
         self._playback.add(pcm.size / self.rate)
-        self._conn.listener.add(pcm.size / self.rate)
+        self._view.listener.add(pcm.size / self.rate)
         if self._omni:  # the audio as JSON; marked as audio, so a cancel purges it like a binary frame
             msg = AudioChunkMessage(utterance_index=self._utt.index, chunk_id=self._chunk_id,
                                     chunk_start_ms=round(start_ms), chunk_end_ms=round(words.sent_ms),
                                     sample_rate=self.rate, audio_b64=base64.b64encode(data).decode(), timestamps=None)
             self._chunk_id += 1
-            # Stamped as emit() stamps every event: a context's audio.chunk carries its context_id.
-            await self._conn.outbox.put(Outgoing(encode(self._conn.contexts.stamped(msg)), self._utt.index, audio=True))
+            await self._out.emit(msg, audio_of=self._utt.index)  # stamped: a context's chunk carries its context_id
         else:
-            await self._conn.outbox.put(Outgoing(data, self._utt.index))
+            await self._out.outbox.put(Outgoing(data, self._utt.index))
         self.clock.audio(pcm)
 
     def _ms(self, samples: int) -> float:
@@ -292,18 +296,18 @@ class PcmSink:
         if self._omni:
             self._omni_words += [OmniWord(w.word, w.start_ms, w.end_ms) for w in words]
             return
-        await self._conn.emit(AudioWords(utterance_index=self._utt.index, words=words, estimated=estimated))
+        await self._out.emit(AudioWords(utterance_index=self._utt.index, words=words, estimated=estimated))
 
 
 class CodecSink:
     """codec_tokens mode: `codec.start`, binary messages (`pack_codec_header` + int16 codes), `codec.done`.
     A header-only message with SEGMENT_END closes each segment; the last one also carries EOS."""
 
-    def __init__(self, conn: Connection, utt: Utterance) -> None:
-        self._conn, self._utt = conn, utt
-        self._info: dict[str, object] = conn.engine.codec_info() or {}
+    def __init__(self, view: SessionView, out: Emitter, utt: Utterance) -> None:
+        self._view, self._out, self._utt = view, out, utt
+        self._info: dict[str, object] = view.engine.codec_info() or {}
         self._frame_rate = float(self._info.get("frame_rate_hz", 12.5))  # type: ignore[arg-type]
-        self.clock = ResponseClock(conn.sample_rate, None)  # no trim: codes, not PCM
+        self.clock = ResponseClock(view.sample_rate, None)  # no trim: codes, not PCM
         self.started = False
         self.full = False  # codes are sent as they are made: nothing is held
         self._segment: int | None = None
@@ -314,7 +318,7 @@ class CodecSink:
 
     async def start(self, ev: Chunk) -> None:
         self.started = True
-        await self._conn.emit(CodecStart(utterance_index=self._utt.index, **self._info))  # type: ignore[arg-type]
+        await self._out.emit(CodecStart(utterance_index=self._utt.index, **self._info))  # type: ignore[arg-type]
 
     async def audio(self, ev: Chunk, mark: int | None) -> None:
         assert isinstance(ev, CodecFrames)
@@ -325,8 +329,8 @@ class CodecSink:
         if self._segment is not None and seg != self._segment:
             await self._frames(self._no_frames, CodecFlag.SEGMENT_END)
         if mark is not None:
-            await self._conn.emit(AudioMark(utterance_index=self._utt.index, segment_index=mark,
-                                            frame_offset=ev.first_frame))  # fmt: skip
+            await self._out.emit(AudioMark(utterance_index=self._utt.index, segment_index=mark,
+                                           frame_offset=ev.first_frame))  # fmt: skip
             # The talker times no words: the segment's are placed from its mark on the clock of the frames
             # played, so a cancel's played_ms is cut as in PCM mode (heard_text, estimated).
             at_ms = self._utt.codec_frames * 1000 / self._frame_rate
@@ -355,9 +359,9 @@ class CodecSink:
         if played:
             utt.codec_frames += n
             utt.words.sent_ms += n * 1000 / self._frame_rate  # the utterance's clock: the frames played
-            self._conn.listener.add(n / self._frame_rate)
+            self._view.listener.add(n / self._frame_rate)
         utt.sent_bytes += len(data)
-        await self._conn.outbox.put(Outgoing(data, utt.index))
+        await self._out.outbox.put(Outgoing(data, utt.index))
         if n and played:
             self.clock.codec(n / self._frame_rate)
 
