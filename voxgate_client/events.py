@@ -183,6 +183,8 @@ class Error(Event, tag="error"):
     action: str | None = None
     bound: str | None = None
     retry_after_s: float | None = None
+    first_audio_slo_s: float | None = None  # bound "slo": the first-audio target it would have missed
+    predicted_first_audio_s: float | None = None  # when the server predicted it would have been heard
 
 
 class UnknownEvent(msgspec.Struct, kw_only=True):
