@@ -54,7 +54,8 @@ async def run_bridge(socket: WebSocket, state: State, store: SessionStore, setti
     holder: list[Connection] = []
     bridge = Bridge(wire(lambda: holder[0]), socket.receive, first)
     drain: Drain = state.drain
-    conn = Connection(served.served, settings.limits, SessionBinding(store, tenant), bridge.receive, bridge.send,
+    binding = SessionBinding(store, tenant, state.aliases)  # the operator's voice aliases, as on the native route
+    conn = Connection(served.served, settings.limits, binding, bridge.receive, bridge.send,
                       model=served.name, admission=served.admission, select=models.select,
                       draining=lambda: drain.draining)  # fmt: skip
     holder.append(conn)
