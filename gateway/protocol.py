@@ -254,6 +254,9 @@ class SessionReady(ServerEvent, tag="session.ready"):
     split_granularity: Granularity
     resumed: bool
     next_utterance_index: int
+    # {language: voice}: a language the session may speak that its voice cannot, and the voice that speaks
+    # it instead (gateway/voices.py voice_switches); absent when the voice speaks every one.
+    voice_switches: dict[str, str] | UnsetType = UNSET
 
 
 class SegmentCommitted(ServerEvent, tag="segment.committed"):
