@@ -86,7 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
         settings = load_settings(
             args.config, host=args.host, port=args.port, model=args.model, redis_url=args.redis_url,
             api_keys=args.api_keys, insecure=args.insecure or None, takeover=args.takeover,
-            drain_grace_s=args.drain_grace, first_audio_slo_s=args.first_audio_slo,
+            drain_grace_s=args.drain_grace, first_audio_slo_s=args.first_audio_slo, max_sessions=args.max_sessions,
             engine_processes=False if args.in_process else None,
             admin_socket=args.admin_socket, admin_open_loopback=args.admin_open_loopback or None,
         )  # fmt: skip
@@ -147,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--takeover", choices=("takeover", "refuse"), help="a second connection to a live session")
     p.add_argument("--drain-grace", type=float, metavar="SECONDS",
                    help="on SIGTERM, open utterances get this long to finish (default 30; env VOXGATE_DRAIN_GRACE_S)")
+    p.add_argument("--max-sessions", type=int, metavar="N",
+                   help="WebSocket sessions open at once on this replica; past it a new one is refused at its "
+                   "handshake (503 replica_full), which a balancer retries elsewhere (default 0: no bound; "
+                   "env VOXGATE_MAX_SESSIONS; docs/deploy.md)")
     p.add_argument("--first-audio-slo", type=float, metavar="SECONDS",
                    help="refuse at once (429 / queue_full, bound slo) a stream that would be heard later than this "
                    "after it asked (default 1.5; 0: off; env VOXGATE_FIRST_AUDIO_SLO_S)")
