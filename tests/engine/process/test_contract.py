@@ -1,4 +1,4 @@
-"""The engine contract (DESIGN §3) against an engine in a child process, beside the same engine
+"""The engine contract (docs/architecture.md, Contracts) against an engine in a child process, beside the same engine
 in-process: the tiny Qwen3 model and Piper, real model code on both sides of the socket."""
 
 from __future__ import annotations
