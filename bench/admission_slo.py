@@ -144,12 +144,17 @@ def cell(run: dict[str, Any], slo_s: float) -> dict[str, Any]:
     first segment commits), refusals and their answer time, % of admitted replies gap-free."""
     per = run["responses"]
     heard = sorted(m["commit_to_audio_s"] for m in per if m.get("ok") and m.get("commit_to_audio_s") is not None)
+    # Whether its first utterance waited for admission (the server's timing): a first audio past the SLO
+    # after no wait is the engine's own time to first audio on this box, not admission's prediction.
+    waited = sorted(m["commit_to_audio_s"] for m in per if m.get("ok") and m.get("commit_to_audio_s") is not None
+                    and ((m.get("timings") or [None])[0] or {}).get("queue_wait_ms", 0) > 0)  # fmt: skip
     refused = [m for m in per if m.get("errors") and all(e in ("queue_full", "http_429") for e in m["errors"])]
     answers = sorted(m["refused_after_s"] for m in refused if m.get("refused_after_s") is not None)
     p95 = _q(heard, 0.95)
     return {"mode": run["mode"], "rate": run["rate"], "asked": run["started"], "admitted": run["admitted"],
             "completed": run["completed"], "refused": len(refused), "failed": run["failed"],
-            "first_audio_p50_s": _q(heard, 0.5), "first_audio_p95_s": p95,
+            "first_audio_p50_s": _q(heard, 0.5), "first_audio_p95_s": p95, "admitted_after_a_wait": len(waited),
+            "first_audio_max_after_a_wait_s": waited[-1] if waited else None,
             "within_slo": None if p95 is None else p95 <= slo_s,
             "refusal_answer_p95_s": _q(answers, 0.95), "refusal_answer_max_s": answers[-1] if answers else None,
             "gap_free_pct": None if run["gap_free_share"] is None else round(100 * run["gap_free_share"], 1),
@@ -177,8 +182,8 @@ def _s(x: float | None) -> str:
 
 def sweep_table(result: dict[str, Any]) -> str:
     lines = ["| model | mode | rate /s | tree | asked | refused | admitted first audio p50 / p95 s (≤ SLO?) "
-             "| refusal answer p95 / max s | admitted gap-free % | refusals vs base (≤ knee) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| waited: n, first audio max s | refusal answer p95 / max s | admitted gap-free % "
+             "| refusals vs base (≤ knee) |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for model, rows in result["models"].items():
         for row in rows:
             for tree in ("base", "head"):
@@ -189,6 +194,7 @@ def sweep_table(result: dict[str, Any]) -> str:
                 vs = row.get("refusals_vs_base") if tree == "head" else None
                 lines.append(f"| {model} | {c['mode']} | {c['rate']:g} | {tree} | {c['asked']} | {c['refused']} | "
                              f"{_s(c['first_audio_p50_s'])} / {_s(c['first_audio_p95_s'])}{ok} | "
+                             f"{c.get('admitted_after_a_wait', '–')}, {_s(c.get('first_audio_max_after_a_wait_s'))} | "
                              f"{_s(c['refusal_answer_p95_s'])} / {_s(c['refusal_answer_max_s'])} | "
                              f"{c['gap_free_pct'] if c['gap_free_pct'] is not None else '–'} | "
                              f"{'' if vs is None else f'{vs:+d}'} |")  # fmt: skip
@@ -209,6 +215,7 @@ def sweep(argv: Sequence[str]) -> int:
     p.add_argument("--slo", type=float, default=1.5, help="this tree's first_audio_slo_s (the base: its own rule)")
     p.add_argument("--smoke", action="store_true", help="Piper, one rate, auto, 2 s: the harness works")
     p.add_argument("--out", default=None, help="where the load runs' JSON and server logs go (default: a temp dir)")
+    p.add_argument("--from-runs", action="store_true", help="read --out's saved load runs instead of running")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if args.smoke:
@@ -223,9 +230,12 @@ def sweep(argv: Sequence[str]) -> int:
         cells: dict[str, list[dict[str, Any]]] = {}
         for name, tree in sorted(trees.items()):  # base first, then head: the same box, in turn
             flags = ["--first-audio-slo", str(args.slo)] if name == "head" else []
-            t = time.monotonic()
-            with gateway(tree, model, flags, out / f"server_{model}_{name}.log") as url:
-                run = load_run(url, rates[model], args, out / f"load_{model}_{name}.json")
+            t, saved = time.monotonic(), out / f"load_{model}_{name}.json"
+            if args.from_runs:  # the tables again from a sweep's saved runs: no traffic
+                run = json.loads(saved.read_text())
+            else:
+                with gateway(tree, model, flags, out / f"server_{model}_{name}.log") as url:
+                    run = load_run(url, rates[model], args, saved)
             cells[name] = [cell(r, args.slo) for r in run["runs"]]
             print(f"{model} {name}: {len(run['runs'])} runs in {time.monotonic() - t:.0f} s", file=sys.stderr)
         result["models"][model] = compare_trees(cells, knees.get(model))

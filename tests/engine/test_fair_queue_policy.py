@@ -10,6 +10,7 @@ import pytest
 
 from engine.fair_queue import FairQueue, FairQueueConfig, Refused, Waiter
 from engine.listening import ListenerTimeline
+from engine.start_forecast import StartForecast
 
 
 class Clock:
@@ -957,3 +958,12 @@ def test_where_streams_hold_as_measured_a_stream_let_wait_is_never_refused_later
     assert all(w.state in ("admitted", "finished") for w in waited)
     assert all((w.started_at or 0.0) - w.enqueued_at + 0.5 <= 1.5 for w in waited)
     assert refused_at_once > 0 and waited  # an overload (2 streams/s served) with a line
+
+
+def test_a_start_waits_for_the_ends_that_free_what_it_needs_then_for_the_streams_started_in_their_place() -> None:
+    forecast = StartForecast(hold_s=2.0, first_audio_s=0.5, quantile=0.95, samples=8, smoothing=0.2)
+    in_flight = [(0.0, 1.0), (0.5, 1.0)]  # end at 2.0 and 2.5
+    assert [forecast.start_at(1.0, need, in_flight) for need in (0.0, 1.0, 2.0, 3.0, 4.0)] == [1.0, 2.0, 2.5, 4.0, 4.5]
+    assert forecast.start_at(1.0, 0.75, [(0.0, 0.25), (0.5, 0.25)]) == 4.0  # the cost, not the count
+    assert forecast.start_at(10.0, 1.0, in_flight) == 10.0  # past their hold: any moment now, not in the past
+    assert forecast.start_at(1.0, 1.0, [(0.0, 0.0), (0.5, 0.0)]) == 2.0  # free streams: counted one each
