@@ -17,10 +17,9 @@ from engine import Engine, heap
 from gateway import metrics
 from gateway.admin import admin_guard, admin_routes
 from gateway.aliases import Aliases
-from gateway.auth import KEY_FORMS, authenticate
+from gateway.auth import authenticate
 from gateway.batch import batch_routes
-from gateway.browser import browser_guard, browser_refusal
-from gateway.connection import Connection
+from gateway.browser import browser_guard
 from gateway.dependencies import DEPENDENCIES
 from gateway.drain import Drain
 from gateway.errors import EXCEPTION_HANDLERS, ApiError
@@ -30,11 +29,11 @@ from gateway.model_routes import model_routes
 from gateway.models import EngineFactory, ModelRegistry, in_child, in_process
 from gateway.openai_api import openai_routes
 from gateway.playground import playground_routes
-from gateway.protocol import CLOSE_POLICY, CLOSE_TRY_LATER, CancelBody, encode, error_event
+from gateway.protocol import CancelBody, encode, error_event
 from gateway.protocols.routes import protocol_routes
 from gateway.request_id import request_id_middleware
-from gateway.session_state import SessionBinding
 from gateway.settings import Settings
+from gateway.sockets import refusal, serve_connection
 from gateway.voices import voice_routes
 from segmentation import warm_up
 from sessions import InvalidId, SessionNotFound, SessionStore, StoreSettings, Tenant
@@ -100,38 +99,18 @@ def metrics_endpoint(state: State) -> Response[bytes]:
     return Response(metrics.render(state.get("models")), media_type=metrics.CONTENT_TYPE_LATEST)
 
 
-async def _refuse(socket: WebSocket, code: str, message: str, close_code: int, reason: str) -> None:
-    await socket.send_text(encode(error_event(code, message)))
-    await socket.close(code=close_code, reason=reason)
-
-
-def _ws_refusal(socket: WebSocket, state: State) -> tuple[str, str, int, str] | None:
-    """Why this caller may not start a WebSocket session (error code, message, close code, reason); None:
-    it may. Whether the replica can take one (engine ready, not draining, room) was answered at the
-    handshake (gateway/handshake.py)."""
-    if (refused := browser_refusal(socket, state.settings, credential=not state.api_keys.is_open)) is not None:
-        return refused.code, refused.message, CLOSE_POLICY, refused.code.replace("_", " ")
-    if authenticate(socket, query=True) is None:
-        message = f"a valid API key is required ({KEY_FORMS} or ?api_key=)"
-        return "unauthorized", message, CLOSE_POLICY, "unauthorized"
-    if state.models.any_serving() is None:  # the last model went between the handshake and here
-        return "engine_not_ready", "the engine is warming up", CLOSE_TRY_LATER, "engine not ready"
-    return None
-
-
 @websocket("/v1/audio/speech/stream")
 async def speech_stream(
     socket: WebSocket, state: State, store: NamedDependency[SessionStore], settings: NamedDependency[Settings]
 ) -> None:
     # Not the `engine` dependency (a 503 before the upgrade): a WebSocket client is told why, in an event.
     await socket.accept()
-    if (refusal := _ws_refusal(socket, state)) is not None:
-        await _refuse(socket, *refusal)
+    if (refused := refusal(socket, state)) is not None:
+        await socket.send_text(encode(error_event(refused.code, refused.message)))
+        await socket.close(code=refused.close_code, reason=refused.reason)
         return
-    models: ModelRegistry = state.models
-    first = models.any_serving()
     tenant = authenticate(socket, query=True)
-    assert first is not None and first.served is not None and tenant is not None
+    assert tenant is not None
 
     async def send(data: bytes | str) -> None:
         if isinstance(data, bytes):
@@ -139,19 +118,7 @@ async def speech_stream(
         else:
             await socket.send_text(data)
 
-    # The engine, its admission and the model's name follow `model` in each session.config (models.select).
-    drain: Drain = state.drain
-    binding = SessionBinding(store, tenant, state.aliases)
-    conn = Connection(first.served, settings.limits, binding, socket.receive, send,  # type: ignore[arg-type]
-                      model=first.name, admission=first.admission, select=models.select,
-                      draining=lambda: drain.draining)  # fmt: skip
-    drain.opened(conn)
-    try:
-        await conn.run()
-    finally:
-        drain.closed(conn)
-        with contextlib.suppress(Exception):
-            await socket.close(code=conn.close_code, reason=conn.close_reason)
+    await serve_connection(state, store, settings, tenant, socket.receive, send, socket=socket)  # type: ignore[arg-type]
 
 
 def _lifespan(

@@ -57,8 +57,22 @@ def _talker_problems(settings: object) -> list[str]:
         if str(spec.options.get("talker", "")).strip().lower() == "vllm" and spec.source.lower() not in NO_TALKER:
             from engine.vllm_talker.preflight import problems
 
-            found += [f"model {spec.name!r}: {problem}" for problem in problems(spec.source, spec.options)]
+            if said := problems(spec.source, spec.options):  # one line a model
+                found.append(f"model {spec.name!r}: " + "; ".join(said))
     return found
+
+
+def _unloadable(settings: object) -> str | None:
+    """One line saying why, when no model that loads at start-up can load in this install (a wrong
+    `--model`, a missing extra): the gateway would otherwise come up with nothing to serve. A model
+    that fails beside one that loads, or later, keeps its "failed" state on /health instead."""
+    from engine.loader import unavailable
+
+    specs = [s for s in settings.model_specs() if s.preload]  # type: ignore[attr-defined]
+    reasons = [unavailable(spec.source) for spec in specs]
+    if not specs or None in reasons:
+        return None
+    return "; ".join(reasons) if len(reasons) == 1 else "no model can load: " + "; ".join(reasons)  # type: ignore[arg-type]
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -81,6 +95,9 @@ def _serve(args: argparse.Namespace) -> int:
         keys = settings.keys()
     except (OSError, ValueError) as e:
         print(f"voxgate: {e}", file=sys.stderr)
+        return 2
+    if problem := _unloadable(settings):
+        print(f"voxgate: {problem}", file=sys.stderr)
         return 2
     if problems := _talker_problems(settings):
         print("\n".join(f"voxgate: {problem}" for problem in problems), file=sys.stderr)
@@ -105,14 +122,15 @@ def _serve(args: argparse.Namespace) -> int:
     return 0 if server.started else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `voxgate` command's parser (its subcommands' defaults name what runs them)."""
     parser = argparse.ArgumentParser(prog="voxgate", description="Streaming TTS gateway for voice agents")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("segment", help="segment text from stdin as it streams in (JSON lines out)")
     p.add_argument("--language", default="auto")
     p.add_argument("--granularity", default="auto", choices=GRANULARITIES)
     p.add_argument("--chunk", type=int, default=4, help="characters per delta read from stdin")
-    p.set_defaults(run=_segment)
+    p.set_defaults(run=_segment, parser=p)
     p = sub.add_parser("serve", help="run the gateway")
     p.add_argument("--host", help="bind address (default 127.0.0.1; env VOXGATE_HOST)")
     p.add_argument("--port", type=int, help="port (default 8000; env VOXGATE_PORT)")
@@ -140,8 +158,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "admin plane and /metrics without a key (env VOXGATE_ADMIN_SOCKET)")
     p.add_argument("--admin-open-loopback", action="store_true", help="a developer's machine: answer the admin "
                    "plane without a key to direct loopback callers (never behind a proxy or a service mesh)")
-    p.set_defaults(run=_serve)
-    args = parser.parse_args(argv)
+    p.set_defaults(run=_serve, parser=p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    # A wrong flag after a command is told with that command's usage (its flags), not the top level's.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return args.run(args)
 
 

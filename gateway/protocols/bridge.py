@@ -17,9 +17,10 @@ import enum
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from gateway.protocol import (
     MAX_MESSAGE_BYTES,
@@ -44,6 +45,7 @@ Receive = Callable[[], Awaitable[dict]]
 SendText = Callable[[str], Awaitable[None]]
 _events = msgspec.json.Decoder(Event)
 _native = msgspec.json.Encoder()
+M = TypeVar("M")
 
 
 class Marker(enum.Enum):
@@ -79,6 +81,23 @@ class Wire(Protocol):
 
 def native(msg: msgspec.Struct) -> str:
     return _native.encode(msg).decode()
+
+
+def decode(decoder: msgspec.json.Decoder[M], raw: str) -> M:
+    """A provider message by its wire's decoder; a bad one is a ProtocolError with voxgate's stable code."""
+    try:
+        return decoder.decode(raw)
+    except msgspec.ValidationError as e:
+        raise ProtocolError("invalid_message", str(e)[:200]) from None
+    except msgspec.DecodeError as e:
+        raise ProtocolError("invalid_json", f"message is not valid JSON: {str(e)[:200]}") from None
+    except RecursionError:
+        raise ProtocolError("invalid_json", "message nests too deeply") from None
+
+
+def context_of(value: str | UnsetType) -> str | None:
+    """A native event's context_id as the bridge keys contexts (None: the session's default context)."""
+    return None if value is UNSET else value  # type: ignore[return-value]
 
 
 class Contexts:
@@ -184,4 +203,4 @@ def close_socket() -> list[msgspec.Struct]:
 
 
 __all__ = ["AudioCancelled", "AudioDone", "AudioStart", "AudioWords", "Bridge", "ContextState", "Contexts", "Error",
-           "Marker", "SessionDone", "Wire", "close_socket", "native"]  # fmt: skip
+           "Marker", "SessionDone", "Wire", "close_socket", "context_of", "decode", "native"]  # fmt: skip

@@ -15,7 +15,6 @@ from typing import Annotated, Literal
 
 import msgspec
 import numpy as np
-from msgspec import UNSET, UnsetType
 
 from gateway.protocol import (
     AudioCancelled,
@@ -29,7 +28,8 @@ from gateway.protocol import (
     SessionDone,
     quote,
 )
-from gateway.protocols.bridge import Contexts, Marker, SendText
+from gateway.protocols.bridge import Contexts, Marker, SendText, context_of
+from gateway.protocols.bridge import decode as bridge_decode
 
 Encoding = Literal["pcm_s16le", "pcm_f32le", "pcm_mulaw", "pcm_alaw"]
 Rate = Annotated[int, msgspec.Meta(ge=8000, le=48000)]
@@ -125,14 +125,7 @@ _encoder = msgspec.json.Encoder()
 
 
 def decode(raw: str) -> CartesiaInput:
-    try:
-        return _decoder.decode(raw)
-    except msgspec.ValidationError as e:
-        raise ProtocolError("invalid_message", str(e)[:200]) from None
-    except msgspec.DecodeError as e:
-        raise ProtocolError("invalid_json", f"message is not valid JSON: {str(e)[:200]}") from None
-    except RecursionError:
-        raise ProtocolError("invalid_json", "message nests too deeply") from None
+    return bridge_decode(_decoder, raw)
 
 
 def error_message(code: str, message: str, context_id: str | None = None) -> str:
@@ -215,21 +208,21 @@ class CartesiaWire:
             assert isinstance(data, bytes)
             await self._audio(data)
         elif isinstance(event, AudioStart):
-            cid = _cid(event.context_id)
+            cid = context_of(event.context_id)
             self._playing = _Playing(cid, self.contexts.open(cid).sent_ms)
         elif isinstance(event, AudioWords):
-            await self._words(_cid(event.context_id), event)
+            await self._words(context_of(event.context_id), event)
         elif isinstance(event, SessionDone):
-            await self._session_done(_cid(event.context_id))
+            await self._session_done(context_of(event.context_id))
         elif isinstance(event, AudioCancelled):
-            cid = _cid(event.context_id)
+            cid = context_of(event.context_id)
             if self._playing is not None and self._playing.context_id == cid:
                 self._playing = None
             state = self.contexts.get(cid)
             if state is not None:
                 state.ended = True  # a cancelled context says nothing more (Cartesia sends no done for it)
         elif isinstance(event, Error):
-            await self._send(error_message(event.code, event.message, _cid(event.context_id)))
+            await self._send(error_message(event.code, event.message, context_of(event.context_id)))
         # session.ready, segment.committed, audio.mark, audio.waiting, audio.done: nothing in this protocol
 
     async def _audio(self, data: bytes) -> None:
@@ -268,10 +261,6 @@ class CartesiaWire:
 
     async def _put(self, msg: msgspec.Struct) -> None:
         await self._send(_encoder.encode(msg).decode())
-
-
-def _cid(value: str | UnsetType) -> str | None:
-    return None if value is UNSET else value  # type: ignore[return-value]
 
 
 def _ctx(context_id: str | None) -> dict[str, object]:

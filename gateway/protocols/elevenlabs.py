@@ -35,7 +35,8 @@ from gateway.protocol import (
     WordTime,
     quote,
 )
-from gateway.protocols.bridge import Contexts, Marker, SendText, close_socket
+from gateway.protocols.bridge import Contexts, Marker, SendText, close_socket, context_of
+from gateway.protocols.bridge import decode as bridge_decode
 
 PCM_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 _FORMAT = re.compile(r"(pcm|ulaw|alaw|mp3)_(\d{4,5})(?:_(\d{2,3}))?")
@@ -129,14 +130,7 @@ _encoder = msgspec.json.Encoder()
 
 
 def decode(raw: str) -> ElevenLabsInput:
-    try:
-        return _decoder.decode(raw)
-    except msgspec.ValidationError as e:
-        raise ProtocolError("invalid_message", str(e)[:200]) from None
-    except msgspec.DecodeError as e:
-        raise ProtocolError("invalid_json", f"message is not valid JSON: {str(e)[:200]}") from None
-    except RecursionError:
-        raise ProtocolError("invalid_json", "message nests too deeply") from None
+    return bridge_decode(_decoder, raw)
 
 
 def error_message(code: str, message: str, context_id: str | None = None, close_code: int = CLOSE_POLICY) -> str:
@@ -312,16 +306,16 @@ class ElevenLabsWire:
         elif isinstance(event, AudioWords):
             self._timeline(event.utterance_index).words(event.words)
         elif isinstance(event, AudioStart):
-            cid = _cid(event.context_id)
+            cid = context_of(event.context_id)
             state = self.contexts.open(cid)
             self._playing = _Playing(event.utterance_index, cid, state.sent_ms, self._timeline(event.utterance_index))
             self._timelines.pop(event.utterance_index, None)
         elif isinstance(event, AudioDone):
             await self._audio_done(event.utterance_index)
         elif isinstance(event, SessionDone):
-            await self._session_done(_cid(event.context_id))
+            await self._session_done(context_of(event.context_id))
         elif isinstance(event, AudioCancelled):
-            await self._cancelled(_cid(event.context_id))
+            await self._cancelled(context_of(event.context_id))
         elif isinstance(event, Error):
             await self._error(event)
         # session.ready, audio.mark, audio.waiting: nothing in this protocol
@@ -396,7 +390,7 @@ class ElevenLabsWire:
             self._stop()  # stream-input: the socket ends with its one context
 
     async def _error(self, ev: Error) -> None:
-        cid = _cid(ev.context_id)
+        cid = context_of(ev.context_id)
         if ev.code == "utterance_timeout" and ev.action == "finished":
             state = self.contexts.open(cid)  # the server finished it: its session.done is owed no marker
             state.open_text = False
@@ -408,7 +402,3 @@ class ElevenLabsWire:
 
     async def _put(self, msg: msgspec.Struct) -> None:
         await self._send(_encoder.encode(msg).decode())
-
-
-def _cid(value: str | UnsetType) -> str | None:
-    return None if value is UNSET else value  # type: ignore[return-value]

@@ -25,15 +25,13 @@ from litestar.params import FromPath
 from litestar.response import Stream as StreamResponse
 
 from gateway.audio import MP3_RATES, Mp3Stream, mp3_available, wav_stream_header
+from gateway.auth import authenticate
 from gateway.connection import Connection
-from gateway.drain import Drain
-from gateway.models import ModelRegistry
 from gateway.protocol import ProtocolError
 from gateway.protocols import cartesia, elevenlabs
 from gateway.protocols.bridge import Bridge, Wire
-from gateway.protocols.keys import provider_tenant
-from gateway.session_state import SessionBinding
 from gateway.settings import Settings
+from gateway.sockets import serve_connection
 from sessions import SessionStore, Tenant
 
 MAX_TEXT_CHARS = 40_000  # one request's text (ElevenLabs' own limit for its newest models is 40 000)
@@ -73,9 +71,7 @@ async def _run(state: State, store: SessionStore, settings: Settings, tenant: Te
                first: list[msgspec.Struct], script: list[str]) -> asyncio.Task[None]:  # fmt: skip
     """The Connection reading `first` (native messages) then `script` (the provider's) through `wire`, its
     output in `collector.queue`, then `_END`."""
-    models: ModelRegistry = state.models
-    served = models.any_serving()
-    if served is None or served.served is None:
+    if state.models.any_serving() is None:
         raise ProtocolError("engine_not_ready", "the engine is warming up")
     pending = [{"type": "websocket.receive", "text": raw} for raw in script]
     never = asyncio.Event()
@@ -87,15 +83,13 @@ async def _run(state: State, store: SessionStore, settings: Settings, tenant: Te
         return {"type": "websocket.disconnect"}
 
     bridge = Bridge(wire, receive, first)
-    drain: Drain = state.drain
-    conn = Connection(served.served, settings.limits, SessionBinding(store, tenant), bridge.receive, bridge.send,
-                      model=served.name, admission=served.admission, select=models.select,
-                      draining=lambda: drain.draining)  # fmt: skip
-    bridge.conn = collector.conn = conn
+
+    def made(conn: Connection) -> None:
+        bridge.conn = collector.conn = conn
 
     async def run() -> None:
         try:
-            await conn.run()
+            await serve_connection(state, store, settings, tenant, bridge.receive, bridge.send, made=made)
         finally:
             with contextlib.suppress(TimeoutError):  # a client that stopped reading is not waited for
                 async with asyncio.timeout(settings.limits.send_timeout):
@@ -133,7 +127,7 @@ async def _respond(task: asyncio.Task[None], collector: Collector, media_type: s
 
 
 def _tenant(request: Request) -> Tenant | None:
-    return provider_tenant(request, query=False)
+    return authenticate(request)
 
 
 # -- ElevenLabs -------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
-"""The provider protocols' routes: each accepts the provider's socket, checks it as the native route does
-(origin, key, a model serving, no drain), and runs a native Connection through the provider's Wire."""
+"""The provider protocols' routes: each accepts the provider's socket, refuses a caller as the native route
+does (gateway/sockets.py: origin, key, a model serving, no drain) in the provider's shape, and serves the
+same session (`serve_connection`) through the provider's Wire."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import msgspec
@@ -13,33 +13,15 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
-from gateway.browser import browser_refusal
+from gateway.auth import authenticate
 from gateway.connection import Connection
-from gateway.drain import DRAIN_REASON, Drain
-from gateway.models import ModelRegistry
-from gateway.protocol import CLOSE_POLICY, CLOSE_RECONNECT, CLOSE_TRY_LATER, ProtocolError
+from gateway.protocol import CLOSE_POLICY, ProtocolError
 from gateway.protocols import cartesia, elevenlabs
 from gateway.protocols.bridge import Bridge, Wire
 from gateway.protocols.http import http_routes
-from gateway.protocols.keys import provider_tenant
-from gateway.session_state import SessionBinding
 from gateway.settings import Settings
+from gateway.sockets import refusal, serve_connection
 from sessions import SessionStore
-
-
-def refusal(socket: WebSocket, state: State) -> tuple[str, str, int] | None:
-    """Why a provider socket cannot start (code, message, close code); None: it can."""
-    if (refused := browser_refusal(socket, state.settings, credential=not state.api_keys.is_open)) is not None:
-        return refused.code, refused.message, CLOSE_POLICY
-    if provider_tenant(socket, query=True) is None:
-        return "unauthorized", "a valid API key is required (xi-api-key, X-API-Key, Authorization or ?api_key=)", \
-            CLOSE_POLICY  # fmt: skip
-    if state.models.any_serving() is None:
-        return "engine_not_ready", "the engine is warming up", CLOSE_TRY_LATER
-    if state.drain.draining:
-        return "draining", DRAIN_REASON, CLOSE_RECONNECT
-    return None
-
 
 MakeWire = Callable[[Callable[[], Connection]], Wire]  # given the Connection (once made), the socket's Wire
 
@@ -47,26 +29,16 @@ MakeWire = Callable[[Callable[[], Connection]], Wire]  # given the Connection (o
 async def run_bridge(socket: WebSocket, state: State, store: SessionStore, settings: Settings, wire: MakeWire,
                      first: list[msgspec.Struct]) -> None:  # fmt: skip
     """Serve one accepted provider socket: a native Connection, its messages through `wire`."""
-    models: ModelRegistry = state.models
-    served = models.any_serving()
-    tenant = provider_tenant(socket, query=True)
-    assert served is not None and served.served is not None and tenant is not None
+    tenant = authenticate(socket, query=True)
+    assert tenant is not None
     holder: list[Connection] = []
     bridge = Bridge(wire(lambda: holder[0]), socket.receive, first)
-    drain: Drain = state.drain
-    binding = SessionBinding(store, tenant, state.aliases)  # the operator's voice aliases, as on the native route
-    conn = Connection(served.served, settings.limits, binding, bridge.receive, bridge.send,
-                      model=served.name, admission=served.admission, select=models.select,
-                      draining=lambda: drain.draining)  # fmt: skip
-    holder.append(conn)
-    bridge.conn = conn
-    drain.opened(conn)
-    try:
-        await conn.run()
-    finally:
-        drain.closed(conn)
-        with contextlib.suppress(Exception):
-            await socket.close(code=conn.close_code, reason=conn.close_reason)
+
+    def made(conn: Connection) -> None:
+        holder.append(conn)
+        bridge.conn = conn
+
+    await serve_connection(state, store, settings, tenant, bridge.receive, bridge.send, made=made, socket=socket)
 
 
 async def _refuse(socket: WebSocket, text: str, close_code: int, reason: str) -> None:
@@ -78,8 +50,8 @@ async def _elevenlabs(socket: WebSocket, state: State, store: SessionStore, sett
                       multi: bool) -> None:  # fmt: skip
     await socket.accept()
     if (refused := refusal(socket, state)) is not None:
-        code, message, close = refused
-        await _refuse(socket, elevenlabs.error_message(code, message, close_code=close), close, code)
+        message = elevenlabs.error_message(refused.code, refused.message, close_code=refused.close_code)
+        await _refuse(socket, message, refused.close_code, refused.code)
         return
     try:
         fmt = elevenlabs.output_format(socket.query_params.get("output_format"))
@@ -122,8 +94,7 @@ async def cartesia_websocket(socket: WebSocket, state: State, store: NamedDepend
     its date: the message shapes served are those every version since 2024-06 shares."""
     await socket.accept()
     if (refused := refusal(socket, state)) is not None:
-        code, message, close = refused
-        await _refuse(socket, cartesia.error_message(code, message), close, code)
+        await _refuse(socket, cartesia.error_message(refused.code, refused.message), refused.close_code, refused.code)
         return
 
     def wire(conn: Callable[[], Connection]) -> Wire:
