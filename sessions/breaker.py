@@ -12,6 +12,12 @@ waits its turn for one of the store's connections, and only then is its op timeo
 ran out (redis-py's ``MaxConnectionsError``) is local demand too: neither opens the circuit; the caller
 gets ``StoreBusy`` (a capacity refusal) instead.
 
+A timeout while Redis answered other calls is not Redis's either: a burst of hundreds of sessions
+connecting at once keeps the event loop busy past the op timeout while Redis's replies wait in the socket
+(512 at once on 2 busy cores: a 0.3 s open circuit and 138 sessions refused `state_unavailable`,
+bench/results/capacity_s23.md). Such a call gets ``StoreBusy`` too, and the circuit stays closed; a Redis
+that answers nobody still opens it on the first timeout.
+
 Why this shape: a Redis that accepts connections but never answers (a stopped process, a frozen VM)
 costs every caller its full timeout and retries. One caller paying ≤ 0.5 s to find out, and everyone
 after it failing in microseconds, keeps that cost off audio and acknowledgements.
@@ -73,6 +79,7 @@ class CircuitBreaker:
         self.latency_ms: float | None = None  # of the last answered heartbeat or probe
         self.on_close: list[Callable[[], None]] = []
         self._consecutive = 0
+        self._answered_at = float("-inf")  # monotonic time Redis last answered a call or a ping
         self._closed = asyncio.Event()
         self._closed.set()
         self._changed = asyncio.Event()
@@ -101,6 +108,7 @@ class CircuitBreaker:
             async with self._turn():
                 if not self.is_closed:  # it opened while this call waited its turn
                     raise StateUnavailable(UNAVAILABLE_MESSAGE)
+                began = time.monotonic()
                 async with asyncio.timeout(timeout if timeout is not None else self.op_timeout_s):
                     result = await op
         except (StoreBusy, StateUnavailable):
@@ -109,9 +117,12 @@ class CircuitBreaker:
         except MaxConnectionsError as e:  # the pool ran out: local demand, not Redis (never counted)
             raise StoreBusy("every connection to the session store is in use; retry shortly") from e
         except UNAVAILABLE as e:
+            if isinstance(e, _TIMEOUTS) and self._answered_at > began:  # Redis answers: the wait was local
+                raise StoreBusy("the session store's answer came too late on a busy replica; retry shortly") from e
             self.failure(e)
             raise StateUnavailable(UNAVAILABLE_MESSAGE) from e
         self._consecutive = 0
+        self._answered_at = time.monotonic()
         return result
 
     def _turn(self) -> contextlib.AbstractAsyncContextManager[None]:
@@ -163,15 +174,18 @@ class CircuitBreaker:
             await asyncio.wait_for(self._changed.wait(), seconds)
 
     async def _ping_once(self) -> bool:
-        t0 = time.perf_counter()
+        t0, began = time.perf_counter(), time.monotonic()
         try:
             async with asyncio.timeout(self.op_timeout_s):
                 await self._ping()
         except MaxConnectionsError:
             return True  # every connection busy here says nothing of Redis (calls find out for themselves)
         except UNAVAILABLE as e:
+            if isinstance(e, _TIMEOUTS) and self._answered_at > began:
+                return True  # calls were answered meanwhile: the ping was late here, not at Redis
             self.reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             return False
+        self._answered_at = time.monotonic()
         self.latency_ms = (time.perf_counter() - t0) * 1000
         return True
 

@@ -10,7 +10,7 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from sessions import CircuitBreaker, SessionNotFound, StateUnavailable, WriteBehind
+from sessions import CircuitBreaker, SessionNotFound, StateUnavailable, StoreBusy, WriteBehind
 
 
 class FakeRedis:
@@ -53,6 +53,29 @@ async def test_one_timeout_opens_it_then_calls_fail_at_once() -> None:
             await b.call(redis.op())
     assert time.monotonic() - t0 < 0.1  # nobody else waits
     assert "127.0.0.1" not in str(exc.value) and exc.value.code == "state_unavailable"
+    await b.close()
+
+
+async def test_a_timeout_while_redis_answers_others_is_busy_not_unavailable() -> None:
+    """A call whose answer comes too late while Redis answered other calls (a busy event loop, not a
+    stalled Redis) is refused as capacity (`StoreBusy`) and leaves the circuit closed."""
+    redis = FakeRedis()
+    b = breaker(redis, heartbeat_s=None)
+
+    async def late() -> object:
+        await asyncio.sleep(3600)  # this one call hangs; Redis itself answers the others
+        return "never"
+
+    slow = asyncio.create_task(b.call(late()))
+    await asyncio.sleep(0.05)
+    assert await b.call(redis.op()) == "ok"  # answered after the slow call began
+    with pytest.raises(StoreBusy):
+        await asyncio.wait_for(slow, 2)
+    assert b.is_closed and b.trips == 0
+    redis.mode = "hang"  # nobody answered since: a timeout is Redis's again
+    with pytest.raises(StateUnavailable):
+        await b.call(redis.op())
+    assert b.trips == 1
     await b.close()
 
 
