@@ -79,6 +79,21 @@ async def test_a_timeout_while_redis_answers_others_is_busy_not_unavailable() ->
     await b.close()
 
 
+async def test_a_timeout_the_event_loop_caused_is_busy_not_unavailable() -> None:
+    """The loop held past the op timeout (a burst of connects on a busy replica): the timeout fires late,
+    and the call is refused as capacity, the circuit left closed — Redis was never asked to be quick."""
+    redis = FakeRedis()
+    b = breaker(redis, heartbeat_s=None, op_timeout_s=0.1, loop_late_s=0.1)
+    redis.mode = "hang"
+    call = asyncio.create_task(b.call(redis.op()))
+    await asyncio.sleep(0)  # the call is under way, its timeout armed
+    time.sleep(0.35)  # the loop is held: the timeout fires 0.25 s late
+    with pytest.raises(StoreBusy):
+        await asyncio.wait_for(call, 2)
+    assert b.is_closed and b.trips == 0
+    await b.close()
+
+
 async def test_connection_errors_open_it_after_consecutive_failures() -> None:
     redis = FakeRedis()
     b = breaker(redis, failures=3, heartbeat_s=None)
