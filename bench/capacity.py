@@ -32,7 +32,7 @@ Modes besides the levels (default `--sessions 1,16,64,128,256`):
 
     python bench/capacity.py [--sessions 1,16,64,128,256] [--turns 3] [--procs 4] [--speed 4]
         [--first-audio-s 0.1] [--tokens-per-s 40] [--baseline-ref main] [--smoke | --growth N |
-        --burst N | --overflow C] [--out bench/results/capacity_s22]
+        --burst N | --overflow C] [--keep-logs DIR] [--out bench/results/capacity_s22]
 """
 
 from __future__ import annotations
@@ -392,6 +392,7 @@ def run_clients(kind: str, n: int, url: str, args: argparse.Namespace, server: S
                for i, k in enumerate(shares)]  # fmt: skip
     for w in workers:
         w.start()
+    cpu0, t0 = (server.cpu_s() if server else 0.0), time.monotonic()  # growth: its sessions run from the start
     if kind == "growth":
         done, marks, step = 0, [], max(1, n // 20)
         while done < n:
@@ -405,7 +406,8 @@ def run_clients(kind: str, n: int, url: str, args: argparse.Namespace, server: S
         if server:
             time.sleep(0.5)  # the sessions' start-up work has settled
             sample["rss_idle_mb"] = server.rss_mb()
-    cpu0, t0 = (server.cpu_s() if server else 0.0), time.monotonic()
+    if kind != "growth":  # the levels: from when the connected sessions start speaking
+        cpu0, t0 = (server.cpu_s() if server else 0.0), time.monotonic()
     ctrl["go"].set()
     results: list[dict[str, Any]] = []
     peak = sample.get("rss_idle_mb") or 0.0
@@ -600,6 +602,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--overflow", type=int, metavar="C", help="two replicas of max_sessions C behind HAProxy")
     p.add_argument("--duration-s", type=float, default=30.0, help="--overflow: how long clients keep coming")
     p.add_argument("--short", action="store_true", help="one short sentence per reply")
+    p.add_argument("--keep-logs", metavar="DIR", help="copy the servers' logs here at the end")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "capacity_s22"), help="JSON/MD path prefix")
     args = p.parse_args(argv)
     if args.smoke:
@@ -621,6 +624,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = run(args, work, redis)
         finally:
             redis.stop()
+            if args.keep_logs:  # the servers' logs, to read why a session was refused
+                Path(args.keep_logs).mkdir(parents=True, exist_ok=True)
+                for log in work.glob("*.log"):
+                    shutil.copy(log, Path(args.keep_logs) / log.name)
     result = {"mode": mode, "command": "python bench/capacity.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "args": {k: v for k, v in vars(args).items() if k != "out"}, "cores": os.cpu_count(),
               "load_avg": os.getloadavg()} | result  # fmt: skip

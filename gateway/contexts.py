@@ -45,6 +45,7 @@ class Contexts:
         self._named: dict[str, TextIntake] = {}
         self._context_of: dict[int, str] = {}  # utterance index → context_id, the most recent ones
         self._tagged = tagged_bound(view.limits)
+        self._text_came = asyncio.Event()  # set by `open` (every input.text and input.done): wakes the poller
 
     def _intake(self, context_id: str | None) -> TextIntake:
         return TextIntake(self._view, self._out, self._order, self.tag, context_id)
@@ -58,6 +59,7 @@ class Contexts:
 
     def open(self, context_id: str | None, rejected_chars: int = 0) -> TextIntake:
         """The context's intake, opened if needed; past `max_contexts` open ones: `too_many_contexts`."""
+        self._text_came.set()
         intake = self.get(context_id)
         if intake is not None:
             return intake
@@ -129,8 +131,16 @@ class Contexts:
                     await intake.finish()
 
     async def poller(self) -> None:
-        """Idle commits of every context's open utterance, every `poll_interval`."""
+        """Idle commits of every context's open utterance, every `poll_interval` while one is open. With
+        none open it sleeps until text comes (`open`), at most `poll_idle_s`: a socket between turns costs
+        no timer every 100 ms (256 such sockets spent 0.1 ms of CPU per session-second on it)."""
         while True:
+            if all(intake.current is None for intake in self):
+                self._text_came.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._limits.poll_idle_s):
+                        await self._text_came.wait()
+                continue
             await asyncio.sleep(self._limits.poll_interval)
             now = time.monotonic()
             for intake in self:

@@ -44,9 +44,15 @@ class Outbox:
         self._space = asyncio.Event()
         self._ready = asyncio.Event()
         self._cancelled: set[int] = set()
+        metrics.track_outbox(self)
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def queued(self) -> int:
+        """Frames waiting to be sent (the writer's stop signal not counted): `voxgate_outbox_frames`."""
+        items = self._items
+        return len(items) - (1 if items and items[-1].last else 0)
 
     async def put(self, item: Outgoing) -> None:
         if len(self._items) >= self._maxsize:  # a timer only for a put that has to wait: most never do
@@ -55,7 +61,6 @@ class Outbox:
         if item.is_audio and item.utterance in self._cancelled:
             return
         self._items.append(item)
-        metrics.OUTBOX.inc()
         self._ready.set()
 
     async def _wait_for_space(self) -> None:
@@ -69,7 +74,6 @@ class Outbox:
 
     def discard(self) -> None:
         """Drop whatever the writer did not send (the connection is gone)."""
-        metrics.OUTBOX.dec(sum(1 for i in self._items if not i.last))
         self._items.clear()
 
     def close(self) -> None:
@@ -82,16 +86,12 @@ class Outbox:
             self._ready.clear()
             await self._ready.wait()
         item = self._items.popleft()
-        if not item.last:
-            metrics.OUTBOX.dec()
         self._space.set()
         return item
 
     def cancel_audio(self, utterance: int) -> None:
         self._cancelled.add(utterance)  # until `settled`: bounded by the open utterances
-        kept = deque(i for i in self._items if not (i.is_audio and i.utterance == utterance))
-        metrics.OUTBOX.dec(len(self._items) - len(kept))
-        self._items = kept
+        self._items = deque(i for i in self._items if not (i.is_audio and i.utterance == utterance))
         self._space.set()
 
     def settled(self, utterance: int) -> None:

@@ -12,6 +12,13 @@ waits its turn for one of the store's connections, and only then is its op timeo
 ran out (redis-py's ``MaxConnectionsError``) is local demand too: neither opens the circuit; the caller
 gets ``StoreBusy`` (a capacity refusal) instead.
 
+A timeout the event loop caused is not Redis's either: a burst of hundreds of sessions connecting at
+once keeps the loop busy past the op timeout while Redis's replies wait in the socket (512 at once on 2
+busy cores: the circuit opened and 138 sessions were refused `state_unavailable`). A timeout is the
+loop's when Redis answered another call after this one began, or when the timeout itself fired more than
+``loop_late_s`` late (the loop was held that long); such a call gets ``StoreBusy`` and the circuit stays
+closed. A Redis that answers nobody, on time, still opens it on the first timeout.
+
 Why this shape: a Redis that accepts connections but never answers (a stopped process, a frozen VM)
 costs every caller its full timeout and retries. One caller paying ≤ 0.5 s to find out, and everyone
 after it failing in microseconds, keeps that cost off audio and acknowledgements.
@@ -58,7 +65,7 @@ class CircuitBreaker:
     def __init__(
         self, ping: Callable[[], Awaitable[object]], *, op_timeout_s: float = 0.5, failures: int = 2,
         heartbeat_s: float | None = 0.5, probe_backoff_s: tuple[float, float] = (0.1, 1.0),
-        gate: ConnectionGate | None = None,
+        gate: ConnectionGate | None = None, loop_late_s: float = 0.1,
     ) -> None:
         self._ping = ping
         self._gate = gate  # None: calls are not bounded in number (a breaker on its own, in tests)
@@ -66,6 +73,7 @@ class CircuitBreaker:
         self.failures = failures
         self.heartbeat_s = heartbeat_s  # None: no heartbeat (the embedded store cannot stall)
         self.probe_backoff_s = probe_backoff_s
+        self.loop_late_s = loop_late_s  # a timeout that fired later than this was the event loop's
         self.state: BreakerState = "closed"
         self.reason = ""  # why it last opened (for the log and tests; never sent to clients)
         self.opened_at: float | None = None  # monotonic time it last opened
@@ -73,6 +81,7 @@ class CircuitBreaker:
         self.latency_ms: float | None = None  # of the last answered heartbeat or probe
         self.on_close: list[Callable[[], None]] = []
         self._consecutive = 0
+        self._answered_at = float("-inf")  # monotonic time Redis last answered a call or a ping
         self._closed = asyncio.Event()
         self._closed.set()
         self._changed = asyncio.Event()
@@ -97,11 +106,13 @@ class CircuitBreaker:
         if not self.is_closed:
             _discard(op)
             raise StateUnavailable(UNAVAILABLE_MESSAGE)
+        began, limit = time.monotonic(), None
         try:
             async with self._turn():
                 if not self.is_closed:  # it opened while this call waited its turn
                     raise StateUnavailable(UNAVAILABLE_MESSAGE)
-                async with asyncio.timeout(timeout if timeout is not None else self.op_timeout_s):
+                began = time.monotonic()
+                async with asyncio.timeout(timeout if timeout is not None else self.op_timeout_s) as limit:
                     result = await op
         except (StoreBusy, StateUnavailable):
             _discard(op)
@@ -109,10 +120,20 @@ class CircuitBreaker:
         except MaxConnectionsError as e:  # the pool ran out: local demand, not Redis (never counted)
             raise StoreBusy("every connection to the session store is in use; retry shortly") from e
         except UNAVAILABLE as e:
+            if isinstance(e, _TIMEOUTS) and self._local(began, limit):
+                raise StoreBusy("the session store's answer came too late on a busy replica; retry shortly") from e
             self.failure(e)
             raise StateUnavailable(UNAVAILABLE_MESSAGE) from e
         self._consecutive = 0
+        self._answered_at = time.monotonic()
         return result
+
+    def _local(self, began: float, limit: asyncio.Timeout | None) -> bool:
+        """Whether a timeout was this process's doing, not Redis's: Redis answered another call since
+        `began`, or the timeout `limit` fired more than `loop_late_s` late."""
+        deadline = None if limit is None else limit.when()
+        late = deadline is not None and asyncio.get_running_loop().time() - deadline > self.loop_late_s
+        return late or self._answered_at > began
 
     def _turn(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self._gate.turn() if self._gate is not None else contextlib.nullcontext()
@@ -163,15 +184,18 @@ class CircuitBreaker:
             await asyncio.wait_for(self._changed.wait(), seconds)
 
     async def _ping_once(self) -> bool:
-        t0 = time.perf_counter()
+        t0, began = time.perf_counter(), time.monotonic()
         try:
-            async with asyncio.timeout(self.op_timeout_s):
+            async with asyncio.timeout(self.op_timeout_s) as limit:
                 await self._ping()
         except MaxConnectionsError:
             return True  # every connection busy here says nothing of Redis (calls find out for themselves)
         except UNAVAILABLE as e:
+            if isinstance(e, _TIMEOUTS) and self._local(began, limit):
+                return True  # the ping was late here, not at Redis
             self.reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             return False
+        self._answered_at = time.monotonic()
         self.latency_ms = (time.perf_counter() - t0) * 1000
         return True
 

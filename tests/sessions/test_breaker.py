@@ -10,7 +10,7 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from sessions import CircuitBreaker, SessionNotFound, StateUnavailable, WriteBehind
+from sessions import CircuitBreaker, SessionNotFound, StateUnavailable, StoreBusy, WriteBehind
 
 
 class FakeRedis:
@@ -53,6 +53,44 @@ async def test_one_timeout_opens_it_then_calls_fail_at_once() -> None:
             await b.call(redis.op())
     assert time.monotonic() - t0 < 0.1  # nobody else waits
     assert "127.0.0.1" not in str(exc.value) and exc.value.code == "state_unavailable"
+    await b.close()
+
+
+async def test_a_timeout_while_redis_answers_others_is_busy_not_unavailable() -> None:
+    """A call whose answer comes too late while Redis answered other calls (a busy event loop, not a
+    stalled Redis) is refused as capacity (`StoreBusy`) and leaves the circuit closed."""
+    redis = FakeRedis()
+    b = breaker(redis, heartbeat_s=None)
+
+    async def late() -> object:
+        await asyncio.sleep(3600)  # this one call hangs; Redis itself answers the others
+        return "never"
+
+    slow = asyncio.create_task(b.call(late()))
+    await asyncio.sleep(0.05)
+    assert await b.call(redis.op()) == "ok"  # answered after the slow call began
+    with pytest.raises(StoreBusy):
+        await asyncio.wait_for(slow, 2)
+    assert b.is_closed and b.trips == 0
+    redis.mode = "hang"  # nobody answered since: a timeout is Redis's again
+    with pytest.raises(StateUnavailable):
+        await b.call(redis.op())
+    assert b.trips == 1
+    await b.close()
+
+
+async def test_a_timeout_the_event_loop_caused_is_busy_not_unavailable() -> None:
+    """The loop held past the op timeout (a burst of connects on a busy replica): the timeout fires late,
+    and the call is refused as capacity, the circuit left closed — Redis was never asked to be quick."""
+    redis = FakeRedis()
+    b = breaker(redis, heartbeat_s=None, op_timeout_s=0.1, loop_late_s=0.1)
+    redis.mode = "hang"
+    call = asyncio.create_task(b.call(redis.op()))
+    await asyncio.sleep(0)  # the call is under way, its timeout armed
+    time.sleep(0.35)  # the loop is held: the timeout fires 0.25 s late
+    with pytest.raises(StoreBusy):
+        await asyncio.wait_for(call, 2)
+    assert b.is_closed and b.trips == 0
     await b.close()
 
 
