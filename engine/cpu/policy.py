@@ -135,6 +135,8 @@ class PieceSnapshot:
     started_at: float | None  # when its run started (None: queued)
     made_s: float | None  # once its run is over: the seconds of its audio not yet delivered
     handle: Future[None] | None = None  # its job's future: the pool says when it is expected to start
+    text: str = ""
+    audio_s: float = 0.0  # seconds of its audio made and not yet delivered (its run may go on)
 
 
 class Snapshotted(Protocol):
@@ -160,6 +162,10 @@ class StreamSnapshot:
     before: ListenerTimeline | None  # the audio before it, once known (a continuation's)
     pieces: tuple[PieceSnapshot, ...] = ()
     after: Snapshotted | None = None  # the stream before it of its listener, still linked
+    next: Snapshotted | None = None  # the stream opened behind it for its listener
+    next_likely: bool = False  # a stream is likely to open behind it (its client splits)
+    pending_chars: int = 0  # text appended and not yet cut into pieces
+    pending_segments: int = 0
 
     @property
     def awaits_first_audio(self) -> bool:

@@ -71,6 +71,17 @@ class _Job:
     wasted_s: float = 0.0  # run time thrown away by its runs cut short (the pool's clock)
 
 
+@dataclass(frozen=True, slots=True)
+class QueuedView:
+    """A queued job as the pool shows it (`UrgencyPool.queued`)."""
+
+    owner: object
+    deadline: float
+    first: bool  # a first-audio job
+    run_s: float
+    future: Future[Any]
+
+
 # deadline, seq (ties run in submission order, and a job is never compared), the job
 _Entry = tuple[float, int, _Job]
 
@@ -236,6 +247,12 @@ class UrgencyPool:
         running = [now + max(0.0, e[2].run_s * stretch - (now - (e[2].started or now)))
                    for _, e in self._running.values()]
         return sorted(running + [now] * (self._workers - len(running)))
+
+    def queued(self) -> list[QueuedView]:
+        """The jobs queued now: first-audio jobs, then the others, each earliest deadline first."""
+        with self._cond:
+            return [QueuedView(e[2].owner, e[0], first, e[2].run_s, e[2].future)
+                    for first, q in ((True, self._first), (False, self._rest)) for e in sorted(q)]
 
     def ahead(self, future: Future[Any]) -> int | None:
         """How many other owners have a job queued to run before `future`'s; None once it is not queued."""
