@@ -33,6 +33,7 @@ from engine.cpu.policy import DEFAULT, CpuPolicyConfig  # noqa: E402
 
 VARIANTS: dict[str, CpuPolicyConfig] = {
     "baseline": DEFAULT,
+    "baseline_again": DEFAULT,  # A/A: the same policy on its own engine, to read the noise
     "no_hold": dataclasses.replace(DEFAULT, first_hold_s=0.0),  # first audio goes as soon as it is made
     "no_ramp": dataclasses.replace(DEFAULT, ramp_share=1e9),  # pieces are not cut to the audio ahead
     "no_share_cut": dataclasses.replace(DEFAULT, share_min_cost=10**9),  # nor to the stream's part of the workers
