@@ -104,6 +104,12 @@ class EventBridge:
         """True once an end is decided: producers should stop."""
         return self._end is not None
 
+    @property
+    def queued(self) -> int:
+        """Events queued for the consumer, not yet read."""
+        with self._lock:
+            return len(self._items)
+
     def put(self, chunk: AudioChunk | CodecFrames | Waiting, timeout: float | None = None) -> bool:
         """Queue `chunk`, waiting while the queue is full. False: dropped (stream cancelled/ended).
 

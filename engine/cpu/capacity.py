@@ -92,6 +92,11 @@ class RtfMeter:
             ordered = sorted(runs)
         return ordered[min(len(ordered) - 1, int(self._config.overrun_quantile * len(ordered)))]
 
+    def overruns(self, backend: str) -> tuple[float, ...]:
+        """`backend`'s latest runs' run time over prediction, oldest first (what `overrun` is read from)."""
+        with self._lock:
+            return tuple(self._overruns.get(backend, ()))
+
     @property
     def job_s(self) -> float:
         """About how long a long job runs: an EWMA that follows rises at once (0 before any)."""

@@ -113,7 +113,8 @@ class CpuEngine:
         # Whether each listener opened a stream while it still heard an earlier one: its client sends
         # sentence by sentence, so a next sentence is likely behind its turn's first.
         # Per listener group (a tenant): one tenant's clients never move another's vote.
-        self._splitters = SplitterGroups(config.splitters_per_group, config.splitter_groups)
+        #: which listeners' clients send sentence by sentence (engine/cpu/splitters.py)
+        self.splitters = SplitterGroups(config.splitters_per_group, config.splitter_groups)
         self._heard_lock = threading.Lock()
         self._closed = False
         self.load_seconds = time.perf_counter() - t0
@@ -267,7 +268,7 @@ class CpuEngine:
             if after is not None and after.ended:  # its end is out; its driver leaves `_heard` next
                 after = None  # a next turn, or one after a barge-in: not heard after that one's audio
             continues = after is not None or before is not None
-            next_likely = listener is not None and self._splitters.opened(*listener, continues)
+            next_likely = listener is not None and self.splitters.opened(*listener, continues)
             stream = CpuStream(self, chosen, lang, request.sample_rate or OUTPUT_RATE, request.speed,
                                request.word_timings, Pinned(request.phonemes) if request.phonemes else None,
                                before, after=after, listener=listener, next_likely=next_likely)
@@ -277,6 +278,24 @@ class CpuEngine:
                 after.link_next(stream)
         self._streams.add(stream)
         return stream
+
+    def stream_of(self, group: str | None, listener: str) -> CpuStream | None:
+        """The newest open stream of `listener` in `group` (a stream opened now follows it), if any."""
+        with self._heard_lock:
+            return self._heard.get((group or "", listener))
+
+    def listeners(self) -> int:
+        """How many named listeners have an open stream."""
+        with self._heard_lock:
+            return len(self._heard)
+
+    def voice(self, name: str) -> Voice:
+        """The loaded voice `name` (KeyError if none)."""
+        return self._voices[name]
+
+    def model(self, backend: str) -> Any:
+        """The loaded model of `backend` ("piper": `PiperVoice`, "kokoro": `KokoroModel`; None if not loaded)."""
+        return self._piper if backend == "piper" else self._kokoro
 
     def stream_ended(self, stream: CpuStream) -> None:
         """`stream` is over: a stream of its listener opened from now on has nothing of it to follow."""
@@ -311,7 +330,7 @@ class CpuEngine:
     def measured(self, backend: str, run_s: float, audio_s: float, predicted_s: float = 0.0) -> None:
         """A pool job's cost, from its worker (`predicted_s`: its expected run time when it started)."""
         self.meter.record(backend, run_s, audio_s, predicted_s)
-        self.pool.guard_s = self._guard_s()
+        self.pool.guard_s = self.guard_s()
         streams = self.meter.streams(self.workers)
         if streams != self._logged_streams:  # a change of capacity is worth a line; the EWMA's noise is not
             self._logged_streams = streams
@@ -331,7 +350,7 @@ class CpuEngine:
         """`hold_error` of every backend loaded, read once per look of the hold (each sorts its window)."""
         return {backend: self.hold_error(backend) for backend in {v.backend for v in self._voices.values()}}
 
-    def _guard_s(self) -> float:
+    def guard_s(self) -> float:
         """How close to running dry a playing stream may come before its job goes ahead of newcomers:
         about two job run times (one to wait for a worker, one to run), never under half a second."""
         return policy.guard_s(self.meter.job_s, self.config)

@@ -49,7 +49,7 @@ class PieceJob:
         self.run_options = run_options()
         self.future: Future[None] | None = None
         self.made = 0  # model runs whose audio it has put out (a Piper piece may take several)
-        self.preempted = False  # it gives its worker up (`CpuStream._yield_job`): its run stops, runs again
+        self.preempted = False  # it gives its worker up (`CpuStream.yield_worker`): its run stops, runs again
 
     @property
     def started(self) -> bool:

@@ -115,12 +115,12 @@ class KokoroModel:
         for sentence in sentences(text):
             raw, groups = self._phonemes(sentence, lang, pinned)
             ph = "".join(c for c in raw if c in self._vocab)
-            for unit in plan(ph, groups, split_long(ph, _MAX_TOKENS), self._ids_spans):
+            for unit in plan(ph, groups, split_long(ph, _MAX_TOKENS), self.ids_spans):
                 if any(self._alpha[i] for i in unit.ids):  # marks alone would be silence
                     out.append(unit)
         return out
 
-    def _ids_spans(self, piece: str) -> tuple[list[int], list[tuple[int, int] | None]]:
+    def ids_spans(self, piece: str) -> tuple[list[int], list[tuple[int, int] | None]]:
         return [self._vocab[c] for c in piece], [(j, j + 1) for j in range(len(piece))]
 
     def run(self, tokens: list[int], voice: str, speed: float = 1.0, run_options: Any = None) -> np.ndarray:

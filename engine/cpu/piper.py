@@ -60,15 +60,15 @@ class PiperVoice:
         for sentence in sentences(strip_han(text)):
             ipa = self._espeak.phonemize(sentence, self.espeak_voice, pinned)
             groups = [[w] for w in words(sentence)]
-            for unit in plan(ipa, groups, split_long(ipa, _MAX_PHONEMES), self._ids_spans):
+            for unit in plan(ipa, groups, split_long(ipa, _MAX_PHONEMES), self.ids_spans):
                 if len(unit.ids) > 3:  # BOS, PAD, EOS alone would be silence
                     out.append(unit)
         return out
 
     def _ids(self, phonemes: str) -> list[int]:
-        return self._ids_spans(phonemes)[0]
+        return self.ids_spans(phonemes)[0]
 
-    def _ids_spans(self, phonemes: str) -> tuple[list[int], list[tuple[int, int] | None]]:
+    def ids_spans(self, phonemes: str) -> tuple[list[int], list[tuple[int, int] | None]]:
         # Piper's layout: BOS PAD, each known phoneme followed by PAD, EOS. A phoneme's span holds its PAD.
         ids = [*self._id_map[_BOS], *self._id_map[_PAD]]
         spans: list[tuple[int, int] | None] = []

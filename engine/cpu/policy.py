@@ -1,8 +1,9 @@
 """The CPU voices' scheduling policy: pure functions over plain values and an injected `now`.
 
 The mechanism (engine/cpu/stream.py's driver threads, engine/cpu/pool.py's workers) asks these
-functions every decision that has a rule: which queued piece goes next (`rank`, `first_goes_next`),
-which running piece gives its worker up (`choose_victim`), by when a piece must start
+functions every decision that has a rule: which queued piece goes next, which running piece gives its
+worker up to it, and when time alone calls for a new look (`plan`, a frozen `CpuPlan`, from `rank`,
+`first_goes_next`, `choose_victim`), by when a piece must start
 (`piece_deadline`), how big the next piece is cut (`ramp_limit`), when the first audio is released
 (`first_audio_late`, `hold_until`), when a `Waiting` notice is due (`notice_due`). Every knob is in
 `CpuPolicyConfig` with its unit and the measurement that set it. No threads, no clock, no onnx: the
@@ -70,8 +71,6 @@ class CpuPolicyConfig:
     # groups remembered: one listener per session, so far above the sessions a CPU engine serves at once.
     splitters_per_group: int = 1024
     splitter_groups: int = 256
-    # Seconds between the pool's looks at its queue for a job that fell due as time passed.
-    watch_s: float = 0.05
     # Seconds: a running job expected to be over within this long keeps its worker (waiting costs less).
     yield_min_s: float = 0.2
     # The guard: a playing stream due within max(guard_min_s, guard_jobs x a long job's run) goes
@@ -136,6 +135,8 @@ class PieceSnapshot:
     started_at: float | None  # when its run started (None: queued)
     made_s: float | None  # once its run is over: the seconds of its audio not yet delivered
     handle: Future[None] | None = None  # its job's future: the pool says when it is expected to start
+    text: str = ""
+    audio_s: float = 0.0  # seconds of its audio made and not yet delivered (its run may go on)
 
 
 class Snapshotted(Protocol):
@@ -161,6 +162,10 @@ class StreamSnapshot:
     before: ListenerTimeline | None  # the audio before it, once known (a continuation's)
     pieces: tuple[PieceSnapshot, ...] = ()
     after: Snapshotted | None = None  # the stream before it of its listener, still linked
+    next: Snapshotted | None = None  # the stream opened behind it for its listener
+    next_likely: bool = False  # a stream is likely to open behind it (its client splits)
+    pending_chars: int = 0  # text appended and not yet cut into pieces
+    pending_segments: int = 0
 
     @property
     def awaits_first_audio(self) -> bool:
@@ -267,6 +272,52 @@ def choose_victim(urgent_deadline: float, urgent_first: bool, urgent_run_s: floa
         if best is None or job.deadline > best.deadline:
             best = job
     return None if best is None else best.key
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """What the plan needs of a queued job."""
+
+    key: int  # which job (the caller's; ties go to the smaller: submission order)
+    deadline: float  # the latest it may start (a first-audio job's: its age)
+    first: bool  # a first-audio job
+    run_s: float  # expected run time
+
+
+@dataclass(frozen=True, slots=True)
+class CpuPlan:
+    """What the pool does now, decided at once from a snapshot of its jobs and `now`."""
+
+    next: int | None  # the queued job the next free worker takes (None: nothing queued)
+    victim: int | None  # the running job that gives its worker up to `next` now (None: none does)
+    wake_at: float | None  # when time alone makes this plan stale (None: only an event changes it)
+
+
+def plan(queued: Sequence[QueuedJob], running: Sequence[RunningJob], workers: int, now: float, guard: float,
+         cfg: CpuPolicyConfig = DEFAULT) -> CpuPlan:
+    """The pool's plan (docs/scheduling.md, "The plan"): which queued job goes next (`first_goes_next`
+    between the oldest newcomer and the most urgent playing stream's, earliest deadline first within
+    each), which running job gives its worker up to it when every worker is busy (`choose_victim`), and
+    when the plan must be made again though nothing happened: the most urgent playing stream's job falls
+    within the guard then (it may take a worker), or within the newcomer's run (it goes first). Other
+    changes (a job queued, started, over, moved; the guard) are events the mechanism plans again on."""
+    newcomer = min((q for q in queued if q.first), key=lambda q: (q.deadline, q.key), default=None)
+    playing = min((q for q in queued if not q.first), key=lambda q: (q.deadline, q.key), default=None)
+    if newcomer is not None and first_goes_next(newcomer.run_s, None if playing is None else playing.deadline,
+                                                now, guard):
+        head = newcomer
+    else:
+        head = playing
+    victim = None
+    if head is not None and len(running) >= workers:
+        victim = choose_victim(head.deadline, head.first, head.run_s, running, now, guard, cfg)
+    turns = []
+    if playing is not None:
+        turns.append(playing.deadline - guard)
+        if newcomer is not None:
+            turns.append(playing.deadline - max(guard, newcomer.run_s))
+    wake_at = min((at for at in turns if now < at < math.inf), default=None)  # a job due never sets no timer
+    return CpuPlan(None if head is None else head.key, victim, wake_at)
 
 
 # ---- a stream's pieces ----

@@ -31,9 +31,12 @@ audio yet: only its owner can say, `yield_to`), and it goes back in line at its 
 yield again on a later run within that bound: once only, both workers restarted long Kokoro runs that
 had yielded before, and a due English piece waited 2 s behind them (its listener heard a 1 s gap); a
 run asked a moment after it started throws almost nothing away.
-Checked as a job is queued and every `watch_s` while any is queued (a job falls due as time passes).
-The rules themselves are engine/cpu/policy.py's (`rank`, `first_goes_next`, `choose_victim`); this
-module is their mechanism.
+One planning thread decides: it takes a snapshot of the jobs (queued and running) and asks
+engine/cpu/policy.py for a frozen `CpuPlan` (which job goes next, which running job gives its worker
+up to it, and when time alone makes the plan stale), carries it out, and sleeps until an event (a job
+queued, started, over or moved; the guard changed; `wake`) or the plan's one timer. Workers take the
+job the plan names. The rules are the policy's (`plan`, `rank`, `first_goes_next`, `choose_victim`);
+this module is their mechanism.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from engine.cpu.policy import DEFAULT, CpuPolicyConfig, RunningJob, choose_victim, first_goes_next, rank
+from engine.cpu.policy import DEFAULT, CpuPlan, CpuPolicyConfig, QueuedJob, RunningJob, plan, rank
 
 
 class Preempted(Exception):
@@ -64,7 +67,19 @@ class _Job:
     yield_to: Callable[[], bool] | None  # asks a running job to give its worker up; True: it will
     started: float | None = None  # when it last started (the pool's clock), while it runs
     asked: bool = False  # asked to give its worker up in this run (then it keeps it, whatever it answered)
+    yielding: bool = False  # asked, and it said it will: its worker is as good as free
     wasted_s: float = 0.0  # run time thrown away by its runs cut short (the pool's clock)
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedView:
+    """A queued job as the pool shows it (`UrgencyPool.queued`)."""
+
+    owner: object
+    deadline: float
+    first: bool  # a first-audio job
+    run_s: float
+    future: Future[Any]
 
 
 # deadline, seq (ties run in submission order, and a job is never compared), the job
@@ -78,19 +93,18 @@ class UrgencyPool:
         self._first: list[_Entry] = []  # first_audio jobs
         self._rest: list[_Entry] = []  # jobs of streams already playing (or with no listener tier)
         self._seq = itertools.count()
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # workers wait on it for a job
+        self._changed = threading.Condition(lock)  # the planning thread waits on it for an event
         self._shutdown = False
-        #: a playing stream's job due within this many seconds goes before first-audio jobs (settable:
-        #: the CPU engine keeps it at about two measured job run times)
-        self.guard_s = guard_s
+        self._guard_s = guard_s
         self._clock = clock
         self._workers = workers
         self._busy_s = 0.0  # run time of the jobs finished so far, all workers together
         self._running: dict[int, tuple[float, _Entry]] = {}  # worker thread id → (perf_counter start, its job)
-        self._queued = threading.Event()  # wakes the watcher
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
                          for i in range(workers)]
-        self._threads.append(threading.Thread(target=self._watch, name=f"{name}-watch", daemon=True))
+        self._threads.append(threading.Thread(target=self._plan_loop, name=f"{name}-plan", daemon=True))
         for t in self._threads:
             t.start()
 
@@ -108,10 +122,25 @@ class UrgencyPool:
             job = _Job(future, fn, owner, run_s, first_audio, yield_to)
             heapq.heappush(self._first if first_audio else self._rest, (deadline, next(self._seq), job))
             self._cond.notify()
-            victim = self._victim()
-        self._queued.set()
-        self._preempt(victim)
+            self._changed.notify()
         return future
+
+    @property
+    def guard_s(self) -> float:
+        """A playing stream's job due within this many seconds goes before first-audio jobs (settable: the
+        CPU engine keeps it at about two measured job run times)."""
+        return self._guard_s
+
+    @guard_s.setter
+    def guard_s(self, seconds: float) -> None:
+        with self._cond:
+            self._guard_s = seconds
+            self._changed.notify()
+
+    def wake(self) -> None:
+        """Plan again now: the clock moved in a way its timer cannot see (a fake clock in tests)."""
+        with self._cond:
+            self._changed.notify()
 
     def reschedule(self, future: Future[Any], deadline: float) -> bool:
         """Move a queued job's deadline (its owner learnt better: the audio before it came out shorter
@@ -124,6 +153,7 @@ class UrgencyPool:
                     if entry[0] != deadline:
                         self._rest[i] = (deadline, *entry[1:])
                         heapq.heapify(self._rest)
+                        self._changed.notify()
                     return True
             for i, entry in enumerate(self._first):
                 if entry[2].future is future:
@@ -132,62 +162,58 @@ class UrgencyPool:
                     heapq.heapify(self._first)
                     entry[2].first = False
                     heapq.heappush(self._rest, (deadline, *entry[1:]))
+                    self._changed.notify()
                     return True
         return False
 
     def _rank(self, entry: _Entry, first: bool, now: float) -> tuple[int, float, int]:
         """Under the lock: `entry`'s place in line now, smallest first (`policy.rank`)."""
-        return rank(entry[0], entry[1], first, now, self.guard_s)
+        return rank(entry[0], entry[1], first, now, self._guard_s)
 
     def _ranked(self, now: float) -> list[tuple[tuple[int, float, int], _Entry]]:
         """Under the lock: every queued job with its place in line now (`_rank`), unsorted."""
         return [(self._rank(e, first, now), e) for first, q in ((True, self._first), (False, self._rest)) for e in q]
 
-    def _next(self) -> list[_Entry] | None:
-        """Under the lock: the queue whose head is the most urgent job (None: nothing queued)."""
-        if not self._first:
-            return self._rest or None
-        rest = self._rest[0][0] if self._rest else None
-        first = first_goes_next(self._first[0][2].run_s, rest, self._clock(), self.guard_s)
-        return self._first if first else self._rest
+    def _plan(self) -> CpuPlan:
+        """Under the lock: the policy's plan for the jobs as they are now (`policy.plan`)."""
+        queued = [QueuedJob(e[1], e[0], first, e[2].run_s)
+                  for first, q in ((True, self._first), (False, self._rest)) for e in q]
+        # A run that said it gives its worker up counts as over: one urgent job frees one worker.
+        running = [RunningJob(e[1], e[0], job.run_s, job.started, job.wasted_s, job.first,
+                              job.yield_to is not None and not job.asked)
+                   for _, e in self._running.values() if (job := e[2]).started is not None and not job.yielding]
+        return plan(queued, running, self._workers, self._clock(), self._guard_s, self._config)
 
-    def _victim(self) -> _Entry | None:
-        """Under the lock: the running job that gives its worker up to the job that goes next, if that one
-        cannot wait (`policy.choose_victim`); every worker must be busy."""
-        queue = self._next()
-        if queue is None or len(self._running) < self._workers:
-            return None
-        deadline, _, urgent = queue[0]
-        entries = {id(e): e for _, e in self._running.values()}  # bounded by the workers
-        running = [RunningJob(key, e[0], e[2].run_s, e[2].started, e[2].wasted_s, e[2].first,
-                              e[2].yield_to is not None and not e[2].asked)
-                   for key, e in entries.items() if e[2].started is not None]
-        key = choose_victim(deadline, urgent.first, urgent.run_s, running, self._clock(), self.guard_s, self._config)
-        if key is None:
-            return None
-        entries[key][2].asked = True
-        return entries[key]
+    def _take(self, key: int) -> _Entry:
+        """Under the lock: the queued job `key` out of its queue (the plan names a queue's head)."""
+        queue = self._first if self._first and self._first[0][1] == key else self._rest
+        assert queue[0][1] == key, "the plan names the head of a queue"
+        return heapq.heappop(queue)
 
-    @staticmethod
-    def _preempt(victim: _Entry | None) -> None:
-        """Outside the lock (it takes its owner's): ask `victim` to give its worker up."""
-        if victim is not None and victim[2].yield_to is not None:
-            victim[2].yield_to()
-
-    def _watch(self) -> None:
-        """A queued job falls due as time passes, with no event to tell: look every `watch_s` while any
-        is queued, else sleep until one is."""
+    def _plan_loop(self) -> None:
+        """The planning thread: plan, ask the victim the plan names to give its worker up, sleep until an
+        event or the plan's timer (`CpuPlan.wake_at`)."""
         while True:
-            self._queued.wait()
             with self._cond:
                 if self._shutdown:
                     return
-                if not (self._first or self._rest):
-                    self._queued.clear()
+                decided = self._plan()
+                victim = None if decided.victim is None else self._running_entry(decided.victim)
+                if victim is None:
+                    wait = None if decided.wake_at is None else max(0.0, decided.wake_at - self._clock())
+                    if wait is not None:
+                        wait = min(wait, threading.TIMEOUT_MAX)  # a deadline far off: no overflow
+                    self._changed.wait(wait)
                     continue
-                victim = self._victim()
-            self._preempt(victim)
-            time.sleep(self._config.watch_s)
+                job = victim[2]
+                job.asked = True
+            answer = job.yield_to is not None and job.yield_to()  # outside the lock: it takes its owner's
+            with self._cond:
+                job.yielding = answer and job.asked  # not if its run is over meanwhile
+
+    def _running_entry(self, key: int) -> _Entry | None:
+        """Under the lock: the running job `key`."""
+        return next((e for _, e in self._running.values() if e[1] == key), None)
 
     def expected_start(self, future: Future[Any], stretch: float = 1.0) -> float | None:
         """When (the pool's clock) `future`'s queued job is expected to take a worker: the jobs that go
@@ -222,6 +248,12 @@ class UrgencyPool:
                    for _, e in self._running.values()]
         return sorted(running + [now] * (self._workers - len(running)))
 
+    def queued(self) -> list[QueuedView]:
+        """The jobs queued now: first-audio jobs, then the others, each earliest deadline first."""
+        with self._cond:
+            return [QueuedView(e[2].owner, e[0], first, e[2].run_s, e[2].future)
+                    for first, q in ((True, self._first), (False, self._rest)) for e in sorted(q)]
+
     def ahead(self, future: Future[Any]) -> int | None:
         """How many other owners have a job queued to run before `future`'s; None once it is not queued."""
         with self._cond:
@@ -249,7 +281,7 @@ class UrgencyPool:
         whatever the measured cost says: a shared box's other work, or a burst of long jobs, shows here
         before the cost estimate moves."""
         with self._cond:
-            return bool(self._first) or bool(self._rest and self._rest[0][0] <= self._clock() + self.guard_s)
+            return bool(self._first) or bool(self._rest and self._rest[0][0] <= self._clock() + self._guard_s)
 
     def busy_seconds(self) -> float:
         """Seconds the workers have spent running jobs so far (the jobs running now included)."""
@@ -265,7 +297,7 @@ class UrgencyPool:
             self._first.clear()
             self._rest.clear()
             self._cond.notify_all()
-        self._queued.set()
+            self._changed.notify()
         for job in queued:  # outside the lock: a future's done-callbacks may take their owner's locks
             if job.future.running():  # it gave its worker up: running, it can no longer be cancelled
                 job.future.set_exception(RuntimeError("the pool is shut down"))
@@ -280,10 +312,10 @@ class UrgencyPool:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._first or self._rest or self._shutdown)
-                queue = self._next()
-                if queue is None:
+                decided = self._plan()
+                if decided.next is None:
                     return  # shut down and drained
-                entry = heapq.heappop(queue)
+                entry = self._take(decided.next)
             job = entry[2]
             # One that gave its worker up is running already (and can no longer be cancelled).
             if not job.future.running() and not job.future.set_running_or_notify_cancel():
@@ -291,6 +323,7 @@ class UrgencyPool:
             with self._cond:
                 job.started = self._clock()
                 self._running[me] = (time.perf_counter(), entry)
+                self._changed.notify()  # a run that may give its worker up to an urgent job
             requeue = False
             try:
                 job.future.set_result(job.fn())
@@ -303,12 +336,11 @@ class UrgencyPool:
                     self._busy_s += time.perf_counter() - self._running.pop(me)[0]
                     if requeue and job.started is not None:
                         job.wasted_s += self._clock() - job.started
-                    job.started, job.asked = None, False
+                    job.started, job.asked, job.yielding = None, False, False
                     closed = self._shutdown
                     if requeue and not closed:
                         heapq.heappush(self._first if job.first else self._rest, entry)
                         self._cond.notify()
+                    self._changed.notify()
             if requeue and closed:  # outside the lock, as in `shutdown`: its done-callbacks take their owner's
                 job.future.set_exception(RuntimeError("the pool is shut down"))
-            elif requeue:
-                self._queued.set()

@@ -52,6 +52,15 @@ class Splitters:
         """Whether `listener` was seen splitting (None: not remembered)."""
         return self._seen.get(listener)
 
+    def __len__(self) -> int:
+        """How many listeners it remembers."""
+        return len(self._seen)
+
+    @property
+    def splitting(self) -> int:
+        """How many of the listeners it remembers split."""
+        return self._splitting
+
 
 class SplitterGroups:
     """One `Splitters` per listener group (a tenant), so no group's vote moves another's."""

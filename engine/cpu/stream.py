@@ -199,9 +199,19 @@ class CpuStream:
         return self._bridge.ended
 
     @property
+    def queued_events(self) -> int:
+        """Events queued for its consumer, not yet read (at most the engine's `queue_size`)."""
+        return self._bridge.queued
+
+    @property
     def snapshot(self) -> StreamSnapshot:
         """Its state as it last let its lock go (immutable; read without any lock)."""
         return self._snapshot
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for its driver thread to be over (its end out, its state dropped); True if it is."""
+        self._driver.join(timeout)
+        return not self._driver.is_alive()
 
     def link_next(self, stream: CpuStream) -> None:
         """`stream` was opened behind it for its listener (the engine links them): its first audio is
@@ -217,8 +227,9 @@ class CpuStream:
             self._status, self._bridge.ended, self._cancelled.is_set(), self._all_cut(), self._first_put_at,
             self._frames_put / self.sample_rate, self._held_s, self._before,
             tuple(PieceSnapshot(job.piece.seconds, job.piece.voice.backend, job.started_at,
-                                job.audio_s if job.done else None, job.future) for job in self._jobs),
-            self._after)
+                                job.audio_s if job.done else None, job.future, job.piece.text, job.audio_s)
+                  for job in self._jobs),
+            self._after, self._next, self._next_likely, self._inbox_chars, len(self._inbox))
 
     def _publish(self) -> None:
         """Under `_cond`, as it is let go: its snapshot renewed."""
@@ -327,9 +338,9 @@ class CpuStream:
             first_audio = self._hears_nothing()
             self._jobs.append(job)
         try:
-            job.future = self._engine.pool.submit(deadline, partial(self._run_job, job), owner=self,
+            job.future = self._engine.pool.submit(deadline, partial(self.run_piece, job), owner=self,
                                                    first_audio=first_audio, run_s=self._run_s(piece),
-                                                   yield_to=partial(self._yield_job, job))
+                                                   yield_to=partial(self.yield_worker, job))
         except RuntimeError:  # the pool is shut down: the engine is closing
             with self._cond:
                 job.error = EngineError("engine_closed", "the CPU engine is closed")
@@ -399,7 +410,8 @@ class CpuStream:
         first audio."""
         return self._hears_nothing() and not self._jobs
 
-    def _run_job(self, job: PieceJob) -> None:
+    def run_piece(self, job: PieceJob) -> None:
+        """A pool job's body, on a worker: `job`'s synthesis, its audio handed to the driver as it comes."""
         with self._cond:
             job.started_at = time.monotonic()
             if job.preempted:  # it gave its worker up before: it runs again, whole
@@ -430,7 +442,7 @@ class CpuStream:
                 with self._cond:
                     job.error = exc
 
-    def _yield_job(self, job: PieceJob) -> bool:
+    def yield_worker(self, job: PieceJob) -> bool:
         """The pool asks `job` to give its worker up to a more urgent job (engine/cpu/pool.py). Only a
         run that has put out no audio yet can: its model run is aborted, and it runs again, whole, when
         its turn comes back."""

@@ -213,11 +213,11 @@ def test_the_holds_error_follows_the_overrun_within_its_bounds(piper: Any, monke
 
 
 async def test_real_runs_record_how_long_they_took_past_their_prediction(piper: Any) -> None:
-    before = len(piper.meter._overruns.get("piper", ()))
+    before = len(piper.meter.overruns("piper"))
     stream = piper.open_stream("joe", "en")
     stream.append("Each run is timed against what was predicted when it started. So is this one. And this.")
     stream.finish()
     _, end = await collect(stream, 60)
     assert end == StreamEnd("done")
-    runs = list(piper.meter._overruns["piper"])
+    runs = piper.meter.overruns("piper")
     assert len(runs) > before and all(0.0 < r < 100.0 for r in runs)

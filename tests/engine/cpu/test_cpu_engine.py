@@ -135,30 +135,30 @@ async def test_cancel_mid_stream_ends_cancelled_and_frees_work(cpu_engine: Any) 
     events = stream.events()
     first = await asyncio.wait_for(events.__anext__(), timeout=30)
     assert isinstance(first, AudioChunk)
-    jobs = list(stream._jobs)
+    jobs = stream.snapshot.pieces
     # The look-ahead: at most `workers` pieces in flight, the one being delivered included.
     assert len(jobs) <= cpu_engine.workers
     t0 = time.perf_counter()
     stream.cancel()
     rest = [ev async for ev in events]
     assert rest == [StreamEnd("cancelled")], "no audio may follow a cancel"
-    stream._driver.join(timeout=5)
-    assert not stream._driver.is_alive()
+    assert stream.join(timeout=5)
     for job in jobs:
-        assert job.future is not None
-        while not job.future.done() and time.perf_counter() - t0 < 5:
+        assert job.handle is not None
+        while not job.handle.done() and time.perf_counter() - t0 < 5:
             await asyncio.sleep(0.01)
-        assert job.future.done()
+        assert job.handle.done()
     assert time.perf_counter() - t0 < 3.0
     # Nothing of the stream outlives it: the text not yet spoken and the pieces in flight are dropped.
-    assert not stream._jobs and not stream._inbox and stream._cutter is None
+    after = stream.snapshot
+    assert not after.pieces and after.pending_segments == 0 and after.all_cut
 
 
 async def test_cancel_aborts_a_model_run_in_progress(cpu_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Long Kokoro runs (each about 90 tokens); the cancel must not wait for the current one to finish.
     # What the run did is read from the model call itself, not from a clock: on a loaded 2-core box
     # even an aborted run's last ONNX node can take longer than any bound a test could name.
-    kokoro = cpu_engine._kokoro
+    kokoro = cpu_engine.model("kokoro")
     outcomes: list[str] = []
     real_run_timed = kokoro.run_timed
 
@@ -176,22 +176,20 @@ async def test_cancel_aborts_a_model_run_in_progress(cpu_engine: Any, monkeypatc
     stream = cpu_engine.open_stream("jf_gongitsune", "en")
     stream.append(text)
     deadline = time.perf_counter() + 10
-    while not stream._jobs and time.perf_counter() < deadline:  # the driver cuts and submits it
+    while not stream.snapshot.pieces and time.perf_counter() < deadline:  # the driver cuts and submits it
         await asyncio.sleep(0.005)
-    job = stream._jobs[0]
-    while not (job.future is not None and (job.future.running() or job.future.done())) \
-            and time.perf_counter() < deadline:
+    job = stream.snapshot.pieces[0].handle  # its future
+    while not (job is not None and (job.running() or job.done())) and time.perf_counter() < deadline:
         await asyncio.sleep(0.01)
-    assert job.future is not None and job.future.running()
+    assert job is not None and job.running()
     await asyncio.sleep(0.2)  # past phonemisation (milliseconds), inside the model run (over a second)
     stream.cancel()
-    while not job.future.done() and time.perf_counter() < deadline:
+    while not job.done() and time.perf_counter() < deadline:
         await asyncio.sleep(0.005)
-    assert job.future.done()
+    assert job.done()
     # The run in progress was stopped by its terminate flag, not run to its end; no audio came of it. (A run
     # may also have given its worker up to another test's urgent job before: aborted the same way, rerun.)
     assert outcomes and all("terminate" in o for o in outcomes), outcomes
-    assert job.made == 0 and not job.audio
     assert [ev async for ev in stream.events()] == [StreamEnd("cancelled")]
 
 
@@ -296,16 +294,16 @@ async def test_a_synthesis_fault_ends_the_stream_with_error_after_earlier_audio(
     # A model run that raises cannot be caused for real with the shipped models: inject it.
     # Armed once segment 0 has been heard, so a run still finishing for an earlier test (the engine is
     # shared) cannot take the fault instead.
-    piper = cpu_engine._piper
-    real_run = piper._run  # the one onnxruntime call under every synthesis path (timed or not)
+    real = cpu_engine.synthesise  # every model run of a piece goes through it
     armed = threading.Event()
 
-    def failing_run(ids: list[int], *args: Any) -> list[Any]:
-        if armed.is_set():
-            raise RuntimeError("onnxruntime fault")
-        return real_run(ids, *args)
+    def failing(*args: Any) -> Any:
+        for run in real(*args):
+            if armed.is_set():
+                raise RuntimeError("onnxruntime fault")
+            yield run
 
-    monkeypatch.setattr(piper, "_run", failing_run)
+    monkeypatch.setattr(cpu_engine, "synthesise", failing)
     stream = cpu_engine.open_stream("joe", "en")
     stream.append("First segment.")
     chunks, end = await asyncio.wait_for(_first_then_rest(stream, ["Second segment.", "Third one."], armed), 30)

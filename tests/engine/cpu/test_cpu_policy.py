@@ -284,3 +284,56 @@ def test_a_streams_audio_plays_after_the_stream_before_it_of_its_listener() -> N
 def test_the_audio_before_a_continuation_counts_when_the_stream_before_it_ended() -> None:
     cont = snap(StreamStatus.FOLLOWING, before=ListenerTimeline(NOW + 0.7))
     assert policy.sent_timeline([cont], NOW).runs_out_at == NOW + 0.7
+
+
+# ---- the pool's plan ----
+
+
+def queued(key: int, deadline: float, first: bool = False, run_s: float = 0.3) -> policy.QueuedJob:
+    return policy.QueuedJob(key, deadline, first, run_s)
+
+
+def busy(key: int, deadline: float = NOW + 30) -> RunningJob:
+    """A look-ahead run of 5 s, started a moment ago."""
+    return running(key, deadline=deadline, run_s=5.0, started=NOW - 0.1)
+
+
+def test_the_plan_gives_a_free_worker_to_the_oldest_newcomer_while_no_playing_stream_is_close() -> None:
+    jobs = [queued(1, NOW + 5.0), queued(2, NOW - 1.0, first=True), queued(3, NOW - 2.0, first=True)]
+    assert policy.plan(jobs, [], 2, NOW, guard=1.0).next == 3
+
+
+def test_the_plan_gives_a_free_worker_to_a_playing_stream_that_would_run_dry_during_the_newcomers_run() -> None:
+    jobs = [queued(1, NOW + 2.0), queued(2, NOW - 1.0, first=True, run_s=3.0)]  # the newcomer's run: 3 s
+    assert policy.plan(jobs, [], 2, NOW, guard=1.0).next == 1
+
+
+def test_the_plan_takes_no_worker_while_one_is_free() -> None:
+    jobs = [queued(1, NOW + 0.2)]
+    assert policy.plan(jobs, [busy(7)], 2, NOW, guard=1.0).victim is None
+
+
+def test_the_plan_takes_the_worker_of_a_look_ahead_for_a_due_job_when_every_worker_is_busy() -> None:
+    decided = policy.plan([queued(1, NOW + 0.2)], [busy(7), busy(8, deadline=NOW + 60)], 2, NOW, guard=1.0)
+    assert decided.next == 1 and decided.victim == 8  # the one with most time to spare
+
+
+def test_the_plan_looks_again_when_the_most_urgent_playing_job_falls_within_the_guard() -> None:
+    decided = policy.plan([queued(1, NOW + 5.0), queued(2, NOW + 9.0)], [busy(7)], 1, NOW, guard=1.0)
+    assert decided.victim is None and decided.wake_at == NOW + 4.0
+
+
+def test_the_plan_looks_again_when_a_playing_job_would_fall_due_within_the_newcomers_run() -> None:
+    jobs = [queued(1, NOW + 5.0), queued(2, NOW - 1.0, first=True, run_s=2.5)]
+    decided = policy.plan(jobs, [], 2, NOW, guard=1.0)
+    assert decided.next == 2 and decided.wake_at == NOW + 2.5  # then the playing stream's goes first
+
+
+def test_an_empty_plan_waits_for_an_event_not_a_timer() -> None:
+    assert policy.plan([], [busy(7)], 1, NOW, guard=1.0) == policy.CpuPlan(None, None, None)
+    past = policy.plan([queued(1, NOW + 0.5)], [], 1, NOW, guard=1.0)  # already within the guard
+    assert past.next == 1 and past.wake_at is None
+
+
+def test_a_job_due_never_sets_no_timer() -> None:
+    assert policy.plan([queued(1, math.inf)], [busy(7)], 1, NOW, guard=1.0).wake_at is None

@@ -37,11 +37,11 @@ def test_an_ipa_word_is_given_its_ids_and_keeps_its_timing(cpu_engine: Any, back
     """The model is given the IPA's ids in the word's place, and the word's span (what its timing is read
     from, engine/cpu/timings.py) is those ids (and at most the space before them). (The gateway's IPA test
     times it end to end.)"""
-    model = cpu_engine._piper if backend == "piper" else cpu_engine._kokoro
+    model = cpu_engine.model(backend)
     pinned = model.timed_units(text, *args, Pinned({"voxgate": "bˈɑks"}))
     assert [u.ids for u in pinned] != [u.ids for u in model.timed_units(text, *args)]
     [(unit, x0, x1)] = [(u, x0, x1) for u in pinned for w, x0, x1 in u.words if w == "voxgate"]
-    ids, spans = model._ids_spans("bˈɑks")
+    ids, spans = model.ids_spans("bˈɑks")
     span, given = unit.ids[round(x0) : round(x1)], ids[spans[0][0] : spans[-1][1]]
     assert span[len(span) - len(given) :] == given and len(span) - len(given) <= 2, (unit, x0, x1)
 

@@ -10,7 +10,6 @@ import dataclasses
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +19,7 @@ from attack import huge_prose
 from support.streams import collect
 
 from engine import EngineError, load_engine
+from engine.cpu import policy
 from engine.cpu.engine import CpuStream
 from engine.cpu.policy import DEFAULT
 from engine.cpu.splitters import SplitterGroups
@@ -48,20 +48,20 @@ def no_listener_remembered(request: pytest.FixtureRequest, monkeypatch: pytest.M
     if "piper2" in request.fixturenames:
         engine = request.getfixturevalue("piper2")
         cfg = engine.config
-        monkeypatch.setattr(engine, "_splitters", SplitterGroups(cfg.splitters_per_group, cfg.splitter_groups))
+        monkeypatch.setattr(engine, "splitters", SplitterGroups(cfg.splitters_per_group, cfg.splitter_groups))
 
 
 @pytest.fixture
 def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[CpuStream, Any, float]]:
     """Every piece the pool starts: (stream, job, when). Recording only; the job runs as ever."""
     log: list[tuple[CpuStream, Any, float]] = []
-    real = CpuStream._run_job
+    real = CpuStream.run_piece
 
     def recording(self: CpuStream, job: Any) -> None:
         log.append((self, job, time.monotonic()))
         real(self, job)
 
-    monkeypatch.setattr(CpuStream, "_run_job", recording)
+    monkeypatch.setattr(CpuStream, "run_piece", recording)
     return log
 
 
@@ -69,8 +69,8 @@ async def no_listener_heard(engine: Any) -> None:
     """Until every stream has left the engine's listeners: a driver leaves them just after its stream's
     end went out, so a stream opened then follows nothing."""
     deadline = time.monotonic() + 5
-    while engine._heard:
-        assert time.monotonic() < deadline, engine._heard
+    while engine.listeners():
+        assert time.monotonic() < deadline, engine.listeners()
         await asyncio.sleep(0.01)
 
 
@@ -133,19 +133,19 @@ async def test_pieces_of_whole_sentences_sound_as_the_whole_segment(
     monkeypatch.setattr(cpu_engine, "config", dataclasses.replace(cpu_engine.config, kokoro_piece_cost=30))
     text = "Sure, I can help. Your order ships today. Is that all? Thanks."
     stream = cpu_engine.open_stream("jf_gongitsune", "en")
-    pieces = [p.text for p in cpu_engine.cut_pieces(stream._voice, "en", 0, text)]
+    pieces = [p.text for p in cpu_engine.cut_pieces(cpu_engine.voice("jf_gongitsune"), "en", 0, text)]
     assert pieces == ["Sure, I can help.", "Your order ships today.", "Is that all? Thanks."]
     stream.append(text)
     stream.finish()
     events, end = await collect(stream, timeout=120)
     assert end == StreamEnd("done")
     got = np.concatenate([ev.pcm for ev in events])
-    kokoro = cpu_engine._kokoro
+    kokoro = cpu_engine.model("kokoro")
     whole = np.concatenate([to_int16(trim_silence(kokoro.run(t, "jf_gongitsune"), 24000))
                             for t in kokoro.units(text, "en")])  # fmt: skip
     assert got.size == whole.size
     assert np.abs(got.astype(np.int32) - whole).max() <= 1  # int16 rounding at most
-    assert not stream._jobs and not stream._inbox and stream._cutter is None  # all dropped once spoken
+    assert not stream.snapshot.pieces and stream.snapshot.pending_segments == 0  # all dropped once spoken
 
 
 async def test_a_stream_nobody_reads_holds_bounded_work_and_pauses(
@@ -153,11 +153,10 @@ async def test_a_stream_nobody_reads_holds_bounded_work_and_pauses(
     stream = piper2.open_stream("joe", "en")
     for i in range(10_000):
         stream.append(f"Item {i}. ")
-    bridge = stream._bridge
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        with stream._cond:
-            paused = len(bridge._items) >= piper2.queue_size and all(j.done for j in stream._jobs)
+        snap = stream.snapshot
+        paused = stream.queued_events >= piper2.queue_size and all(p.made_s is not None for p in snap.pieces)
         if paused:
             break
         await asyncio.sleep(0.05)
@@ -165,16 +164,16 @@ async def test_a_stream_nobody_reads_holds_bounded_work_and_pauses(
     ran = len(started)
     await asyncio.sleep(1.0)
     assert len(started) == ran, "synthesis went on for a consumer that reads nothing"
-    with stream._cond:
-        assert len(bridge._items) == piper2.queue_size  # the bridge's bound: 64 chunks of ≤ 250 ms
-        assert len(stream._jobs) <= piper2.workers  # the look-ahead
-        held = sum(a.size for j in stream._jobs for a, *_ in j.audio)  # (audio, rate, words)
-        assert held <= piper2.workers * 30 * piper2._piper.sample_rate  # a piece speaks well under 30 s
-        assert 9_000 < len(stream._inbox) < 10_000  # only the text not yet spoken: nothing delivered kept
-        assert stream._inbox_chars <= piper2.max_pending_chars
+    snap = stream.snapshot  # one moment's state, whole
+    assert stream.queued_events == piper2.queue_size  # the bridge's bound: 64 chunks of ≤ 250 ms
+    assert len(snap.pieces) <= piper2.workers  # the look-ahead
+    assert sum(p.audio_s for p in snap.pieces) <= piper2.workers * 30  # a piece speaks well under 30 s
+    assert 9_000 < snap.pending_segments < 10_000  # only the text not yet spoken: nothing delivered kept
+    assert snap.pending_chars <= piper2.max_pending_chars
     stream.cancel()
-    stream._driver.join(5)
-    assert not stream._jobs and not stream._inbox and stream._inbox_chars == 0 and stream._cutter is None
+    assert stream.join(5)
+    snap = stream.snapshot
+    assert not snap.pieces and snap.pending_segments == 0 and snap.pending_chars == 0 and snap.all_cut
 
 
 async def test_text_past_the_pending_bound_is_refused_with_queue_full(
@@ -233,7 +232,7 @@ async def test_a_long_piece_right_behind_a_short_one_is_cut_to_the_audio_ahead(
         piper2: Any, started: list[tuple[CpuStream, Any, float]], monkeypatch: pytest.MonkeyPatch) -> None:
     # A slow box (RTF 0.5): a 110-letter sentence runs ~3.5 s; behind "Hi there." (under a second of
     # audio) its listener would run dry while it runs, so it goes as clause-sized pieces that grow.
-    monkeypatch.setitem(piper2.meter._rtf, "piper", 0.5)
+    monkeypatch.setattr(piper2.meter, "backend_rtf", lambda backend: 0.5)
     long = ("When your order leaves the warehouse, we will send a message, and the courier will call you, "
             "before noon tomorrow.")
     stream = piper2.open_stream("joe", "en")
@@ -265,7 +264,7 @@ async def test_a_piece_is_cut_to_the_streams_part_of_the_workers_when_many_strea
     async def pieces_of_one_reply(others: int) -> list[str]:
         """Its pieces as cut while the workers are taken and `others` more streams' jobs are queued."""
         gate = threading.Event()
-        running = [threading.Event() for _ in piper2.pool._threads[:piper2.workers]]
+        running = [threading.Event() for _ in range(piper2.workers)]
         blockers = [piper2.pool.submit(float("-inf"), lambda e=e: (e.set(), gate.wait(30)), owner=f"playing {i}")
                     for i, e in enumerate(running)]
         queued = [piper2.pool.submit(math.inf, lambda: None, owner=f"waiting {i}") for i in range(others)]
@@ -276,7 +275,7 @@ async def test_a_piece_is_cut_to_the_streams_part_of_the_workers_when_many_strea
             stream.append(long)
             stream.finish()
             deadline = time.monotonic() + 10
-            while len(stream._jobs) < 2 and time.monotonic() < deadline:  # its look-ahead is cut
+            while len(stream.snapshot.pieces) < 2 and time.monotonic() < deadline:  # its look-ahead is cut
                 await asyncio.sleep(0.005)
             assert piper2.pool.owners() == others + 3  # the two playing, the others, and it
         finally:
@@ -302,7 +301,7 @@ async def test_a_queued_piece_is_due_by_the_audio_before_it_not_by_that_audios_e
     pool = piper2.pool
     gate, held = threading.Event(), threading.Event()
     moves: list[tuple[Any, float, bool]] = []
-    real_reschedule, real_run = pool.reschedule, CpuStream._run_job
+    real_reschedule, real_run = pool.reschedule, CpuStream.run_piece
 
     def recording(future: Any, deadline: float) -> bool:
         moved = real_reschedule(future, deadline)
@@ -316,11 +315,11 @@ async def test_a_queued_piece_is_due_by_the_audio_before_it_not_by_that_audios_e
             pool.submit(float("-inf"), lambda: gate.wait(30))
 
     monkeypatch.setattr(pool, "reschedule", recording)
-    monkeypatch.setattr(CpuStream, "_run_job", run_then_hold)
+    monkeypatch.setattr(CpuStream, "run_piece", run_then_hold)
     # The first piece first: no guard, and a fast box's cost, so the second is not due before it starts.
-    monkeypatch.setattr(piper2, "_guard_s", lambda: 0.0)
+    monkeypatch.setattr(piper2, "guard_s", lambda: 0.0)
     monkeypatch.setattr(pool, "guard_s", 0.0)
-    monkeypatch.setitem(piper2.meter._rtf, "piper", 0.05)
+    monkeypatch.setattr(piper2.meter, "backend_rtf", lambda backend: 0.05)
     running = threading.Event()
     blocker = pool.submit(float("-inf"), lambda: (running.set(), gate.wait(30)))  # the other worker
     try:
@@ -336,11 +335,13 @@ async def test_a_queued_piece_is_due_by_the_audio_before_it_not_by_that_audios_e
             assert time.monotonic() < deadline, "nothing was rescheduled"
             await asyncio.sleep(0.01)
         future, due, moved = moves[0]
-        second = stream._jobs[0]
-        assert moved and future is second.future and not second.started
+        snap = stream.snapshot
+        second = snap.pieces[0]
+        assert moved and future is second.handle and second.started_at is None
         rtf = piper2.rtf("piper")
-        assert stream._frames_put > 0 and sum(heard) > 0
-        assert due == pytest.approx(stream._sent().runs_out_at - second.piece.seconds * rtf, abs=1e-6)
+        assert snap.sent_s > 0 and sum(heard) > 0
+        runs_out_at = policy.sent_timeline(policy.chain(snap), time.monotonic()).runs_out_at  # its audio is out
+        assert due == pytest.approx(runs_out_at - second.seconds * rtf, abs=1e-6)
         gate.set()
         await asyncio.wait_for(reader, 60)
     finally:
@@ -359,7 +360,7 @@ async def test_first_audio_waits_while_the_piece_after_it_would_come_after_it_ha
 def slow_box(piper2: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
     """Piper at RTF 3, kept there (runs measure nothing): the hold sees a box whose runs take three times
     what they speak. Returns when each piece's text first put audio out, filled in as it runs."""
-    monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
+    monkeypatch.setattr(piper2.meter, "backend_rtf", lambda backend: 3.0)
     monkeypatch.setattr(piper2.meter, "record", lambda *a: None)
     made: dict[str, float] = {}
     real = piper2.synthesise
@@ -411,11 +412,12 @@ async def test_a_continuations_first_piece_is_due_by_its_listeners_audio_not_by_
         continuation.append("And one more thing.")
         continuation.finish()
         deadline = time.monotonic() + 10
-        while len(pool._first) + len(pool._rest) < 2:
+        while len(pool.queued()) < 2:
             assert time.monotonic() < deadline, "the first pieces were not queued"
             await asyncio.sleep(0.01)
-        assert [s for s in (newcomer, continuation) if s._jobs] == [newcomer, continuation]
-        assert len(pool._first) == 1  # the newcomer's first audio; the continuation's is due by its listener
+        assert [s for s in (newcomer, continuation) if s.snapshot.pieces] == [newcomer, continuation]
+        # the newcomer's first audio; the continuation's is due by its listener
+        assert len([q for q in pool.queued() if q.first]) == 1
         gate.set()
         heard: dict[str, list[float]] = {"newcomer": [], "continuation": []}
         await asyncio.wait_for(asyncio.gather(_read(newcomer, heard["newcomer"]),
@@ -491,7 +493,7 @@ async def test_a_sentences_first_audio_waits_for_its_listeners_next_sentence_too
         behind = piper2.open_stream("joe", "en", listener="L")
         behind.append("This sentence follows the greeting.")
         behind.finish()
-        assert heard._next is behind
+        assert heard.snapshot.next is behind
         await asyncio.wait_for(asyncio.gather(_read(heard, []), _read(behind, [])), 60)
     finally:
         gate.set()
@@ -511,8 +513,8 @@ async def test_a_turns_first_sentence_waits_for_the_next_when_its_client_sends_s
     # connection's first turn gapped so); one seen sending whole replies goes at once.
     listener = "turns"
     for other in ("x", "y"):  # the other listeners seen split
-        piper2._splitters.opened(None, other, False)
-        piper2._splitters.opened(None, other, True)
+        piper2.splitters.opened(None, other, False)
+        piper2.splitters.opened(None, other, True)
     if seen != "new":  # an earlier turn, with a sentence opened while its listener still heard one, or not
         options = {"listener_buffer_s": 0.5} if seen == "splitting" else {}
         earlier = piper2.open_stream("joe", "en", listener=listener, **options)
@@ -540,7 +542,7 @@ async def test_a_turns_first_sentence_waits_for_the_next_when_its_client_sends_s
     behind = piper2.open_stream("joe", "en", listener=listener)
     behind.append("I guess that could work.")
     behind.finish()
-    assert well._next is behind
+    assert well.snapshot.next is behind
     await asyncio.wait_for(asyncio.gather(reader, _read(behind, [])), 60)
     assert well.first_audio_at is not None and well.first_audio_at > behind_at, made
 
@@ -575,29 +577,31 @@ async def test_a_stream_opened_behind_another_of_its_listener_is_made_to_be_hear
         other.append("Hello there.")
         other.finish()
         streams = [heard, behind, other]
-        assert behind._after is heard and other._after is None
+        assert behind.snapshot.after is heard and other.snapshot.after is None
         await asyncio.sleep(0.3)  # the stream before it is still open to text: nothing of it is queued
-        assert not [e for q in (pool._first, pool._rest) for e in q if e[2].owner is behind]
+        assert not [q for q in pool.queued() if q.owner is behind]
         heard.finish()
         deadline = time.monotonic() + 10
-        while not [e for e in pool._rest if e[2].owner is behind]:
+        while not [q for q in pool.queued() if q.owner is behind and not q.first]:
             assert time.monotonic() < deadline, "the stream behind never queued its piece"
             await asyncio.sleep(0.01)
-        assert not [e for e in pool._first if e[2].owner is behind]  # not a newcomer: its listener hears "heard" first
-        mine = next(e for e in pool._rest if e[2].owner is behind)
-        first_of_heard = next(e for e in pool._first if e[2].owner is heard)
-        assert mine[0] + mine[2].run_s >= first_of_heard[0] + 0.5  # due once "Doctor Smith." (~1 s) has played
-        assert [e for e in pool._first if e[2].owner is other]  # another listener: a newcomer's first audio
+        queued = pool.queued()
+        # not a newcomer: its listener hears "heard" first
+        assert not [q for q in queued if q.owner is behind and q.first]
+        mine = next(q for q in queued if q.owner is behind)
+        first_of_heard = next(q for q in queued if q.owner is heard and q.first)
+        assert mine.deadline + mine.run_s >= first_of_heard.deadline + 0.5  # due once "Doctor Smith." (~1 s) has played
+        assert [q for q in queued if q.owner is other and q.first]  # another listener: a newcomer's first audio
     finally:
         gate.set()
         for b in blockers:
             b.result(timeout=30)
     results = await asyncio.gather(*(collect(s) for s in streams))
     assert [end for _, end in results] == [StreamEnd("done")] * 3
-    assert behind._after is None  # the link dropped
+    assert behind.snapshot.after is None  # the link dropped
     await no_listener_heard(piper2)
     late = piper2.open_stream("joe", "en", listener="L")  # opened after the others ended: nothing to follow
-    assert late._after is None
+    assert late.snapshot.after is None
     late.cancel()
 
 
@@ -613,9 +617,9 @@ async def test_a_stream_opened_once_the_one_before_it_has_ended_opens_a_turn(
     earlier = piper2.open_stream("joe", "en", listener=listener, listener_buffer_s=1.0)  # it splits
     try:
         earlier.cancel()  # its end is decided now
-        assert piper2._heard.get(("", listener)) is earlier
+        assert piper2.stream_of(None, listener) is earlier
         turn = piper2.open_stream("joe", "en", listener=listener)
-        assert turn._after is None and turn._next_likely and earlier._next is None
+        assert turn.snapshot.after is None and turn.snapshot.next_likely and earlier.snapshot.next is None
     finally:
         left.set()
     turn.cancel()
@@ -631,7 +635,7 @@ async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_es
     pool = piper2.pool
     gate, ran = threading.Event(), threading.Event()
     moves: list[tuple[Any, float]] = []
-    real_reschedule, real_run, real_pieces = pool.reschedule, CpuStream._run_job, piper2.cut_pieces
+    real_reschedule, real_run, real_pieces = pool.reschedule, CpuStream.run_piece, piper2.cut_pieces
 
     def recording(future: Any, deadline: float) -> bool:
         moves.append((future, deadline))
@@ -649,7 +653,7 @@ async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_es
             yield dataclasses.replace(piece, seconds=piece.seconds + 10.0)
 
     monkeypatch.setattr(pool, "reschedule", recording)
-    monkeypatch.setattr(CpuStream, "_run_job", run_then_hold)
+    monkeypatch.setattr(CpuStream, "run_piece", run_then_hold)
     monkeypatch.setattr(piper2, "cut_pieces", long_estimates)
     first_gate = threading.Event()  # the second worker, held until the piece behind is queued
     running = [threading.Event() for _ in range(2)]
@@ -661,18 +665,18 @@ async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_es
         heard.finish()
         readers = [asyncio.create_task(_read(s, [])) for s in (heard, behind)]
         deadline = time.monotonic() + 30
-        while not (mine := [e for e in pool._rest if e[2].owner is behind]):
+        while not (mine := [q for q in pool.queued() if q.owner is behind and not q.first]):
             assert time.monotonic() < deadline, "the stream behind never queued its piece"
             await asyncio.sleep(0.01)
-        due0 = mine[0][0]  # behind "Doctor Smith." at its estimate, 10 s long
+        future, due0 = mine[0].future, mine[0].deadline  # behind "Doctor Smith." at its estimate, 10 s long
         first_gate.set()  # now "Doctor Smith." runs, and its audio is out
         # Moved by about the 10 s the estimate was long, less how long "Doctor Smith." waited to be heard
         # (its first audio may be held up to FIRST_HOLD_S, 2 s, and plays from its release).
-        while not [d for f, d in moves if f is mine[0][2].future and d <= due0 - 6.0]:
+        while not [d for f, d in moves if f is future and d <= due0 - 6.0]:
             assert time.monotonic() < deadline, ("the piece behind was never moved", due0,
-                                                 [d for f, d in moves if f is mine[0][2].future])
+                                                 [d for f, d in moves if f is future])
             await asyncio.sleep(0.01)
-        assert not behind._jobs[0].started  # it was moved while still queued (both workers held)
+        assert behind.snapshot.pieces[0].started_at is None  # it was moved while still queued (both workers held)
         gate.set()
         await asyncio.wait_for(asyncio.gather(*readers), 60)
     finally:
@@ -711,7 +715,7 @@ async def test_first_audio_waits_for_a_next_piece_that_runs_longer_than_predicte
     # The RTF is a mean: the piece after a short first one ran 10-40 % past its prediction (Kokoro, a lone
     # stream). Let go by the bare prediction, "你好，" played out 0.1-0.47 s before the next piece came.
     # Runs measured on time: the margin is its floor, 25 % (none measured would be the cold margin, 50 %).
-    monkeypatch.setitem(piper2.meter._overruns, "piper", deque([1.0] * 8))
+    monkeypatch.setattr(piper2.meter, "overrun", lambda backend: 1.0)  # p90 of 8 runs on time
     late = await _next_piece_after_the_first_audio(piper2, monkeypatch, overrun=1.2)
     assert late <= 0.15, late  # no gap (a real run's time allowed)
 
@@ -721,7 +725,7 @@ async def test_first_audio_waits_for_a_next_piece_as_far_past_its_prediction_as_
     # Under load on 2 cores Kokoro's runs went 1.35× their prediction at p90 (two side by side share the
     # cores, a short piece is mostly per-run overhead): past the fixed 25 % margin, gaps of up to 0.1 s.
     # The hold now takes the next piece to run as far past its prediction as the backend's latest runs did.
-    monkeypatch.setitem(piper2.meter._overruns, "piper", deque([1.0] * 8 + [1.7] * 8))
+    monkeypatch.setattr(piper2.meter, "overrun", lambda backend: 1.7)  # p90 of 8 runs on time and 8 at 1.7x
     late = await _next_piece_after_the_first_audio(piper2, monkeypatch, overrun=1.6)
     assert late <= 0.15, late
 
@@ -729,7 +733,7 @@ async def test_first_audio_waits_for_a_next_piece_as_far_past_its_prediction_as_
 async def _next_piece_after_the_first_audio(engine: Any, monkeypatch: pytest.MonkeyPatch, overrun: float) -> float:
     """"Hi there." then "Then more.", which runs `overrun` × its prediction (its estimated length × RTF 2, a
     slow box's): how long after the first audio has played out the next piece was made (< 0: before)."""
-    monkeypatch.setitem(engine.meter._rtf, "piper", 2.0)
+    monkeypatch.setattr(engine.meter, "backend_rtf", lambda backend: 2.0)
     monkeypatch.setattr(engine.meter, "record", lambda *a: None)  # keep the slow box's cost and overruns
     made: dict[str, tuple[float, float]] = {}  # text → (when its audio was yielded, its seconds)
     real = engine.synthesise
@@ -788,7 +792,7 @@ async def _next_piece_behind_a_long_run(engine: Any, monkeypatch: pytest.MonkeyP
     first piece runs; `text_to_come`: "Then more." comes 0.1 s after the first piece is made, not with it.
     How long after the first audio has played out the next piece was made (< 0: before)."""
     # Piper's own speed, whatever the slowed pieces of other tests measured: only the wait for a worker counts
-    monkeypatch.setitem(engine.meter._rtf, "piper", 0.05)
+    monkeypatch.setattr(engine.meter, "backend_rtf", lambda backend: 0.05)
     monkeypatch.setattr(engine.meter, "record", lambda *a: None)
     made: dict[str, float] = {}  # text → when its audio was yielded
     real = engine.synthesise
@@ -816,7 +820,7 @@ async def _next_piece_behind_a_long_run(engine: Any, monkeypatch: pytest.MonkeyP
         stream.finish()
 
     deadline = time.monotonic() + 10
-    while not (stream._jobs and stream._jobs[0].started_at is not None):
+    while not ((pieces := stream.snapshot.pieces) and pieces[0].started_at is not None):
         assert time.monotonic() < deadline
         await asyncio.sleep(0.002)
     long_run = engine.pool.submit(float("-inf"), lambda: time.sleep(1.5), run_s=1.5)  # goes next: due
@@ -841,7 +845,7 @@ async def test_a_streams_pieces_wait_behind_its_own_first(piper2: Any, started: 
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # Measured (cpu at 1/s, a long guard from Kokoro's runs): "Yes!" was ranked a playing stream's job due
     # within the guard, by a deadline counted from now, and ran before "Are you sure?", a newcomer's.
-    monkeypatch.setattr(piper2, "_guard_s", lambda: 3.0)
+    monkeypatch.setattr(piper2, "guard_s", lambda: 3.0)
     monkeypatch.setattr(piper2.pool, "guard_s", 3.0)
     gates, held = [threading.Event(), threading.Event()], [threading.Event(), threading.Event()]
     blockers = [piper2.pool.submit(float("-inf"), lambda g=g, h=h: (h.set(), g.wait(10)))
@@ -849,7 +853,7 @@ async def test_a_streams_pieces_wait_behind_its_own_first(piper2: Any, started: 
     assert all(h.wait(5) for h in held)  # every worker is busy: the stream's pieces queue
     stream = three_sentences(piper2)
     deadline = time.monotonic() + 10
-    while len(stream._jobs) < piper2.workers:
+    while len(stream.snapshot.pieces) < piper2.workers:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.01)
     gates[0].set()  # one worker frees: it takes the piece the listener needs first
@@ -881,7 +885,7 @@ async def test_first_audio_waits_for_every_piece_after_it_not_just_the_next(pipe
     monkeypatch.setattr(piper2, "synthesise", timed)
     stream = three_sentences(piper2)
     deadline = time.monotonic() + 10
-    while not (len(stream._jobs) == 2 and all(j.started_at is not None for j in stream._jobs)):
+    while not (len(pieces := stream.snapshot.pieces) == 2 and all(p.started_at is not None for p in pieces)):
         assert time.monotonic() < deadline, "its first two pieces never ran together"
         await asyncio.sleep(0.002)
     long_runs = [piper2.pool.submit(float("-inf"), lambda: time.sleep(1.5), run_s=1.5) for _ in range(2)]
@@ -914,7 +918,7 @@ async def test_first_audio_from_a_piece_of_several_runs_waits_for_the_rest_of_it
     # One segment of two sentences is one piece and two Piper runs; the first run's audio is out while the
     # second runs. On a box whose runs take three times what they speak, that second run ends after the
     # first sentence has played: the first audio waits for it.
-    monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
+    monkeypatch.setattr(piper2.meter, "backend_rtf", lambda backend: 3.0)
     monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
     made: list[tuple[float, float]] = []  # each run: (when its audio was yielded, its seconds)
     real = piper2.synthesise
@@ -939,7 +943,7 @@ async def test_first_audio_waits_for_text_still_to_come_when_a_next_piece_could_
         piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Kokoro's first piece ("我们的系统", 1.3 s) was out before the rest of its sentence had come; with nothing
     # cut after it, the first audio went at once, and its listener heard 0.9-1.5 s of silence after it.
-    monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
+    monkeypatch.setattr(piper2.meter, "backend_rtf", lambda backend: 3.0)
     monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
     stream = piper2.open_stream("joe", "en")
     stream.append("Hi there.")
@@ -972,7 +976,7 @@ async def test_text_that_comes_while_the_first_audio_is_held_is_made_meanwhile(
     # The held piece stays in the stream's pieces in flight while its job is not over, and took the
     # look-ahead's place: a sentence that came during the hold waited it out (2 s), and the hold waited
     # for that text to be cut (zh-booking, alone: its first audio 2 s late, then a gap of 1.2 s).
-    monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
+    monkeypatch.setattr(piper2.meter, "backend_rtf", lambda backend: 3.0)
     monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
     real_measured, real_submit = piper2.measured, piper2.pool.submit
     submitted: dict[str, float] = {}
@@ -993,7 +997,7 @@ async def test_text_that_comes_while_the_first_audio_is_held_is_made_meanwhile(
     stream.append("Hi there.")
     stream.append("This sentence follows.")
     deadline = time.monotonic() + 10
-    while stream._held_s is None:  # the first audio is held
+    while stream.snapshot.held_s is None:  # the first audio is held
         assert time.monotonic() < deadline, "the first audio was not held"
         await asyncio.sleep(0.005)
     stream.append("And this one came while it waited.")

@@ -270,10 +270,27 @@ def test_a_job_with_time_to_spare_waits_and_the_watcher_frees_a_worker_once_it_f
     later = pool.submit(105.0, lambda: "later", run_s=0.3)  # due in 5 s: it waits its turn
     time.sleep(0.2)
     assert not later.done() and job.runs == 1
-    now[0] = 104.5  # now it falls due, with no event to say so
-    assert later.result(timeout=5) == "later"
+    now[0] = 104.5  # now it falls due: the fake clock's move is told (a real one's is the plan's timer)
+    pool.wake()
+    assert later.result(timeout=1) == "later"
     job.finish.set()
     assert job.future.result(timeout=5) == "whole" and job.runs == 2  # type: ignore[attr-defined]
+    pool.shutdown()
+
+
+def test_the_plans_timer_frees_a_worker_when_a_job_falls_due_with_no_event() -> None:
+    # Nothing happens between the submit and the moment the job falls within the guard: the planning
+    # thread wakes at the time its plan named (`CpuPlan.wake_at`), no sooner, and not by polling.
+    job = LookAhead()
+    pool = UrgencyPool(1, guard_s=1.0)  # the real monotonic clock
+    running = pool.submit(time.monotonic() + 60, job, run_s=10.0, yield_to=job.yield_to)
+    assert job.started.wait(5)
+    queued_at = time.monotonic()
+    later = pool.submit(queued_at + 1.0 + 0.3, lambda: time.monotonic(), run_s=0.1)  # due within the guard in 0.3 s
+    ran_at = later.result(timeout=5)
+    assert 0.25 <= ran_at - queued_at < 1.0
+    job.finish.set()
+    assert running.result(timeout=5) == "whole" and job.runs == 2
     pool.shutdown()
 
 

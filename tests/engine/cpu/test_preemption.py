@@ -1,4 +1,4 @@
-"""A Kokoro run gives its worker up to a more urgent job (engine/cpu/pool.py, `CpuStream._yield_job`):
+"""A Kokoro run gives its worker up to a more urgent job (engine/cpu/pool.py, `CpuStream.yield_worker`):
 its model run is really aborted (onnxruntime's terminate), and the piece runs again, whole, so its
 listener hears all of it."""
 
@@ -25,16 +25,25 @@ async def test_a_piece_that_gives_its_worker_up_runs_again_whole(cpu_engine: Any
             raise
 
     monkeypatch.setattr(cpu_engine, "synthesise", synthesise)
+    hooks: list[Any] = []  # each job's `yield_to`, as the stream hands it to the pool
+    submit = cpu_engine.pool.submit
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        hooks.append(kwargs["yield_to"])
+        return submit(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_engine.pool, "submit", recording)
     stream = cpu_engine.open_stream("jf_gongitsune", "zh")
     stream.append(SENTENCE)
     stream.finish()
     deadline = time.monotonic() + 20
-    while not (stream._jobs and stream._jobs[0].started_at is not None):
+    while not ((pieces := stream.snapshot.pieces) and pieces[0].started_at is not None):
         assert time.monotonic() < deadline, "its piece never started"
         await asyncio.sleep(0.005)
-    job = stream._jobs[0]
-    assert stream._yield_job(job)  # a Kokoro run puts its audio out only at its end: it can
-    assert not stream._yield_job(job)  # once
+    yield_to = hooks[0]
+    job = yield_to.args[0]  # the hook is `CpuStream.yield_worker` of its job
+    assert yield_to()  # a Kokoro run puts its audio out only at its end: it can
+    assert not yield_to()  # once
     chunks, end = await collect(stream)
     assert end.reason == "done" and runs[0] != "whole" and runs[1:] == ["whole"]
     assert pcm(chunks).size / chunks[0].sample_rate > 2.0  # the whole sentence, not a cut one
@@ -50,6 +59,6 @@ def test_a_piece_that_has_put_audio_out_keeps_its_worker(cpu_engine: Any) -> Non
     try:
         job = PieceJob(next(cpu_engine.cut_pieces(None, "en", 0, "Hello there. How are you?")))
         job.made = 1
-        assert not stream._yield_job(job) and not job.preempted
+        assert not stream.yield_worker(job) and not job.preempted
     finally:
         stream.cancel()

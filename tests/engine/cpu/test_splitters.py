@@ -45,13 +45,13 @@ def test_the_memory_is_bounded_and_forgets_the_least_recently_seen_first() -> No
     turn(memory, "a", 1)  # seen again: the most recent
     turn(memory, "c", 2)  # the third: "b" is forgotten
     assert memory.splits("b") is None and memory.splits("a") is True and memory.splits("c") is True
-    assert len(memory._seen) == 2 and memory._splitting == 2  # the count follows what is forgotten
+    assert len(memory) == 2 and memory.splitting == 2  # the count follows what is forgotten
     turn(memory, "d", 1)  # "a" forgotten, a splitter
-    assert memory._splitting == 1 and memory.opened("e", False) is False  # "c" and "d": one of two splits
+    assert memory.splitting == 1 and memory.opened("e", False) is False  # "c" and "d": one of two splits
     for i in range(10_000):
         memory.opened(f"n{i}", i % 2 == 1)
-    assert len(memory._seen) == 2
-    assert memory._splitting == sum(memory._seen.values())
+    assert len(memory) == 2
+    assert memory.splitting == sum(bool(memory.splits(f"n{i}")) for i in range(9_998, 10_000))
 
 
 def test_one_tenants_splitting_clients_do_not_change_another_tenants_first_audio() -> None:

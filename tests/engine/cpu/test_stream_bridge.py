@@ -87,11 +87,10 @@ async def test_cancel_before_the_end_is_read_supersedes_it() -> None:
 
 
 async def test_cancel_after_the_end_was_read_changes_nothing() -> None:
-    bridge = EventBridge()
+    aborted: list[bool] = []
+    bridge = EventBridge(on_cancel=lambda: aborted.append(True))
     bridge.end("done")
     assert await drain(bridge) == [StreamEnd("done")]
-    aborted: list[bool] = []
-    bridge._on_cancel = lambda: aborted.append(True)
     bridge.cancel()
     assert aborted == []
 
