@@ -46,7 +46,7 @@ from hostile_text import NORMALIZER_SHAPES, SEGMENTER_SHAPES  # noqa: E402
 from segmentation_peers import SEGMENTERS  # noqa: E402
 from support.segcases import Case, char_deltas, clause_ends, load_cases, sentence_ends, word_deltas  # noqa: E402
 
-from segmentation.segmenter import warm_up  # noqa: E402
+from segmentation import warm_up  # noqa: E402
 
 CLAUSE_SEGMENTERS = ("voxgate/clause", "voxgate/auto", "vllm-omni/clause")
 

@@ -34,14 +34,12 @@ The rules:
   waits, the next stream waits in fair order;
 - bounds: waiters per key, waiters in all, and the longest wait (bound "wait");
 - the first-audio SLO (`first_audio_slo_s`): a stream that leads its listener (no earlier stream of its
-  listener open, none of its audio playing) is expected to be heard by `enqueued_at + SLO`. Its start is
-  predicted from its place (the cost that starts before it in fair order, `cost_ahead`, and its own, less
-  the free room, drained as the cost in flight frees: all of it every measured hold) plus the tail
-  (`first_audio_quantile`) of the measured time from start to first audio. One that cannot make it is
-  refused at once (bound "slo", its `retry_after_s` when a newcomer would make it), and a waiting one as
-  soon as its prediction, or its wait alone, says it will miss (another tenant arriving moves it back
-  in fair order): the wait it may still have shrinks to the SLO less that tail, which is what keeps
-  the admitted streams' first audio within the SLO at that quantile.
+  listener open, none of its audio playing) must be heard by `enqueued_at + SLO`. One predicted to miss
+  (engine/start_forecast.py: its start from the cost ahead of it in fair order, plus the measured tail
+  of start-to-first-audio) is refused at once (bound "slo", with when a newcomer would make it); a
+  waiting one as soon as its prediction says it will miss.
+
+This module is the policy; engine/start_forecast.py is the arithmetic it predicts with.
 """
 
 from __future__ import annotations
@@ -51,91 +49,13 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
 
-Bound = Literal["tenant", "model", "wait", "slo"]
-State = Literal["waiting", "admitted", "finished", "withdrawn", "expired"]
+from engine.fair_queue_records import Bound, FairQueueConfig, Refused, State, Waiter
+from engine.start_forecast import StartForecast
+
+__all__ = ["Bound", "FairQueue", "FairQueueConfig", "Refused", "State", "Waiter"]
 
 _EPS = 1e-9  # costs are sums of floats: what fits exactly must not be refused by a rounding error
-
-
-@dataclass(frozen=True, slots=True)
-class FairQueueConfig:
-    """Every knob of the policy, with its unit and why it has its value."""
-
-    max_waiting_per_key: int = 64  # streams: one tenant's burst cannot fill the line
-    max_waiting: int = 256  # streams: the line's memory and the work of a look stay bounded
-    max_wait_s: float = 10.0  # s: past this a waiter is refused rather than started late
-    # s: a continuation goes first in its key once its listener runs dry within this: about a stream's
-    # time from admission to first audio on a busy engine, with a margin.
-    continuation_lead_s: float = 2.0
-    max_in_flight: int | None = None  # streams admitted at once whatever they cost (None: the cost bounds)
-    # s: a stream leading its listener must be heard within this of asking, or is refused (None: off).
-    first_audio_slo_s: float | None = None
-    # s: until streams were seen to end, how long one holds its slot (Retry-After, the prediction).
-    default_hold_s: float = 2.0
-    default_stream_s: float = 2.0  # audio s: a stream's expected length until some ended (its charge)
-    # s: until some were measured, a stream's start-to-first-audio time (a busy CPU box's first sentence).
-    default_first_audio_s: float = 0.5
-    first_audio_quantile: float = 0.95  # the tail of start-to-first-audio the SLO is kept at
-    first_audio_samples: int = 64  # the latest measurements that tail is read from: recent, bounded
-    max_idle_keys: int = 4096  # idle keys whose service is remembered (keys are configured tenants: few)
-    smoothing: float = 0.2  # the newest value's weight in the running means (about the last 5 count)
-    # s: while anyone waits, how often the caller looks again (capacity moves as the engine measures its
-    # cost; waits expire and SLO refusals come within this of being decided).
-    recheck_s: float = 0.1
-
-    def __post_init__(self) -> None:
-        if self.max_waiting_per_key < 0 or self.max_waiting < 0 or not self.max_wait_s > 0:
-            raise ValueError("waiting bounds must be ≥ 0 and the maximum wait > 0")
-        if self.max_in_flight is not None and self.max_in_flight < 1:
-            raise ValueError("max_in_flight must be ≥ 1")
-        if self.first_audio_slo_s is not None and not self.first_audio_slo_s > 0:
-            raise ValueError("first_audio_slo_s must be > 0 (None: off)")
-        if not 0 < self.first_audio_quantile <= 1 or self.first_audio_samples < 1 or not 0 < self.smoothing <= 1:
-            raise ValueError("first_audio_quantile and smoothing must be in (0, 1], first_audio_samples ≥ 1")
-        if not self.recheck_s > 0:
-            raise ValueError("recheck_s must be > 0")
-
-
-class Refused(Exception):
-    """A waiter not taken: `bound` says which bound refused it; `retry_after_s`: when to try again;
-    `predicted_s` (bound "slo"): when it would have been heard, from its asking."""
-
-    def __init__(self, bound: Bound, retry_after_s: float, predicted_s: float | None = None) -> None:
-        super().__init__(f"refused by the {bound} bound; retry after {retry_after_s:.1f} s")
-        self.bound: Bound = bound
-        self.retry_after_s = retry_after_s
-        self.predicted_s = predicted_s
-
-
-@dataclass(eq=False)
-class Waiter:
-    """One stream asking to start, then (admitted) holding a slot until `finish`."""
-
-    key: str
-    enqueued_at: float
-    seq: int  # arrival order, across keys
-    state: State = "waiting"
-    started_at: float | None = None
-    served_s: float = 0.0  # audio seconds served so far
-    charged_s: float = 0.0  # audio seconds its key's service counts for it (≥ served_s while admitted)
-    continue_by: float | None = None  # a continuation: when its listener runs out of audio (clock time)
-    cost: float = 1.0  # what it holds of the capacity while admitted (the module doc, costs)
-    kind: object = None  # what its cost is re-read by (`recost`)
-    listener: object = None  # whose streams it is one of (by identity; None: its own)
-    # Admitted beside another stream of its listener (`admit_beside`): it rides that one's slot, until
-    # that one ends and it holds the slot itself. `rider` is the reverse link.
-    rides: Waiter | None = field(default=None, repr=False)
-    rider: Waiter | None = field(default=None, repr=False)
-    passed: bool = False  # admitted past the next in fair order, in the room it leaves (`_pass`)
-    leads: bool = False  # the first-audio SLO applied to it as it started (the module doc)
-    heard: bool = False  # its first audio was reported (`heard`)
-    refused: Refused | None = None  # why it expired
-
-    @property
-    def waited_s(self) -> float:
-        return 0.0 if self.started_at is None else self.started_at - self.enqueued_at
 
 
 @dataclass(eq=False)
@@ -178,10 +98,10 @@ class FairQueue:
         self._seq = itertools.count()
         self._waiting = 0
         self._in_flight = 0
-        self._cost = 1.0  # a running mean of admitted streams' costs (how many a capacity holds)
-        self._hold_s = config.default_hold_s
         self._stream_s = config.default_stream_s  # every key's streams: a newcomer's first estimate
-        self._first_audio: deque[float] = deque(maxlen=config.first_audio_samples)
+        self.forecast = StartForecast(hold_s=config.default_hold_s, first_audio_s=config.default_first_audio_s,
+                                      quantile=config.first_audio_quantile, samples=config.first_audio_samples,
+                                      smoothing=config.smoothing)  # fmt: skip
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -222,30 +142,25 @@ class FairQueue:
         return sum(1 for w in self._all_waiting() if w.seq < waiter.seq)
 
     def retry_after(self, capacity: float) -> float:
-        """About when a slot is free for a newcomer: everyone waiting, then it, at the measured rate at
-        which slots free (as many at once as the capacity holds streams of the usual cost). At least
-        1 s, at most the maximum wait."""
-        estimate = (self._waiting + 1) * self._hold_s / max(1.0, capacity / self._cost)
-        return min(max(1.0, estimate), self.config.max_wait_s)
+        """About when a slot is free for a newcomer (`StartForecast.retry_after_s`)."""
+        return self.forecast.retry_after_s(self._waiting, capacity, self.config.max_wait_s)
 
     def first_audio_tail_s(self) -> float:
         """The measured start-to-first-audio time at `first_audio_quantile` (the default until measured)."""
-        if not self._first_audio:
-            return self.config.default_first_audio_s
-        ordered = sorted(self._first_audio)  # bounded by first_audio_samples
-        return ordered[min(len(ordered) - 1, math.ceil(self.config.first_audio_quantile * len(ordered)) - 1)]
+        return self.forecast.tail_s()
 
-    def predicted_wait_s(self, cost_ahead: float, cost: float, capacity: float) -> float:
-        """How long a stream of `cost` behind `cost_ahead` of waiting streams waits for its room: what it
-        needs beyond the free room (negative where the streams in flight hold more than the capacity now,
-        or as many streams as `max_in_flight`), freed as the cost in flight is: all of it every measured
-        hold, each admitted stream holding its slot about that long."""
+    def predicted_start(self, cost_ahead: float, cost: float, capacity: float) -> float:
+        """When a stream of `cost` behind `cost_ahead` of waiting streams starts (clock time): once the
+        streams in flight have freed what it needs beyond the free room (`StartForecast.start_at`). The
+        room is negative where those in flight hold more than the capacity now, and counted in slots
+        where `max_in_flight` binds. One always starts alone: it needs at most everything to drain."""
         load, count = self.load, self._in_flight
         free = capacity - load
         if self.config.max_in_flight is not None and count:
             free = min(free, (self.config.max_in_flight - count) * load / count)  # slots, at their mean cost
-        need = cost_ahead + cost - free
-        return 0.0 if need <= _EPS else need * self._hold_s / max(load, cost, _EPS)
+        need = min(cost_ahead + cost - free, cost_ahead + load)
+        in_flight = [(w.started_at or 0.0, w.cost) for k in self._keys.values() for w in k.admitted]
+        return self.forecast.start_at(self._clock(), need, in_flight)
 
     # -- transitions ------------------------------------------------------------------------------
 
@@ -383,7 +298,7 @@ class FairQueue:
         self._waiting -= 1
         k.admitted[waiter] = None
         self._in_flight += 1
-        self._cost += self.config.smoothing * (waiter.cost - self._cost)
+        self.forecast.started(waiter.cost)
         waiter.state, waiter.started_at = "admitted", now
         waiter.charged_s = k.mean_s
         k.service += k.mean_s / k.weight
@@ -499,17 +414,34 @@ class FairQueue:
                      for o in self._keys.values() if o is not k)  # fmt: skip
         return own + others
 
+    def start_of(self, waiter: Waiter, capacity: float) -> float:
+        """When `waiter` is predicted to start (clock time): behind the cost ahead of it in fair order
+        (`cost_ahead`) and the continuations behind it in its key's line that fall due before it starts
+        (a due continuation goes first in its key: counting only those ahead of it in the line predicted
+        starts that they then overtook). Bounded by its key's line."""
+        ahead = self.cost_ahead(waiter)
+        start = self.predicted_start(ahead, waiter.cost, capacity)
+        line = self._keys[waiter.key].waiting
+        behind = sorted((w for w in itertools.islice(line, line.index(waiter) + 1, None) if w.continue_by is not None),
+                        key=lambda w: (w.continue_by, w.seq))  # fmt: skip
+        for w in behind:  # in the order they fall due; each one counted moves the start later
+            assert w.continue_by is not None
+            if w.continue_by - self.config.continuation_lead_s > start:
+                break
+            ahead += w.cost
+            start = self.predicted_start(ahead, waiter.cost, capacity)
+        return start
+
     def _misses(self, w: Waiter, capacity: float, now: float) -> Refused | None:
         """The SLO's refusal of a waiter that leads its listener and will be heard too late (None: it will
         make it, or the SLO does not apply)."""
         slo = self.config.first_audio_slo_s
         if slo is None or not self._leads(w):
             return None
-        ahead = self.cost_ahead(w)
-        wait = self.predicted_wait_s(ahead, w.cost, capacity)
+        wait = self.start_of(w, capacity) - now
         tail = self.first_audio_tail_s()
         heard = now - w.enqueued_at + wait + tail
-        if heard <= slo:
+        if heard <= slo + _EPS:
             return None
         # A newcomer would make it once the line has drained what this one would wait beyond its budget.
         retry = min(max(wait - max(0.0, slo - tail), 0.0), self.config.max_wait_s)
@@ -548,14 +480,16 @@ class FairQueue:
             k.service += (waiter.served_s - waiter.charged_s) / k.weight
             waiter.charged_s = waiter.served_s
 
-    def heard(self, waiter: Waiter) -> None:
+    def heard(self, waiter: Waiter) -> bool:
         """An admitted waiter's first audio came: the time since it started is measured for the SLO's
-        tail (of the streams the SLO applies to: a continuation's audio is made due later, on purpose)."""
+        tail (of the streams the SLO applies to: a continuation's audio is made due later, on purpose).
+        True when that moved the measurements (the waiters' predictions)."""
         if waiter.state != "admitted" or waiter.heard or waiter.started_at is None:
-            return
+            return False
         waiter.heard = True
         if waiter.leads:
-            self._first_audio.append(self._clock() - waiter.started_at)
+            self.forecast.heard(self._clock() - waiter.started_at)
+        return waiter.leads
 
     def finish(self, waiter: Waiter) -> None:
         """An admitted waiter's stream has ended: its slot is free. Idempotent."""
@@ -576,7 +510,7 @@ class FairQueue:
         k.mean_s += smoothing * (waiter.served_s - k.mean_s)
         self._stream_s += smoothing * (waiter.served_s - self._stream_s)
         assert waiter.started_at is not None
-        self._hold_s += smoothing * (self._clock() - waiter.started_at - self._hold_s)
+        self.forecast.ended(self._clock() - waiter.started_at)
         self._drop_if_idle(waiter.key, k)
 
     def _listener(self, token: object) -> _Listener | None:

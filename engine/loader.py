@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,9 @@ TINY = ("tiny", "tiny-base")
 QWEN3_INSTALL = "pip install 'voxgate[qwen3]'"
 #: The distributions that extra brings, as imported.
 QWEN3_MODULES = ("torch", "safetensors", "tokenizers")
+#: What installs the CPU voices, and the modules of it they import first.
+CPU_INSTALL = "pip install 'voxgate[cpu]'"
+CPU_MODULES = ("onnxruntime", "espeakng_loader")
 
 
 def load_engine(model: str = DEFAULT_MODEL, **options: Any) -> Engine:
@@ -60,11 +65,55 @@ def load_engine(model: str = DEFAULT_MODEL, **options: Any) -> Engine:
     return load_qwen3_engine(model, **options)
 
 
+def unavailable(model: str) -> str | None:
+    """Why `model` cannot load in this install, told without loading or importing anything heavy (the
+    gateway asks before it starts, so a typo exits with one line instead of a server whose only model
+    failed): a source that is neither a model name nor a checkpoint directory, or an engine whose extra
+    is not installed. None: it may load (the weights themselves are read by `load_engine` only)."""
+    name = model.strip().lower()
+    if name == SYNTHETIC:
+        return None
+    if name in CPU_BACKENDS:
+        missing = _missing(CPU_MODULES)
+        return f"the CPU voices need {missing}; this install has none: {CPU_INSTALL}" if missing else None
+    if (problem := _not_a_model(model, name)) is not None:
+        return problem
+    missing = _missing(QWEN3_MODULES)
+    return _without_qwen3(model, name, missing) if missing else None
+
+
+def _missing(modules: tuple[str, ...]) -> str | None:
+    """The first of `modules` that cannot be imported here (found, not imported)."""
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # an import hook that refuses it, a broken half-install
+            found = False
+        if not found:
+            return module
+    return None
+
+
+def _not_a_model(model: str, name: str) -> str | None:
+    """Why `model`, neither a CPU voice nor synthetic, is no Qwen3 model either (None: it may be one)."""
+    if name in TINY:
+        return None
+    path = Path(model).expanduser()
+    if (path / "config.json").is_file():
+        return None
+    a_path = "/" in model or os.sep in model  # as the settings read a --model entry (a path, not a name)
+    if a_path and not path.exists():
+        return f"{model!r}: no such directory"
+    if a_path:
+        return f"{model!r} is not a Qwen3-TTS checkpoint directory (no config.json)"
+    known = ", ".join((*CPU_BACKENDS, SYNTHETIC, *TINY))
+    return f"{model!r} is neither a model name ({known}) nor a Qwen3-TTS checkpoint directory (no config.json)"
+
+
 def _without_qwen3(model: str, name: str, missing: str) -> str:
     """Why `model` cannot load where the `qwen3` extra is not installed: a name that is no model at all
     says so first (installing gigabytes of torch would not help it)."""
-    if name not in TINY and not (Path(model).expanduser() / "config.json").is_file():
-        known = ", ".join((*CPU_BACKENDS, SYNTHETIC, *TINY))
-        return f"{model!r} is neither a model name ({known}) nor a Qwen3-TTS checkpoint directory (no config.json)"
+    if (problem := _not_a_model(model, name)) is not None:
+        return problem
     what = "PyTorch" if missing.startswith("torch") else missing
     return f"{model!r} runs on the Qwen3 engine, which needs {what}; this install has none: {QWEN3_INSTALL}"

@@ -18,6 +18,11 @@ is behind (its bounded queue full) is looked at again `RETRY_S` later, never blo
 
 Capacity: `capacity` streams hold a slot at once (`Capacity.streams`); one opened past it waits for a
 slot (a `Waiting("capacity")` event), and past `capacity` waiting `open_stream` refuses (`queue_full`).
+
+Codec tokens (`output="codec_tokens"`): the same plan, paced the same, sent as `CodecFrames` of Qwen3-TTS's
+shape (16 codebooks of 2048 at 12.5 frames a second) instead of PCM, so a load test of on-device
+decoding clients exercises the gateway's codec path. The codes are a fixed row per bank syllable (and one
+for silence) varied frame by frame: token-shaped, decodable by no real decoder (`decoder_id` says so).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from engine.stream import EventBridge
 from engine.types import (
     AudioChunk,
     Capacity,
+    CodecFrames,
     EngineError,
     StreamEvent,
     StreamRequest,
@@ -79,6 +85,11 @@ RETRY_S = 0.02
 # Vowels (F1, F2, F3 in Hz; Peterson & Barney adult male means): one per bank syllable.
 VOWELS = ((730, 1090, 2440), (270, 2290, 3010), (300, 870, 2240), (530, 1840, 2480),
           (570, 840, 2410), (660, 1720, 2410), (490, 1350, 1690), (520, 1190, 2390))
+# Codec frames (`output="codec_tokens"`), shaped as Qwen3-TTS's 12 Hz tokenizer's: 1920 samples of its
+# 24 kHz audio per frame; `codec_info()` tells clients so.
+CODEC_FRAME_SAMPLES = 1920
+CODEC_BOOKS = 16
+CODEC_BOOK_SIZE = 2048
 _VOWEL_GROUP = re.compile(r"[aeiouyàáâäèéêëìíîïòóôöùúûüаеёиоуыэюя]+", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?。！？…]\W*$")
 _CLAUSE_END = re.compile(r"[,;:，；：、]\W*$")
@@ -148,18 +159,18 @@ class SyntheticEngine:
     def languages(self) -> list[str]:
         return ["auto", *LANGUAGES]
 
-    def codec_info(self) -> None:
-        """None: babble has no codec; it makes PCM only."""
-        return None
+    def codec_info(self) -> dict[str, object]:
+        """What a codec_tokens client is told (`codec.start`): Qwen3-TTS's shape, and a `decoder_id` that
+        no real decoder has (the tokens are babble's, not a codec's)."""
+        return {"codebooks": CODEC_BOOKS, "codebook_size": CODEC_BOOK_SIZE,
+                "frame_rate_hz": OUTPUT_RATE / CODEC_FRAME_SAMPLES, "sample_rate": OUTPUT_RATE,
+                "decoder_id": "synthetic"}  # fmt: skip
 
     def check(self, request: StreamRequest) -> None:
         """Raises the EngineError that opening `request` would. `instructions`, `seed` and a lexicon's
         `phonemes` are accepted and change nothing: babble says no words to pronounce."""
         if self._closed:
             raise EngineError("engine_closed", "the synthetic engine is closed")
-        if request.output != "pcm":
-            raise EngineError("codec_tokens_unsupported",
-                              "the synthetic engine makes no codec frames; use output_mode pcm")
         if request.reference is not None:
             raise EngineError("voice_cloning_unsupported", "the synthetic engine cannot clone voices")
         if request.language not in self.languages():
@@ -178,13 +189,14 @@ class SyntheticEngine:
         streams it waits for a slot; past `capacity` waiting it is refused (`queue_full`)."""
         request = stream_request(voice, language, options)
         self.check(request)
-        rate = request.sample_rate or OUTPUT_RATE
+        codec = request.output == "codec_tokens"
+        rate = OUTPUT_RATE if codec else request.sample_rate or OUTPUT_RATE  # codes are planned at the codec's rate
         bank = _bank(rate)  # a new rate's is read here (ms), on the caller's thread, not on the clock
         with self._cond:
             if self._slots >= self.options.capacity and len(self._waiting) >= self.options.capacity:
                 raise EngineError("queue_full", f"the synthetic engine serves {self.options.capacity} streams "
                                   f"and has as many waiting")
-            stream = SyntheticStream(self, rate, bank, request.speed, request.word_timings)
+            stream = SyntheticStream(self, rate, bank, request.speed, request.word_timings, codec=codec)
             self._streams.add(stream)
             if self._slots < self.options.capacity:
                 self._slots += 1
@@ -252,15 +264,16 @@ class SyntheticEngine:
 class SyntheticStream:
     """One utterance of the synthetic engine. Holds its appended text not yet spoken (at most
     `max_pending_chars`), the plan of the segment it speaks (a few numbers per word) and at most
-    `queue_size` chunks in its bridge."""
+    `queue_size` chunks in its bridge. `codec`: it sends `CodecFrames` instead of `AudioChunk`s."""
 
     def __init__(self, engine: SyntheticEngine, rate: int, bank: np.ndarray, speed: float,
-                 word_timings: bool) -> None:
+                 word_timings: bool, *, codec: bool = False) -> None:
         self._engine = engine
         self.sample_rate = rate
         self._bank = bank
         self._speed = speed  # the request's speaking rate (StreamRequest.speed), not the engine's pace
         self._word_timings = word_timings
+        self._codec = codec
         self._bridge = EventBridge(engine.options.queue_size, on_cancel=self._abort)
         self._inbox: deque[tuple[int, str]] = deque()
         self._inbox_chars = 0
@@ -272,8 +285,10 @@ class SyntheticStream:
         self._next_due = 0.0  # when its next chunk is made (time.monotonic)
         self._started = False  # its first audio's delay is spent
         self._frames = 0  # frames put so far: the next chunk's first_frame
+        self._codec_frames = 0  # codec frames put so far (codec mode): the next CodecFrames' first_frame
         self._segment: _Segment | None = None  # the segment being spoken (the clock's only)
-        self._pending: StreamEvent | None = None  # an event its full queue refused, put first next time
+        # An event its full queue refused, put first next time, with the samples of audio it paces.
+        self._pending: tuple[StreamEvent, int] | None = None
 
     def append(self, text: str) -> None:
         """Queue one segment (O(1)); it is spoken after those before it."""
@@ -325,12 +340,13 @@ class SyntheticStream:
         with self._engine._cond:
             self._engine._release(self)
 
-    def _put(self, event: StreamEvent, due: float) -> bool:
-        """Put `event`; False when its queue is full (it is kept and the stream looked at again later)."""
+    def _put(self, event: StreamEvent, due: float, frames: int = 0) -> bool:
+        """Put `event` (audio of `frames` samples); False when its queue is full (it is kept and the stream
+        looked at again later)."""
         try:
             ok = self._bridge.put(event, timeout=0)  # type: ignore[arg-type]
         except TimeoutError:
-            self._pending = event
+            self._pending = (event, frames)
             with self._engine._cond:
                 self._next_due = max(due, time.monotonic() + RETRY_S)
                 self._engine._schedule(self, self._next_due)
@@ -344,11 +360,11 @@ class SyntheticStream:
         if self._bridge.ended:
             return
         if self._pending is not None:
-            event, self._pending = self._pending, None
-            if not self._put(event, due):
+            (event, frames), self._pending = self._pending, None
+            if not self._put(event, due, frames):
                 return
-            if isinstance(event, AudioChunk):
-                self._after_chunk(due, event.pcm.size)
+            if isinstance(event, AudioChunk | CodecFrames):
+                self._after_chunk(due, frames)
                 return
         while self._segment is None or self._segment.done:
             with self._engine._cond:
@@ -364,14 +380,31 @@ class SyntheticStream:
                 words = Words(index, self.sample_rate, self._segment.words)
                 if not self._put(words, due):
                     return
+        if self._codec:
+            self._step_codec(due)
+            return
         pcm = self._segment.render(self._bank, round(self._engine.options.chunk_s * self.sample_rate))
         if pcm.size == 0:
             self._after_chunk(due, 0)
             return
         chunk = AudioChunk(pcm, self.sample_rate, self._frames, self._segment.index)
         self._frames += pcm.size
-        if self._put(chunk, due):
+        if self._put(chunk, due, pcm.size):
             self._after_chunk(due, pcm.size)
+
+    def _step_codec(self, due: float) -> None:
+        """One chunk's worth of whole codec frames (the segment's last frame padded out), paced as its audio."""
+        assert self._segment is not None
+        per_chunk = max(1, round(self._engine.options.chunk_s * OUTPUT_RATE / CODEC_FRAME_SAMPLES))
+        codes, samples = self._segment.codes(per_chunk, self._codec_frames)
+        if samples == 0:
+            self._after_chunk(due, 0)
+            return
+        frames = CodecFrames(codes, self._codec_frames, self._segment.index)
+        self._codec_frames += codes.shape[0]
+        self._frames += samples
+        if self._put(frames, due, samples):
+            self._after_chunk(due, samples)
 
     def _after_chunk(self, due: float, frames: int) -> None:
         """A chunk of `frames` is out: the next is due when it would have taken `speed` to make."""
@@ -417,26 +450,52 @@ class _Segment:
     def done(self) -> bool:
         return self._unit >= len(self._units)
 
-    def render(self, bank: np.ndarray, frames: int) -> np.ndarray:
-        """The next `frames` frames of the segment (fewer at its end), int16."""
-        parts: list[np.ndarray] = []
+    def _take(self, frames: int) -> list[tuple[int, int, int, int]]:
+        """Advance the cursor by the next `frames` frames (fewer at the segment's end): the pieces passed,
+        as (unit length, syllable or -1, offset in the unit, frames taken)."""
+        pieces: list[tuple[int, int, int, int]] = []
         left = frames
         while left > 0 and not self.done:
             length, syllable = self._units[self._unit]
             take = min(left, length - self._offset)
-            if syllable < 0:
-                parts.append(np.zeros(take, np.float32))
-            else:
-                span = slice(self._offset, self._offset + take)
-                parts.append(bank[syllable, span] * _envelope(length)[span])
+            pieces.append((length, syllable, self._offset, take))
             self._offset += take
             left -= take
             if self._offset >= length:
                 self._unit, self._offset = self._unit + 1, 0
+        return pieces
+
+    def render(self, bank: np.ndarray, frames: int) -> np.ndarray:
+        """The next `frames` frames of the segment (fewer at its end), int16."""
+        parts: list[np.ndarray] = []
+        for length, syllable, offset, take in self._take(frames):
+            if syllable < 0:
+                parts.append(np.zeros(take, np.float32))
+            else:
+                span = slice(offset, offset + take)
+                parts.append(bank[syllable, span] * _envelope(length)[span])
         if not parts:
             return np.zeros(0, np.int16)
         audio = np.concatenate(parts)
         return (audio * 32767).astype(np.int16)
+
+    def codes(self, count: int, first: int) -> tuple[np.ndarray, int]:
+        """The next `count` codec frames (fewer at the segment's end, whose last is padded out to a whole
+        frame), numbered from `first`: int16 [n, CODEC_BOOKS], and the samples of plan they cover. Planned at
+        OUTPUT_RATE; each frame takes the syllable (or silence) under its middle."""
+        pieces = self._take(count * CODEC_FRAME_SAMPLES)
+        samples = sum(p[3] for p in pieces)
+        if samples == 0:
+            return np.zeros((0, CODEC_BOOKS), np.int16), 0
+        under = np.repeat(np.array([p[1] for p in pieces]), [p[3] for p in pieces])
+        n = -(-samples // CODEC_FRAME_SAMPLES)
+        middles = np.minimum(np.arange(n) * CODEC_FRAME_SAMPLES + CODEC_FRAME_SAMPLES // 2, samples - 1)
+        syllables = under[middles]
+        codes = _code_rows()[syllables].astype(np.int32)  # -1: the last row, silence
+        voiced = syllables >= 0
+        # Voiced frames drift in the acoustic books (codebooks 1..15) as a real codec's do; silence holds.
+        codes[voiced, 1:] += (np.arange(first, first + n)[voiced, None] * np.arange(1, CODEC_BOOKS)) % 61
+        return (codes % CODEC_BOOK_SIZE).astype(np.int16), samples
 
 
 def _syllables(word: str) -> int:
@@ -446,6 +505,13 @@ def _syllables(word: str) -> int:
     if word.isdigit():
         return min(MAX_SYLLABLES, len(word))
     return max(1, min(MAX_SYLLABLES, len(_VOWEL_GROUP.findall(word))))
+
+
+@lru_cache(maxsize=1)
+def _code_rows() -> np.ndarray:
+    """int16 [BANK_SYLLABLES + 1, CODEC_BOOKS]: one codec row per bank syllable, the last for silence."""
+    rows = np.random.default_rng(37).integers(0, CODEC_BOOK_SIZE, (BANK_SYLLABLES + 1, CODEC_BOOKS))
+    return rows.astype(np.int16)
 
 
 @lru_cache(maxsize=64)

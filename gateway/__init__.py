@@ -1,1 +1,1 @@
-"""The Litestar gateway (DESIGN §5)."""
+"""The Litestar gateway (docs/protocol.md)."""

@@ -116,8 +116,10 @@ class Ticket:
         self._admission._queue.served(self.waiter, audio_s)
 
     def heard(self) -> None:
-        """Its first audio came (the SLO's measure of the engine's time to first audio)."""
-        self._admission._queue.heard(self.waiter)
+        """Its first audio came (the SLO's measure): the waiters' predictions move with it, so they are
+        judged again now, not at the next timed look."""
+        if self._admission._queue.heard(self.waiter) and self._admission.waiting:
+            self._admission._tick()
 
     def release(self) -> None:
         """The stream no longer uses the engine. Idempotent."""

@@ -61,6 +61,19 @@ def _talker_problems(settings: object) -> list[str]:
     return found
 
 
+def _unloadable(settings: object) -> str | None:
+    """One line saying why, when no model that loads at start-up can load in this install (a wrong
+    `--model`, a missing extra): the gateway would otherwise come up with nothing to serve. A model
+    that fails beside one that loads, or later, keeps its "failed" state on /health instead."""
+    from engine.loader import unavailable
+
+    specs = [s for s in settings.model_specs() if s.preload]  # type: ignore[attr-defined]
+    reasons = [unavailable(spec.source) for spec in specs]
+    if not specs or None in reasons:
+        return None
+    return "; ".join(reasons) if len(reasons) == 1 else "no model can load: " + "; ".join(reasons)  # type: ignore[arg-type]
+
+
 def _serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
     from gateway.server import DrainingServer, server_config
@@ -72,7 +85,7 @@ def _serve(args: argparse.Namespace) -> int:
         settings = load_settings(
             args.config, host=args.host, port=args.port, model=args.model, redis_url=args.redis_url,
             api_keys=args.api_keys, insecure=args.insecure or None, takeover=args.takeover,
-            drain_grace_s=args.drain_grace, first_audio_slo_s=args.first_audio_slo,
+            drain_grace_s=args.drain_grace, first_audio_slo_s=args.first_audio_slo, max_sessions=args.max_sessions,
             engine_processes=False if args.in_process else None,
             admin_socket=args.admin_socket, admin_open_loopback=args.admin_open_loopback or None,
         )  # fmt: skip
@@ -81,6 +94,9 @@ def _serve(args: argparse.Namespace) -> int:
         keys = settings.keys()
     except (OSError, ValueError) as e:
         print(f"voxgate: {e}", file=sys.stderr)
+        return 2
+    if problem := _unloadable(settings):
+        print(f"voxgate: {problem}", file=sys.stderr)
         return 2
     if problems := _talker_problems(settings):
         print("\n".join(f"voxgate: {problem}" for problem in problems), file=sys.stderr)
@@ -112,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--language", default="auto")
     p.add_argument("--granularity", default="auto", choices=GRANULARITIES)
     p.add_argument("--chunk", type=int, default=4, help="characters per delta read from stdin")
-    p.set_defaults(run=_segment)
+    p.set_defaults(run=_segment, parser=p)
     p = sub.add_parser("serve", help="run the gateway")
     p.add_argument("--host", help="bind address (default 127.0.0.1; env VOXGATE_HOST)")
     p.add_argument("--port", type=int, help="port (default 8000; env VOXGATE_PORT)")
@@ -129,6 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--takeover", choices=("takeover", "refuse"), help="a second connection to a live session")
     p.add_argument("--drain-grace", type=float, metavar="SECONDS",
                    help="on SIGTERM, open utterances get this long to finish (default 30; env VOXGATE_DRAIN_GRACE_S)")
+    p.add_argument("--max-sessions", type=int, metavar="N",
+                   help="WebSocket sessions open at once on this replica; past it a new one is refused at its "
+                   "handshake (503 replica_full), which a balancer retries elsewhere (default 0: no bound; "
+                   "env VOXGATE_MAX_SESSIONS; docs/deploy.md)")
     p.add_argument("--first-audio-slo", type=float, metavar="SECONDS",
                    help="refuse at once (429 / queue_full, bound slo) a stream that would be heard later than this "
                    "after it asked (default 1.5; 0: off; env VOXGATE_FIRST_AUDIO_SLO_S)")
@@ -136,8 +156,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "admin plane and /metrics without a key (env VOXGATE_ADMIN_SOCKET)")
     p.add_argument("--admin-open-loopback", action="store_true", help="a developer's machine: answer the admin "
                    "plane without a key to direct loopback callers (never behind a proxy or a service mesh)")
-    p.set_defaults(run=_serve)
-    args = parser.parse_args(argv)
+    p.set_defaults(run=_serve, parser=p)
+    # A wrong flag after a command is told with that command's usage (its flags), not the top level's.
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return args.run(args)
 
 

@@ -55,7 +55,7 @@ from gateway.protocol import (
 from gateway.session_state import SessionBinding
 from gateway.settings import Limits
 from gateway.utterance import Utterance
-from gateway.voices import open_request, refuse_missing_capability, stream_request
+from gateway.voices import open_request, refuse_missing_capability, stream_request, voice_switches
 from segmentation.lexicon import Pronunciations
 from sessions import SESSION_TAKEN_OVER
 
@@ -284,6 +284,7 @@ class Connection:
             split_granularity=cfg.split_granularity,
             resumed=self.session.resumed,
             next_utterance_index=self.utterance_count,
+            voice_switches=voice_switches(self.engine, voice[0], cfg.language_code) or msgspec.UNSET,
         ))  # fmt: skip
 
     async def _check(self, cfg: SessionConfig) -> tuple[str | None, dict[str, Any]]:

@@ -233,7 +233,10 @@ class ModelRegistry:
                 await asyncio.to_thread(engine.close)
             return
         handle.owned = True
-        log.info("model %r loaded in %.1f s", handle.name, handle._load_s)
+        if handle.state == "warming":  # an engine process of its own: it says when it is ready, or why not
+            log.info("model %r: its engine process is loading it", handle.name)
+        else:
+            log.info("model %r loaded in %.1f s", handle.name, handle._load_s)
 
     def unload(self, name: str, grace_s: float) -> ModelHandle:
         """Start unloading `name`: new streams are refused now; open ones get `grace_s` to finish."""

@@ -1,4 +1,4 @@
-"""The WebSocket wire protocol (DESIGN §5): typed client messages, decoded once at the edge.
+"""The WebSocket wire protocol (docs/protocol.md): typed client messages, decoded once at the edge.
 
 A superset of vLLM-Omni's vocabulary; unknown fields are ignored (as vLLM-Omni does) so its clients
 work unchanged. Every rejection is a `ProtocolError` with a stable code the client can act on.
@@ -235,7 +235,7 @@ def _type_of(raw: str) -> object:
     return msgspec.json.decode(obj["type"]) if "type" in obj else None
 
 
-# -- server events (DESIGN §5; docs/protocol.md "Server events" lists every field) -----------------------
+# -- server events (docs/protocol.md "Server events" lists every field) ----------------------------------
 # One Struct per event, tagged on `type`. A field that is UNSET is left out of the JSON: it is sent only
 # where it applies (an error's `utterance_index`, a codec mark's `frame_offset`).
 
@@ -254,6 +254,9 @@ class SessionReady(ServerEvent, tag="session.ready"):
     split_granularity: Granularity
     resumed: bool
     next_utterance_index: int
+    # {language: voice}: a language the session may speak that its voice cannot, and the voice that speaks
+    # it instead (gateway/voices.py voice_switches); absent when the voice speaks every one.
+    voice_switches: dict[str, str] | UnsetType = UNSET
 
 
 class SegmentCommitted(ServerEvent, tag="segment.committed"):

@@ -4,7 +4,7 @@ Keeps the Connection free of Redis details: attaching (create or resume, lease, 
 config writes, the spoken-text log, per-tenant stream slots, and the cancel/takeover events that
 other replicas send. Failures of the store become protocol errors with the store's codes.
 
-Audio and acknowledgements never wait on Redis (DESIGN §7): `begin`, `record` and `update` return at
+Audio and acknowledgements never wait on Redis (docs/sessions.md): `begin`, `record` and `update` return at
 once (the local copy is updated, Redis is written behind); `acquire_slot` falls back to this replica's
 own count while Redis is not answering. Only `attach` and `resolve_voice` (at `session.config`) read
 Redis, and they fail fast with `state_unavailable` while the store's circuit is open. A session start

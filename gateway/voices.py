@@ -203,6 +203,32 @@ async def resolve_voice(
     return None, {"ref_audio": voice.ref_audio, "ref_text": voice.ref_text}
 
 
+# VoiceInfo.extra key an engine sets on the voice that speaks a language when a stream names none:
+# comma-separated languages ("en,zh"). It is what speaks a language the named voice cannot.
+DEFAULT_FOR = "default_for"
+
+
+def voice_switches(engine: Engine, voice: str | None, language: str) -> dict[str, str]:
+    """{language: voice} for each language a session may speak (every one of the engine's under "auto",
+    else the one named) that its voice does not: the engine speaks those segments in that language's
+    default voice (Piper's joe has no Mandarin, so Kokoro reads the Han text). A client is told this in
+    `session.ready` rather than hearing another voice unannounced. No named voice (the language-aware
+    default), a clone or a preset the engine does not list: nothing is switched."""
+    infos = engine.voices()
+    named = next((v for v in infos if v.name == voice), None)
+    if named is None:
+        return {}
+    wanted = [lang for lang in engine.languages() if lang != "auto"] if language == "auto" else [language]
+    switches: dict[str, str] = {}
+    for lang in wanted:
+        if lang in named.languages:
+            continue
+        declared = (v.name for v in infos if lang in v.extra.get(DEFAULT_FOR, "").split(","))
+        if stand_in := next(declared, None) or next((v.name for v in infos if lang in v.languages), None):
+            switches[lang] = stand_in
+    return switches
+
+
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]  # vLLM-Omni's (Qwen3-TTS's) tasks
 
 

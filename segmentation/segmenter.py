@@ -18,86 +18,14 @@ chop of the same text (`poll()` and the first-piece cut aside, which depend on t
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
 
-from segmentation import chars
+from segmentation import chars, jieba_pysbd
 from segmentation.atoms import safe_end, splits_atom
 from segmentation.chars import CLOSERS, DASH, ELLIPSIS, HAN_CLASS, HAN_CLAUSE_MARKS, HAN_SENTENCE_ENDS, is_han
-
-# "word": Mandarin cut inside a clause at a jieba word: an utterance's first piece (SegmentPolicy.first_cut_han),
-# or a long run with no mark that commits (SegmentPolicy.run_cut_han).
-Reason = Literal["sentence", "clause", "word", "forced", "timeout", "flush"]
-Granularity = Literal["none", "sentence", "clause", "auto"]
-GRANULARITIES = ("none", "sentence", "clause", "auto")
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """A committed piece of an utterance: `text == source[start:end]`, whitespace included."""
-
-    text: str
-    start: int
-    end: int
-    reason: Reason
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentPolicy:
-    """Tunables. Lengths of clauses count Latin words and Han characters separately, since a Han
-    character is about one syllable and an English word about one and a half."""
-
-    max_chars: int = 300  # a run with no boundary is cut here (sentence/clause/auto)
-    max_buffer_chars: int = 65536  # the same bound for `none`, which waits for the flush
-    min_clause_words: int = 4  # clause mode
-    min_clause_han: int = 6
-    # The first clause of an utterance goes early (auto and clause): it is all the listener waits for.
-    # Two Han characters let a reply's opening "好的，" / "你好，" / "当然，" go alone (a natural pause
-    # follows it); one ("好，") is too short a model run to sound like speech.
-    first_clause_words: int = 2
-    first_clause_han: int = 2
-    # auto, Mandarin: when no clause end has come `first_cut_hold` seconds after an utterance's first
-    # text, its first piece is cut at the first jieba word boundary with at least `first_cut_han` Han
-    # characters before it (reason "word"); the rest of that clause then goes at its clause end, as a
-    # first clause would. Four characters are two words, about a second of speech: a phrase a listener
-    # hears as one, and a model run a quarter of a 10-character clause's (0: never cut).
-    first_cut_han: int = 4
-    first_cut_hold: float = 0.1
-    # auto and clause, Mandarin: once `run_cut_han + run_cut_look` Han characters have come with no mark
-    # among them, the pending text is cut at the last jieba word boundary within the run's first
-    # `run_cut_han` (reason "word"); the look is the context jieba needs, and the least left for the
-    # next piece. Each such cut of an utterance doubles the next one's size (16, 32, 64, ... up to
-    # max_chars), as a chunk ramp: by then its listener has that much audio ahead, and a flood of Han
-    # text is not thousands of segments. Punctuated text keeps each mode's clause rules. A reply of 150
-    # Han characters with no mark was spoken only once it had all come: its first piece played out
-    # 1.5-1.7 s before the rest (bench/results/overload_s14.md). Sixteen characters are about 3.5 s of
-    # speech, a breath's phrase (0: never cut).
-    run_cut_han: int = 16
-    run_cut_look: int = 8
-    auto_clause_words: int = 12  # auto, later: only long sentences break at clauses
-    auto_clause_han: int = 20
-    idle_timeout: float = 1.0  # seconds without input before poll() commits a clean tail
-    # pysbd costs ~0.5 ms a call: past a burst, at most one call per this many characters; when the
-    # budget is spent an ambiguous abbreviation is not a sentence end (a late commit, never a false one).
-    pysbd_every: int = 1024
-    pysbd_burst: int = 4
-
-    def __post_init__(self) -> None:
-        if self.max_chars < 16 or self.max_buffer_chars < self.max_chars:
-            raise ValueError("need 16 <= max_chars <= max_buffer_chars")
-        if self.idle_timeout <= 0:
-            raise ValueError("idle_timeout must be positive")
-        if self.pysbd_every < 1 or self.pysbd_burst < 1:
-            raise ValueError("pysbd_every and pysbd_burst must be at least 1")
-        if self.first_cut_han < 0 or self.first_cut_hold < 0:
-            raise ValueError("first_cut_han and first_cut_hold must not be negative")
-        if self.run_cut_han < 0 or self.run_cut_look < 1:
-            raise ValueError("need run_cut_han >= 0 and run_cut_look >= 1")
-
+from segmentation.segment import GRANULARITIES, Granularity, Reason, Segment, SegmentPolicy
 
 # Titles that precede a name: never a sentence end before a capital ("Dr. Smith", "St. Louis").
 _TITLES = frozenset(
@@ -147,41 +75,6 @@ _FIRST_CUT_LOOK = 64
 _CLITICS = frozenset("的地得了着过吗呢吧啊呀么")
 # pysbd sees this much text before the period: enough for its rules, which look a few words back.
 _PYSBD_CONTEXT = 160
-
-_pysbd_segmenter = None
-
-
-def _pysbd_splits(text: str, at: int) -> bool:
-    """Does pysbd end a sentence at `at` in `text`? Called only at ambiguous abbreviations."""
-    global _pysbd_segmenter
-    if _pysbd_segmenter is None:
-        import pysbd
-
-        _pysbd_segmenter = pysbd.Segmenter(language="en", clean=False, char_span=False)
-    first = _pysbd_segmenter.segment(text)[0]
-    return len(first) <= at
-
-
-_jieba_ready = False
-
-
-def _jieba_cuts(run: str) -> list[int]:
-    """Word boundaries (offsets) inside a run of Han text."""
-    global _jieba_ready
-    import jieba
-
-    if not _jieba_ready:
-        jieba.setLogLevel(logging.WARNING)
-        jieba.initialize()
-        _jieba_ready = True
-    return [end for _, _, end in jieba.tokenize(run)]
-
-
-def warm_up() -> None:
-    """Load jieba's dictionary and pysbd's rules now, not in the first utterance (~0.5 s)."""
-    _jieba_cuts("初始化")
-    _pysbd_splits("Warm up. Now", 9)
-
 
 class StreamSegmenter:
     """Commits streamed text at safe boundaries. See DESIGN §2 for the contract."""
@@ -426,7 +319,7 @@ class StreamSegmenter:
             if not self._pysbd_budget(i):
                 return False
             lo = max(self._start, i - _PYSBD_CONTEXT)
-            return _pysbd_splits(buf[lo : k + 1], k - lo)
+            return jieba_pysbd.pysbd_splits(buf[lo : k + 1], k - lo)
         return True
 
     def _pysbd_budget(self, i: int) -> bool:
@@ -523,7 +416,7 @@ class StreamSegmenter:
             while i < end and is_han(buf[i]):
                 i += 1
             if han + (i - lo) > need:  # a boundary with `need` before it may lie inside this run
-                for e in _jieba_cuts(buf[lo:i])[:-1]:
+                for e in jieba_pysbd.jieba_cuts(buf[lo:i])[:-1]:
                     if han + e >= need and buf[lo + e] not in _CLITICS and not splits_atom(buf, lo + e, i):
                         return lo + e
             han += i - lo
@@ -620,7 +513,7 @@ class StreamSegmenter:
             hi += 1
         # The run's last word may still be arriving, so the run's end is not a boundary. A particle that
         # leans on the word before it (`_CLITICS`, a word alone) goes with that word: the cut moves past it.
-        ends = _jieba_cuts(buf[lo:hi])
+        ends = jieba_pysbd.jieba_cuts(buf[lo:hi])
         words = set(ends)
         cut = 0
         for e in ends:

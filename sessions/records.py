@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from typing import Any, Literal
 
 import msgspec
@@ -86,6 +87,11 @@ class SessionRecord(msgspec.Struct):
             owner_replica=s.get("owner_replica") or None,
             spoken=[SpokenEntry.from_json(e) for e in spoken],
         )
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, as records are stamped."""
+    return time.time_ns() // 1_000_000
 
 
 def pack_embedding(values: tuple[float, ...]) -> bytes:

@@ -1,4 +1,5 @@
-"""SessionStore: session records, voices, control channels, ownership leases and stream limits in Redis.
+"""SessionStore: session records, voices (sessions/voices.py), control channels, ownership leases and stream
+limits in Redis.
 
 One ``SessionStore`` per process: it holds the one connection pool (and the one pub/sub connection of its
 ``ControlBus``). Every Redis call passes through the store's ``CircuitBreaker`` (sessions/breaker.py): it
@@ -21,7 +22,6 @@ import time
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -41,18 +41,16 @@ from .errors import (
     StateUnavailable,
     StoreBusy,
     StreamLimitExceeded,
-    VoiceExists,
-    VoiceLimitExceeded,
-    VoiceQuotaExceeded,
 )
 from .gate import ConnectionGate
 from .leases import OwnershipLease, StreamSlot
-from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo
+from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo, now_ms
+from .store_settings import StoreHealth, StoreSettings, TakeoverPolicy
+from .voices import VoiceShelf
 from .writebehind import WriteBehind
 
 log = logging.getLogger("voxgate.sessions")
 T = TypeVar("T")
-TakeoverPolicy = Literal["takeover", "refuse"]
 
 _embedded_server: fakeredis.FakeServer | None = None
 
@@ -65,10 +63,6 @@ def embedded_server() -> fakeredis.FakeServer:
     return _embedded_server
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 #: The embedded store's bound on one call (see `SessionStore.from_url`).
 EMBEDDED_OP_TIMEOUT_S = 5.0
 #: Pool connections not given to calls: the control bus's pub/sub connection and the heartbeat's.
@@ -79,51 +73,14 @@ CLOSE_STEP_S = 2.0
 
 async def _within(step: Awaitable[None], what: str) -> None:
     """Await one step of a close for at most CLOSE_STEP_S: a close is the last thing a replica (or a test's
-    teardown) does, and one that waits forever holds the shutdown with it. Seen: a pool's close that never
-    returned after connects had timed out under load, holding a worker for 30 minutes."""
+    teardown) does, and one that waits forever holds the shutdown with it (a pool's close can hang after
+    its connects timed out under load)."""
     try:
         async with asyncio.timeout(CLOSE_STEP_S):
             await step
     except TimeoutError:
         log.warning("session store: closing the %s took over %.0f s; left to the garbage collector", what,
                     CLOSE_STEP_S)
-
-
-@dataclass(frozen=True)
-class StoreSettings:
-    session_ttl_s: float = 3600.0  # how long an idle, unowned session stays resumable
-    lease_ttl_s: float = 15.0  # a dead owner blocks a 'refuse' resume at most this long
-    stream_ttl_s: float = 30.0  # a crashed replica's stream slots count at most this long
-    spoken_log_max: int = 20  # utterances kept in the spoken-text log
-    takeover: TakeoverPolicy = "takeover"
-    max_voices_per_tenant: int = 1000
-    max_voice_bytes: int = 2 * 1024 * 1024  # one voice, all fields; a compact 30 s clip is ≤ 1.44 MB
-    max_voice_bytes_per_tenant: int = 64 * 1024 * 1024  # all of a tenant's voices (inside the gateway if embedded)
-    connect_timeout_s: float = 0.5
-    op_timeout_s: float = 0.5  # one call slower than this opens the circuit: Redis counts as unavailable
-    breaker_failures: int = 2  # connection errors in a row (after redis-py's quick retries) that open it
-    heartbeat_s: float = 0.5  # a PING this often while closed: a stalled Redis is noticed without traffic
-    write_behind_max: int = 4096  # queued writes kept while Redis is away; the oldest is dropped past it
-    write_behind_max_bytes: int = 16 * 1024 * 1024
-    # An acknowledged write (a voice, the spoken log) waits this long for one replica to hold it, where
-    # the primary has one (WAIT 1): below op_timeout_s, so a lagging replica never opens the circuit.
-    replica_ack_timeout_s: float = 0.2
-    # Connections this replica opens to Redis at most (each of its pools is sized for it: a reconnect
-    # storm of 512 sessions needs no more than this many at once, since a call holds one for ~1 ms).
-    # Redis's maxclients (10000) bounds the replicas × this.
-    max_connections: int = 256
-    # How long a call waits its turn for a connection when every one is in use before it is refused with
-    # `queue_full` (StoreBusy): demand past what the pool serves in this time is refused as capacity.
-    pool_wait_s: float = 5.0
-
-
-@dataclass(frozen=True)
-class StoreHealth:
-    status: Literal["ok", "degraded"]
-    backend: BackendKind | Literal["embedded"]
-    latency_ms: float | None
-    error: str | None = None  # a short stable phrase, safe to show anyone (no address, no exception text)
-    pending_writes: int = 0  # write-behind entries not yet in Redis
 
 
 class SessionStore:
@@ -172,9 +129,7 @@ class SessionStore:
         self._acquire_stream_s = reg(scripts.ACQUIRE_STREAM)
         self._renew_stream_s = reg(scripts.RENEW_STREAM)
         self._count_streams = reg(scripts.COUNT_STREAMS)
-        self._put_voice = reg(scripts.PUT_VOICE)
-        self._delete_voice = reg(scripts.DELETE_VOICE)
-        self._voice_usage = reg(scripts.VOICE_USAGE)
+        self.voices = VoiceShelf(client, reg, self.settings, self._call, self._acked)
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -596,70 +551,19 @@ class SessionStore:
     async def release_stream(self, slot: StreamSlot) -> bool:
         return bool(await self._call(self.client.zrem(keys.streams(slot.tenant), slot.slot_id)))
 
-    # ---- voices -------------------------------------------------------------------------------------
+    # ---- voices (sessions/voices.py) ---------------------------------------------------------------
 
     async def put_voice(self, tenant: str, voice: Voice, *, replace_existing: bool = False) -> Voice:
-        """Store a voice (no TTL: voices outlive restarts). VoiceExists unless ``replace_existing``;
-        VoiceLimitExceeded past ``max_voices_per_tenant`` or ``max_voice_bytes`` (this voice);
-        VoiceQuotaExceeded past ``max_voice_bytes_per_tenant`` (all of the tenant's voices, counted and
-        checked in the same script that writes, so concurrent registrations cannot pass it together)."""
-        keys.check_id("voice", voice.voice_id)
-        if not voice.created_ms:
-            voice = replace(voice, created_ms=now_ms())
-        fields = voice.to_fields()
-        size = sum(len(k) + len(v.encode() if isinstance(v, str) else v) for k, v in fields.items())
-        if size > self.settings.max_voice_bytes:
-            raise VoiceLimitExceeded(f"voice data is {size} bytes; the limit is {self.settings.max_voice_bytes}")
-        quota = self.settings.max_voice_bytes_per_tenant
-        code, held = await self._acked(
-            self._put_voice,
-            keys=[keys.voice(tenant, voice.voice_id), keys.voice_index(tenant), keys.voice_sizes(tenant)],
-            args=[voice.voice_id, self.settings.max_voices_per_tenant, int(replace_existing), size, quota,
-                  *(x for kv in fields.items() for x in kv)],
-        )  # fmt: skip
-        if code == -1:
-            raise VoiceExists(f"voice {voice.voice_id} exists")
-        if code == -2:
-            raise VoiceLimitExceeded(f"tenant holds {self.settings.max_voices_per_tenant} voices already")
-        if code == -3:
-            raise VoiceQuotaExceeded(f"voice data is {size} bytes; the tenant's voices hold {held} of {quota} bytes "
-                                     "(delete a voice to free its bytes)")  # fmt: skip
-        return voice
+        return await self.voices.put(tenant, voice, replace_existing=replace_existing)
 
     async def voice_usage(self, tenant: str) -> tuple[int, int]:
-        """(voices, bytes) the tenant's registered voices hold, as the quotas count them."""
-        n, size = await self._call(self._voice_usage(keys=[keys.voice_index(tenant), keys.voice_sizes(tenant)]))
-        return int(n), int(size)
+        return await self.voices.usage(tenant)
 
     async def get_voice(self, tenant: str, voice_id: str) -> Voice | None:
-        fields = await self._call(self.client.hgetall(keys.voice(tenant, voice_id)))
-        return Voice.from_fields(fields) if fields else None
+        return await self.voices.get(tenant, voice_id)
 
     async def list_voices(self, tenant: str) -> list[VoiceInfo]:
-        """The tenant's voices, oldest first, without their audio or embeddings."""
-        ids = sorted(await self._call(self.client.smembers(keys.voice_index(tenant))))
-        pipe = self.client.pipeline(transaction=False)
-        light = ["voice_id", "kind", "name", "ref_text", "metadata", "created_ms"]
-        for vid in ids:
-            k = keys.voice(tenant, vid.decode())
-            pipe.hmget(k, light)
-            pipe.hstrlen(k, "ref_audio")
-            pipe.hstrlen(k, "embedding")
-        res = await self._call(pipe.execute())
-        out = []
-        for i in range(len(ids)):
-            vals, audio_len, emb_len = res[3 * i: 3 * i + 3]
-            if vals[0] is None:  # deleted between SMEMBERS and HMGET
-                continue
-            f = dict(zip([n.encode() for n in light], vals, strict=True))
-            v = Voice.from_fields(f)
-            out.append(replace(v.info(), ref_audio_bytes=int(audio_len), embedding_dim=int(emb_len) // 4))
-        return sorted(out, key=lambda v: (v.created_ms, v.voice_id))
+        return await self.voices.infos(tenant)
 
     async def delete_voice(self, tenant: str, voice_id: str) -> bool:
-        """Delete a voice and free its bytes of the tenant's quota; False when there was none."""
-        deleted = await self._acked(
-            self._delete_voice,
-            keys=[keys.voice(tenant, voice_id), keys.voice_index(tenant), keys.voice_sizes(tenant)], args=[voice_id]
-        )
-        return int(deleted) > 0
+        return await self.voices.delete(tenant, voice_id)

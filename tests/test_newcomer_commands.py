@@ -4,6 +4,7 @@ the tests need (`scripts/test` installs redis-server, Chromium and its driver wh
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,3 +44,19 @@ def test_ci_checks_the_layering_and_it_holds() -> None:
     lint = Path(sys.executable).with_name("lint-imports")
     run = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-2000:]
+
+
+def user_pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").rglob("*.md"))]
+
+
+def test_the_docs_rely_on_nothing_outside_the_repository() -> None:
+    """A page that cites a design note beside the checkout (DESIGN §5, ../shared/…) sends a newcomer to a
+    file that a clone does not have: what the docs rely on lives in docs/."""
+    cited = {
+        f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
+        for page in user_pages()
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        if re.search(r"\bDESIGN\b|\.\./shared|\bshared/(DESIGN|research|corpus)", line)
+    }
+    assert not cited, "\n".join(sorted(cited))

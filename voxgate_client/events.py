@@ -42,6 +42,8 @@ class SessionReady(Event, tag="session.ready"):
     split_granularity: str = "auto"
     resumed: bool = False
     next_utterance_index: int = 0
+    # {language: voice}: languages the session may speak that its voice cannot, and who speaks them instead.
+    voice_switches: dict[str, str] = {}
 
 
 class SegmentCommitted(Event, tag="segment.committed"):

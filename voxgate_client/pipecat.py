@@ -40,7 +40,19 @@ _UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
 
 
 class VoxgateTTSService(WebsocketTTSService):
-    """Pipecat text-to-speech through a voxgate gateway (see the module's docstring)."""
+    """Pipecat text-to-speech through a voxgate gateway (see the module's docstring).
+
+    Args:
+        url: the gateway (`ws://host:port`; the streaming path is added).
+        voice, language: voxgate's `voice` and `language` (default: the server's).
+        api_key: sent as a bearer token.
+        sample_rate: output rate (default: the pipeline's); voxgate resamples to it.
+        word_timestamps: ask for `audio.words` and let Pipecat time the spoken words by them (else
+            the text of each utterance is pushed whole after its audio).
+        contexts: map audio contexts to voxgate `context_id`s (a server with contexts).
+        config: more `session.config` fields (`speed`, `split_granularity`, `instructions`, `seed`, …).
+        text_aggregation_mode: Pipecat's; default TOKEN, since voxgate segments streamed text itself.
+    """
 
     Settings = TTSSettings
     _settings: TTSSettings
@@ -60,18 +72,6 @@ class VoxgateTTSService(WebsocketTTSService):
         settings: TTSSettings | None = None,
         **kwargs: Any,
     ) -> None:
-        """
-        Args:
-            url: the gateway (`ws://host:port`; the streaming path is added).
-            voice, language: voxgate's `voice` and `language` (default: the server's).
-            api_key: sent as a bearer token.
-            sample_rate: output rate (default: the pipeline's); voxgate resamples to it.
-            word_timestamps: ask for `audio.words` and let Pipecat time the spoken words by them (else
-                the text of each utterance is pushed whole after its audio).
-            contexts: map audio contexts to voxgate `context_id`s (a server with contexts).
-            config: more `session.config` fields (`speed`, `split_granularity`, `instructions`, `seed`, …).
-            text_aggregation_mode: Pipecat's; default TOKEN, since voxgate segments streamed text itself.
-        """
         store = TTSSettings(model=None, voice=voice, language=language)
         if settings is not None:
             store.apply_update(settings)

@@ -145,6 +145,9 @@ class CpuEngine:
         if self._kokoro is not None:
             defaults["zh"] = KOKORO_DEFAULT
             defaults.setdefault("en", KOKORO_DEFAULT)
+        for lang, name in defaults.items():  # declared, so the gateway can name who speaks in a voice's stead
+            extra = voices[name].info.extra
+            extra["default_for"] = ",".join(filter(None, (extra.get("default_for"), lang)))
         return voices, defaults
 
     def _load_piper(self, threads: int) -> Any:

@@ -5,6 +5,8 @@ method) and returns a `ProcessEngine` at once; `await engine.ready()` waits for 
 that dies ends its open streams with an `error` (`engine_restarting`) and is restarted with back-off.
 """
 
-from engine.process.client import RESTARTING, UNAVAILABLE, ProcessEngine, ProcessStream, start_engine
+from engine.process.client import RESTARTING, ProcessEngine, start_engine
+from engine.process.stream import ProcessStream
+from engine.process.verdicts import UNAVAILABLE
 
 __all__ = ["RESTARTING", "UNAVAILABLE", "ProcessEngine", "ProcessStream", "start_engine"]

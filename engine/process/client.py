@@ -2,9 +2,8 @@
 
 One I/O thread per engine owns the zmq socket to the child, the child itself and its restarts: it sends
 the commands the gateway queues (a bounded FIFO, so a stream's open, appends and finish arrive in order),
-hands each stream's audio to that stream's `EventBridge` (so any event loop may consume it, as from an
-in-process engine), and watches the child's sentinel and heartbeat. A stream's consumer gives credit back
-as it reads (engine/process/wire.py), so a client that stops reading stops its child stream too.
+hands each stream's events to that stream (engine/process/stream.py) and each check's answer to the
+verdicts (engine/process/verdicts.py), and watches the child's sentinel and heartbeat.
 
 When the child dies (OOM, segfault, kill -9) or stops answering, every open stream ends at once with an
 `error` (code `engine_restarting`), `state` says `restarting`, new streams are refused with
@@ -20,55 +19,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import logging
 import os
 import threading
 import time
-from collections import OrderedDict, deque
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections import deque
 from typing import Any, Literal
 
 import msgspec
-import numpy as np
 import zmq
 
 from engine.options import stream_request
 from engine.process import wire
+from engine.process.stream import ProcessStream, StreamMessage, event_of
 from engine.process.supervisor import Backoff, Child
-from engine.stream import EventBridge
+from engine.process.verdicts import UNAVAILABLE, Verdicts
 from engine.types import (
-    AudioChunk,
     Capacity,
-    CodecFrames,
     EngineError,
-    StreamEnd,
-    StreamEvent,
     StreamRequest,
     VoiceInfo,
-    Waiting,
-    Words,
-    WordTiming,
 )
 
 log = logging.getLogger("voxgate.engine.process")
 
 State = Literal["warming", "ready", "restarting", "failed", "closed"]
 RESTARTING = "engine_restarting"  # an open stream's end when its engine process died
-UNAVAILABLE = "engine_unavailable"  # a new stream while the engine is not warm
-CHECK_TIMEOUT_S = 2.0  # a check is a dictionary look-up in the child: this long means it is stuck
 MAX_OUTBOX = 50_000  # commands queued for the child and not yet on its socket
-CHECK_CACHE = 512  # check results kept (a session.config repeats its request at every open)
 RECV_BATCH = 256  # messages read per wake-up before the thread looks at its timers again
-
-
-@dataclass
-class _Pending:
-    key: bytes  # the request's, in the check cache
-    done: threading.Event = field(default_factory=threading.Event)
-    result: tuple[str, str] = (UNAVAILABLE, "the engine process went away")
 
 
 def _on_event_loop() -> bool:
@@ -78,75 +57,6 @@ def _on_event_loop() -> bool:
     except RuntimeError:
         return False
     return True
-
-
-class ProcessStream:
-    """One stream of a `ProcessEngine` (the `Stream` protocol)."""
-
-    def __init__(self, engine: ProcessEngine, sid: int, max_pending: int | None) -> None:
-        self._engine, self.sid = engine, sid
-        self._bridge = EventBridge(wire.WINDOW + 2, on_cancel=self._cancelled)
-        self._max_pending = max_pending
-        self._lengths: list[int] = []  # characters of each append, by engine index
-        self._pending = 0  # characters appended whose audio has not yet been read past
-        self._heard = 0  # appends before this one are heard
-        self._finished = False
-
-    def append(self, text: str) -> None:
-        """Queue one segment. The engine's own bound on text not yet spoken is judged here (counting
-        text as pending until audio of a later segment has been read: never less than the child's
-        count), so `queue_full` is raised at once, as in-process."""
-        if self._finished:
-            raise EngineError("invalid_state", "append after finish")
-        if not isinstance(text, str):
-            raise EngineError("invalid_text", "append takes a string")
-        index = len(self._lengths)
-        if self._bridge.ended:
-            self._lengths.append(0)
-            return
-        if self._max_pending is not None and self._pending + len(text) > self._max_pending:
-            self._lengths.append(0)
-            self._engine._send(wire.Append(self.sid, ""))  # the child counts segments by appends
-            raise EngineError("queue_full", f"segment {index} refused: the stream already holds {self._pending} "
-                                            f"characters not yet spoken (at most {self._max_pending})")
-        self._lengths.append(len(text))
-        self._pending += len(text)
-        self._engine._send(wire.Append(self.sid, text))
-
-    def finish(self) -> None:
-        if not self._finished:
-            self._finished = True
-            if not self._bridge.ended:
-                self._engine._send(wire.Finish(self.sid))
-
-    def cancel(self) -> None:
-        self._bridge.cancel()  # drops audio queued here, ends "cancelled", then tells the child (_cancelled)
-
-    def _cancelled(self) -> None:
-        self._engine._forget(self.sid)
-        with contextlib.suppress(EngineError):  # a child gone or swamped has no stream to cancel
-            self._engine._send(wire.Cancel(self.sid))
-
-    def _read_past(self, segment: int) -> None:
-        while self._heard < segment and self._heard < len(self._lengths):
-            self._pending -= self._lengths[self._heard]
-            self._heard += 1
-
-    async def events(self) -> AsyncIterator[StreamEvent]:
-        consumed = 0
-        async with contextlib.aclosing(self._bridge.events()) as events:  # leaving early cancels the stream
-            async for ev in events:
-                yield ev
-                if isinstance(ev, StreamEnd):
-                    return
-                # Back here: the consumer has taken `ev` and asks for more, so the child may send more.
-                if isinstance(ev, AudioChunk | CodecFrames):
-                    self._read_past(ev.segment)
-                consumed += 1
-                if consumed >= wire.CREDIT_BATCH and not self._bridge.ended:
-                    with contextlib.suppress(EngineError):
-                        self._engine._send(wire.Credit(self.sid, consumed))
-                    consumed = 0
 
 
 class ProcessEngine:
@@ -179,9 +89,7 @@ class ProcessEngine:
         self._start_failures = 0
         self._streams: dict[int, ProcessStream] = {}
         self._sids = itertools.count(1)
-        self._rids = itertools.count(1)
-        self._checks: dict[int, _Pending] = {}
-        self._check_cache: OrderedDict[bytes, tuple[str, str]] = OrderedDict()
+        self._verdicts = Verdicts(spec, self._send)
         self._outbox: deque[list[bytes | memoryview]] = deque()
         self._woken = False
         self._closing = False
@@ -275,43 +183,10 @@ class ProcessEngine:
         self._judge(request, wait=True)
 
     def _judge(self, request: StreamRequest, *, wait: bool) -> None:
-        """Raise the verdict on `request` when it is known: cached, or asked of the child and (`wait`) waited
-        for; not waiting, it is only asked (the answer fills the cache)."""
-        key, verdict = self._cached(request)
-        if verdict is None:
-            verdict = self._ask(key, request, wait=wait)
-        if verdict[0]:
+        """Raise the verdict on `request` when it is known (engine/process/verdicts.py)."""
+        verdict = self._verdicts.judge(request, wait=wait)
+        if verdict is not None and verdict[0]:
             raise EngineError(*verdict)
-
-    def _cached(self, request: StreamRequest) -> tuple[bytes, tuple[str, str] | None]:
-        # The listener hints schedule, differ at every open (or session), and no verdict turns on them.
-        judged = msgspec.structs.replace(request, listener_buffer_s=None, listener=None)
-        key = hashlib.blake2b(wire.command_encoder.encode(judged), digest_size=16).digest()
-        with self._lock:
-            result = self._check_cache.get(key)
-            if result is not None:
-                self._check_cache.move_to_end(key)
-        return key, result
-
-    def _remember(self, key: bytes, result: tuple[str, str]) -> None:
-        with self._lock:
-            self._check_cache[key] = result
-            while len(self._check_cache) > CHECK_CACHE:
-                self._check_cache.popitem(last=False)
-
-    def _ask(self, key: bytes, request: StreamRequest, wait: bool = True) -> tuple[str, str]:
-        """The child's verdict (remembered when it comes, _dispatch); `wait=False` only asks."""
-        pending, rid = _Pending(key), next(self._rids)
-        with self._lock:
-            self._checks[rid] = pending
-        self._send(wire.Check(rid, request))
-        if not wait:
-            return "", ""
-        if not pending.done.wait(CHECK_TIMEOUT_S):
-            with self._lock:
-                self._checks.pop(rid, None)
-            return UNAVAILABLE, f"the engine {self.spec!r} did not answer within {CHECK_TIMEOUT_S:g} s"
-        return pending.result
 
     def open_stream(self, voice: str | None, language: str, **options: object) -> ProcessStream:
         """Opens a stream in the child. The verdict on its request is raised here (EngineError) when it is
@@ -324,7 +199,8 @@ class ProcessEngine:
             raise self._unavailable()
         request = stream_request(voice, language, options)
         self._judge(request, wait=not _on_event_loop())
-        stream = ProcessStream(self, next(self._sids), self._declared().max_pending_chars)
+        stream = ProcessStream(next(self._sids), self._declared().max_pending_chars, send=self._send,
+                               forget=self._forget)
         with self._lock:
             if self._state != "ready":
                 raise self._unavailable()
@@ -403,12 +279,10 @@ class ProcessEngine:
     def _end_all(self, message: str, code: str) -> None:
         with self._lock:
             streams, self._streams = list(self._streams.values()), {}
-            checks, self._checks = list(self._checks.values()), {}
             self._outbox.clear()
         for stream in streams:
-            stream._bridge.end("error", message, code)
-        for pending in checks:
-            pending.done.set()  # its default result: unavailable
+            stream.end("error", message, code)
+        self._verdicts.release()
 
     def _spawn(self) -> None:
         child = Child(self.spec, self._options)
@@ -520,46 +394,22 @@ class ProcessEngine:
             self._memory, self._telemetry = msg.memory, msg.telemetry
             self._capacity = None if msg.capacity is None else Capacity(*msg.capacity)
         elif isinstance(msg, wire.Audio | wire.Codec | wire.WordsMsg | wire.Wait):
-            stream = self._streams.get(msg.sid)
-            if stream is None:
-                return  # cancelled here: its last events are still on their way
-            if isinstance(msg, wire.Audio):
-                ev: AudioChunk | CodecFrames | Words | Waiting = AudioChunk(
-                    np.frombuffer(payload, dtype=np.int16), msg.sample_rate, msg.first_frame, msg.segment)
-            elif isinstance(msg, wire.Codec):
-                codes = np.frombuffer(payload, dtype=np.int16).reshape(-1, msg.codebooks)
-                ev = CodecFrames(codes, msg.first_frame, msg.segment, msg.prime)
-            elif isinstance(msg, wire.WordsMsg):
-                timings = tuple(WordTiming(w, start, end) for w, start, end in msg.words)
-                ev = Words(msg.segment, msg.sample_rate, timings, msg.estimated)
-            else:
-                ev = Waiting(msg.reason, msg.ahead)
-            try:
-                stream._bridge.put(ev, timeout=0)  # never blocks: the credit window bounds what comes
-            except TimeoutError:
-                self._forget(msg.sid)
-                stream._bridge.end("error", "the engine process sent past its stream's window", "engine_error")
-                self._send(wire.Cancel(msg.sid))
+            self._deliver(msg, payload)
         elif isinstance(msg, wire.End):
             with self._lock:
                 stream = self._streams.pop(msg.sid, None)
             if stream is not None:
-                stream._bridge.end(msg.reason, msg.message, msg.code)
+                stream.end(msg.reason, msg.message, msg.code)
         elif isinstance(msg, wire.Refused):
             # The child refused text the parent let through: the stream cannot speak all it was given,
             # so it ends with an error naming the unspoken segments (never a silent gap).
             with self._lock:
                 stream = self._streams.pop(msg.sid, None)
             if stream is not None:
-                stream._bridge.end("error", msg.message, msg.code)
+                stream.end("error", msg.message, msg.code)
                 self._send(wire.Cancel(msg.sid))
         elif isinstance(msg, wire.Checked):
-            with self._lock:
-                pending = self._checks.pop(msg.rid, None)
-            if pending is not None:
-                pending.result = (msg.code, msg.message)
-                self._remember(pending.key, pending.result)
-                pending.done.set()
+            self._verdicts.answered(msg)
         elif isinstance(msg, wire.Ready):
             self._ready(msg.info)
         elif isinstance(msg, wire.Failed):
@@ -567,6 +417,16 @@ class ProcessEngine:
                 self._state, self._last_error, self._failed_code = "failed", msg.message, msg.code
                 self._changed.notify_all()
             log.error("engine %r failed to load: %s", self.spec, msg.message)
+
+    def _deliver(self, msg: StreamMessage, payload: bytes) -> None:
+        """A stream's event from the child, to its consumer; one past the credit window ends the stream."""
+        stream = self._streams.get(msg.sid)
+        if stream is None:
+            return  # cancelled here: its last events are still on their way
+        if not stream.put(event_of(msg, payload)):
+            self._forget(msg.sid)
+            stream.end("error", "the engine process sent past its stream's window", "engine_error")
+            self._send(wire.Cancel(msg.sid))
 
     def _mismatch(self, hello: wire.Hello) -> None:
         """A child of another wire version (the code on disk changed under this gateway): given up, failed."""
@@ -586,7 +446,7 @@ class ProcessEngine:
                        for v in info.voices)
         with self._lock:
             self._info, self._voices = info, voices
-            self._check_cache.clear()
+            self._verdicts.clear()
         self._set_state("ready")
         log.info("engine %r ready in its process (pid %d, warm-up %.1f s)", self.spec, info.pid, info.warmup_s)
 

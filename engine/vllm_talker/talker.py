@@ -92,22 +92,10 @@ class VllmTalker:
         if max_num_batched_tokens < max_slots:
             raise ValueError(f"max_num_batched_tokens {max_num_batched_tokens} < max_slots {max_slots}: a step "
                              "could not run every slot's decode")
-        tc = model.cfg.talker_config
-        dev = model.device
         self.dtype = model.talker.codec_head.weight.dtype
         # CPU attention wants blocks in multiples of 32; on GPUs vLLM's default (16).
-        self.block_size = 32 if dev.type == "cpu" else 16
-        per_token = 2 * tc.num_hidden_layers * tc.num_key_value_heads * tc.head_dim * self.dtype.itemsize
-        self.kv_bytes_per_slot = math.ceil(max_context / self.block_size) * self.block_size * per_token
-        memory: dict[str, Any] = {}
-        # Exactly what the slots need by default, on GPUs too: vLLM's default would take 90 % of the device
-        # beside the engine's own tensors (and a second engine's).
-        if kv_cache_memory_bytes is not None or gpu_memory_utilization is None:
-            given = kv_cache_memory_bytes or (max_slots + 1) * self.kv_bytes_per_slot
-            self._check_kv(int(given) // (self.block_size * per_token))  # before vLLM starts: refused at once
-            memory["kv_cache_memory_bytes"] = int(given)
-        elif gpu_memory_utilization is not None:
-            memory["gpu_memory_utilization"] = gpu_memory_utilization
+        self.block_size = 32 if model.device.type == "cpu" else 16
+        memory = self._kv_budget(kv_cache_memory_bytes, gpu_memory_utilization)
         self.stats: dict[str, int] = {"prefills": 0, "prefill_steps": 0, "steps": 0, "aborts": 0}
         self._serial = 0
         self._predictor_caches: dict[int, KVCache] = {}
@@ -116,45 +104,64 @@ class VllmTalker:
         self.side = SideState.allocate(model, max_slots)
         side_state.install(self.side)
         try:
-            # vLLM's engine core in this process (no busy-polling child, no pickling of side state) and no
-            # spawned workers: every hook runs on the caller's thread, inside LLMEngine.step().
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-            # The V1 model runner: our hooks are its extension points (embed_input_ids on the prompt-embeds
-            # path, compute_logits, V1 logits processors). 0.32 picks Model Runner V2 on GPUs by default.
-            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
-            os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
-            if dev.type == "cpu" and (problem := cpu_head_problem(tc.head_dim)) is not None:
-                raise EngineError("model_unavailable", problem)  # before vLLM starts: it would fail at its first step
-            try:
-                from vllm import LLM
-            except ImportError as exc:
-                why = f"the vLLM talker needs vLLM installed ({INSTALL}): {exc}"
-                raise EngineError("model_unavailable", why) from exc
-            register()
-
-            from engine.vllm_talker.logits import Cb0Processor
-            from engine.vllm_talker.scheduler import VoxgateScheduler
-
-            self._dir = _talker_dir(model, max_slots, self.dtype)
-            t0 = time.perf_counter()
-            self.llm = LLM(
-                model=str(self._dir), skip_tokenizer_init=True, enable_prompt_embeds=True,
-                dtype=str(self.dtype).removeprefix("torch."), seed=0,
-                max_model_len=max_context, max_num_seqs=max_slots, max_num_batched_tokens=max_num_batched_tokens,
-                enable_chunked_prefill=True, enable_prefix_caching=False, async_scheduling=False,
-                block_size=self.block_size, enforce_eager=dev.type == "cpu" if enforce_eager is None else enforce_eager,
-                distributed_executor_backend="uni", logits_processors=[Cb0Processor],
-                scheduler_cls=VoxgateScheduler, **memory,
-            )
-            self.engine = self.llm.llm_engine
-            self.start_s = time.perf_counter() - t0
-            self._check_kv(self.kv_blocks)  # vLLM's own count of the blocks it made
+            self._start_vllm(max_num_batched_tokens, enforce_eager, memory)
         except BaseException:
             self.close()
             raise
         self.side.inputs.zero_()
         log.info("vLLM talker: %d slots × %d positions, %d KV blocks of %d, up in %.1f s",
                  max_slots, max_context, self.kv_blocks, self.block_size, self.start_s)
+
+    def _kv_budget(self, kv_cache_memory_bytes: int | None, gpu_memory_utilization: float | None) -> dict[str, Any]:
+        """vLLM's memory options: exactly what the slots need by default, on GPUs too (vLLM's default would
+        take 90 % of the device beside the engine's own tensors, and a second engine's); checked before
+        vLLM starts, so a budget too small is refused at once."""
+        tc = self.model.cfg.talker_config
+        per_token = 2 * tc.num_hidden_layers * tc.num_key_value_heads * tc.head_dim * self.dtype.itemsize
+        self.kv_bytes_per_slot = math.ceil(self.max_context / self.block_size) * self.block_size * per_token
+        if kv_cache_memory_bytes is not None or gpu_memory_utilization is None:
+            given = kv_cache_memory_bytes or (self.max_slots + 1) * self.kv_bytes_per_slot
+            self._check_kv(int(given) // (self.block_size * per_token))
+            return {"kv_cache_memory_bytes": int(given)}
+        return {"gpu_memory_utilization": gpu_memory_utilization}
+
+    def _start_vllm(self, max_num_batched_tokens: int, enforce_eager: bool | None, memory: dict[str, Any]) -> None:
+        """vLLM's `LLM` over the talker's weights, its engine core in this process and on this thread."""
+        dev = self.model.device
+        # vLLM's engine core in this process (no busy-polling child, no pickling of side state) and no
+        # spawned workers: every hook runs on the caller's thread, inside LLMEngine.step().
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        # The V1 model runner: our hooks are its extension points (embed_input_ids on the prompt-embeds
+        # path, compute_logits, V1 logits processors). 0.32 picks Model Runner V2 on GPUs by default.
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+        os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+        head_dim = self.model.cfg.talker_config.head_dim
+        if dev.type == "cpu" and (problem := cpu_head_problem(head_dim)) is not None:
+            raise EngineError("model_unavailable", problem)  # before vLLM starts: it would fail at its first step
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            why = f"the vLLM talker needs vLLM installed ({INSTALL}): {exc}"
+            raise EngineError("model_unavailable", why) from exc
+        register()
+
+        from engine.vllm_talker.logits import Cb0Processor
+        from engine.vllm_talker.scheduler import VoxgateScheduler
+
+        self._dir = _talker_dir(self.model, self.max_slots, self.dtype)
+        t0 = time.perf_counter()
+        self.llm = LLM(
+            model=str(self._dir), skip_tokenizer_init=True, enable_prompt_embeds=True,
+            dtype=str(self.dtype).removeprefix("torch."), seed=0,
+            max_model_len=self.max_context, max_num_seqs=self.max_slots, max_num_batched_tokens=max_num_batched_tokens,
+            enable_chunked_prefill=True, enable_prefix_caching=False, async_scheduling=False,
+            block_size=self.block_size, enforce_eager=dev.type == "cpu" if enforce_eager is None else enforce_eager,
+            distributed_executor_backend="uni", logits_processors=[Cb0Processor],
+            scheduler_cls=VoxgateScheduler, **memory,
+        )
+        self.engine = self.llm.llm_engine
+        self.start_s = time.perf_counter() - t0
+        self._check_kv(self.kv_blocks)  # vLLM's own count of the blocks it made
 
     @classmethod
     def create(cls, model: Qwen3TTSModel, spec: TalkerSpec) -> VllmTalker:

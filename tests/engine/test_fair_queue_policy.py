@@ -722,6 +722,19 @@ def slo_queue(clock: Clock, slo: float | None = 1.5, **knobs: float) -> FairQueu
     return FairQueue(FairQueueConfig(max_wait_s=10.0, first_audio_slo_s=slo, **knobs), clock)  # type: ignore[arg-type]
 
 
+def staggered(q: FairQueue, clock: Clock, capacity: float, n: int = 4, every_s: float = 0.5, cost: float = 1.0,
+              key: str = "x") -> list[Waiter]:  # fmt: skip
+    """`n` streams admitted `every_s` apart (the last now): with the default 2 s hold they end 2 s after
+    each started, so the first slot frees in 2 - (n - 1) * every_s."""
+    started = []
+    for i in range(n):
+        if i:
+            clock.now += every_s
+        started.append(q.push(key, 1.0, capacity, cost=cost))
+        assert started[-1].state == "admitted"
+    return started
+
+
 def test_without_an_slo_a_stream_waits_its_turn_up_to_the_longest_wait() -> None:
     clock = Clock()
     q = slo_queue(clock, slo=None)
@@ -747,32 +760,45 @@ def test_a_stream_predicted_to_be_heard_past_the_slo_is_refused_at_once_with_its
 def test_a_stream_predicted_to_make_the_slo_waits_for_its_room() -> None:
     clock = Clock()
     q = slo_queue(clock)
+    staggered(q, clock, 4)  # one of four slots frees every 0.5 s, the first in 0.5 s
+    waiter = q.push("b", 1.0, 4)  # heard in 0.5 s + the 0.5 s tail
+    assert waiter.state == "waiting"
+    assert q.push("c", 1.0, 4).state == "waiting"  # one ahead: 1.0 + 0.5 s, just within
+    with pytest.raises(Refused):  # two ahead of it: 1.5 + 0.5 s, past the SLO
+        q.push("c", 1.0, 4)
+
+
+def test_streams_admitted_together_free_nothing_until_they_end() -> None:
+    # A burst's four streams started at once: no slot frees for a whole hold (2 s), so a fifth cannot be
+    # heard within 1.5 s. Spread evenly over the hold, a slot would seem to free every 0.5 s: that
+    # prediction admitted streams to the line that were refused a second later.
+    clock = Clock()
+    q = slo_queue(clock)
     for _ in range(4):
         q.push("a", 1.0, 4)
-    waiter = q.push("b", 1.0, 4)  # one of four slots frees every 0.5 s: heard in about 1 s
-    assert waiter.state == "waiting"
-    with pytest.raises(Refused):  # two ahead of it: heard in about 1.5 s + … past the SLO
-        q.push("c", 1.0, 4)
-        q.push("c", 1.0, 4)
+    with pytest.raises(Refused) as e:
+        q.push("b", 1.0, 4)
+    assert e.value.predicted_s == pytest.approx(2.0 + 0.5)
 
 
 def test_the_prediction_counts_the_cost_waiting_ahead_not_the_number_of_streams() -> None:
     clock = Clock()
     q = slo_queue(clock)
-    q.push("a", 1.0, 1.0, cost=1.0)
-    cheap = [q.push("b", 1.0, 1.0, cost=0.05) for _ in range(4)]  # 0.2 of the capacity ahead: 0.4 s
+    staggered(q, clock, 1.0, cost=0.25)  # a quarter of the capacity frees every 0.5 s, the first in 0.5 s
+    cheap = [q.push("b", 1.0, 1.0, cost=0.05) for _ in range(4)]  # 0.2 ahead: in the first quarter freed
     assert all(w.state == "waiting" for w in cheap)
     with pytest.raises(Refused):
-        q.push("c", 1.0, 1.0, cost=1.0)  # a whole capacity's worth behind them: 2.4 s, plus the tail
+        q.push("c", 1.0, 1.0, cost=1.0)  # needs all of it, after the cheap ones: 2.5 s, plus the tail
 
 
 def test_a_waiting_stream_is_refused_as_soon_as_its_wait_alone_means_it_will_miss() -> None:
     clock = Clock()
     q = slo_queue(clock)
-    for _ in range(4):
-        q.push("a", 1.0, 4)
-    waiter = q.push("b", 1.0, 4)
-    clock.now += 0.9  # nothing freed: with the 0.5 s tail, 1.4 s + its predicted wait is past 1.5 s
+    staggered(q, clock, 4)
+    waiter = q.push("b", 1.0, 4)  # heard in 1.0 s, had the first slot freed in 0.5 s
+    clock.now += 1.0
+    assert q.look(4) == []  # nothing freed, but the first slot may free any moment: 1.0 + 0.5 s
+    clock.now += 0.01  # 1.01 s waited + the 0.5 s tail is past 1.5 s
     assert q.look(4) == [waiter]
     assert waiter.state == "expired" and waiter.refused is not None and waiter.refused.bound == "slo"
 
@@ -780,11 +806,10 @@ def test_a_waiting_stream_is_refused_as_soon_as_its_wait_alone_means_it_will_mis
 def test_a_waiting_stream_is_refused_as_soon_as_the_capacity_it_was_promised_shrinks() -> None:
     clock = Clock()
     q = slo_queue(clock)
-    for _ in range(4):
-        q.push("a", 1.0, 4)
+    staggered(q, clock, 4)
     waiter = q.push("b", 1.0, 4)
     assert q.look(4) == []
-    assert q.look(1) == [waiter]  # the engine measured it keeps one ahead, not four: 2 s to wait
+    assert q.look(1) == [waiter]  # the engine measured it keeps one ahead, not four: all four must end
 
 
 def test_the_tail_of_first_audio_not_its_mean_sets_the_wait_allowed() -> None:
@@ -796,8 +821,7 @@ def test_the_tail_of_first_audio_not_its_mean_sets_the_wait_allowed() -> None:
         q.heard(w)
         q.finish(w)
     assert q.first_audio_tail_s() == pytest.approx(1.2)
-    for _ in range(4):
-        q.push("a", 1.0, 4)
+    staggered(q, clock, 4)
     with pytest.raises(Refused):  # its wait, about 0.5 s, plus the tail is past 1.5 s (plus the mean is not)
         q.push("b", 1.0, 4)
 
@@ -812,7 +836,7 @@ def test_only_first_audio_the_slo_applies_to_is_measured() -> None:
     q.heard(first)
     q.heard(nxt)
     q.heard(first)  # once each
-    assert q.first_audio_tail_s() == pytest.approx(4.0) and len(q._first_audio) == 1
+    assert q.first_audio_tail_s() == pytest.approx(4.0) and q.forecast.samples == 1
 
 
 def test_a_stream_with_room_is_admitted_whatever_the_slo_says() -> None:
@@ -841,11 +865,10 @@ def test_a_refused_leader_leaves_the_listeners_next_stream_to_lead() -> None:
     clock = Clock()
     q = slo_queue(clock)
     player = object()
-    for _ in range(4):
-        q.push("x", 1.0, 4)
+    staggered(q, clock, 4)
     lead = q.push("a", 1.0, 4, listener=player)
     later = q.push("a", 1.0, 4, listener=player)  # not its listener's first: not yet the SLO's
-    clock.now += 1.0
+    clock.now += 1.1
     gone = q.look(4)
     assert gone == [lead, later]  # the lead missed; then the next one leads, and has waited as long
 
@@ -861,8 +884,7 @@ def test_one_tenants_burst_refuses_its_own_streams_not_another_tenants() -> None
     # The prediction is in fair order: a tenant below its share goes before a flooding one's line.
     clock = Clock()
     q = slo_queue(clock)
-    for _ in range(4):
-        q.push("flood", 1.0, 4)
+    staggered(q, clock, 4, key="flood")
     flood = []
     for _ in range(6):
         try:
@@ -881,10 +903,55 @@ def test_the_prediction_drains_the_cost_in_flight_where_the_count_not_the_budget
     # "at once" and admitted streams that then waited seconds.
     clock = Clock()
     q = FairQueue(FairQueueConfig(max_in_flight=2, first_audio_slo_s=1.5), clock)
-    q.push("a", 1.0, 100.0, cost=0.1)
-    q.push("a", 1.0, 100.0, cost=0.1)
-    first = q.push("b", 1.0, 100.0, cost=0.1)  # the first slot frees in about 1 s: heard by 1.5 s
+    staggered(q, clock, 100.0, n=2, every_s=1.0, cost=0.1)
+    first = q.push("b", 1.0, 100.0, cost=0.1)  # the first slot frees in 1 s: heard by 1.5 s
     assert first.state == "waiting"
     with pytest.raises(Refused) as e:
         q.push("b", 1.0, 100.0, cost=0.1)  # the second slot: about 2 s
     assert e.value.predicted_s == pytest.approx(2.5) and e.value.retry_after_s <= 10.0
+
+
+def test_continuations_that_fall_due_before_a_leader_starts_count_ahead_of_it() -> None:
+    # A due continuation goes first in its key, though it asked later: a leader's prediction counts it,
+    # and the leader is refused as the continuation arrives, not when its wait runs out.
+    clock = Clock()
+    q = slo_queue(clock)
+    staggered(q, clock, 4)  # a slot frees every 0.5 s, the first in 0.5 s
+    lead = q.push("a", 1.0, 4)  # heard in 0.5 + 0.5 s
+    q.push("a", 1.0, 4, continue_by=clock.now + 30.0)  # its listener hears 30 s more: not due before the lead
+    assert q.look(4) == [] and q.start_of(lead, 4) == pytest.approx(clock.now + 0.5)
+    q.push("a", 1.0, 4, continue_by=clock.now + 1.0)  # due now: goes first, the lead starts in 1.0 s
+    assert q.look(4) == [] and q.start_of(lead, 4) == pytest.approx(clock.now + 1.0)
+    q.push("a", 1.0, 4, continue_by=clock.now + 1.0)  # a second: 1.5 s + the tail is past the SLO
+    assert q.look(4) == [lead] and lead.refused is not None and lead.refused.bound == "slo"
+
+
+@pytest.mark.parametrize("every_s", [0.125, 0.25, 0.375])
+def test_where_streams_hold_as_measured_a_stream_let_wait_is_never_refused_later(every_s: float) -> None:
+    # The promise behind "refused at once": with the engine behaving as measured (each stream holds its
+    # slot 2 s and is heard 0.5 s after it starts), the prediction at arrival is right, so every refusal
+    # comes as the stream asks and every stream let wait is heard within the SLO. Exact binary times.
+    clock = Clock()
+    q = slo_queue(clock)
+    running: list[Waiter] = []
+    refused_at_once, waited = 0, []
+    for step in range(int(20 / 0.0625)):
+        if step * 0.0625 % every_s == 0 and step * 0.0625 < 12:
+            try:
+                w = q.push("a", 1.0, 4)
+            except Refused:
+                refused_at_once += 1
+            else:
+                (running if w.state == "admitted" else waited).append(w)
+        for w in [w for w in running if clock.now - (w.started_at or 0.0) >= 2.0]:
+            running.remove(w)
+            q.release(w, 4)
+        assert q.look(4) == []  # nobody refused while waiting
+        running += [w for w in waited if w.state == "admitted" and w not in running]
+        for w in running:
+            if clock.now - (w.started_at or 0.0) >= 0.5:
+                q.heard(w)
+        clock.now += 0.0625
+    assert all(w.state in ("admitted", "finished") for w in waited)
+    assert all((w.started_at or 0.0) - w.enqueued_at + 0.5 <= 1.5 for w in waited)
+    assert refused_at_once > 0 and waited  # an overload (2 streams/s served) with a line

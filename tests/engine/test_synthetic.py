@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from support.streams import collect
 
-from engine import AudioChunk, EngineError, StreamEnd, Waiting, Words, load_engine
+from engine import AudioChunk, CodecFrames, EngineError, StreamEnd, Waiting, Words, load_engine
 from engine.synthetic import SyntheticEngine
 from engine.words import words as words_of
 
@@ -64,7 +64,9 @@ def test_it_is_an_engine_with_its_options_checked() -> None:
     try:
         assert [v.name for v in engine.voices()] == ["synthetic"]
         assert {"auto", "en", "zh"} <= set(engine.languages())
-        assert engine.codec_info() is None and engine.sample_rate == 24000
+        assert engine.codec_info() == {"codebooks": 16, "codebook_size": 2048, "frame_rate_hz": 12.5,
+                                       "sample_rate": 24000, "decoder_id": "synthetic"}
+        assert engine.sample_rate == 24000
     finally:
         engine.close()
 
@@ -184,8 +186,7 @@ async def test_word_timings_are_monotonic_and_cover_the_text(engine: SyntheticEn
 
 
 async def test_it_refuses_what_it_cannot_make(engine: SyntheticEngine) -> None:
-    for options, code in (({"output": "codec_tokens"}, "codec_tokens_unsupported"),
-                          ({"ref_audio": b"RIFF"}, "voice_cloning_unsupported"),
+    for options, code in (({"ref_audio": b"RIFF"}, "voice_cloning_unsupported"),
                           ({"speed": 9.0}, "invalid_option")):
         with pytest.raises(EngineError) as e:
             engine.open_stream(None, "en", **options)
@@ -240,3 +241,33 @@ async def test_it_runs_in_a_child_process_as_every_served_engine_does() -> None:
         assert [ev async for ev in events_of][-1] == StreamEnd("cancelled")
     finally:
         child.close()
+
+
+@pytest.mark.parametrize("engine", [{"speed": 20.0, "first_audio_s": 0.0}], indirect=True)
+async def test_codec_tokens_are_frames_of_the_same_plan_as_its_audio(engine: SyntheticEngine) -> None:
+    """`output="codec_tokens"`: CodecFrames of Qwen3's shape, numbered contiguously, one frame per 80 ms of
+    the audio the same text makes in PCM, voiced frames apart from silence, and a cancel as in PCM."""
+    pcm_events, _ = await collect(_spoken(engine, TEXT))
+    events, end = await collect(_spoken(engine, TEXT, output="codec_tokens"))
+    assert end == StreamEnd("done")
+    frames = [e for e in events if isinstance(e, CodecFrames)]
+    assert frames and not any(isinstance(e, AudioChunk) for e in events)
+    at = 0
+    for f in frames:
+        assert f.first_frame == at and not f.prime and f.codes.dtype == np.int16 and f.codes.shape[1] == 16
+        at += f.codes.shape[0]
+    codes = np.concatenate([f.codes for f in frames])
+    assert codes.min() >= 0 and codes.max() < 2048
+    assert {f.segment for f in frames} == {0, 1, 2}
+    # Each segment's last frame is padded out: at most one frame per segment more than the audio's length.
+    audio_frames = pcm_of(pcm_events).size / 1920
+    assert audio_frames <= codes.shape[0] <= audio_frames + len(TEXT)
+    assert len(np.unique(codes[:, 0])) > 3  # syllables and silence, not one row repeated
+    stream = engine.open_stream(None, "en", output="codec_tokens")
+    stream.append("A codec stream cancelled before it is done. " * 20)
+    events_of = stream.events()
+    while not isinstance(await asyncio.wait_for(anext(events_of), 5), CodecFrames):
+        pass
+    stream.cancel()
+    assert [ev async for ev in events_of][-1] == StreamEnd("cancelled")
+    assert engine.capacity().active == 0

@@ -16,7 +16,9 @@ from support.replicas import Replica
 from support.wsclient import open_session, refused_at_handshake
 
 import voxgate_client
+from gateway import cli
 from gateway.handshake import DRAINING, FULL, NOT_READY, SessionCount, refusal
+from gateway.settings import load_settings
 
 
 def test_the_reasons_in_their_order() -> None:
@@ -32,12 +34,27 @@ def test_the_reasons_in_their_order() -> None:
         SessionCount(-1)
 
 
+def test_max_sessions_comes_from_the_file_the_environment_and_the_flag(tmp_path: Path) -> None:
+    config = tmp_path / "voxgate.toml"
+    config.write_text("max_sessions = 3\n")
+    assert load_settings(config, env={}).max_sessions == 3
+    assert load_settings(config, env={"VOXGATE_MAX_SESSIONS": "5"}).max_sessions == 5
+    assert load_settings(config, env={"VOXGATE_MAX_SESSIONS": "5"}, max_sessions=7).max_sessions == 7
+    assert load_settings(config, env={}, max_sessions=None).max_sessions == 3  # a flag not given: the file's
+
+
+def test_a_bad_max_sessions_flag_stops_serve_before_it_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["serve", "--model", "synthetic", "--max-sessions", "-1"]) == 2
+    assert "max_sessions" in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def two_seats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
     logdir = Path(tmp_path_factory.mktemp("handshake"))
     config = logdir / "voxgate.toml"
-    config.write_text("max_sessions = 2\ndrain_grace_s = 5\n[engine_options]\nspeed = 8.0\nfirst_audio_s = 0.02\n")
-    replica = Replica("", logdir, "--config", str(config), model="synthetic").spawn()
+    config.write_text("max_sessions = 9\ndrain_grace_s = 5\n[engine_options]\nspeed = 8.0\nfirst_audio_s = 0.02\n")
+    # The flag wins over the file (as over VOXGATE_MAX_SESSIONS): two seats.
+    replica = Replica("", logdir, "--config", str(config), "--max-sessions", "2", model="synthetic").spawn()
     try:
         replica.wait_healthy(60)
         yield replica

@@ -50,16 +50,18 @@ def test_docs_event_table_is_the_types() -> None:
         assert fields == struct_fields(EVENTS[kind]), kind
 
 
-def test_design_event_table_names_only_fields_the_types_have() -> None:
-    design = next((p for p in (ROOT / "DESIGN.md", ROOT / "docs" / "DESIGN.md", ROOT.parent / "shared" / "DESIGN.md")
-                   if p.is_file()), None)  # fmt: skip
-    if design is None:
-        pytest.skip("DESIGN.md is not in this checkout")
-    table = event_table(design.read_text(), "Server → client")
-    assert {"session.ready", "audio.done", "audio.cancelled", "error"} <= table.keys()
+CLIENT_MESSAGES: dict[str, type[msgspec.Struct]] = {
+    "session.config": protocol.SessionConfig, "input.text": protocol.InputText, "input.done": protocol.InputDone,
+    "input.cancel": protocol.InputCancel, "session.close": protocol.SessionClose,
+}  # fmt: skip
+
+
+def test_docs_client_message_table_is_the_types() -> None:
+    """docs/protocol.md is the contract: every message a client may send, with every field it takes."""
+    table = event_table((ROOT / "docs" / "protocol.md").read_text(), "## Client messages")
+    assert table.keys() == CLIENT_MESSAGES.keys() == set(protocol.KNOWN_TYPES)
     for kind, fields in table.items():
-        assert kind in EVENTS, kind
-        assert set(fields) <= {f.rstrip("?") for f in struct_fields(EVENTS[kind])}, kind
+        assert fields == [f.name for f in msgspec.structs.fields(CLIENT_MESSAGES[kind])], kind
 
 
 def test_every_event_encodes_from_its_struct_and_decodes_back() -> None:

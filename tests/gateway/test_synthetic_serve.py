@@ -1,12 +1,13 @@
 """`voxgate serve --model synthetic` as an operator runs it for a load test: a real server process, its
-engine in a child process, options from the TOML's `[engine_options]`. It serves a WebSocket utterance
-and an OpenAI HTTP speech request, and past its configured capacity the gateway's admission refuses with
-its usual code — no GPU, no model."""
+engine in a child process, options from the TOML's `[engine_options]`. It serves a WebSocket utterance,
+an OpenAI HTTP speech request and codec tokens, and past its configured capacity the gateway's admission
+refuses with its usual code — no GPU, no model."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import struct
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -81,9 +82,23 @@ async def _audio(ws: Any) -> None:
         pass
 
 
-async def test_codec_tokens_are_refused_as_by_the_cpu_voices(synthetic_server: str) -> None:
-    ws, error = await open_session(synthetic_server, voice="synthetic", output_mode="codec_tokens")
+async def test_codec_tokens_are_served_for_on_device_decoding_clients(synthetic_server: str) -> None:
+    """codec_tokens output: `codec.start` with the engine's codec shape, binary frames numbered in order,
+    the last with EOS, `codec.done` counting them — the gateway's codec path, loaded with no model."""
+    ws, ready = await open_session(synthetic_server, voice="synthetic", output_mode="codec_tokens")
     try:
-        assert error["type"] == "error" and error["code"] == "codec_tokens_unsupported", error
+        assert ready["type"] == "session.ready", ready
+        events, binary = await utterance(ws, "Codec tokens for a device. Two sentences of them.")
+        kinds = [e["type"] for e in events]
+        assert "codec.start" in kinds and "codec.done" in kinds and kinds[-1] == "session.done", kinds
+        start = next(e for e in events if e["type"] == "codec.start")
+        assert (start["codebooks"], start["frame_rate_hz"], start["decoder_id"]) == (16, 12.5, "synthetic")
+        headers = [struct.unpack_from("<IHB", m) for m in binary]
+        assert [h[0] for h in headers] == list(range(len(headers)))
+        assert headers[-1][2] & 1  # EOS
+        frames = sum(h[1] for h in headers)
+        assert all(len(m) == 7 + h[1] * 32 for m, h in zip(binary, headers, strict=True))
+        done = next(e for e in events if e["type"] == "codec.done")
+        assert done["total_frames"] == frames and frames / 12.5 > 1.0
     finally:
         await ws.close()

@@ -1,4 +1,4 @@
-"""vLLM-Omni's streaming client works unchanged (DESIGN §5: "its clients work unchanged").
+"""vLLM-Omni's streaming client works unchanged (docs/protocol.md: "its clients work unchanged").
 
 `omni_client` does what vLLM-Omni's example client
 (examples/online_serving/text_to_speech/qwen3_tts/streaming_speech_client.py) does, from its published

@@ -38,7 +38,7 @@ def test_assets_are_served_with_their_types(client: TestClient) -> None:
     assert js.status_code == 200 and "javascript" in js.headers["content-type"]
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
     assert missing.status_code == 404
-    # The page speaks the wire protocol (DESIGN §5), not something else.
+    # The page speaks the wire protocol (docs/protocol.md), not something else.
     for msg in ("session.config", "input.text", "input.done", "input.cancel", "segment.committed",
                 "audio.mark", "audio.cancelled", "session.done"):  # fmt: skip
         assert f'"{msg}"' in js.text, msg

@@ -21,7 +21,7 @@ import pytest
 from hostile_text import SEGMENTER_SHAPES
 
 import segmentation
-from segmentation import GRANULARITIES, Segment, StreamSegmenter
+from segmentation import GRANULARITIES, Segment, StreamSegmenter, jieba_pysbd
 from segmentation import chars as chars_module
 from segmentation import segmenter as segmenter_module
 
@@ -82,7 +82,7 @@ class WorkMeter:
                     for key, item in value.items():
                         if isinstance(item, re.Pattern):
                             monkeypatch.setitem(value, key, CountingPattern(item, self))
-        jieba_cuts, pysbd_splits = segmenter_module._jieba_cuts, segmenter_module._pysbd_splits
+        jieba_cuts, pysbd_splits = jieba_pysbd.jieba_cuts, jieba_pysbd.pysbd_splits
 
         def counted_jieba(run: str) -> list[int]:
             self.work += len(run)
@@ -92,8 +92,8 @@ class WorkMeter:
             self.work += len(text)
             return pysbd_splits(text, at)
 
-        monkeypatch.setattr(segmenter_module, "_jieba_cuts", counted_jieba)
-        monkeypatch.setattr(segmenter_module, "_pysbd_splits", counted_pysbd)
+        monkeypatch.setattr(jieba_pysbd, "jieba_cuts", counted_jieba)
+        monkeypatch.setattr(jieba_pysbd, "pysbd_splits", counted_pysbd)
 
     def _trace(self, frame: FrameType, event: str, arg: object) -> Any:
         if frame.f_code.co_filename.startswith(SEGMENTATION_DIR):

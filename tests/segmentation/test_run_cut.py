@@ -11,8 +11,7 @@ import re
 import jieba
 import pytest
 
-from segmentation import Segment, StreamSegmenter
-from segmentation import segmenter as segmenter_module
+from segmentation import Segment, StreamSegmenter, jieba_pysbd
 
 HAN = re.compile(r"[\u4e00-\u9fff]")
 TOKEN = re.compile(r"[\u4e00-\u9fff]{1,2}|\s*[A-Za-z0-9'.%]+|.", re.S)  # a Mandarin LLM's tokens, as in bench/load.py
@@ -137,7 +136,7 @@ def test_a_run_with_no_word_boundary_waits_for_max_chars_and_asks_jieba_once(mon
         calls.append(run)
         return [len(run)]
 
-    monkeypatch.setattr(segmenter_module, "_jieba_cuts", one_word)
+    monkeypatch.setattr(jieba_pysbd, "jieba_cuts", one_word)
     text = "甲" * 60
     seg = StreamSegmenter("zh", "auto", clock=lambda: 0.0, max_chars=48)
     got = [s for c in text for s in seg.feed(c)] + seg.flush()

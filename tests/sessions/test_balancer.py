@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import websockets
-from support.replicas import HAProxy, Nginx, Replica
+from support.replicas import TwoReplicas
 from support.wsclient import open_session, say, utterance
 
 from gateway.protocol import CLOSE_RECONNECT
@@ -39,22 +39,12 @@ LONG = " ".join(f"Sentence {i} of an answer still being synthesized when its rep
 MEDIUM = " ".join(f"Sentence {i} of an answer still being synthesized when its replica goes." for i in range(3))
 
 
-class Deployment:
-    def __init__(self, redis: RedisServer, logdir: Path) -> None:
-        self.redis = redis
-        self.replicas = [Replica(redis.url, logdir).spawn(), Replica(redis.url, logdir).spawn()]
-        for r in self.replicas:
-            r.wait_healthy()
-        self.lb = HAProxy(self.replicas[0].addr, self.replicas[1].addr, logdir)
-        self.nginx = Nginx(self.replicas[0].addr, self.replicas[1].addr, logdir)  # deploy/nginx.conf
-        self.lb.wait_up()
-        self.nginx.wait_up()
+class Deployment(TwoReplicas):
+    """Two piper replicas behind HAProxy and nginx, and the Redis they share."""
 
-    def stop(self) -> None:
-        self.lb.stop()
-        self.nginx.stop()
-        for r in self.replicas:
-            r.kill()
+    def __init__(self, redis: RedisServer, logdir: Path) -> None:
+        super().__init__(redis.url, logdir)
+        self.redis = redis
 
 
 @pytest.fixture(scope="module")
@@ -133,14 +123,14 @@ async def test_sessions_speak_through_nginx_and_resume_through_either_balancer(d
         events, audio = await utterance(ws, "Spoken through nginx.")
         assert events[-1]["type"] == "session.done" and sum(map(len, audio)) > 0, events
         await ws.close()
-    ws, resumed = await resume(deployment.lb.addr, sessions[0][1]["session_id"])
+    ws, resumed = await resume(deployment.haproxy.addr, sessions[0][1]["session_id"])
     assert resumed["type"] == "session.ready" and resumed["resumed"], resumed
     assert resumed["next_utterance_index"] == 1, resumed
     await ws.close()
 
 
 async def test_kill_9_of_a_replica_resumes_through_the_balancer(deployment: Deployment) -> None:
-    lb, (a, _) = deployment.lb.addr, deployment.replicas
+    lb, (a, _) = deployment.haproxy.addr, deployment.replicas
     sessions = await start_speaking(lb, 4, LONG)  # round robin: two on each replica
     killed = time.monotonic()
     a.kill()
@@ -168,7 +158,7 @@ async def test_kill_9_of_a_replica_resumes_through_the_balancer(deployment: Depl
     finally:
         # The killed replica comes back for the next test (a restart, as an orchestrator does).
         a.spawn().wait_healthy()
-        deployment.lb.wait_up()
+        deployment.haproxy.wait_up()
 
 
 async def to_the_close_or_done(ws: Any) -> tuple[list[dict[str, Any]], int | None, float]:
@@ -188,7 +178,7 @@ async def to_the_close_or_done(ws: Any) -> tuple[list[dict[str, Any]], int | Non
 
 
 async def test_rolling_restart_by_sigterm_through_the_balancer(deployment: Deployment) -> None:
-    lb, b = deployment.lb.addr, deployment.replicas[1]
+    lb, b = deployment.haproxy.addr, deployment.replicas[1]
     await asyncio.sleep(1.2)  # both replicas in rotation again (rise 2 × inter 500 ms)
     sessions = await start_speaking(lb, 4, MEDIUM)  # still being synthesized when SIGTERM comes
     assert b.proc is not None

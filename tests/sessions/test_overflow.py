@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import websockets
-from support.replicas import HAProxy, Nginx, Replica
+from support.replicas import TwoReplicas
 from support.wsclient import open_session
 
 from ..conftest import RedisServer
@@ -33,28 +33,17 @@ HELD = C - 1  # of them, long ones on replica A
 PER_CLIENT = 12  # sessions each of the OFFERED clients opens, one after another
 
 
-class Pair:
+class Pair(TwoReplicas):
+    """Two synthetic replicas of C seats behind HAProxy and nginx."""
+
     def __init__(self, redis: RedisServer, logdir: Path) -> None:
         config = logdir / "voxgate.toml"
         config.write_text(f"max_sessions = {C}\n[engine_options]\nspeed = 8.0\nfirst_audio_s = 0.02\n")
-        self.replicas = [Replica(redis.url, logdir, "--config", str(config), model="synthetic").spawn()
-                         for _ in range(2)]  # fmt: skip
-        for r in self.replicas:
-            r.wait_healthy(60)
-        a, b = (r.addr for r in self.replicas)
-        self.balancers = {"haproxy": HAProxy(a, b, logdir), "nginx": Nginx(a, b, logdir)}
-        for lb in self.balancers.values():
-            lb.wait_up()
+        super().__init__(redis.url, logdir, "--config", str(config), model="synthetic", timeout=60)
 
     def refusals(self) -> int:
         """Handshakes the replicas refused so far (uvicorn logs each)."""
         return sum(r.log.read_text().count("rejected (503") for r in self.replicas)
-
-    def stop(self) -> None:
-        for lb in self.balancers.values():
-            lb.stop()
-        for r in self.replicas:
-            r.kill()
 
 
 @pytest.fixture(scope="module")

@@ -143,3 +143,40 @@ class Nginx(_Balancer):
 
     def exited(self) -> str:
         return (self._prefix / "error.log").read_text()[-2000:]
+
+
+class TwoReplicas:
+    """Two replicas on one store (`redis_url`) behind both shipped balancers, each started from its file:
+    the deployment the balancer and overflow tests speak through. `extra` and `model` go to both
+    replicas (`Replica`); `balancers` by name. A part that does not come up stops those that did."""
+
+    def __init__(self, redis_url: str, logdir: Path, *extra: str, model: str = "piper",
+                 timeout: float = 90) -> None:  # fmt: skip
+        self.replicas = [Replica(redis_url, logdir, *extra, model=model) for _ in range(2)]
+        self.balancers: dict[str, _Balancer] = {}
+        try:
+            for r in self.replicas:  # spawned together: their warm-ups overlap
+                r.spawn()
+            for r in self.replicas:
+                r.wait_healthy(timeout)
+            a, b = (r.addr for r in self.replicas)
+            self.balancers = {"haproxy": HAProxy(a, b, logdir), "nginx": Nginx(a, b, logdir)}
+            for lb in self.balancers.values():
+                lb.wait_up()
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def haproxy(self) -> _Balancer:
+        return self.balancers["haproxy"]
+
+    @property
+    def nginx(self) -> _Balancer:
+        return self.balancers["nginx"]
+
+    def stop(self) -> None:
+        for lb in self.balancers.values():
+            lb.stop()
+        for r in self.replicas:
+            r.kill()

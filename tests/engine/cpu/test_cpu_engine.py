@@ -1,4 +1,4 @@
-"""The CPU voice engine against the stream contract (DESIGN §3), with the real shipped models."""
+"""The CPU voice engine against the stream contract (docs/architecture.md, Contracts), with the real shipped models."""
 
 from __future__ import annotations
 

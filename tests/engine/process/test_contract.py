@@ -1,4 +1,4 @@
-"""The engine contract (DESIGN §3) against an engine in a child process, beside the same engine
+"""The engine contract (docs/architecture.md, Contracts) against an engine in a child process, beside the same engine
 in-process: the tiny Qwen3 model and Piper, real model code on both sides of the socket."""
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ async def test_an_unchecked_request_opened_on_the_loop_ends_with_the_engines_cod
     stream.append("Never spoken.")
     events, end = await asyncio.wait_for(collect(stream), 10)
     assert events == [] and end.reason == "error" and end.code == "unknown_voice", end
-    await eventually(lambda: child._cached(stream_request("nobody-on-a-loop", "en", {}))[1] is not None, 5)
+    await eventually(lambda: child._verdicts._cached(stream_request("nobody-on-a-loop", "en", {}))[1] is not None, 5)
     with pytest.raises(EngineError) as err:
         child.open_stream("nobody-on-a-loop", "en")
     assert err.value.code == "unknown_voice"

@@ -106,7 +106,7 @@ async def test_an_open_on_a_check_cache_miss_does_not_wait_for_a_stopped_child(
     assert all(ready["type"] == "session.ready" for _, ready in sessions), sessions
     pid = child.pid
     assert pid is not None
-    child._check_cache.clear()  # what an eviction or a restart leaves: the opens' request is not known
+    child._verdicts.clear()  # what an eviction or a restart leaves: the opens' request is not known
     os.kill(pid, signal.SIGSTOP)
     try:
         async with HealthProbe(f"http://{gateway}", interval=0.02) as probe:

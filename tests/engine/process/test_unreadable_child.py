@@ -13,8 +13,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from engine.process import ProcessEngine, start_engine, wire
-from engine.process.client import ProcessStream
+from engine.process import ProcessEngine, ProcessStream, start_engine, wire
 from engine.types import AudioChunk, StreamEnd
 
 LONG = " ".join(f"Sentence {i} of a long answer keeps this stream speaking for a while." for i in range(12))

@@ -1,0 +1,91 @@
+"""The records admission's policy (engine/fair_queue.py) keeps and answers with: its knobs
+(`FairQueueConfig`), one stream asking to start (`Waiter`) and a refusal (`Refused`). Plain data; the
+rules that move them are all in the policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Bound = Literal["tenant", "model", "wait", "slo"]
+State = Literal["waiting", "admitted", "finished", "withdrawn", "expired"]
+
+
+@dataclass(frozen=True, slots=True)
+class FairQueueConfig:
+    """Every knob of the policy, with its unit and why it has its value."""
+
+    max_waiting_per_key: int = 64  # streams: one tenant's burst cannot fill the line
+    max_waiting: int = 256  # streams: the line's memory and the work of a look stay bounded
+    max_wait_s: float = 10.0  # s: past this a waiter is refused rather than started late
+    # s: a continuation goes first in its key once its listener runs dry within this: about a stream's
+    # time from admission to first audio on a busy engine, with a margin.
+    continuation_lead_s: float = 2.0
+    max_in_flight: int | None = None  # streams admitted at once whatever they cost (None: the cost bounds)
+    # s: a stream leading its listener must be heard within this of asking, or is refused (None: off).
+    first_audio_slo_s: float | None = None
+    # s: until streams were seen to end, how long one holds its slot (Retry-After, the prediction).
+    default_hold_s: float = 2.0
+    default_stream_s: float = 2.0  # audio s: a stream's expected length until some ended (its charge)
+    # s: until some were measured, a stream's start-to-first-audio time (a busy CPU box's first sentence).
+    default_first_audio_s: float = 0.5
+    first_audio_quantile: float = 0.95  # the tail of start-to-first-audio the SLO is kept at
+    first_audio_samples: int = 64  # the latest measurements that tail is read from: recent, bounded
+    max_idle_keys: int = 4096  # idle keys whose service is remembered (keys are configured tenants: few)
+    smoothing: float = 0.2  # the newest value's weight in the running means (about the last 5 count)
+    # s: while anyone waits, how often the caller looks again (capacity moves as the engine measures its
+    # cost; waits expire and SLO refusals come within this of being decided).
+    recheck_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.max_waiting_per_key < 0 or self.max_waiting < 0 or not self.max_wait_s > 0:
+            raise ValueError("waiting bounds must be ≥ 0 and the maximum wait > 0")
+        if self.max_in_flight is not None and self.max_in_flight < 1:
+            raise ValueError("max_in_flight must be ≥ 1")
+        if self.first_audio_slo_s is not None and not self.first_audio_slo_s > 0:
+            raise ValueError("first_audio_slo_s must be > 0 (None: off)")
+        if not 0 < self.first_audio_quantile <= 1 or self.first_audio_samples < 1 or not 0 < self.smoothing <= 1:
+            raise ValueError("first_audio_quantile and smoothing must be in (0, 1], first_audio_samples ≥ 1")
+        if not self.recheck_s > 0:
+            raise ValueError("recheck_s must be > 0")
+
+
+class Refused(Exception):
+    """A waiter not taken: `bound` says which bound refused it; `retry_after_s`: when to try again;
+    `predicted_s` (bound "slo"): when it would have been heard, from its asking."""
+
+    def __init__(self, bound: Bound, retry_after_s: float, predicted_s: float | None = None) -> None:
+        super().__init__(f"refused by the {bound} bound; retry after {retry_after_s:.1f} s")
+        self.bound: Bound = bound
+        self.retry_after_s = retry_after_s
+        self.predicted_s = predicted_s
+
+
+@dataclass(eq=False)
+class Waiter:
+    """One stream asking to start, then (admitted) holding a slot until `finish`."""
+
+    key: str
+    enqueued_at: float
+    seq: int  # arrival order, across keys
+    state: State = "waiting"
+    started_at: float | None = None
+    served_s: float = 0.0  # audio seconds served so far
+    charged_s: float = 0.0  # audio seconds its key's service counts for it (≥ served_s while admitted)
+    continue_by: float | None = None  # a continuation: when its listener runs out of audio (clock time)
+    cost: float = 1.0  # what it holds of the capacity while admitted (the module doc, costs)
+    kind: object = None  # what its cost is re-read by (`recost`)
+    listener: object = None  # whose streams it is one of (by identity; None: its own)
+    # Admitted beside another stream of its listener (`admit_beside`): it rides that one's slot, until
+    # that one ends and it holds the slot itself. `rider` is the reverse link.
+    rides: Waiter | None = field(default=None, repr=False)
+    rider: Waiter | None = field(default=None, repr=False)
+    passed: bool = False  # admitted past the next in fair order, in the room it leaves (`_pass`)
+    leads: bool = False  # the first-audio SLO applied to it as it started (the module doc)
+    heard: bool = False  # its first audio was reported (`heard`)
+    refused: Refused | None = None  # why it expired
+
+    @property
+    def waited_s(self) -> float:
+        return 0.0 if self.started_at is None else self.started_at - self.enqueued_at
