@@ -98,8 +98,13 @@ async def test_an_agent_session_interrupted_keeps_what_played_and_speaks_on(
     assert out.played_after - out.played_at_interrupt < 0.25  # at most the frame that was playing
     assert out.interrupted
     assert 0 < len(words(out.said)) < len(words(LONG)) // 2 and words(LONG)[: len(words(out.said))] == words(out.said)
+    # The next turns speak their own words. Their first audio can wait behind the interrupted reply: say()
+    # sent all of it, and LiveKit's ElevenLabs closes nothing at an interruption once its input is all sent
+    # (it drops the context's audio), so voxgate, whose contexts play in the order they began, synthesises the
+    # rest of LONG first (0.3–2.6 s measured on 2 loaded cores; ElevenLabs would interleave the contexts).
+    # LiveKit gives a stream 10 s.
     for first, text in out.next_turns:
-        assert words(text) == words(SHORT) and first < 2.5
+        assert words(text) == words(SHORT) and first < 5.0, out.next_turns
     # One socket; for Cartesia two where the interruption came before its audio had all arrived (above).
     opened = voxgate.accepted(PATHS[provider]) - sockets
     assert opened == 1 or (provider == "cartesia" and opened == 2), opened
