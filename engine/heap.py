@@ -3,10 +3,8 @@
 A full (generation-2) collection walks every object the collector tracks, holding the GIL: every
 thread, the event loop included, stops for it. What a server holds for its whole life (the imports,
 an engine's modules and tensors' Python wrappers) is most of that heap, and it is walked again each
-time the heap grows by a quarter. Measured (`python bench/gc_pause.py --models piper,tiny`, 2-core box
-at load 4): with the gateway imported and the tiny Qwen3 engine loaded, 325k objects are tracked and
-one full pass takes 0.39-0.52 s (Piper: 66k objects, 0.16-0.20 s); in CI such a pass in the test
-process stalled /health for 1.4 s beside a queue flood. `gc.freeze()` moves every object tracked now
+time the heap grows by a quarter: a pass of a fraction of a second with a model loaded
+(bench/results/gc_freeze.md, `python bench/gc_pause.py`). `gc.freeze()` moves every object tracked now
 into a permanent generation that no pass walks, so later passes cost only what was made since.
 
 The price: an object frozen that later becomes garbage in a reference cycle is never freed. So a

@@ -3,8 +3,8 @@
 
 Clients name languages every way: "en", "en-US", "English", "zh_CN", "Chinese", "Mandarin", "Auto"
 (vLLM-Omni's clients). `stream_request` (engine/options.py) makes the name canonical before any engine
-or admission sees it: admission's cost tables are keyed by ISO code, and an alias was priced as the
-costliest voice (issue 14); every engine had to know every spelling.
+or admission sees it: admission's cost tables are keyed by ISO code (a name they do not know is priced
+as the costliest voice), and no engine needs to know every spelling.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ StreamEvent = AudioChunk | CodecFrames | Words | Waiting | StreamEnd
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
-    """What an engine can take now, judged from its measured cost (issue 14): `streams` is how many
+    """What an engine can take now, judged from its measured cost: `streams` is how many
     streams it can keep ahead of their listeners at once (those it serves included), `active` how many
     it serves. Admission starts a new stream only while `active < streams`. `busy_s`: seconds its
     workers have spent synthesising since it started, all workers together (None: not measured), and
@@ -107,8 +107,8 @@ class Capacity:
     of the streams it keeps ahead at once, in worker-seconds per audio second; `costs` what a stream costs
     by language, spoken with that language's default voice, and `voice_costs` by the voice it names.
     Admission then starts a stream while the cost of those it admitted and its own fit `budget`
-    (gateway/admission.py), not while fewer than `streams` run: counted at the mixed cost, a cheap stream
-    waited out a costly one it fitted beside. None: every stream costs one of `streams`."""
+    (gateway/admission.py), not while fewer than `streams` run, so a cheap stream never waits out a
+    costly one it fits beside. None: every stream costs one of `streams`."""
 
     streams: int
     active: int
@@ -185,7 +185,7 @@ class StreamRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     # word → IPA (a tenant lexicon's entries) for engines that phonemize text themselves (the CPU voices);
     # one that cannot take phonemes refuses the request (`phonemes_unsupported`): none goes unheard silently.
     phonemes: Annotated[dict[PhonemeWord, PhonemeIpa], msgspec.Meta(max_length=MAX_PHONEME_WORDS)] | None = None
-    # A continuation (issue 14): the seconds of audio its listener still has to hear when the stream opens
+    # A continuation: the seconds of audio its listener still has to hear when the stream opens
     # (the session's earlier utterance playing), so its first audio is due by then and not as a newcomer's;
     # None: the listener hears nothing now. A scheduling hint: an engine that orders its work by the
     # listener (the CPU voices' pool) uses it, the others may ignore it; it never changes what is said.

@@ -57,7 +57,8 @@ def _talker_problems(settings: object) -> list[str]:
         if str(spec.options.get("talker", "")).strip().lower() == "vllm" and spec.source.lower() not in NO_TALKER:
             from engine.vllm_talker.preflight import problems
 
-            found += [f"model {spec.name!r}: {problem}" for problem in problems(spec.source, spec.options)]
+            if said := problems(spec.source, spec.options):  # one line a model
+                found.append(f"model {spec.name!r}: " + "; ".join(said))
     return found
 
 
@@ -121,7 +122,8 @@ def _serve(args: argparse.Namespace) -> int:
     return 0 if server.started else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `voxgate` command's parser (its subcommands' defaults name what runs them)."""
     parser = argparse.ArgumentParser(prog="voxgate", description="Streaming TTS gateway for voice agents")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("segment", help="segment text from stdin as it streams in (JSON lines out)")
@@ -157,6 +159,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--admin-open-loopback", action="store_true", help="a developer's machine: answer the admin "
                    "plane without a key to direct loopback callers (never behind a proxy or a service mesh)")
     p.set_defaults(run=_serve, parser=p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     # A wrong flag after a command is told with that command's usage (its flags), not the top level's.
     args, unknown = parser.parse_known_args(argv)
     if unknown:

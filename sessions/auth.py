@@ -33,7 +33,7 @@ def hash_api_key(key: str) -> str:
 class Tenant:
     name: str
     max_streams: int | None = None  # None: no per-tenant stream limit
-    weight: float = 1.0  # the tenant's share of the engine under contention (issue 14)
+    weight: float = 1.0  # the tenant's share of the engine under contention
 
 
 class ApiKeys:

@@ -41,7 +41,7 @@ class TTS(tts.TTS):
         super().__init__(capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=word_timestamps),
                          sample_rate=sample_rate, num_channels=1)  # fmt: skip
         # State and helpers prefixed `_vx_`: LiveKit's base classes keep theirs in plain `_names` on the same
-        # objects (in the Pipecat service a `_cancel` once shadowed the framework's own).
+        # objects, and one of ours must never shadow one of theirs.
         self._vx_url, self._vx_api_key = url, api_key
         self._vx_options: dict[str, Any] = {"voice": voice, "language": language}
         self._vx_word_timestamps = word_timestamps

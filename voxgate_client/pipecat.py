@@ -90,8 +90,7 @@ class VoxgateTTSService(WebsocketTTSService):
             **kwargs,
         )
         # Our state and helpers are prefixed `_vx_`: Pipecat's base classes keep theirs in plain `_names` on
-        # the same object (a `_cancelling` here once silently stopped the processor taking frames, and a
-        # `_cancel` method shadowed the one Pipecat calls).
+        # the same object, and shadowing one (its `_cancelling`, its `_cancel`) silently stops the processor.
         self._vx_url = url
         self._vx_api_key = api_key
         self._vx_word_timestamps = word_timestamps

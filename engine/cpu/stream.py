@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import Future
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,17 +34,54 @@ from engine.cpu import policy
 from engine.cpu.espeak import Pinned
 from engine.cpu.jobs import Piece, PieceJob, Voice
 from engine.cpu.output import Output
-from engine.cpu.policy import PendingPiece, StreamStatus
-from engine.cpu.pool import Preempted
+from engine.cpu.policy import CpuPolicyConfig, PendingPiece, StreamStatus
+from engine.cpu.pool import Preempted, UrgencyPool
 from engine.cpu.text import cost, estimate_seconds, pieces
 from engine.listening import HoldRule, ListenerTimeline, holds_first
 from engine.stream import EventBridge
 from engine.types import EngineError, StreamEvent, Waiting
 
-if TYPE_CHECKING:
-    from engine.cpu.engine import CpuEngine
-
 log = logging.getLogger("voxgate.engine.cpu")
+
+
+class StreamHost(Protocol):
+    """What a stream asks of the engine that opened it (engine/cpu/engine.py's `CpuEngine` is one): the
+    stream is typed by this, not by the engine, so the two modules read apart (no import back up)."""
+
+    workers: int  # pieces a stream may have in flight (its look-ahead)
+    max_pending_chars: int  # text a stream may hold not yet cut into pieces
+    queue_size: int  # AudioChunks its bridge holds for its consumer
+    config: CpuPolicyConfig
+    pool: UrgencyPool  # the worker pool every stream shares
+
+    def cut_pieces(self, chosen: Voice | None, lang: str, index: int, text: str) -> Iterator[Piece]:
+        """Segment `index` as bounded pieces, lazily."""
+        ...
+
+    def rtf(self, backend: str) -> float:
+        """The backend's measured real-time factor."""
+        ...
+
+    def hold_error(self, backend: str) -> float:
+        """How much longer than predicted the first-audio hold takes a run of `backend` to be."""
+        ...
+
+    def hold_errors(self) -> dict[str, float]:
+        """`hold_error` of every backend loaded."""
+        ...
+
+    def synthesise(self, voice: Voice, lang: str, text: str, speed: float, cancelled: threading.Event,
+                   run_options: Any, pinned: Pinned | None = None) -> Iterator[Any]:
+        """(audio, rate, words) per model run of one piece."""
+        ...
+
+    def measured(self, backend: str, run_s: float, audio_s: float, predicted_s: float = 0.0) -> None:
+        """A job's cost, from its worker."""
+        ...
+
+    def stream_ended(self, stream: CpuStream) -> None:
+        """`stream` is over."""
+        ...
 
 
 class CpuStream:
@@ -55,7 +92,7 @@ class CpuStream:
     `PIECE_LIMITS`), and the bridge's `queue_size` chunks. Text and audio are dropped once delivered.
     """
 
-    def __init__(self, engine: CpuEngine, voice: Voice | None, language: str, sample_rate: int,
+    def __init__(self, engine: StreamHost, voice: Voice | None, language: str, sample_rate: int,
                  speed: float, word_timings: bool = False, pinned: Pinned | None = None,
                  before: ListenerTimeline | None = None, *, after: CpuStream | None = None,
                  listener: tuple[str, str] | None = None, next_likely: bool = False) -> None:
@@ -67,7 +104,7 @@ class CpuStream:
         self.sample_rate = sample_rate
         self._speed = speed
         self._cancelled = threading.Event()
-        self._bridge = EventBridge(engine._queue_size, on_cancel=self._abort)
+        self._bridge = EventBridge(engine.queue_size, on_cancel=self._abort)
         self._cond = threading.Condition()
         self._inbox: deque[tuple[int, str]] = deque()  # appended segments not yet cut into pieces
         self._appended = 0  # segments appended so far: the next one's index
@@ -168,7 +205,7 @@ class CpuStream:
                     self._inbox_chars -= len(text)
                     # A generator: set here, under the lock, so a stream behind this one sees the text is
                     # still being cut (`_all_cut`); it cuts outside the lock, as it is consumed.
-                    self._cutter = self._engine._pieces(self._voice, self._language, index, text)
+                    self._cutter = self._engine.cut_pieces(self._voice, self._language, index, text)
                 cutter = self._cutter
             piece = next(cutter, None)
             if piece is not None:
@@ -220,7 +257,7 @@ class CpuStream:
                 return piece
             slack = self._timeline().dry_at - time.monotonic()
         size = cost(piece.text)
-        limit = policy.ramp_limit(size, piece.seconds, slack, self._engine._rtf(piece.voice.backend),
+        limit = policy.ramp_limit(size, piece.seconds, slack, self._engine.rtf(piece.voice.backend),
                                   self._ramp_share(), self._engine.config)
         if limit >= size:
             return piece
@@ -236,7 +273,7 @@ class CpuStream:
     def _ramp_share(self) -> float:
         """Its part of the workers (`_ramped`): the workers over the streams with a job queued or running,
         itself included."""
-        return self._engine.workers / self._engine._pool.owners(also=self)
+        return self._engine.workers / self._engine.pool.owners(also=self)
 
     def _submit(self, piece: Piece) -> None:
         """Hand one piece to the pool: a first-audio job while its listener hears nothing, else due by
@@ -253,7 +290,7 @@ class CpuStream:
             first_audio = self._hears_nothing()
             self._jobs.append(job)
         try:
-            job.future = self._engine._pool.submit(deadline, partial(self._run_job, job), owner=self,
+            job.future = self._engine.pool.submit(deadline, partial(self._run_job, job), owner=self,
                                                    first_audio=first_audio, run_s=self._run_s(piece),
                                                    yield_to=partial(self._yield_job, job))
         except RuntimeError:  # the pool is shut down: the engine is closing
@@ -271,7 +308,7 @@ class CpuStream:
 
     def _run_s(self, piece: Piece) -> float:
         """How long `piece` is expected to run: its estimated length × its backend's measured RTF."""
-        return piece.seconds * self._engine._rtf(piece.voice.backend)
+        return piece.seconds * self._engine.rtf(piece.voice.backend)
 
     def _reschedule(self) -> None:
         """Once a piece's audio is out, its real length stands for its estimate: the queued pieces behind
@@ -283,7 +320,7 @@ class CpuStream:
                     moves.append((job.future, self._deadline(before, job.piece)))
                 before.append(job)
         for future, deadline in moves:  # outside the stream's lock, as every call into the pool
-            self._engine._pool.reschedule(future, deadline)
+            self._engine.pool.reschedule(future, deadline)
 
     def _before_counts(self) -> bool:
         """Under `_cond`: its deadlines run from the end of audio before it (another stream of its listener,
@@ -345,7 +382,7 @@ class CpuStream:
         p = job.piece
         t0, made, predicted_s = time.perf_counter(), 0.0, self._run_s(p)
         try:
-            for audio in self._engine._synthesise(p.voice, p.lang, p.text, self._speed, self._cancelled,
+            for audio in self._engine.synthesise(p.voice, p.lang, p.text, self._speed, self._cancelled,
                                                   job.run_options, self._pinned):
                 made += audio[0].size / audio[1]
                 with self._cond:
@@ -356,7 +393,7 @@ class CpuStream:
                     self._cond.notify_all()
             self._gave_up(job)
             if not self._cancelled.is_set():  # a cut-short run says nothing of the cost
-                self._engine._measured(p.voice.backend, time.perf_counter() - t0, made, predicted_s)
+                self._engine.measured(p.voice.backend, time.perf_counter() - t0, made, predicted_s)
         except Preempted:
             raise
         except Exception as exc:  # reported by the driver, in order, as StreamEnd("error")
@@ -413,7 +450,7 @@ class CpuStream:
         return policy.notice_due(self._jobs[0].queued_at, self._sent().runs_out_at, self._engine.config)
 
     def _notify_waiting(self, head: PieceJob) -> None:
-        ahead = self._engine._pool.ahead(head.future) if head.future is not None else None
+        ahead = self._engine.pool.ahead(head.future) if head.future is not None else None
         if ahead is None:
             return  # it has started meanwhile
         self._notified = True  # once per wait, even unsent: the driver must not retry at every wake-up
@@ -448,7 +485,7 @@ class CpuStream:
                 self._inbox_chars = 0
                 self._cutter = None
                 self._after = self._next = None
-            self._engine._ended(self)
+            self._engine.stream_ended(self)
 
     def _take_head(self) -> tuple[PieceJob, list[Any], bool, Exception | None] | object | None:
         """Wait for news, then take the head job's audio: (head, audio, done, error); `_ALL_DONE` once
@@ -515,7 +552,7 @@ class CpuStream:
                 self._to(StreamStatus.HELD)
         rule = HoldRule(cfg.first_hold_s, cfg.hold_margin_s, cfg.hold_margin_s)
         engine, backend = self._engine, head.piece.voice.backend
-        next_run_s = cfg.next_min_s * engine._rtf(backend) * (1 + engine._hold_error(backend))
+        next_run_s = cfg.next_min_s * engine.rtf(backend) * (1 + engine.hold_error(backend))
         while True:
             self._fill(head)  # the look-ahead runs on while the first audio waits, on text that comes too
             late = self._hold_look(head, have, next_run_s)
@@ -536,10 +573,10 @@ class CpuStream:
                 return None
             after = [(job, job.started_at, job.future) for job in self._jobs]  # at most `workers`
         following, following_cut = self._following()  # outside its lock: it takes the next one's
-        engine, pool = self._engine, self._engine._pool
+        engine, pool = self._engine, self._engine.pool
         # Each piece runs past its prediction by its backend's error; a job it waits behind (another
         # stream's, of either backend) by the costliest backend's.
-        errors = engine._hold_errors()
+        errors = engine.hold_errors()
         stretch = 1.0 + max(errors.values())
         starts = [s if s is not None or f is None else pool.expected_start(f, stretch) for _, s, f in after]
         next_starts = [s if s is not None or f is None else pool.expected_start(f, stretch)

@@ -62,8 +62,8 @@ class _Window:
         self.left -= 1
 
 
-# bench/engine_bench.py --process compares the relay as it was (one awaited zmq send per event) with the
-# batched one; nothing else sets this.
+# One awaited zmq send per event instead of a batch: bench/engine_bench.py --relay-compare measures the
+# batched relay against it; nothing else sets this.
 PER_EVENT = os.environ.get("VOXGATE_ENGINE_RELAY") == "per_event"
 
 

@@ -41,15 +41,14 @@ class CoreConfig:
     max_context: int = 2048  # KV positions per slot: prompt + frames (2048 frames ≈ 164 s of audio)
     max_batch: int = 32  # talker rows per step
     ramp: tuple[int, ...] = DEFAULT_RAMP
-    # Streams per batched decode (and a cycle decodes up to the frames of this many full chunks). Tiny
-    # model, 2 cores: 4 beat 8 in paired bench runs (16 streams: 514 vs 347 frames per CPU-s; 32: 600 vs
-    # 428) and 16 was worse again: a large decode's activations (16 × 25 frames × 1920 samples ×
-    # channels) no longer fit in cache.
+    # Streams per batched decode (and a cycle decodes up to the frames of this many full chunks): past 4
+    # a decode's activations (rows × 25 frames × 1920 samples × channels) leave the cache
+    # (bench/results/core_config.md).
     max_codec_rows: int = 4
     queue_size: int = 8  # audio chunks buffered per stream before its consumer is considered not reading
-    # torch intra-op threads of the core thread. 1 for the tiny model: with 2 on 2 busy cores a tiny
-    # attention call took 10.5 ms instead of 6 µs (waking the second thread). A real checkpoint's
-    # GEMMs on CPU want more.
+    # torch intra-op threads of the core thread. 1 for the tiny model: on busy cores waking a second
+    # thread costs more than a tiny call (bench/results/core_config.md). A real checkpoint's GEMMs on
+    # CPU want more.
     threads: int = 1
     frames_per_token: float = 6.0  # frame cap: text tokens × this + min_frames (real speech: ~2–4)
     min_frames: int = 24
