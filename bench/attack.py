@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import sys
 import time
@@ -1205,34 +1206,9 @@ async def _unread(ctx: Context, provider: str) -> dict[str, Any]:
     return {"codes": ["unread"], "sockets": sockets}
 
 
-@attack("elevenlabs_garbage")
-async def elevenlabs_garbage(ctx: Context) -> dict[str, Any]:
-    return await _garbage(ctx, "elevenlabs")
-
-
-@attack("elevenlabs_unread")
-async def elevenlabs_unread(ctx: Context) -> dict[str, Any]:
-    return await _unread(ctx, "elevenlabs")
-
-
-@attack("elevenlabs_single_garbage")
-async def elevenlabs_single_garbage(ctx: Context) -> dict[str, Any]:
-    return await _garbage(ctx, "elevenlabs_single")
-
-
-@attack("elevenlabs_single_unread")
-async def elevenlabs_single_unread(ctx: Context) -> dict[str, Any]:
-    return await _unread(ctx, "elevenlabs_single")
-
-
-@attack("cartesia_garbage")
-async def cartesia_garbage(ctx: Context) -> dict[str, Any]:
-    return await _garbage(ctx, "cartesia")
-
-
-@attack("cartesia_unread")
-async def cartesia_unread(ctx: Context) -> dict[str, Any]:
-    return await _unread(ctx, "cartesia")
+for _provider in _PROVIDER_PATHS:  # elevenlabs_garbage, elevenlabs_unread, …, cartesia_unread
+    attack(f"{_provider}_garbage")(functools.partial(_garbage, provider=_provider))
+    attack(f"{_provider}_unread")(functools.partial(_unread, provider=_provider))
 
 
 def main(argv: list[str] | None = None) -> int:

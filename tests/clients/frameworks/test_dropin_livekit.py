@@ -7,6 +7,9 @@ played, and the next turns speak at once."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import pytest
@@ -18,83 +21,74 @@ pytestmark = pytest.mark.clients
 PATHS = {"elevenlabs": "/v1/text-to-speech/joe/multi-stream-input", "cartesia": "/tts/websocket"}
 
 
-def plugin(provider: str, server: str, session: aiohttp.ClientSession) -> object:
+@dataclass
+class Plugin:
+    """One plugin's TTS pointed at voxgate, and the server's count of its sockets when the test began."""
+
+    provider: str
+    tts: Any
+    server: Server
+    sockets: int
+
+    def opened(self) -> int:
+        """The sockets the server accepted on the plugin's path since the test began."""
+        return self.server.accepted(PATHS[self.provider]) - self.sockets
+
+
+@pytest.fixture(params=["elevenlabs", "cartesia"])
+async def lk(request: pytest.FixtureRequest, voxgate: Server, http_session: aiohttp.ClientSession
+             ) -> AsyncIterator[Plugin]:  # fmt: skip
+    provider, addr = request.param, voxgate.addr
     if provider == "elevenlabs":
-        return elevenlabs.TTS(api_key="any", base_url=f"http://{server}/v1", voice_id="joe", http_session=session)
-    return cartesia.TTS(api_key="any", base_url=f"http://{server}", voice="joe", http_session=session)
-
-
-@pytest.mark.parametrize("provider", ["elevenlabs", "cartesia"])
-async def test_a_stream_speaks_with_timed_words_turn_after_turn_on_one_socket(
-    voxgate: Server, http_session: aiohttp.ClientSession, provider: str
-) -> None:
-    tts = plugin(provider, voxgate.addr, http_session)
-    sockets = voxgate.accepted(PATHS[provider])
+        tts = elevenlabs.TTS(api_key="any", base_url=f"http://{addr}/v1", voice_id="joe", http_session=http_session)
+    else:
+        tts = cartesia.TTS(api_key="any", base_url=f"http://{addr}", voice="joe", http_session=http_session)
     try:
-        for _ in range(3):  # three turns, on the plugin's pooled socket
-            spoken = await speak(tts, SHORT)
-            assert spoken.seconds > 1.5
-            assert words("".join(spoken.timed)) == words(SHORT), spoken.timed
-            starts = [t.start_time for t in spoken.timed]
-            assert starts == sorted(starts) and starts[-1] < spoken.seconds
+        yield Plugin(provider, tts, voxgate, voxgate.accepted(PATHS[provider]))
     finally:
-        await tts.aclose()  # type: ignore[attr-defined]
-    assert voxgate.accepted(PATHS[provider]) - sockets == 1
+        await tts.aclose()
 
 
-@pytest.mark.parametrize("provider", ["elevenlabs", "cartesia"])
-async def test_the_http_path_speaks(voxgate_server: str, http_session: aiohttp.ClientSession, provider: str) -> None:
-    tts = plugin(provider, voxgate_server, http_session)
-    try:
-        seconds = 0.0
-        async with asyncio.timeout(60):
-            async for ev in tts.synthesize(SHORT):  # type: ignore[attr-defined]
-                seconds += ev.frame.duration
-        assert seconds > 1.5
-    finally:
-        await tts.aclose()  # type: ignore[attr-defined]
+async def test_a_stream_speaks_with_timed_words_turn_after_turn_on_one_socket(lk: Plugin) -> None:
+    for _ in range(3):  # three turns, on the plugin's pooled socket
+        spoken = await speak(lk.tts, SHORT)
+        assert spoken.seconds > 1.5
+        assert words("".join(spoken.timed)) == words(SHORT), spoken.timed
+        starts = [t.start_time for t in spoken.timed]
+        assert starts == sorted(starts) and starts[-1] < spoken.seconds
+    assert lk.opened() == 1
+
+
+async def test_the_http_path_speaks(lk: Plugin) -> None:
+    seconds = 0.0
+    async with asyncio.timeout(60):
+        async for ev in lk.tts.synthesize(SHORT):
+            seconds += ev.frame.duration
+    assert seconds > 1.5
 
 
 # The LLM still writing (12 tokens/s) when the stream is closed a second into its audio.
-@pytest.mark.parametrize("provider", ["elevenlabs", "cartesia"])
-async def test_a_stream_closed_mid_reply_stops_its_audio_and_keeps_the_words_heard(
-    voxgate: Server, http_session: aiohttp.ClientSession, provider: str
-) -> None:
-    tts = plugin(provider, voxgate.addr, http_session)
-    sockets = voxgate.accepted(PATHS[provider])
-    try:
-        cut = await speak(tts, LONG, stop_after_s=1.0, tokens_per_s=12)
-        audio_went_on_s = await voxgate.audio_settles()
-        turns = [await speak(tts, SHORT) for _ in range(2)]
-    finally:
-        await tts.aclose()  # type: ignore[attr-defined]
+async def test_a_stream_closed_mid_reply_stops_its_audio_and_keeps_the_words_heard(lk: Plugin) -> None:
+    cut = await speak(lk.tts, LONG, stop_after_s=1.0, tokens_per_s=12)
+    audio_went_on_s = await lk.server.audio_settles()
+    turns = [await speak(lk.tts, SHORT) for _ in range(2)]
     kept = words("".join(t for t in cut.timed if t.start_time < cut.seconds))
     assert 0 < len(kept) < len(words(LONG)) // 2 and words(LONG)[: len(kept)] == kept
-    # Neither plugin cuts what it already sent: LiveKit's ElevenLabs closes the context (close_context, which
-    # voxgate, as ElevenLabs, plays out: Pipecat closes every turn so and must hear all of it), its Cartesia
-    # says nothing and drops the socket from its pool (closed at its next turn). The server's audio goes on
-    # for what was sent, a sentence at a time (a few seconds made at several times real time), then stops;
-    # the plugins drop it.
+    # Neither plugin cuts what it already sent. LiveKit's ElevenLabs sends close_context (voxgate cuts what is
+    # still open and, as close_context asks, plays out what was flushed: Pipecat closes every turn so and must
+    # hear all of it) on its shared socket; its Cartesia sends nothing and drops the socket from its pool
+    # (closed at its next turn, which opens another; voxgate ends the session with its socket). So the
+    # server's audio goes on for what was sent, a sentence at most (a few seconds made at several times real
+    # time), then stops; the plugins drop it.
     assert audio_went_on_s < 4.0, audio_went_on_s
     for turn in turns:
         assert words("".join(turn.timed)) == words(SHORT) and 1.5 < turn.seconds < 6  # nothing stale
         assert turn.first_audio_s is not None and turn.first_audio_s < 2.5
-    # LiveKit's ElevenLabs closes the context on its shared socket (voxgate cuts what was still open); its
-    # Cartesia sends nothing and drops the socket from its pool (voxgate ends the session with the socket),
-    # so its next turns open one more.
-    assert voxgate.accepted(PATHS[provider]) - sockets == (1 if provider == "elevenlabs" else 2)
+    assert lk.opened() == (1 if lk.provider == "elevenlabs" else 2)
 
 
-@pytest.mark.parametrize("provider", ["elevenlabs", "cartesia"])
-async def test_an_agent_session_interrupted_keeps_what_played_and_speaks_on(
-    voxgate: Server, http_session: aiohttp.ClientSession, provider: str
-) -> None:
-    tts = plugin(provider, voxgate.addr, http_session)
-    sockets = voxgate.accepted(PATHS[provider])
-    try:
-        out = await interrupted_session(tts, then=[SHORT, SHORT])
-    finally:
-        await tts.aclose()  # type: ignore[attr-defined]
+async def test_an_agent_session_interrupted_keeps_what_played_and_speaks_on(lk: Plugin) -> None:
+    out = await interrupted_session(lk.tts, then=[SHORT, SHORT])
     assert out.played_after - out.played_at_interrupt < 0.25  # at most the frame that was playing
     assert out.interrupted
     assert 0 < len(words(out.said)) < len(words(LONG)) // 2 and words(LONG)[: len(words(out.said))] == words(out.said)
@@ -106,5 +100,4 @@ async def test_an_agent_session_interrupted_keeps_what_played_and_speaks_on(
     for first, text in out.next_turns:
         assert words(text) == words(SHORT) and first < 5.0, out.next_turns
     # One socket; for Cartesia two where the interruption came before its audio had all arrived (above).
-    opened = voxgate.accepted(PATHS[provider]) - sockets
-    assert opened == 1 or (provider == "cartesia" and opened == 2), opened
+    assert lk.opened() == 1 or (lk.provider == "cartesia" and lk.opened() == 2), lk.opened()
