@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import sys
 import time
@@ -1125,32 +1126,40 @@ def _provider_ws_url(ctx: Context, path: str) -> str:
     return ctx.url.replace("http://", "ws://").replace("https://", "wss://") + path
 
 
-async def _provider_codes(ws: Any, seconds: float, key: str = "error") -> list[str]:
-    codes: list[str] = []
-    end = time.monotonic() + seconds
-    with contextlib.suppress(TimeoutError, websockets.ConnectionClosed):
-        while (left := end - time.monotonic()) > 0:
-            msg = await asyncio.wait_for(ws.recv(), left)
-            if isinstance(msg, str) and isinstance(code := json.loads(msg).get(key), str):
-                codes.append(code)
-    return codes
-
-
 _GARBAGE = ["{not json", json.dumps({"text": 5}), json.dumps({"text": "x" * 300_000}), json.dumps([1, 2]),
             "[" * 100_000, json.dumps({"context_id": "c" * 10_000, "text": "hi"}),
             json.dumps({"transcript": {"nested": [1] * 1000}, "context_id": "a"})]  # fmt: skip
-_PROVIDER_PATHS = {
+_PROVIDER_PATHS = {  # the socket's path, and the field of its error messages that holds voxgate's code
     "elevenlabs": ("/v1/text-to-speech/joe/multi-stream-input?output_format=pcm_16000", "error"),
+    "elevenlabs_single": ("/v1/text-to-speech/joe/stream-input?output_format=pcm_16000", "error"),
     "cartesia": ("/tts/websocket?cartesia_version=2025-04-16", "code"),
 }
+OVERSIZED_FRAME = 5 * 1024 * 1024  # past the server's WebSocket frame bound (gateway/server.py WS_MAX_BYTES)
+
+
+async def _provider_errors(ws: Any, seconds: float, key: str, quiet_s: float = 1.0) -> list[dict[str, Any]]:
+    """The socket's error messages (those whose `key` field is a code), until it has said nothing for
+    `quiet_s`, `seconds` have passed, or it closes."""
+    errors: list[dict[str, Any]] = []
+    end = time.monotonic() + seconds
+    with contextlib.suppress(TimeoutError, websockets.ConnectionClosed):
+        while (left := end - time.monotonic()) > 0:
+            msg = await asyncio.wait_for(ws.recv(), min(left, quiet_s))
+            if isinstance(msg, str) and isinstance((m := json.loads(msg)).get(key), str):
+                errors.append(m)
+    return errors
 
 
 async def _garbage(ctx: Context, provider: str) -> dict[str, Any]:
+    """Sockets sending malformed, oversized and binary messages in rounds; once they have all been answered,
+    one frame past the server's frame bound each. Seen: the codes, the error messages' shapes (their sorted
+    field names), how many sockets the garbage left open, and how the big frames closed them (1009; or 1006
+    where the server dropped the connection while the client was still writing the frame)."""
     path, key = _PROVIDER_PATHS[provider]
     sockets, seconds = int(ctx.options.get("sockets", 4)), float(ctx.options.get("seconds", 3.0))
     url = _provider_ws_url(ctx, path)
     wss = [await websockets.connect(url, max_size=None, open_timeout=30) for _ in range(sockets)]
-    readers = [asyncio.create_task(_provider_codes(ws, seconds, key)) for ws in wss]
+    readers = [asyncio.create_task(_provider_errors(ws, seconds + 10.0, key)) for ws in wss]
     for _ in range(int(ctx.options.get("rounds", 5))):
         for ws in wss:
             for raw in _GARBAGE:
@@ -1159,10 +1168,20 @@ async def _garbage(ctx: Context, provider: str) -> dict[str, Any]:
             with contextlib.suppress(websockets.ConnectionClosed):
                 await ws.send(b"\x00" * 1024)
         await asyncio.sleep(0)
-    codes = [c for r in readers for c in await r]
+    errors = [m for r in readers for m in await r]
+    seen = {"codes": sorted({m[key] for m in errors}), "errors": len(errors),
+            "shapes": sorted({",".join(sorted(m)) for m in errors}),
+            "open_after_garbage": sum(ws.close_code is None for ws in wss)}  # fmt: skip
+    if ctx.options.get("oversized", True):
+        for ws in wss:
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await ws.send("x" * OVERSIZED_FRAME)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ws.wait_closed(), 10)
+        seen["closes"] = sorted({int(ws.close_code or 0) for ws in wss})
     for ws in wss:
         await ws.close()
-    return {"codes": sorted(set(codes)), "errors": len(codes)}
+    return seen
 
 
 async def _unread(ctx: Context, provider: str) -> dict[str, Any]:
@@ -1173,7 +1192,7 @@ async def _unread(ctx: Context, provider: str) -> dict[str, Any]:
     wss = []
     for n in range(sockets):
         ws = await websockets.connect(_provider_ws_url(ctx, path), max_size=None, open_timeout=30, max_queue=1)
-        if provider == "elevenlabs":
+        if provider.startswith("elevenlabs"):
             await ws.send(json.dumps({"text": text, "context_id": f"u{n}", "flush": True}))
         else:
             await ws.send(json.dumps({"context_id": f"u{n}", "transcript": text, "continue": False,
@@ -1187,24 +1206,9 @@ async def _unread(ctx: Context, provider: str) -> dict[str, Any]:
     return {"codes": ["unread"], "sockets": sockets}
 
 
-@attack("elevenlabs_garbage")
-async def elevenlabs_garbage(ctx: Context) -> dict[str, Any]:
-    return await _garbage(ctx, "elevenlabs")
-
-
-@attack("elevenlabs_unread")
-async def elevenlabs_unread(ctx: Context) -> dict[str, Any]:
-    return await _unread(ctx, "elevenlabs")
-
-
-@attack("cartesia_garbage")
-async def cartesia_garbage(ctx: Context) -> dict[str, Any]:
-    return await _garbage(ctx, "cartesia")
-
-
-@attack("cartesia_unread")
-async def cartesia_unread(ctx: Context) -> dict[str, Any]:
-    return await _unread(ctx, "cartesia")
+for _provider in _PROVIDER_PATHS:  # elevenlabs_garbage, elevenlabs_unread, …, cartesia_unread
+    attack(f"{_provider}_garbage")(functools.partial(_garbage, provider=_provider))
+    attack(f"{_provider}_unread")(functools.partial(_unread, provider=_provider))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,6 +48,17 @@ _native = msgspec.json.Encoder()
 M = TypeVar("M")
 
 
+# The HTTP status each protocol gives an error code (the HTTP routes' responses, Cartesia's `status_code` on its
+# socket's errors); any other code is a 400.
+HTTP_STATUS = {"unauthorized": 401, "unknown_voice": 404, "unknown_model": 404, "timeout": 408, "queue_full": 429,
+               "too_many_contexts": 429, "too_many_utterances": 429, "internal_error": 500, "engine_not_ready": 503,
+               "draining": 503, "model_unloading": 503}  # fmt: skip
+
+
+def http_status(code: str) -> int:
+    return HTTP_STATUS.get(code, 400)
+
+
 class Marker(enum.Enum):
     """What a context's next `session.done` means to the provider."""
 
@@ -203,4 +214,5 @@ def close_socket() -> list[msgspec.Struct]:
 
 
 __all__ = ["AudioCancelled", "AudioDone", "AudioStart", "AudioWords", "Bridge", "ContextState", "Contexts", "Error",
-           "Marker", "SessionDone", "Wire", "close_socket", "context_of", "decode", "native"]  # fmt: skip
+           "Marker", "SessionDone", "Wire", "close_socket", "context_of", "decode", "http_status",
+           "native"]  # fmt: skip

@@ -28,17 +28,14 @@ from gateway.protocol import (
     SessionDone,
     quote,
 )
-from gateway.protocols.bridge import Contexts, Marker, SendText, context_of
+from gateway.protocols.bridge import Contexts, Marker, SendText, context_of, http_status
 from gateway.protocols.bridge import decode as bridge_decode
 
 Encoding = Literal["pcm_s16le", "pcm_f32le", "pcm_mulaw", "pcm_alaw"]
 Rate = Annotated[int, msgspec.Meta(ge=8000, le=48000)]
 NATIVE_FORMAT = {"pcm_s16le": "pcm", "pcm_f32le": "pcm", "pcm_mulaw": "ulaw", "pcm_alaw": "alaw"}
-# Cartesia's status codes on its messages: 206 while a context goes on, 200 at its end; errors by kind.
+# Cartesia's status codes on its messages: 206 while a context goes on, 200 at its end; errors: http_status.
 STATUS_PARTIAL, STATUS_DONE = 206, 200
-ERROR_STATUS = {"unauthorized": 401, "unknown_voice": 404, "unknown_model": 404, "queue_full": 429,
-                "too_many_contexts": 429, "too_many_utterances": 429, "engine_not_ready": 503, "draining": 503,
-                "internal_error": 500, "timeout": 408}  # fmt: skip
 
 
 # -- messages, both ways ----------------------------------------------------------------------------
@@ -129,7 +126,7 @@ def decode(raw: str) -> CartesiaInput:
 
 
 def error_message(code: str, message: str, context_id: str | None = None) -> str:
-    out = ErrorOut(error=message, code=code, status_code=ERROR_STATUS.get(code, 400), context_id=context_id or "")
+    out = ErrorOut(error=message, code=code, status_code=http_status(code), context_id=context_id or "")
     return _encoder.encode(out).decode()
 
 

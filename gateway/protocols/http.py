@@ -29,15 +29,12 @@ from gateway.auth import authenticate
 from gateway.connection import Connection
 from gateway.protocol import ProtocolError
 from gateway.protocols import cartesia, elevenlabs
-from gateway.protocols.bridge import Bridge, Wire
+from gateway.protocols.bridge import Bridge, Wire, http_status
 from gateway.settings import Settings
 from gateway.sockets import serve_connection
 from sessions import SessionStore, Tenant
 
 MAX_TEXT_CHARS = 40_000  # one request's text (ElevenLabs' own limit for its newest models is 40 000)
-STATUS = {"unauthorized": 401, "unknown_voice": 404, "unknown_model": 404, "queue_full": 429,
-          "too_many_utterances": 429, "engine_not_ready": 503, "draining": 503, "model_unloading": 503,
-          "internal_error": 500}  # fmt: skip
 _QUEUE = 32  # response chunks waiting for the client; past it the Connection waits, then drops a stalled client
 _END = object()
 
@@ -141,7 +138,7 @@ class ElevenLabsSpeech(msgspec.Struct, forbid_unknown_fields=False):
 
 
 def _el_failure(f: Failure) -> Response[Any]:
-    return Response({"detail": {"status": f.code, "message": f.message}}, status_code=STATUS.get(f.code, 400))
+    return Response({"detail": {"status": f.code, "message": f.message}}, status_code=http_status(f.code))
 
 
 def _el_convert(timestamps: bool) -> Callable[[dict[str, Any]], bytes | Failure | None]:
@@ -227,7 +224,7 @@ class BytesRequest(msgspec.Struct, forbid_unknown_fields=False):
 
 
 def _cartesia_failure(f: Failure) -> Response[Any]:
-    status = cartesia.ERROR_STATUS.get(f.code, STATUS.get(f.code, 400))
+    status = http_status(f.code)
     return Response({"error": f.message, "code": f.code, "status_code": status}, status_code=status)
 
 

@@ -232,11 +232,36 @@ async def test_xi_api_key_is_a_voxgate_key(keyed_gateway: str) -> None:
 # -- attacks, with a canary speaking beside them (bench/attack.py) ---------------------------------------
 
 
-@pytest.mark.parametrize("name", ["elevenlabs_garbage", "elevenlabs_unread", "cartesia_garbage", "cartesia_unread"])
-def test_dropin_attacks_leave_the_canary_undisturbed(gateway: str, name: str) -> None:
+# Each protocol's errors in its own shape (the sorted field names of every error message the attack got), with
+# voxgate's stable codes; the garbage closes no socket, and a frame past the server's frame bound closes its
+# socket 1009 (the WebSocket's own "message too big"; 1006 where the server dropped the connection while the
+# client was still writing the frame).
+EL_SHAPE = "code,error,message"  # {"error": CODE, "message": …, "code": close code}; contextId when one applies
+CARTESIA_SHAPE = "code,context_id,done,error,status_code,type"
+EL_CODES = ["binary_not_supported", "invalid_json", "invalid_message", "message_too_large"]
+GARBAGE = {  # attack: (error shape, codes, errors per socket and round: every bad message answered once)
+    "elevenlabs_garbage": (EL_SHAPE, EL_CODES, 7),  # a Cartesia-shaped message is one with no text: nothing
+    "elevenlabs_single_garbage": (EL_SHAPE, EL_CODES, 7),
+    "cartesia_garbage": (CARTESIA_SHAPE, ["binary_not_supported", "invalid_config", "invalid_json",
+                                          "invalid_message", "message_too_large"], 8),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(GARBAGE))
+def test_malformed_and_oversized_messages_get_stable_errors_in_each_protocols_shape_beside_a_canary(
+    gateway: str, name: str
+) -> None:
+    r = asyncio.run(run(f"http://{gateway}", name, sockets=3, seconds=3.0, rounds=5))
+    assert_undisturbed(r)
+    shape, codes, per_round = GARBAGE[name]
+    assert r.seen["shapes"] == [shape] and r.seen["codes"] == codes and r.seen["errors"] == 3 * 5 * per_round, r.seen
+    assert r.seen["open_after_garbage"] == 3 and set(r.seen["closes"]) <= {1006, 1009}, r.seen
+
+
+@pytest.mark.parametrize("name", ["elevenlabs_unread", "elevenlabs_single_unread", "cartesia_unread"])
+def test_sockets_that_never_read_leave_the_canary_undisturbed(gateway: str, name: str) -> None:
     r = asyncio.run(run(f"http://{gateway}", name, sockets=3, seconds=2.0))
     assert_undisturbed(r)
-    assert r.seen["codes"], r.seen
 
 
 # -- Cartesia: /tts/websocket ----------------------------------------------------------------------------

@@ -5,49 +5,23 @@ interruption)."""
 from __future__ import annotations
 
 import asyncio
-import re
 
 import pytest
-from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT
+from clients.frameworks.livekit_rig import LONG, SHORT, speak, words
 
 from voxgate_client import AudioCancelled
 from voxgate_client.livekit import TTS
 
 pytestmark = pytest.mark.clients
 
-SHORT = "Hello there. This is voxgate, speaking through LiveKit."
-LONG = ("This is a long answer that keeps going for quite a while, so that the listener has plenty of time to "
-        "interrupt it. It goes on with a second sentence, and then a third one, each of them long enough to "
-        "take a few seconds to say out loud.")  # fmt: skip
-
-
-def words(text: str) -> list[str]:
-    return re.sub(r"[^\w\s']", " ", text.lower()).split()
-
-
-async def speak(tts: TTS, text: str, stop_after_s: float | None = None) -> tuple[float, list]:
-    """One stream: the text token by token; (seconds of audio received, the timed words)."""
-    stream = tts.stream()
-    for token in re.findall(r"\s*\S+", text):
-        stream.push_text(token)
-    stream.end_input()
-    seconds, timed = 0.0, []
-    async with asyncio.timeout(60):
-        async for ev in stream:
-            seconds += ev.frame.duration
-            timed.extend(ev.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, []))
-            if stop_after_s is not None and seconds >= stop_after_s:
-                break
-    await stream.aclose()
-    return seconds, timed
-
 
 async def test_a_stream_speaks_with_timed_words(voxgate_server: str) -> None:
     tts = TTS(url=f"ws://{voxgate_server}", voice="joe", language="en")
     try:
-        seconds, timed = await speak(tts, SHORT)
+        spoken = await speak(tts, SHORT)
     finally:
         await tts.aclose()
+    seconds, timed = spoken.seconds, spoken.timed
     assert seconds > 1.5
     assert words("".join(timed)) == words(SHORT)
     starts = [t.start_time for t in timed]
@@ -63,12 +37,14 @@ async def test_closing_a_stream_cancels_on_the_same_socket_and_leaves_no_stale_a
     cancelled: list[AudioCancelled] = []
     tts.on("voxgate_cancelled", cancelled.append)  # type: ignore[arg-type]
     try:
-        cut_at, timed_cut = await speak(tts, LONG, stop_after_s=1.0)  # the agent is interrupted a second in
+        cut = await speak(tts, LONG, stop_after_s=1.0)  # the agent is interrupted a second in
+        cut_at, timed_cut = cut.seconds, cut.timed
         socket = tts._vx_session.websocket  # type: ignore[union-attr]
         async with asyncio.timeout(10):
             while not cancelled:
                 await asyncio.sleep(0.02)
-        seconds, timed = await speak(tts, SHORT)  # the next turn on the same socket: only its own audio
+        spoken = await speak(tts, SHORT)  # the next turn on the same socket: only its own audio
+        seconds, timed = spoken.seconds, spoken.timed
         assert tts._vx_session is not None and tts._vx_session.websocket is socket
     finally:
         await tts.aclose()
