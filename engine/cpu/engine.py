@@ -264,7 +264,7 @@ class CpuEngine:
         listener = None if request.listener is None else (request.listener_group or "", request.listener)
         with self._heard_lock:  # the stream before it of its listener, still open: it is heard after that one
             after = None if listener is None else self._heard.get(listener)
-            if after is not None and after._bridge.ended:  # its end is out; its driver leaves `_heard` next
+            if after is not None and after.ended:  # its end is out; its driver leaves `_heard` next
                 after = None  # a next turn, or one after a barge-in: not heard after that one's audio
             continues = after is not None or before is not None
             next_likely = listener is not None and self._splitters.opened(*listener, continues)
@@ -274,7 +274,7 @@ class CpuEngine:
             if listener is not None:
                 self._heard[listener] = stream
             if after is not None:
-                after._next = stream
+                after.link_next(stream)
         self._streams.add(stream)
         return stream
 
@@ -290,7 +290,7 @@ class CpuEngine:
         second they promise (`budget`) and what a stream costs of it, by language (its default voice's)
         and by voice: its voice's backend's RTF (Piper's and Kokoro's differ about tenfold). Cheap, any
         thread."""
-        active = sum(1 for s in list(self._streams) if not s._bridge.ended)
+        active = sum(1 for s in list(self._streams) if not s.ended)
         streams, budget = self.meter.streams(self.workers), self.meter.budget(self.workers)
         if self.pool.strained():  # behind now: no newcomer until the streams it serves are ahead again
             streams, budget = min(streams, active), 0.0

@@ -9,10 +9,11 @@ small driver thread per stream cuts its segments, submits their pieces and hands
 in order, to the stream's `EventBridge`; only that driver ever blocks on a slow consumer, never a pool
 worker, and while it blocks its stream synthesises nothing past the look-ahead.
 
-Locks: each stream has one (`_cond`). A stream reads the stream before it of its listener (`_after`)
-under that one's lock, from inside its own, and the stream behind it (`_next`, in the first-audio
-hold) under that one's lock only, outside its own: locks are only ever taken later-stream first, so
-no cycle.
+Locks: each stream has one (`_cond`) and takes no other stream's. What a stream needs of the other
+streams of its listener (the one before it, `_after`: when its audio ends, whether its text is all
+cut; the one behind it, `_next`, in the first-audio hold: its pieces) it reads from their published
+`snapshot` (engine/cpu/policy.py `StreamSnapshot`, immutable), which each stream renews as it lets its
+lock go (`StreamLock`). tests/engine/cpu/test_stream_locks.py holds that.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import Future
 from functools import partial
 from typing import Any, Protocol
@@ -34,7 +35,7 @@ from engine.cpu import policy
 from engine.cpu.espeak import Pinned
 from engine.cpu.jobs import Piece, PieceJob, Voice
 from engine.cpu.output import Output
-from engine.cpu.policy import CpuPolicyConfig, PendingPiece, StreamStatus
+from engine.cpu.policy import CpuPolicyConfig, PendingPiece, PieceSnapshot, StreamSnapshot, StreamStatus
 from engine.cpu.pool import Preempted, UrgencyPool
 from engine.cpu.text import cost, estimate_seconds, pieces
 from engine.listening import HoldRule, ListenerTimeline, holds_first
@@ -42,6 +43,22 @@ from engine.stream import EventBridge
 from engine.types import EngineError, StreamEvent, Waiting
 
 log = logging.getLogger("voxgate.engine.cpu")
+
+
+class StreamLock(threading.Condition):
+    """A stream's lock (a condition) that publishes the stream's snapshot each time it is let go: every
+    change of a stream's state is made under its lock, so the snapshot is never older than the last
+    change, with no call to remember at each one."""
+
+    def __init__(self, publish: Callable[[], None]) -> None:
+        super().__init__()
+        self._publish = publish
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._publish()
+        finally:
+            super().__exit__(*exc)
 
 
 class StreamHost(Protocol):
@@ -105,7 +122,7 @@ class CpuStream:
         self._speed = speed
         self._cancelled = threading.Event()
         self._bridge = EventBridge(engine.queue_size, on_cancel=self._abort)
-        self._cond = threading.Condition()
+        self._cond = StreamLock(self._publish)
         self._inbox: deque[tuple[int, str]] = deque()  # appended segments not yet cut into pieces
         self._appended = 0  # segments appended so far: the next one's index
         self._inbox_chars = 0
@@ -134,6 +151,7 @@ class CpuStream:
         self._status = StreamStatus.FOLLOWING if after is not None or before is not None else StreamStatus.NEW
         self._frames_put = 0
         self._notified = False  # a Waiting went out and no audio has followed it yet
+        self._snapshot = self._state()  # renewed as its lock is let go (`StreamLock`)
         self._driver = threading.Thread(target=self._drive, name="cpu-stream", daemon=True)
         self._driver.start()
 
@@ -175,7 +193,36 @@ class CpuStream:
         """Where it is from its listener's side (engine/cpu/policy.py `StreamStatus`)."""
         return self._status
 
+    @property
+    def ended(self) -> bool:
+        """Its end went out to its consumer (done, failed or cancelled)."""
+        return self._bridge.ended
+
+    @property
+    def snapshot(self) -> StreamSnapshot:
+        """Its state as it last let its lock go (immutable; read without any lock)."""
+        return self._snapshot
+
+    def link_next(self, stream: CpuStream) -> None:
+        """`stream` was opened behind it for its listener (the engine links them): its first audio is
+        held for that one's pieces too once its own text is all cut (`_hold_first`)."""
+        with self._cond:
+            self._next = stream
+
     # ---- internals ----
+
+    def _state(self) -> StreamSnapshot:
+        """Under `_cond`: its state now, as the other streams of its listener may read it."""
+        return StreamSnapshot(
+            self._status, self._bridge.ended, self._cancelled.is_set(), self._all_cut(), self._first_put_at,
+            self._frames_put / self.sample_rate, self._held_s, self._before,
+            tuple(PieceSnapshot(job.piece.seconds, job.piece.voice.backend, job.started_at,
+                                job.audio_s if job.done else None, job.future) for job in self._jobs),
+            self._after)
+
+    def _publish(self) -> None:
+        """Under `_cond`, as it is let go: its snapshot renewed."""
+        self._snapshot = self._state()
 
     def _abort(self) -> None:
         with self._cond:
@@ -218,15 +265,12 @@ class CpuStream:
     def _behind(self) -> bool:
         """Under `_cond`: whether the stream before it (`_after`) still has text not cut into pieces; so
         this one waits to submit. Once that one has ended, its end is taken and the link dropped."""
-        before = self._after
-        if before is None:
+        if self._after is None:
             return False
-        with before._cond:  # a stream only ever takes the lock of the one before it: no cycle
-            ended = before._bridge.ended
-            heard = before._heard()
-            all_cut = before._all_cut()
-        if not ended:
-            return not all_cut
+        before = self._after.snapshot  # read, not locked: no stream takes another's lock
+        if not before.ended:
+            return not before.all_cut
+        heard = policy.heard_timeline(policy.chain(before), time.monotonic())
         if heard is not None:
             self._before = ListenerTimeline(heard.dry_at).after(self._before)
         self._after = None
@@ -241,13 +285,6 @@ class CpuStream:
     def _all_cut(self) -> bool:
         """Under `_cond`: its text is all in and cut into pieces (or it is over)."""
         return self._cancelled.is_set() or (self._finished and not self._inbox and self._cutter is None)
-
-    def _heard(self) -> ListenerTimeline | None:
-        """Under `_cond`: its listener's timeline through all of it that is known (the audio delivered and
-        the pieces submitted); None when that listener hears nothing of it, or before it."""
-        if self._awaits_first_audio():
-            return None
-        return self._timeline()
 
     def _ramped(self, piece: Piece) -> Piece:
         """`piece`, or its first part as `policy.ramp_limit` bounds it (the rest goes back to the cutter,
@@ -348,19 +385,9 @@ class CpuStream:
 
     def _sent(self) -> ListenerTimeline:
         """Under `_cond`: when its listener runs out of the audio delivered (or held, played from its
-        release), which plays after the audio before this stream's (a continuation's)."""
-        before = self._before
-        if self._after is not None:  # it plays once the stream before it has
-            with self._after._cond:
-                heard = self._after._heard()
-            if heard is not None:
-                before = ListenerTimeline(heard.dry_at).after(before)
-        if self._first_put_at is None:
-            if self._held_s is None:
-                return ListenerTimeline(time.monotonic()) if before is None else before
-            return ListenerTimeline(max(time.monotonic(), before.dry_at if before else 0.0) + self._held_s)
-        start = max(self._first_put_at, before.dry_at if before else 0.0)
-        return ListenerTimeline(start + self._frames_put / self.sample_rate)
+        release), which plays after the audio before this stream's (a continuation's): `policy.sent_timeline`
+        over its state now and the snapshots of the streams before it."""
+        return policy.sent_timeline(policy.chain(self._state()), time.monotonic())
 
     def _hears_nothing(self) -> bool:
         """Under `_cond`: its listener hears nothing yet: no audio out, none held (`_hold_first`), no
@@ -572,15 +599,16 @@ class CpuStream:
             if self._cancelled.is_set():
                 return None
             after = [(job, job.started_at, job.future) for job in self._jobs]  # at most `workers`
-        following, following_cut = self._following()  # outside its lock: it takes the next one's
+        following, following_cut = self._following()
         engine, pool = self._engine, self._engine.pool
         # Each piece runs past its prediction by its backend's error; a job it waits behind (another
         # stream's, of either backend) by the costliest backend's.
         errors = engine.hold_errors()
         stretch = 1.0 + max(errors.values())
         starts = [s if s is not None or f is None else pool.expected_start(f, stretch) for _, s, f in after]
-        next_starts = [s if s is not None or f is None else pool.expected_start(f, stretch)
-                       for _, s, f, _ in following]  # fmt: skip
+        next_starts = [p.started_at if p.started_at is not None or p.handle is None
+                       else pool.expected_start(p.handle, stretch)
+                       for p in following]  # fmt: skip
         free_at = pool.expected_free(stretch)
         with self._cond:
             now = time.monotonic()
@@ -592,34 +620,34 @@ class CpuStream:
                        for (job, _, _), start in zip(after, starts, strict=True)]  # fmt: skip
             all_cut = self._all_cut()
             if all_cut:  # then its listener's next stream's, which play once it has
-                pending += [PendingPiece(job.piece.seconds, run_s(job), start, made)
-                            for (job, _, _, made), start in zip(following, next_starts, strict=True)]  # fmt: skip
+                pending += [PendingPiece(p.seconds, p.seconds * self._engine.rtf(p.backend) * (1 + errors[p.backend]),
+                                         start, p.made_s)
+                            for p, start in zip(following, next_starts, strict=True)]  # fmt: skip
             more_text = not all_cut or not following_cut
             return policy.first_audio_late(now, self._sent().runs_out_at, pending, more_text, free_at, next_run_s)
 
-    def _following(self) -> tuple[list[tuple[PieceJob, float | None, Future[None] | None, float | None]], bool]:
-        """Outside its own lock (the stream behind takes this one's, never the other way): the pieces of
-        the stream opened behind it for its listener (`_next`), each with its start, its future and, once
-        made, its audio's length; and whether that one's text is all cut. None without one, and all cut
-        unless one is likely (`_next_likely`): its text is then still to come."""
-        behind = self._next
+    def _following(self) -> tuple[tuple[PieceSnapshot, ...], bool]:
+        """The pieces of the stream opened behind it for its listener (`_next`, from its snapshot), and
+        whether that one's text is all cut. None without one, and all cut unless one is likely
+        (`_next_likely`): its text is then still to come."""
+        with self._cond:
+            behind, likely = self._next, self._next_likely
         if behind is None:
-            return [], not self._next_likely
-        with behind._cond:
-            if behind._cancelled.is_set() or behind._after is not self:
-                return [], True
-            jobs = [(job, job.started_at, job.future, job.audio_s if job.done else None) for job in behind._jobs]
-            return jobs, behind._all_cut()
+            return (), not likely
+        snap = behind.snapshot
+        if snap.cancelled or snap.after is not self:
+            return (), True
+        return snap.pieces, snap.all_cut
 
     def _put(self, frames: int) -> None:
         """A chunk is out (`Output`): `frames` put so far; the first makes it a playing stream."""
-        if self._first_put_at is None:
-            with self._cond:
+        with self._cond:  # its snapshot follows the audio out
+            if self._first_put_at is None:
                 self._first_put_at = time.monotonic()
                 if self._status is not StreamStatus.ENDED:
                     self._to(StreamStatus.PLAYING)
-        self._frames_put = frames
-        self._notified = False
+            self._frames_put = frames
+            self._notified = False
 
 
 _ALL_DONE = object()  # `_take_head`: every piece delivered, the text all in
