@@ -3,6 +3,7 @@ the tests need (`scripts/test` installs redis-server, Chromium and its driver wh
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -99,3 +100,14 @@ def test_every_command_the_docs_show_runs_from_the_venv() -> None:
             for page in pages for n, command, bare_form in shell_commands(page)
             if BARE_PYTHON.search(command) or bare_form.match(command)]  # fmt: skip
     assert not bare, "use .venv/bin/python (or .venv/bin/voxgate), as after the README's install:\n" + "\n".join(bare)
+
+
+def test_the_readmes_segment_command_prints_the_segments() -> None:
+    """The README shows `voxgate segment`, which `voxgate --help` lists: it runs as shown."""
+    shown = next(s for s in re.findall(r"`([^`\n]+)`", (ROOT / "README.md").read_text()) if "voxgate segment" in s)
+    text = re.search(r'echo "([^"]+)"', shown)
+    assert text is not None, shown
+    run = subprocess.run([sys.executable, "-m", "gateway.cli", "segment"], input=text[1], capture_output=True,
+                         text=True, cwd=ROOT, timeout=120, check=True)  # fmt: skip
+    segments = [json.loads(line) for line in run.stdout.splitlines()]
+    assert "".join(s["text"] for s in segments) == text[1] and len(segments) == 2, segments

@@ -213,7 +213,9 @@ function onMessage(ev) {
   switch (msg.type) {
     case "session.ready":
       S.sampleRate = msg.sample_rate || 24000;
-      setStatus(`connected · ${msg.voice || "default voice"} · ${msg.language} · ${S.sampleRate} Hz`, "ok");
+      // A language the chosen voice cannot speak is spoken by another voice: say which, as the server does.
+      const switched = Object.entries(msg.voice_switches || {}).map(([lang, v]) => ` · ${lang} by ${v}`).join("");
+      setStatus(`connected · ${msg.voice || "default voice"}${switched} · ${msg.language} · ${S.sampleRate} Hz`, "ok");
       settleReady(null);
       break;
     case "segment.committed":

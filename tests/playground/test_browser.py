@@ -176,6 +176,32 @@ def test_barge_in_stays_usable_while_the_reply_still_plays(playground_server: st
 
 
 @pytest.fixture(scope="module")
+def cpu_playground() -> Iterator[str]:
+    """A gateway on both CPU voices (Piper's joe speaks no Mandarin; Kokoro does)."""
+    engine = load_engine("cpu", warmup=False)
+    try:
+        for addr in serve(engine, model="cpu"):
+            yield f"http://{addr}"
+    finally:
+        engine.close()
+
+
+def test_the_page_says_which_voice_speaks_a_language_the_chosen_one_cannot(cpu_playground: str,
+                                                                           browser: object) -> None:  # fmt: skip
+    d = browser
+    d.get(cpu_playground + "/")
+    wait_for(d, "return document.querySelectorAll('#voice option').length > 2;", 15)
+    d.execute_script("document.getElementById('voice').value = 'joe';"
+                     "document.getElementById('language').value = 'auto';"
+                     "document.getElementById('text').value = '你好，很高兴认识你。';")  # fmt: skip
+    d.find_element("id", "speak").click()
+    wait_for(d, "const u = window.voxgate.state.utt; return !!(u && u.done);", timeout=60)
+    status = d.find_element("id", "status").text
+    assert "joe" in status and "zh by jf_gongitsune" in status, status
+    assert d.execute_script("return window.voxgate.metrics.frames;") > 0
+
+
+@pytest.fixture(scope="module")
 def base_playground(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A gateway on a tiny Qwen3 Base checkpoint: it speaks cloned voices only."""
     engine = load_engine("tiny-base", cache_dir=tmp_path_factory.mktemp("cache"), frames_per_token=2.0, min_frames=6)
