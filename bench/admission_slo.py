@@ -1,44 +1,66 @@
-"""The first-audio SLO side by side with today's rule (SLO off: a stream waits up to max_queue_wait_s), in
-one run, on the same box: the overload burst of tests/gateway/test_overload_slo.py (12 callers asking 3
-replies each, 4 HTTP requests, a canary session of another tenant) against Piper admitting 4 streams.
+"""The first-audio SLO under load, side by side with another tree, in one run on the same box.
+
+Burst (the default): the overload burst of tests/gateway/test_overload_slo.py (12 callers asking 3
+replies each, 4 HTTP requests, a canary session of another tenant) against Piper admitting 4 streams,
+SLO off (a stream waits up to max_queue_wait_s) and on:
 
     PYTHONPATH=$PWD python bench/admission_slo.py --json bench/results/admission_slo_s22.json
 
 Reports, per side: admitted first audio p50/p95/max (from the ask), refusals %, a refusal's answer time,
 the canary's worst gap and wait, /health's worst latency and the server's memory growth.
+
+Sweep: the load harness (bench/load.py, open-loop Poisson replies) at rising rates against this tree's
+gateway and another tree's (`--base`, e.g. a worktree of the commit before the redesign), each started
+in turn on a free loopback port with the same flags:
+
+    PYTHONPATH=$PWD python bench/admission_slo.py sweep --base /tmp/base635 --models piper,cpu \
+        --rates "piper=2,4,8;cpu=0.25,0.5,1" --knees piper=4,cpu=0.5 --modes sentence,auto --duration 12 \
+        --json bench/results/admission_sweep_s23.json
+
+Reports per model, mode, rate and tree: admitted first audio p95 from the ask (the stream's first
+commit, when it asks admission) and whether it is within the SLO, refusals and their answer time
+p95/max, % of admitted replies gap-free, and, at and below the knee, refusals against the base's.
+`--smoke` runs the smallest sweep (Piper, one rate, `auto`, 2 s) for CI.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import pathlib
+import socket
+import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests" / "gateway"), str(REPO / "tests"), str(REPO / "bench")]
 
-from attack import run  # noqa: E402
-from support.servers import serve  # noqa: E402
-from test_overload_slo import KEYS  # noqa: E402  (registers the slo_burst attack)
-
-from engine import load_engine  # noqa: E402
-from gateway.connection import Limits  # noqa: E402
-from sessions import hash_api_key  # noqa: E402
 
 
 def _q(values: list[float], f: float) -> float | None:
     return values[min(len(values) - 1, int(f * len(values)))] if values else None
 
 
-def main() -> int:
+def burst(argv: Sequence[str]) -> int:
+    from attack import run
+    from support.servers import serve
+    from test_overload_slo import KEYS  # registers the slo_burst attack
+
+    from engine import load_engine
+    from gateway.connection import Limits
+    from sessions import hash_api_key
+
     p = argparse.ArgumentParser()
     p.add_argument("--slo", type=float, default=1.5)
     p.add_argument("--json", default=None)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     engine = load_engine("piper")
     keys = pathlib.Path(tempfile.mkdtemp()) / "keys.json"
     keys.write_text(json.dumps({"tenants": {t: {"key_sha256": [hash_api_key(k)]} for t, k in KEYS.items()}}))
@@ -61,6 +83,163 @@ def main() -> int:
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
+
+
+# -- the sweep ------------------------------------------------------------------------------------------
+
+
+def _per_model(spec: str) -> dict[str, list[float]]:
+    """"piper=2,4,8;cpu=0.5,1" → {"piper": [2, 4, 8], "cpu": [0.5, 1]}."""
+    out = {}
+    for part in filter(None, spec.replace(" ", "").split(";")):
+        name, _, values = part.partition("=")
+        out[name] = [float(v) for v in values.split(",")]
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def gateway(tree: pathlib.Path, model: str, flags: Sequence[str], log: pathlib.Path) -> Iterator[str]:
+    """`tree`'s gateway serving `model` in-process on a free loopback port; its URL. Stopped on exit
+    (SIGTERM, then SIGKILL after 20 s)."""
+    port = _free_port()
+    cmd = [sys.executable, "-c", "import sys; from gateway.cli import main; sys.exit(main())", "serve",
+           "--model", model, "--in-process", "--host", "127.0.0.1", "--port", str(port), *flags]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def load_run(url: str, rates: Sequence[float], args: argparse.Namespace, out: pathlib.Path) -> dict[str, Any]:
+    """bench/load.py (this tree's) against `url`: every mode at every rate; its JSON."""
+    cmd = [sys.executable, str(REPO / "bench" / "load.py"), "--url", url, "--rates", ",".join(f"{r:g}" for r in rates),
+           "--modes", args.modes, "--duration", str(args.duration), "--languages", "en", "--texts", "own",
+           "--sessions", str(args.sessions), "--seed", str(args.seed), "--drain", str(args.drain),
+           "--response-timeout", str(args.drain), "--wait-ready", "180", "--no-frames", "--json", str(out),
+           "--plot", str(out.with_suffix(".png"))]  # fmt: skip
+    bound = 240 + len(rates) * len(args.modes.split(",")) * (args.duration + args.drain + 10)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=bound, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench/load.py failed against {url}:\n{proc.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def cell(run: dict[str, Any], slo_s: float) -> dict[str, Any]:
+    """One load run's sweep numbers: admitted first audio from the ask (a stream asks admission as its
+    first segment commits), refusals and their answer time, % of admitted replies gap-free."""
+    per = run["responses"]
+    heard = sorted(m["commit_to_audio_s"] for m in per if m.get("ok") and m.get("commit_to_audio_s") is not None)
+    refused = [m for m in per if m.get("errors") and all(e in ("queue_full", "http_429") for e in m["errors"])]
+    answers = sorted(m["refused_after_s"] for m in refused if m.get("refused_after_s") is not None)
+    p95 = _q(heard, 0.95)
+    return {"mode": run["mode"], "rate": run["rate"], "asked": run["started"], "admitted": run["admitted"],
+            "completed": run["completed"], "refused": len(refused), "failed": run["failed"],
+            "first_audio_p50_s": _q(heard, 0.5), "first_audio_p95_s": p95,
+            "within_slo": None if p95 is None else p95 <= slo_s,
+            "refusal_answer_p95_s": _q(answers, 0.95), "refusal_answer_max_s": answers[-1] if answers else None,
+            "gap_free_pct": None if run["gap_free_share"] is None else round(100 * run["gap_free_share"], 1),
+            "server_gap_free_pct": None if run["server_gap_free_share"] is None
+            else round(100 * run["server_gap_free_share"], 1)}  # fmt: skip
+
+
+def compare_trees(cells: dict[str, list[dict[str, Any]]], knee: float | None) -> list[dict[str, Any]]:
+    """Per mode and rate, the head's cell beside the base's: at and below the knee, refusals against the
+    base's (the head may refuse no more there)."""
+    base = {(c["mode"], c["rate"]): c for c in cells.get("base", [])}
+    rows = []
+    for c in cells["head"]:
+        b = base.get((c["mode"], c["rate"]))
+        row = {"mode": c["mode"], "rate": c["rate"], "head": c, "base": b}
+        if b is not None and knee is not None and c["rate"] <= knee:
+            row["refusals_vs_base"] = c["refused"] - b["refused"]
+        rows.append(row)
+    return rows
+
+
+def _s(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def sweep_table(result: dict[str, Any]) -> str:
+    lines = ["| model | mode | rate /s | tree | asked | refused | admitted first audio p50 / p95 s (≤ SLO?) "
+             "| refusal answer p95 / max s | admitted gap-free % | refusals vs base (≤ knee) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for model, rows in result["models"].items():
+        for row in rows:
+            for tree in ("base", "head"):
+                c = row[tree]
+                if c is None:
+                    continue
+                ok = "" if c["within_slo"] is None or tree == "base" else (" ✓" if c["within_slo"] else " ✗")
+                vs = row.get("refusals_vs_base") if tree == "head" else None
+                lines.append(f"| {model} | {c['mode']} | {c['rate']:g} | {tree} | {c['asked']} | {c['refused']} | "
+                             f"{_s(c['first_audio_p50_s'])} / {_s(c['first_audio_p95_s'])}{ok} | "
+                             f"{_s(c['refusal_answer_p95_s'])} / {_s(c['refusal_answer_max_s'])} | "
+                             f"{c['gap_free_pct'] if c['gap_free_pct'] is not None else '–'} | "
+                             f"{'' if vs is None else f'{vs:+d}'} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def sweep(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="admission_slo.py sweep")
+    p.add_argument("--base", default=None, help="the other tree (a worktree); none: this tree alone")
+    p.add_argument("--models", default="piper,cpu")
+    p.add_argument("--rates", default="piper=2,4,8;cpu=0.25,0.5,1", help="per model, responses/s")
+    p.add_argument("--knees", default="piper=4;cpu=0.5", help="per model, the capacity knee (responses/s)")
+    p.add_argument("--modes", default="sentence,auto")
+    p.add_argument("--duration", type=float, default=12.0, help="seconds of arrivals per rate and mode")
+    p.add_argument("--drain", type=float, default=30.0)
+    p.add_argument("--sessions", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--slo", type=float, default=1.5, help="this tree's first_audio_slo_s (the base: its own rule)")
+    p.add_argument("--smoke", action="store_true", help="Piper, one rate, auto, 2 s: the harness works")
+    p.add_argument("--out", default=None, help="where the load runs' JSON and server logs go (default: a temp dir)")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.models, args.rates, args.modes = "piper", "piper=1", "auto"
+        args.duration, args.drain, args.sessions = 2.0, 20.0, 2
+    rates, knees = _per_model(args.rates), {m: v[0] for m, v in _per_model(args.knees.replace(",", ";")).items()}
+    out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="admission_sweep_"))
+    out.mkdir(parents=True, exist_ok=True)
+    trees = {"head": REPO} | ({"base": pathlib.Path(args.base).resolve()} if args.base else {})
+    result: dict[str, Any] = {"settings": vars(args), "trees": {k: str(v) for k, v in trees.items()}, "models": {}}
+    for model in args.models.split(","):
+        cells: dict[str, list[dict[str, Any]]] = {}
+        for name, tree in sorted(trees.items()):  # base first, then head: the same box, in turn
+            flags = ["--first-audio-slo", str(args.slo)] if name == "head" else []
+            t = time.monotonic()
+            with gateway(tree, model, flags, out / f"server_{model}_{name}.log") as url:
+                run = load_run(url, rates[model], args, out / f"load_{model}_{name}.json")
+            cells[name] = [cell(r, args.slo) for r in run["runs"]]
+            print(f"{model} {name}: {len(run['runs'])} runs in {time.monotonic() - t:.0f} s", file=sys.stderr)
+        result["models"][model] = compare_trees(cells, knees.get(model))
+    print(sweep_table(result))
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sweep"]:
+        return sweep(argv[1:])
+    return burst(argv)
 
 
 if __name__ == "__main__":

@@ -3,15 +3,16 @@
 #
 #   bash bench/gpu_check.sh            # from the repository root; results under bench/out/gpu_check/
 #
-# 1. installs .venv-gpu: vLLM 0.32.0 for CUDA (it brings its own CUDA torch), the project without its
-#    deps (its torch pin is the CPU build), and what the engine and the tests import;
+# 1. installs .venv-gpu: vLLM 0.32.0 for CUDA (it brings its CUDA torch 2.13.0), the project without its
+#    deps (vLLM's are the `vllm` extra's), and what the engine and the tests import;
 # 2. runs on CUDA the native talker's CUDA-graph tests and conformance, and the vLLM tier
 #    (tests/vllm_talker with VOXGATE_TEST_DEVICE=cuda: exactness vs the native talker, cancel, KV);
 # 3. writes random-weight checkpoints at the real 0.6B and 1.7B sizes (bench/random_checkpoint.py; on
 #    the CPU, in the background while 2. runs);
 # 4. for each: engine frames/s, TTFA p50/p95 and underruns at 1, 8, 32 and 64 streams, native
 #    (cuda_graphs) vs vLLM, side by side (bench/talker_bench.py);
-# 5. bench/load.py against a gateway on the 0.6B checkpoint at rising Poisson rates, native then vLLM.
+# 5. bench/load.py against a gateway serving deploy/voxgate-gpu.toml with the 0.6B checkpoint at rising
+#    Poisson rates, native then vLLM.
 #
 # Every phase has its own time limit, cut to what is left of the 470 s budget, so a slow one cannot eat
 # the rest; the summary at the end says what ran and what was cut. vLLM compiles and captures CUDA
@@ -84,8 +85,9 @@ for talker in native vllm; do
   phase "bench/load.py, 0.6B on $talker, Poisson 2,8 responses/s (limit 45 s with start-up)"
   port=$((18400 + RANDOM % 500))
   # --admin-open-loopback: bench/load.py reads the engine's busy share from /metrics (the admin plane's).
-  .venv-gpu/bin/voxgate serve --model "$CK/0.6b" --talker "$talker" --port "$port" --in-process \
-    --admin-open-loopback > "$OUT/serve_$talker.log" 2>&1 &
+  # The shipped GPU config (device "cuda", docs/gpu.md), with the random checkpoint in place of a real one.
+  .venv-gpu/bin/voxgate serve --config deploy/voxgate-gpu.toml --model "$CK/0.6b" --talker "$talker" --port "$port" \
+    --in-process --admin-open-loopback > "$OUT/serve_$talker.log" 2>&1 &
   server=$!
   up=$((SECONDS + $(limit 30)))
   until curl -sf "http://127.0.0.1:$port/health" >/dev/null || [ $SECONDS -ge $up ]; do sleep 1; done

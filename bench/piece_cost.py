@@ -42,12 +42,12 @@ VOICES = {"piper": "joe", "kokoro": KOKORO_DEFAULT}
 
 def one_pass(engine: Any, backend: str, parts: list[str]) -> tuple[float, float]:
     """Run time and audio seconds of `parts`, one after another, each through the engine's own job path
-    (`CpuEngine._synthesise`: the model runs, the gain and the trim of each run's edges)."""
+    (`CpuEngine.synthesise`: the model runs, the gain and the trim of each run's edges)."""
     lang = TEXTS[backend][0]
     voice = engine._voices[VOICES[backend]]
     t0, audio_s = time.perf_counter(), 0.0
     for part in parts:
-        for pcm, rate, _ in engine._synthesise(voice, lang, part, 1.0, threading.Event(), run_options()):
+        for pcm, rate, _ in engine.synthesise(voice, lang, part, 1.0, threading.Event(), run_options()):
             audio_s += pcm.size / rate
     return time.perf_counter() - t0, audio_s
 

@@ -297,7 +297,7 @@ def first_piece(engine: Any, text: str, mode: str, units_per_s: float,
             break
     if first is None:
         first = seg.flush()[0]
-    return at, cpu, first, next(iter(engine._pieces(None, "zh", 0, first.text)))
+    return at, cpu, first, next(iter(engine.cut_pieces(None, "zh", 0, first.text)))
 
 
 def run_stages(engine: Any, piece: Any, out_rate: int) -> dict[str, float]:

@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from engine.fair_queue_records import Bound, FairQueueConfig, Refused, State, Waiter
+from engine.listening import ListenerTimeline
 from engine.start_forecast import StartForecast
 
 __all__ = ["Bound", "FairQueue", "FairQueueConfig", "Refused", "State", "Waiter"]
@@ -164,11 +165,11 @@ class FairQueue:
 
     # -- transitions ------------------------------------------------------------------------------
 
-    def push(self, key: str, weight: float, capacity: float, *, continue_by: float | None = None,
+    def push(self, key: str, weight: float, capacity: float, *, timeline: ListenerTimeline | None = None,
              cost: float = 1.0, kind: object = None, listener: object = None, follows: bool = False) -> Waiter:
         """A stream for `key` asks to start: admitted at once while there is room and nobody waits (or
         beside its listener's, the module doc), else queued; raises Refused when it would wait past a
-        bound or be heard past the SLO. `continue_by`: its listener hears speech, which runs out then;
+        bound or be heard past the SLO. `timeline`: its listener's, while it hears speech (a continuation);
         `cost`: what it holds of `capacity`, `kind` what `recost` re-reads it by; `listener`: whose stream
         it is; `follows`: the engine makes a listener's next stream due after the one before."""
         if not weight > 0:
@@ -186,7 +187,7 @@ class FairQueue:
             k = self._keys[key] = _Key(weight, max(floor, self._idle.pop(key, floor)), self._stream_s)
         k.weight = weight  # the configuration's latest word
         now = self._clock()
-        waiter = Waiter(key, now, next(self._seq), continue_by=continue_by, cost=cost, kind=kind, listener=listener)
+        waiter = Waiter(key, now, next(self._seq), timeline=timeline, cost=cost, kind=kind, listener=listener)
         k.waiting.append(waiter)
         self._waiting += 1
         if listener is not None:
@@ -218,16 +219,16 @@ class FairQueue:
         return self._start(capacity, self._clock())
 
     def look(self, capacity: float, *, follows: bool = False,
-             runs_dry: Callable[[object], float | None] | None = None) -> list[Waiter]:
-        """A look at the line: where each waiting stream's listener is now (`runs_dry(listener)`: when it
-        runs out of audio, clock time; None while it hears none), the waiters past a bound or the SLO
+             timeline_of: Callable[[object], ListenerTimeline | None] | None = None) -> list[Waiter]:
+        """A look at the line: where each waiting stream's listener is now (`timeline_of(listener)`, on
+        the policy's clock; None while it hears none), the waiters past a bound or the SLO
         refused (returned, expired), a listener holding no slot taking it back (`take_back`), then room
         granted in fair order. Bounded by the waiters."""
-        if runs_dry is not None:
+        if timeline_of is not None:
             for lst in self._listeners.values():
-                at = runs_dry(lst.token)
+                heard = timeline_of(lst.token)
                 for w in lst.waiting:
-                    self.relisten(w, at)
+                    self.relisten(w, heard)
         gone = self._expire_waits(capacity)
         for before in (True, False):  # a slot taken back before the grant; a next one beside those it started
             for lst in list(self._listeners.values()) if follows else ():
@@ -334,7 +335,7 @@ class FairQueue:
         made, not as it was heard) starts at once, past `capacity` if need be, on `admit_beside`'s terms.
         False, and nothing changes, when it may not."""
         k = self._keys.get(waiter.key)
-        if waiter.state != "waiting" or waiter.continue_by is None or k is None or self._yields(k, 0.0, capacity):
+        if waiter.state != "waiting" or waiter.timeline is None or k is None or self._yields(k, 0.0, capacity):
             return False
         self._admit(k, waiter, self._clock())
         return True
@@ -422,11 +423,11 @@ class FairQueue:
         ahead = self.cost_ahead(waiter)
         start = self.predicted_start(ahead, waiter.cost, capacity)
         line = self._keys[waiter.key].waiting
-        behind = sorted((w for w in itertools.islice(line, line.index(waiter) + 1, None) if w.continue_by is not None),
-                        key=lambda w: (w.continue_by, w.seq))  # fmt: skip
+        behind = sorted((w for w in itertools.islice(line, line.index(waiter) + 1, None) if w.dry_at is not None),
+                        key=lambda w: (w.dry_at, w.seq))  # fmt: skip
         for w in behind:  # in the order they fall due; each one counted moves the start later
-            assert w.continue_by is not None
-            if w.continue_by - self.config.continuation_lead_s > start:
+            assert w.dry_at is not None
+            if w.dry_at - self.config.continuation_lead_s > start:
                 break
             ahead += w.cost
             start = self.predicted_start(ahead, waiter.cost, capacity)
@@ -447,12 +448,12 @@ class FairQueue:
         retry = min(max(wait - max(0.0, slo - tail), 0.0), self.config.max_wait_s)
         return Refused("slo", retry, predicted_s=heard)
 
-    def relisten(self, waiter: Waiter, continue_by: float | None) -> None:
+    def relisten(self, waiter: Waiter, timeline: ListenerTimeline | None) -> None:
         """Where a waiter's listener is now: it began hearing speech (a continuation from now on), or
         runs dry at another time. A listener that has run dry (None) leaves a continuation one, due at
         once: its gap has begun. Only a waiting one changes."""
-        if waiter.state == "waiting" and continue_by is not None:
-            waiter.continue_by = continue_by
+        if waiter.state == "waiting" and timeline is not None:
+            waiter.timeline = timeline
 
     def withdraw(self, waiter: Waiter) -> None:
         """A waiter that gave up (its client cancelled). An admitted one is finished instead."""
@@ -521,7 +522,7 @@ class FairQueue:
         """Whether the SLO applies to `w`: no audio of its listener plays (not a continuation) and no
         earlier stream of its listener is open (its first audio is its listener's next first audio)."""
         lst = self._listener(w.listener)
-        return w.continue_by is None and (lst is None or (not lst.held and lst.waiting[:1] == [w]))
+        return w.timeline is None and (lst is None or (not lst.held and lst.waiting[:1] == [w]))
 
     def _unlisten(self, waiter: Waiter) -> None:
         """`waiter` is no longer one of its listener's open streams; a listener with none is forgotten."""
@@ -556,5 +557,5 @@ def _check_cost(cost: float) -> float:
 
 def _due(k: _Key, horizon: float) -> Waiter | None:
     """The key's waiting continuation whose listener runs dry soonest, if that is before `horizon`."""
-    due = [w for w in k.waiting if w.continue_by is not None and w.continue_by <= horizon]
-    return min(due, key=lambda w: (w.continue_by, w.seq)) if due else None
+    due = [w for w in k.waiting if w.dry_at is not None and w.dry_at <= horizon]
+    return min(due, key=lambda w: (w.dry_at, w.seq)) if due else None

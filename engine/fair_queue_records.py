@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from engine.listening import ListenerTimeline
+
 Bound = Literal["tenant", "model", "wait", "slo"]
 State = Literal["waiting", "admitted", "finished", "withdrawn", "expired"]
 
@@ -73,7 +75,9 @@ class Waiter:
     started_at: float | None = None
     served_s: float = 0.0  # audio seconds served so far
     charged_s: float = 0.0  # audio seconds its key's service counts for it (≥ served_s while admitted)
-    continue_by: float | None = None  # a continuation: when its listener runs out of audio (clock time)
+    # A continuation: its listener's timeline (on the policy's clock) as last looked at (None: the
+    # listener hears nothing, so this stream leads it).
+    timeline: ListenerTimeline | None = None
     cost: float = 1.0  # what it holds of the capacity while admitted (the module doc, costs)
     kind: object = None  # what its cost is re-read by (`recost`)
     listener: object = None  # whose streams it is one of (by identity; None: its own)
@@ -85,6 +89,11 @@ class Waiter:
     leads: bool = False  # the first-audio SLO applied to it as it started (the module doc)
     heard: bool = False  # its first audio was reported (`heard`)
     refused: Refused | None = None  # why it expired
+
+    @property
+    def dry_at(self) -> float | None:
+        """When its listener runs out of audio (a continuation is due then); None: it hears none."""
+        return None if self.timeline is None else self.timeline.dry_at
 
     @property
     def waited_s(self) -> float:

@@ -100,7 +100,7 @@ def _not_a_model(model: str, name: str) -> str | None:
         return None
     path = Path(model).expanduser()
     if (path / "config.json").is_file():
-        return None
+        return _incomplete(model, path)
     a_path = "/" in model or os.sep in model  # as the settings read a --model entry (a path, not a name)
     if a_path and not path.exists():
         return f"{model!r}: no such directory"
@@ -108,6 +108,25 @@ def _not_a_model(model: str, name: str) -> str | None:
         return f"{model!r} is not a Qwen3-TTS checkpoint directory (no config.json)"
     known = ", ".join((*CPU_BACKENDS, SYNTHETIC, *TINY))
     return f"{model!r} is neither a model name ({known}) nor a Qwen3-TTS checkpoint directory (no config.json)"
+
+
+#: What a checkpoint directory must hold besides config.json, each as alternatives (engine/qwen3/weights.py
+#: reads `model.safetensors` or a sharded index; engine/qwen3/text.py `tokenizer.json` or the BPE pair).
+CHECKPOINT_FILES = (
+    ("model.safetensors", "model.safetensors.index.json"),
+    ("speech_tokenizer/config.json",),
+    ("speech_tokenizer/model.safetensors", "speech_tokenizer/model.safetensors.index.json"),
+    ("tokenizer.json", "vocab.json"),
+)
+
+
+def _incomplete(model: str, path: Path) -> str | None:
+    """What a checkpoint directory lacks (an interrupted download, say); None: every file is there."""
+    for choices in CHECKPOINT_FILES:
+        if not any((path / name).is_file() for name in choices):
+            return (f"{model!r} is an incomplete Qwen3-TTS checkpoint: no {' or '.join(choices)} "
+                    "(fetch it again: docs/gpu.md)")
+    return None
 
 
 def _without_qwen3(model: str, name: str, missing: str) -> str:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from engine import Capacity, Engine
 from engine.fair_queue import Bound, FairQueue, FairQueueConfig, Refused, Waiter
+from engine.listening import ListenerTimeline
 from gateway.protocol import ProtocolError
 
 if TYPE_CHECKING:
@@ -37,9 +38,14 @@ Price = Callable[[str | None, str | None], float]  # (language, voice) → what 
 class Listener(Protocol):
     """Whose streams a stream is one of (a session's player), compared by identity."""
 
-    def runs_dry_at(self) -> float | None:
-        """When (time.monotonic) the audio already sent to it runs out; None while it hears none."""
+    def timeline(self) -> ListenerTimeline | None:
+        """Its timeline on time.monotonic (when the audio sent to it runs out); None while it hears none."""
         ...
+
+
+def _timeline(listener: object) -> ListenerTimeline | None:
+    """A listener's timeline, on time.monotonic: admission's clock is the listeners' clock."""
+    return cast(Listener, listener).timeline()
 
 
 def _price(measured: Capacity | None) -> Price:
@@ -130,7 +136,6 @@ class Ticket:
 class Admission:
     def __init__(self, engine: Engine, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
         self._engine = engine
-        self._clock = clock
         self._ceiling = settings.max_active_streams
         self._queue = FairQueue(queue_config(settings), clock)
         self._futures: dict[Waiter, asyncio.Future[None]] = {}  # the waiting places (bounded by the line)
@@ -166,6 +171,7 @@ class Admission:
 
     def ahead(self, waiter: Waiter) -> int:
         return self._queue.ahead(waiter)
+
     def _measured(self) -> Capacity | None:
         """The engine's word on its capacity; None when it cannot tell or its probe fails (logged once)."""
         try:
@@ -191,12 +197,6 @@ class Admission:
         self._queue.recost(lambda kind: price(*cast(Speaks, kind)))
         return price, self._slots(measured), measured is not None and measured.follows_listener
 
-    def _runs_dry(self) -> Callable[[object], float | None]:
-        """A listener's run-dry time on admission's clock (one offset per look: one listener's waiting
-        streams get one time and keep their order)."""
-        offset = self._clock() - time.monotonic()
-        return lambda listener: None if (at := cast(Listener, listener).runs_dry_at()) is None else at + offset
-
     def try_admit(self, tenant: str, weight: float, *, listener: Listener | None = None,
                   language: str | None = None, voice: str | None = None) -> Ticket | None:
         """A ticket at once when there is room and nobody waits who goes first; None otherwise (then
@@ -217,10 +217,9 @@ class Admission:
         known (`ahead`) from the moment the stream asks."""
         self._loop = asyncio.get_running_loop()
         price, capacity, follows = self._look()
-        runs_dry = self._runs_dry()
         try:
             waiter = self._queue.push(tenant, weight, capacity, cost=price(language, voice), kind=(language, voice),
-                                      continue_by=None if listener is None else runs_dry(listener),
+                                      timeline=None if listener is None else _timeline(listener),
                                       listener=listener, follows=follows)  # fmt: skip
         except Refused as e:
             raise self._refusal(e) from None
@@ -228,8 +227,7 @@ class Admission:
             return Place(waiter, None)
         self._futures[waiter] = self._loop.create_future()
         place = Place(waiter, self._futures[waiter])
-        self._queue.look(capacity, follows=follows, runs_dry=runs_dry)  # it may pass in the room others leave
-        self._settle()
+        self._tick()  # it may pass in the room others leave
         if self._queue.waiting and (self._timer is None or self._timer.done()):
             self._timer = asyncio.create_task(self._recheck())
         return place
@@ -263,7 +261,7 @@ class Admission:
     def _tick(self) -> None:
         """A look: the policy decides, the waits it decided are resolved."""
         _, capacity, follows = self._look()
-        self._queue.look(capacity, follows=follows, runs_dry=self._runs_dry())
+        self._queue.look(capacity, follows=follows, timeline_of=_timeline)
         self._settle()
 
     def _settle(self) -> None:

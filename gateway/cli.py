@@ -9,6 +9,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from segmentation import GRANULARITIES, StreamSegmenter, UtteranceLanguage, normalize_for_speech
 
@@ -57,7 +58,8 @@ def _talker_problems(settings: object) -> list[str]:
         if str(spec.options.get("talker", "")).strip().lower() == "vllm" and spec.source.lower() not in NO_TALKER:
             from engine.vllm_talker.preflight import problems
 
-            found += [f"model {spec.name!r}: {problem}" for problem in problems(spec.source, spec.options)]
+            if said := problems(spec.source, spec.options):  # one line a model
+                found.append(f"model {spec.name!r}: " + "; ".join(said))
     return found
 
 
@@ -74,9 +76,39 @@ def _unloadable(settings: object) -> str | None:
     return "; ".join(reasons) if len(reasons) == 1 else "no model can load: " + "; ".join(reasons)  # type: ignore[arg-type]
 
 
+def _run(app: Any, settings: Any) -> int:
+    """Serve until stopped: 0 after a clean stop, 1 when the server could not start or its every model
+    failed to load at start-up (told in one line)."""
+    from gateway.server import DrainingServer, server_config
+
+    class Gateway(DrainingServer):
+        """Stops, saying why, when every model that loads at start-up failed (a config that is not
+        valid, a CUDA device that is not there: what `_unloadable` cannot see before loading)."""
+
+        start_failed: str | None = None
+
+        async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+            await super().startup(sockets=sockets)
+            if not self.should_exit:
+                self._watch = asyncio.create_task(self._watch_start(), name="voxgate-start-watch")
+
+        async def _watch_start(self) -> None:
+            if why := await app.state.models.start_failed():
+                self.start_failed, self.should_exit = why, True
+
+    # SIGTERM drains first; meanwhile no engine process is restarted
+    server = Gateway(server_config(app, settings), app.state.drain, settings.admin_socket,
+                     on_drain=app.state.models.retire)  # fmt: skip
+    server.run()
+    if server.start_failed:
+        print(f"voxgate: no model could load: {server.start_failed}", file=sys.stderr)
+        return 1
+    # A failed start-up (an unreachable Redis, say) leaves the server not started: say so in the exit code.
+    return 0 if server.started else 1
+
+
 def _serve(args: argparse.Namespace) -> int:
     from gateway.app import create_app
-    from gateway.server import DrainingServer, server_config
     from gateway.settings import load_settings
     from sessions import bind_allowed
 
@@ -111,17 +143,11 @@ def _serve(args: argparse.Namespace) -> int:
     if settings.redis_url and (problem := asyncio.run(_probe_store(settings.redis_url))):
         print(f"voxgate: {problem}", file=sys.stderr)
         return 1
-    app = create_app(settings)
-    # SIGTERM drains first; meanwhile no engine process is restarted
-    server = DrainingServer(
-        server_config(app, settings), app.state.drain, settings.admin_socket, on_drain=app.state.models.retire
-    )
-    server.run()
-    # A failed start-up (an unreachable Redis, say) leaves the server not started: say so in the exit code.
-    return 0 if server.started else 1
+    return _run(create_app(settings), settings)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `voxgate` command's parser (its subcommands' defaults name what runs them)."""
     parser = argparse.ArgumentParser(prog="voxgate", description="Streaming TTS gateway for voice agents")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("segment", help="segment text from stdin as it streams in (JSON lines out)")
@@ -157,6 +183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--admin-open-loopback", action="store_true", help="a developer's machine: answer the admin "
                    "plane without a key to direct loopback callers (never behind a proxy or a service mesh)")
     p.set_defaults(run=_serve, parser=p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     # A wrong flag after a command is told with that command's usage (its flags), not the top level's.
     args, unknown = parser.parse_known_args(argv)
     if unknown:

@@ -335,9 +335,9 @@ class Connection:
         earlier audio, how long that audio lasts (`listener_buffer_s`): its first audio is due by then."""
         request = msgspec.structs.replace(self._request(cfg, voice), listener=self.listener.name,
                                           listener_group=listener_group(self.session.tenant.name))
-        if (dry_at := self.listener.runs_dry_at()) is not None:
-            left = min(MAX_LISTENER_BUFFER_S, dry_at - time.monotonic())
-            request = msgspec.structs.replace(request, listener_buffer_s=max(0.0, left))
+        if (heard := self.listener.timeline()) is not None:
+            left = min(MAX_LISTENER_BUFFER_S, heard.ahead_s(time.monotonic()))
+            request = msgspec.structs.replace(request, listener_buffer_s=left)
         return open_request(self.engine if engine is None else engine, request)
 
     def next_utterance_index(self) -> int:

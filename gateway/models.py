@@ -296,6 +296,21 @@ class ModelRegistry:
             handle._state = "unloaded"
             self.load(handle.name)
 
+    async def start_failed(self, poll_s: float = 0.1) -> str | None:
+        """Once the models that load at start-up have settled: None as soon as one is ready (or none
+        loads at start-up, or an operator unloaded one meanwhile), else why each failed, in one line. The
+        CLI exits with it: a gateway whose every model failed to start serves nothing. (A model of an
+        engine process of its own says so from there, polled: its state lives in another process.)"""
+        starting = [h for h in self if h.spec.preload]
+        while starting:
+            states = {h.state for h in starting}
+            if states & {"ready", "unloaded", "unloading"}:
+                return None
+            if states == {"failed"}:
+                return "; ".join(f"model {h.name!r}: {_why_failed(h)}" for h in starting)
+            await asyncio.sleep(poll_s)
+        return None
+
     def retire(self) -> None:
         """The gateway is leaving (a drain began; closing follows): engines that restart their own process
         (engine/process) restart no more, so nothing starts while the gateway stops."""
@@ -322,6 +337,12 @@ def api_serving(models: ModelRegistry, name: str | None) -> ModelHandle:
         return models.serving(name)
     except ModelUnavailable as e:
         raise e.api_error() from None
+
+
+def _why_failed(handle: ModelHandle) -> str:
+    """A failed model's reason, on one line: its load's error, or what its engine process said."""
+    why = handle.error or getattr(handle.engine, "last_error", None) or "failed to load"
+    return " ".join(str(why).split())
 
 
 def _busy(handle: ModelHandle) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 
+from engine.listening import ListenerTimeline
 from gateway import metrics
 
 
@@ -40,15 +41,14 @@ class Playback:
         self.queued = 0.0
         self.name = uuid.uuid4().hex
 
-    def runs_dry_at(self) -> float | None:
-        """When (time.monotonic) the listener runs out of the audio sent; None while it hears none."""
-        if self.started is None:
+    def timeline(self) -> ListenerTimeline | None:
+        """The listener's timeline (time.monotonic): when the audio sent runs out; None while it hears
+        none (not started, or played out)."""
+        if self.started is None or (at := self.started + self.queued) <= time.monotonic():
             return None
-        at = self.started + self.queued
-        return at if at > time.monotonic() else None
+        return ListenerTimeline(at)
 
-    def ahead(self) -> float:
+    def ahead_s(self) -> float:
         """Seconds of audio sent that the listener has not played yet."""
-        if self.started is None:
-            return 0.0
-        return max(0.0, self.queued - (time.monotonic() - self.started))
+        heard = self.timeline()
+        return 0.0 if heard is None else heard.ahead_s(time.monotonic())

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -58,8 +60,13 @@ sys.meta_path.insert(0, _NoTorch())
     ("/nonexistent", "'/nonexistent': no such directory"),
     ("qwen3-tts-1.7b", "'qwen3-tts-1.7b' is neither a model name (cpu, piper, kokoro, synthetic, tiny, tiny-base)"),
     ("tiny", "needs PyTorch; this install has none: pip install 'voxgate[qwen3]'"),
+    ("{tmp}/half", "is an incomplete Qwen3-TTS checkpoint: no model.safetensors or model.safetensors.index.json"),
 ])  # fmt: skip
 def test_serve_exits_with_one_line_when_its_only_model_cannot_load(tmp_path: Path, model: str, says: str) -> None:
+    model = model.format(tmp=tmp_path)
+    if model.endswith("/half"):  # an interrupted download: config.json and nothing else
+        Path(model).mkdir()
+        Path(model, "config.json").write_text("{}")
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(NO_TORCH)
@@ -90,3 +97,46 @@ def test_a_wrong_serve_flag_prints_serves_usage(capsys: pytest.CaptureFixture[st
     err = capsys.readouterr().err
     assert err.startswith("usage: voxgate serve [-h] [--host HOST] [--port PORT]"), err
     assert "voxgate serve: error: unrecognized arguments: --prot 8001" in err
+
+
+def test_serve_stops_saying_why_when_its_only_model_fails_to_load_in_its_engine_process(tmp_path: Path) -> None:
+    """What no check before loading can see (here a config.json that is not JSON): the engine process
+    fails, and the gateway, with nothing it can serve, stops instead of answering "failed" forever."""
+    from engine.qwen3.serving.qwen3_engine import tiny_checkpoint
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint(), broken)
+    (broken / "config.json").write_text("{not json")
+    port = _free_port()
+    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--model", str(broken), "--port", str(port)]
+    run = subprocess.run(cmd, env=os.environ | {"PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr[-3000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("voxgate: no model could load: model 'broken': ") and "not valid JSON" in last, last
+    assert "loaded in" not in run.stderr and not _listens(port)
+
+
+async def test_the_start_watch_waits_for_one_ready_model_and_otherwise_says_why_each_failed() -> None:
+    from engine.types import EngineError
+    from gateway.models import ModelRegistry, in_process
+    from gateway.settings import ModelSpec, Settings
+
+    def factory(spec: ModelSpec) -> object:
+        if spec.kind == "broken":
+            raise EngineError("model_unavailable", "its weights are\nnot there")
+        return in_process(spec)
+
+    async def watched(*specs: ModelSpec) -> str | None:
+        models = ModelRegistry(list(specs), Settings(), factory)  # type: ignore[arg-type]
+        models.start()
+        try:
+            return await asyncio.wait_for(models.start_failed(poll_s=0.01), timeout=30)
+        finally:
+            await models.close()
+
+    broken, fine = ModelSpec(name="a", kind="broken"), ModelSpec(name="b", kind="synthetic")
+    later = ModelSpec(name="c", kind="broken", preload=False)  # the admin plane's to load: not watched
+    assert await watched(broken, fine, later) is None  # one serves: the other keeps its "failed" on /health
+    said = await watched(broken, ModelSpec(name="d", kind="broken"), later)
+    assert said == ("model 'a': EngineError: its weights are not there; "
+                    "model 'd': EngineError: its weights are not there")  # fmt: skip

@@ -100,11 +100,11 @@ class CpuEngine:
         self.threads = threads
         #: the scheduling knobs (engine/cpu/policy.py), read at each decision
         self.config = config
-        self._pool = UrgencyPool(self.workers, "cpu-voice", config=config)
+        self.pool = UrgencyPool(self.workers, "cpu-voice", config=config)
         #: measured cost of synthesis (real-time factor per backend): what `capacity()` is judged from
         self.meter = RtfMeter(config.alpha, config.prior_rtf, config.headroom, config.alpha_up, config)
         self._logged_streams = 0
-        self._queue_size = queue_size
+        self.queue_size = queue_size
         self.max_pending_chars = max_pending_chars
         self._streams: weakref.WeakSet[CpuStream] = weakref.WeakSet()
         # The newest open stream of each named listener (StreamRequest.listener): a stream opened while it
@@ -171,13 +171,13 @@ class CpuEngine:
             for ids in self._piper.units("Hello there."):
                 t = time.perf_counter()
                 audio = self._piper.run(ids)
-                self._measured("piper", time.perf_counter() - t, audio.size / self._piper.sample_rate)
+                self.measured("piper", time.perf_counter() - t, audio.size / self._piper.sample_rate)
         if self._kokoro is not None:
             for text, lang in (("Hello there.", "en"), ("你好。", "zh")):
                 for tokens in self._kokoro.units(text, lang):
                     t = time.perf_counter()
                     audio = self._kokoro.run(tokens, KOKORO_DEFAULT)
-                    self._measured("kokoro", time.perf_counter() - t, audio.size / self._kokoro.sample_rate)
+                    self.measured("kokoro", time.perf_counter() - t, audio.size / self._kokoro.sample_rate)
         return time.perf_counter() - t0
 
     # ---- the Engine contract ----
@@ -264,7 +264,7 @@ class CpuEngine:
         listener = None if request.listener is None else (request.listener_group or "", request.listener)
         with self._heard_lock:  # the stream before it of its listener, still open: it is heard after that one
             after = None if listener is None else self._heard.get(listener)
-            if after is not None and after._bridge.ended:  # its end is out; its driver leaves `_heard` next
+            if after is not None and after.ended:  # its end is out; its driver leaves `_heard` next
                 after = None  # a next turn, or one after a barge-in: not heard after that one's audio
             continues = after is not None or before is not None
             next_likely = listener is not None and self._splitters.opened(*listener, continues)
@@ -274,11 +274,11 @@ class CpuEngine:
             if listener is not None:
                 self._heard[listener] = stream
             if after is not None:
-                after._next = stream
+                after.link_next(stream)
         self._streams.add(stream)
         return stream
 
-    def _ended(self, stream: CpuStream) -> None:
+    def stream_ended(self, stream: CpuStream) -> None:
         """`stream` is over: a stream of its listener opened from now on has nothing of it to follow."""
         with self._heard_lock:
             if stream.listener is not None and self._heard.get(stream.listener) is stream:
@@ -290,12 +290,12 @@ class CpuEngine:
         second they promise (`budget`) and what a stream costs of it, by language (its default voice's)
         and by voice: its voice's backend's RTF (Piper's and Kokoro's differ about tenfold). Cheap, any
         thread."""
-        active = sum(1 for s in list(self._streams) if not s._bridge.ended)
+        active = sum(1 for s in list(self._streams) if not s.ended)
         streams, budget = self.meter.streams(self.workers), self.meter.budget(self.workers)
-        if self._pool.strained():  # behind now: no newcomer until the streams it serves are ahead again
+        if self.pool.strained():  # behind now: no newcomer until the streams it serves are ahead again
             streams, budget = min(streams, active), 0.0
-        cost = {backend: self._rtf(backend) for backend in {v.backend for v in self._voices.values()}}
-        return Capacity(streams, active, self._pool.busy_seconds(), self.workers, follows_listener=True,
+        cost = {backend: self.rtf(backend) for backend in {v.backend for v in self._voices.values()}}
+        return Capacity(streams, active, self.pool.busy_seconds(), self.workers, follows_listener=True,
                         budget=budget,
                         costs=tuple((lang, cost[self._voices[name].backend]) for lang, name in self._defaults.items()),
                         voice_costs=tuple((name, cost[v.backend]) for name, v in self._voices.items()))
@@ -304,32 +304,32 @@ class CpuEngine:
         self._closed = True
         for stream in list(self._streams):
             stream.cancel()
-        self._pool.shutdown(wait=True)
+        self.pool.shutdown(wait=True)
 
-    # ---- used by streams ----
+    # ---- used by streams (engine/cpu/stream.py `StreamHost`) ----
 
-    def _measured(self, backend: str, run_s: float, audio_s: float, predicted_s: float = 0.0) -> None:
+    def measured(self, backend: str, run_s: float, audio_s: float, predicted_s: float = 0.0) -> None:
         """A pool job's cost, from its worker (`predicted_s`: its expected run time when it started)."""
         self.meter.record(backend, run_s, audio_s, predicted_s)
-        self._pool.guard_s = self._guard_s()
+        self.pool.guard_s = self._guard_s()
         streams = self.meter.streams(self.workers)
         if streams != self._logged_streams:  # a change of capacity is worth a line; the EWMA's noise is not
             self._logged_streams = streams
             log.info("CPU voices: capacity %d streams (RTF %.3f, %d workers)", streams,
                      self.meter.rtf(), self.workers)
 
-    def _rtf(self, backend: str) -> float:
+    def rtf(self, backend: str) -> float:
         """The backend's measured real-time factor (the prior before any of its jobs ran)."""
         rtf = self.meter.backend_rtf(backend)
         return self.meter.prior_rtf if rtf is None else max(rtf, 1e-3)
 
-    def _hold_error(self, backend: str) -> float:
+    def hold_error(self, backend: str) -> float:
         """How much longer than predicted the first-audio hold takes a run of `backend` to be."""
         return policy.hold_error(self.meter.overrun(backend), self.config)
 
-    def _hold_errors(self) -> dict[str, float]:
-        """`_hold_error` of every backend loaded, read once per look of the hold (each sorts its window)."""
-        return {backend: self._hold_error(backend) for backend in {v.backend for v in self._voices.values()}}
+    def hold_errors(self) -> dict[str, float]:
+        """`hold_error` of every backend loaded, read once per look of the hold (each sorts its window)."""
+        return {backend: self.hold_error(backend) for backend in {v.backend for v in self._voices.values()}}
 
     def _guard_s(self) -> float:
         """How close to running dry a playing stream may come before its job goes ahead of newcomers:
@@ -348,7 +348,7 @@ class CpuEngine:
             name = self._defaults["en"]
         return self._voices[name], seg_lang
 
-    def _pieces(self, chosen: Voice | None, lang: str, index: int, text: str) -> Iterator[Piece]:
+    def cut_pieces(self, chosen: Voice | None, lang: str, index: int, text: str) -> Iterator[Piece]:
         """Segment `index` as bounded pieces, lazily; all in the voice picked for the whole segment."""
         voice, seg_lang = self._pick(chosen, lang, text)
         if voice.backend == "piper":
@@ -360,8 +360,8 @@ class CpuEngine:
             yield Piece(index, current, voice, seg_lang, following is None, estimate_seconds(current))
             current = following
 
-    def _synthesise(self, voice: Voice, lang: str, text: str, speed: float,
-                    cancelled: threading.Event, run_options: Any, pinned: Pinned | None = None) -> Any:
+    def synthesise(self, voice: Voice, lang: str, text: str, speed: float,
+                   cancelled: threading.Event, run_options: Any, pinned: Pinned | None = None) -> Any:
         """Yield (float32 audio, rate, words) per model run of one segment, `words` as (word, start, end)
         samples into that audio (None: the graph gives no durations); stops early once cancelled.
         `pinned`: words spoken with the IPA given (a lexicon's)."""

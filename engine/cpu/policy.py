@@ -16,6 +16,12 @@ import enum
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from engine.listening import ListenerTimeline
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +122,85 @@ TRANSITIONS: dict[StreamStatus, frozenset[StreamStatus]] = {
     StreamStatus.PLAYING: frozenset({StreamStatus.ENDED}),
     StreamStatus.ENDED: frozenset(),
 }
+
+
+# ---- what one stream shows the others: an immutable snapshot ----
+
+
+@dataclass(frozen=True, slots=True)
+class PieceSnapshot:
+    """A submitted, undelivered piece of a stream, as the other streams' decisions see it."""
+
+    seconds: float  # its estimated spoken length
+    backend: str  # whose run time it takes ("piper" | "kokoro")
+    started_at: float | None  # when its run started (None: queued)
+    made_s: float | None  # once its run is over: the seconds of its audio not yet delivered
+    handle: Future[None] | None = None  # its job's future: the pool says when it is expected to start
+
+
+class Snapshotted(Protocol):
+    """A stream that publishes its snapshot (engine/cpu/stream.py's `CpuStream`)."""
+
+    @property
+    def snapshot(self) -> StreamSnapshot: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSnapshot:
+    """One stream's state at one moment, immutable: what another stream of its listener reads of it
+    (its listener's timeline through it, whether its text is all cut, its pieces) without its lock. A
+    stream publishes a new one each time it lets its lock go, so no stream ever takes another's lock."""
+
+    status: StreamStatus
+    ended: bool  # its end went out to its consumer
+    cancelled: bool
+    all_cut: bool  # its text is all in and cut into pieces (or it is over)
+    first_put_at: float | None  # when its first chunk went out
+    sent_s: float  # seconds of its audio out so far
+    held_s: float | None  # the first audio's length while it is held
+    before: ListenerTimeline | None  # the audio before it, once known (a continuation's)
+    pieces: tuple[PieceSnapshot, ...] = ()
+    after: Snapshotted | None = None  # the stream before it of its listener, still linked
+
+    @property
+    def awaits_first_audio(self) -> bool:
+        """Its listener hears nothing yet and nothing is submitted: its next piece is its first audio."""
+        return self.status is StreamStatus.NEW and not self.pieces
+
+
+def chain(snapshot: StreamSnapshot, bound: int = 64) -> tuple[StreamSnapshot, ...]:
+    """`snapshot` and those of the streams before it of its listener (each that one's published one),
+    newest first. Links point only to older streams, so it ends; `bound` guards it anyway."""
+    out = [snapshot]
+    while out[-1].after is not None and len(out) < bound:
+        out.append(out[-1].after.snapshot)
+    return tuple(out)
+
+
+def sent_timeline(streams: Sequence[StreamSnapshot], now: float) -> ListenerTimeline:
+    """When the listener of `streams[0]` runs out of its audio out (or held, played from its release),
+    which plays after the audio before it: that of `streams[1:]` (`chain`), then `before`."""
+    snap = streams[0]
+    before = snap.before
+    if len(streams) > 1:  # it plays once the stream before it has
+        heard = heard_timeline(streams[1:], now)
+        if heard is not None:
+            before = ListenerTimeline(heard.dry_at).after(before)
+    if snap.first_put_at is None:
+        if snap.held_s is None:
+            return ListenerTimeline(now) if before is None else before
+        return ListenerTimeline(max(now, before.dry_at if before else 0.0) + snap.held_s)
+    start = max(snap.first_put_at, before.dry_at if before else 0.0)
+    return ListenerTimeline(start + snap.sent_s)
+
+
+def heard_timeline(streams: Sequence[StreamSnapshot], now: float) -> ListenerTimeline | None:
+    """The listener's timeline through all of `streams[0]` that is known (its audio out and its pieces
+    submitted); None when that listener hears nothing of it, nor of any stream before it."""
+    snap = streams[0]
+    if snap.awaits_first_audio:
+        return None
+    return sent_timeline(streams, now).then(sum(p.seconds for p in snap.pieces))
 
 
 def advance(status: StreamStatus, to: StreamStatus) -> StreamStatus:

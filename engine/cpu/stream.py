@@ -9,10 +9,11 @@ small driver thread per stream cuts its segments, submits their pieces and hands
 in order, to the stream's `EventBridge`; only that driver ever blocks on a slow consumer, never a pool
 worker, and while it blocks its stream synthesises nothing past the look-ahead.
 
-Locks: each stream has one (`_cond`). A stream reads the stream before it of its listener (`_after`)
-under that one's lock, from inside its own, and the stream behind it (`_next`, in the first-audio
-hold) under that one's lock only, outside its own: locks are only ever taken later-stream first, so
-no cycle.
+Locks: each stream has one (`_cond`) and takes no other stream's. What a stream needs of the other
+streams of its listener (the one before it, `_after`: when its audio ends, whether its text is all
+cut; the one behind it, `_next`, in the first-audio hold: its pieces) it reads from their published
+`snapshot` (engine/cpu/policy.py `StreamSnapshot`, immutable), which each stream renews as it lets its
+lock go (`StreamLock`). tests/engine/cpu/test_stream_locks.py holds that.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import Future
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,17 +35,70 @@ from engine.cpu import policy
 from engine.cpu.espeak import Pinned
 from engine.cpu.jobs import Piece, PieceJob, Voice
 from engine.cpu.output import Output
-from engine.cpu.policy import PendingPiece, StreamStatus
-from engine.cpu.pool import Preempted
+from engine.cpu.policy import CpuPolicyConfig, PendingPiece, PieceSnapshot, StreamSnapshot, StreamStatus
+from engine.cpu.pool import Preempted, UrgencyPool
 from engine.cpu.text import cost, estimate_seconds, pieces
 from engine.listening import HoldRule, ListenerTimeline, holds_first
 from engine.stream import EventBridge
 from engine.types import EngineError, StreamEvent, Waiting
 
-if TYPE_CHECKING:
-    from engine.cpu.engine import CpuEngine
-
 log = logging.getLogger("voxgate.engine.cpu")
+
+
+class StreamLock(threading.Condition):
+    """A stream's lock (a condition) that publishes the stream's snapshot each time it is let go: every
+    change of a stream's state is made under its lock, so the snapshot is never older than the last
+    change, with no call to remember at each one."""
+
+    def __init__(self, publish: Callable[[], None]) -> None:
+        super().__init__()
+        self._publish = publish
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._publish()
+        finally:
+            super().__exit__(*exc)
+
+
+class StreamHost(Protocol):
+    """What a stream asks of the engine that opened it (engine/cpu/engine.py's `CpuEngine` is one): the
+    stream is typed by this, not by the engine, so the two modules read apart (no import back up)."""
+
+    workers: int  # pieces a stream may have in flight (its look-ahead)
+    max_pending_chars: int  # text a stream may hold not yet cut into pieces
+    queue_size: int  # AudioChunks its bridge holds for its consumer
+    config: CpuPolicyConfig
+    pool: UrgencyPool  # the worker pool every stream shares
+
+    def cut_pieces(self, chosen: Voice | None, lang: str, index: int, text: str) -> Iterator[Piece]:
+        """Segment `index` as bounded pieces, lazily."""
+        ...
+
+    def rtf(self, backend: str) -> float:
+        """The backend's measured real-time factor."""
+        ...
+
+    def hold_error(self, backend: str) -> float:
+        """How much longer than predicted the first-audio hold takes a run of `backend` to be."""
+        ...
+
+    def hold_errors(self) -> dict[str, float]:
+        """`hold_error` of every backend loaded."""
+        ...
+
+    def synthesise(self, voice: Voice, lang: str, text: str, speed: float, cancelled: threading.Event,
+                   run_options: Any, pinned: Pinned | None = None) -> Iterator[Any]:
+        """(audio, rate, words) per model run of one piece."""
+        ...
+
+    def measured(self, backend: str, run_s: float, audio_s: float, predicted_s: float = 0.0) -> None:
+        """A job's cost, from its worker."""
+        ...
+
+    def stream_ended(self, stream: CpuStream) -> None:
+        """`stream` is over."""
+        ...
 
 
 class CpuStream:
@@ -55,7 +109,7 @@ class CpuStream:
     `PIECE_LIMITS`), and the bridge's `queue_size` chunks. Text and audio are dropped once delivered.
     """
 
-    def __init__(self, engine: CpuEngine, voice: Voice | None, language: str, sample_rate: int,
+    def __init__(self, engine: StreamHost, voice: Voice | None, language: str, sample_rate: int,
                  speed: float, word_timings: bool = False, pinned: Pinned | None = None,
                  before: ListenerTimeline | None = None, *, after: CpuStream | None = None,
                  listener: tuple[str, str] | None = None, next_likely: bool = False) -> None:
@@ -67,8 +121,8 @@ class CpuStream:
         self.sample_rate = sample_rate
         self._speed = speed
         self._cancelled = threading.Event()
-        self._bridge = EventBridge(engine._queue_size, on_cancel=self._abort)
-        self._cond = threading.Condition()
+        self._bridge = EventBridge(engine.queue_size, on_cancel=self._abort)
+        self._cond = StreamLock(self._publish)
         self._inbox: deque[tuple[int, str]] = deque()  # appended segments not yet cut into pieces
         self._appended = 0  # segments appended so far: the next one's index
         self._inbox_chars = 0
@@ -97,6 +151,7 @@ class CpuStream:
         self._status = StreamStatus.FOLLOWING if after is not None or before is not None else StreamStatus.NEW
         self._frames_put = 0
         self._notified = False  # a Waiting went out and no audio has followed it yet
+        self._snapshot = self._state()  # renewed as its lock is let go (`StreamLock`)
         self._driver = threading.Thread(target=self._drive, name="cpu-stream", daemon=True)
         self._driver.start()
 
@@ -138,7 +193,36 @@ class CpuStream:
         """Where it is from its listener's side (engine/cpu/policy.py `StreamStatus`)."""
         return self._status
 
+    @property
+    def ended(self) -> bool:
+        """Its end went out to its consumer (done, failed or cancelled)."""
+        return self._bridge.ended
+
+    @property
+    def snapshot(self) -> StreamSnapshot:
+        """Its state as it last let its lock go (immutable; read without any lock)."""
+        return self._snapshot
+
+    def link_next(self, stream: CpuStream) -> None:
+        """`stream` was opened behind it for its listener (the engine links them): its first audio is
+        held for that one's pieces too once its own text is all cut (`_hold_first`)."""
+        with self._cond:
+            self._next = stream
+
     # ---- internals ----
+
+    def _state(self) -> StreamSnapshot:
+        """Under `_cond`: its state now, as the other streams of its listener may read it."""
+        return StreamSnapshot(
+            self._status, self._bridge.ended, self._cancelled.is_set(), self._all_cut(), self._first_put_at,
+            self._frames_put / self.sample_rate, self._held_s, self._before,
+            tuple(PieceSnapshot(job.piece.seconds, job.piece.voice.backend, job.started_at,
+                                job.audio_s if job.done else None, job.future) for job in self._jobs),
+            self._after)
+
+    def _publish(self) -> None:
+        """Under `_cond`, as it is let go: its snapshot renewed."""
+        self._snapshot = self._state()
 
     def _abort(self) -> None:
         with self._cond:
@@ -168,7 +252,7 @@ class CpuStream:
                     self._inbox_chars -= len(text)
                     # A generator: set here, under the lock, so a stream behind this one sees the text is
                     # still being cut (`_all_cut`); it cuts outside the lock, as it is consumed.
-                    self._cutter = self._engine._pieces(self._voice, self._language, index, text)
+                    self._cutter = self._engine.cut_pieces(self._voice, self._language, index, text)
                 cutter = self._cutter
             piece = next(cutter, None)
             if piece is not None:
@@ -181,15 +265,12 @@ class CpuStream:
     def _behind(self) -> bool:
         """Under `_cond`: whether the stream before it (`_after`) still has text not cut into pieces; so
         this one waits to submit. Once that one has ended, its end is taken and the link dropped."""
-        before = self._after
-        if before is None:
+        if self._after is None:
             return False
-        with before._cond:  # a stream only ever takes the lock of the one before it: no cycle
-            ended = before._bridge.ended
-            heard = before._heard()
-            all_cut = before._all_cut()
-        if not ended:
-            return not all_cut
+        before = self._after.snapshot  # read, not locked: no stream takes another's lock
+        if not before.ended:
+            return not before.all_cut
+        heard = policy.heard_timeline(policy.chain(before), time.monotonic())
         if heard is not None:
             self._before = ListenerTimeline(heard.dry_at).after(self._before)
         self._after = None
@@ -205,13 +286,6 @@ class CpuStream:
         """Under `_cond`: its text is all in and cut into pieces (or it is over)."""
         return self._cancelled.is_set() or (self._finished and not self._inbox and self._cutter is None)
 
-    def _heard(self) -> ListenerTimeline | None:
-        """Under `_cond`: its listener's timeline through all of it that is known (the audio delivered and
-        the pieces submitted); None when that listener hears nothing of it, or before it."""
-        if self._awaits_first_audio():
-            return None
-        return self._timeline()
-
     def _ramped(self, piece: Piece) -> Piece:
         """`piece`, or its first part as `policy.ramp_limit` bounds it (the rest goes back to the cutter,
         in order). A new listener's first piece is its first audio and is left as it is."""
@@ -220,7 +294,7 @@ class CpuStream:
                 return piece
             slack = self._timeline().dry_at - time.monotonic()
         size = cost(piece.text)
-        limit = policy.ramp_limit(size, piece.seconds, slack, self._engine._rtf(piece.voice.backend),
+        limit = policy.ramp_limit(size, piece.seconds, slack, self._engine.rtf(piece.voice.backend),
                                   self._ramp_share(), self._engine.config)
         if limit >= size:
             return piece
@@ -236,7 +310,7 @@ class CpuStream:
     def _ramp_share(self) -> float:
         """Its part of the workers (`_ramped`): the workers over the streams with a job queued or running,
         itself included."""
-        return self._engine.workers / self._engine._pool.owners(also=self)
+        return self._engine.workers / self._engine.pool.owners(also=self)
 
     def _submit(self, piece: Piece) -> None:
         """Hand one piece to the pool: a first-audio job while its listener hears nothing, else due by
@@ -253,7 +327,7 @@ class CpuStream:
             first_audio = self._hears_nothing()
             self._jobs.append(job)
         try:
-            job.future = self._engine._pool.submit(deadline, partial(self._run_job, job), owner=self,
+            job.future = self._engine.pool.submit(deadline, partial(self._run_job, job), owner=self,
                                                    first_audio=first_audio, run_s=self._run_s(piece),
                                                    yield_to=partial(self._yield_job, job))
         except RuntimeError:  # the pool is shut down: the engine is closing
@@ -271,7 +345,7 @@ class CpuStream:
 
     def _run_s(self, piece: Piece) -> float:
         """How long `piece` is expected to run: its estimated length × its backend's measured RTF."""
-        return piece.seconds * self._engine._rtf(piece.voice.backend)
+        return piece.seconds * self._engine.rtf(piece.voice.backend)
 
     def _reschedule(self) -> None:
         """Once a piece's audio is out, its real length stands for its estimate: the queued pieces behind
@@ -283,7 +357,7 @@ class CpuStream:
                     moves.append((job.future, self._deadline(before, job.piece)))
                 before.append(job)
         for future, deadline in moves:  # outside the stream's lock, as every call into the pool
-            self._engine._pool.reschedule(future, deadline)
+            self._engine.pool.reschedule(future, deadline)
 
     def _before_counts(self) -> bool:
         """Under `_cond`: its deadlines run from the end of audio before it (another stream of its listener,
@@ -311,19 +385,9 @@ class CpuStream:
 
     def _sent(self) -> ListenerTimeline:
         """Under `_cond`: when its listener runs out of the audio delivered (or held, played from its
-        release), which plays after the audio before this stream's (a continuation's)."""
-        before = self._before
-        if self._after is not None:  # it plays once the stream before it has
-            with self._after._cond:
-                heard = self._after._heard()
-            if heard is not None:
-                before = ListenerTimeline(heard.dry_at).after(before)
-        if self._first_put_at is None:
-            if self._held_s is None:
-                return ListenerTimeline(time.monotonic()) if before is None else before
-            return ListenerTimeline(max(time.monotonic(), before.dry_at if before else 0.0) + self._held_s)
-        start = max(self._first_put_at, before.dry_at if before else 0.0)
-        return ListenerTimeline(start + self._frames_put / self.sample_rate)
+        release), which plays after the audio before this stream's (a continuation's): `policy.sent_timeline`
+        over its state now and the snapshots of the streams before it."""
+        return policy.sent_timeline(policy.chain(self._state()), time.monotonic())
 
     def _hears_nothing(self) -> bool:
         """Under `_cond`: its listener hears nothing yet: no audio out, none held (`_hold_first`), no
@@ -345,7 +409,7 @@ class CpuStream:
         p = job.piece
         t0, made, predicted_s = time.perf_counter(), 0.0, self._run_s(p)
         try:
-            for audio in self._engine._synthesise(p.voice, p.lang, p.text, self._speed, self._cancelled,
+            for audio in self._engine.synthesise(p.voice, p.lang, p.text, self._speed, self._cancelled,
                                                   job.run_options, self._pinned):
                 made += audio[0].size / audio[1]
                 with self._cond:
@@ -356,7 +420,7 @@ class CpuStream:
                     self._cond.notify_all()
             self._gave_up(job)
             if not self._cancelled.is_set():  # a cut-short run says nothing of the cost
-                self._engine._measured(p.voice.backend, time.perf_counter() - t0, made, predicted_s)
+                self._engine.measured(p.voice.backend, time.perf_counter() - t0, made, predicted_s)
         except Preempted:
             raise
         except Exception as exc:  # reported by the driver, in order, as StreamEnd("error")
@@ -413,7 +477,7 @@ class CpuStream:
         return policy.notice_due(self._jobs[0].queued_at, self._sent().runs_out_at, self._engine.config)
 
     def _notify_waiting(self, head: PieceJob) -> None:
-        ahead = self._engine._pool.ahead(head.future) if head.future is not None else None
+        ahead = self._engine.pool.ahead(head.future) if head.future is not None else None
         if ahead is None:
             return  # it has started meanwhile
         self._notified = True  # once per wait, even unsent: the driver must not retry at every wake-up
@@ -448,7 +512,7 @@ class CpuStream:
                 self._inbox_chars = 0
                 self._cutter = None
                 self._after = self._next = None
-            self._engine._ended(self)
+            self._engine.stream_ended(self)
 
     def _take_head(self) -> tuple[PieceJob, list[Any], bool, Exception | None] | object | None:
         """Wait for news, then take the head job's audio: (head, audio, done, error); `_ALL_DONE` once
@@ -515,7 +579,7 @@ class CpuStream:
                 self._to(StreamStatus.HELD)
         rule = HoldRule(cfg.first_hold_s, cfg.hold_margin_s, cfg.hold_margin_s)
         engine, backend = self._engine, head.piece.voice.backend
-        next_run_s = cfg.next_min_s * engine._rtf(backend) * (1 + engine._hold_error(backend))
+        next_run_s = cfg.next_min_s * engine.rtf(backend) * (1 + engine.hold_error(backend))
         while True:
             self._fill(head)  # the look-ahead runs on while the first audio waits, on text that comes too
             late = self._hold_look(head, have, next_run_s)
@@ -535,15 +599,16 @@ class CpuStream:
             if self._cancelled.is_set():
                 return None
             after = [(job, job.started_at, job.future) for job in self._jobs]  # at most `workers`
-        following, following_cut = self._following()  # outside its lock: it takes the next one's
-        engine, pool = self._engine, self._engine._pool
+        following, following_cut = self._following()
+        engine, pool = self._engine, self._engine.pool
         # Each piece runs past its prediction by its backend's error; a job it waits behind (another
         # stream's, of either backend) by the costliest backend's.
-        errors = engine._hold_errors()
+        errors = engine.hold_errors()
         stretch = 1.0 + max(errors.values())
         starts = [s if s is not None or f is None else pool.expected_start(f, stretch) for _, s, f in after]
-        next_starts = [s if s is not None or f is None else pool.expected_start(f, stretch)
-                       for _, s, f, _ in following]  # fmt: skip
+        next_starts = [p.started_at if p.started_at is not None or p.handle is None
+                       else pool.expected_start(p.handle, stretch)
+                       for p in following]  # fmt: skip
         free_at = pool.expected_free(stretch)
         with self._cond:
             now = time.monotonic()
@@ -555,34 +620,34 @@ class CpuStream:
                        for (job, _, _), start in zip(after, starts, strict=True)]  # fmt: skip
             all_cut = self._all_cut()
             if all_cut:  # then its listener's next stream's, which play once it has
-                pending += [PendingPiece(job.piece.seconds, run_s(job), start, made)
-                            for (job, _, _, made), start in zip(following, next_starts, strict=True)]  # fmt: skip
+                pending += [PendingPiece(p.seconds, p.seconds * self._engine.rtf(p.backend) * (1 + errors[p.backend]),
+                                         start, p.made_s)
+                            for p, start in zip(following, next_starts, strict=True)]  # fmt: skip
             more_text = not all_cut or not following_cut
             return policy.first_audio_late(now, self._sent().runs_out_at, pending, more_text, free_at, next_run_s)
 
-    def _following(self) -> tuple[list[tuple[PieceJob, float | None, Future[None] | None, float | None]], bool]:
-        """Outside its own lock (the stream behind takes this one's, never the other way): the pieces of
-        the stream opened behind it for its listener (`_next`), each with its start, its future and, once
-        made, its audio's length; and whether that one's text is all cut. None without one, and all cut
-        unless one is likely (`_next_likely`): its text is then still to come."""
-        behind = self._next
+    def _following(self) -> tuple[tuple[PieceSnapshot, ...], bool]:
+        """The pieces of the stream opened behind it for its listener (`_next`, from its snapshot), and
+        whether that one's text is all cut. None without one, and all cut unless one is likely
+        (`_next_likely`): its text is then still to come."""
+        with self._cond:
+            behind, likely = self._next, self._next_likely
         if behind is None:
-            return [], not self._next_likely
-        with behind._cond:
-            if behind._cancelled.is_set() or behind._after is not self:
-                return [], True
-            jobs = [(job, job.started_at, job.future, job.audio_s if job.done else None) for job in behind._jobs]
-            return jobs, behind._all_cut()
+            return (), not likely
+        snap = behind.snapshot
+        if snap.cancelled or snap.after is not self:
+            return (), True
+        return snap.pieces, snap.all_cut
 
     def _put(self, frames: int) -> None:
         """A chunk is out (`Output`): `frames` put so far; the first makes it a playing stream."""
-        if self._first_put_at is None:
-            with self._cond:
+        with self._cond:  # its snapshot follows the audio out
+            if self._first_put_at is None:
                 self._first_put_at = time.monotonic()
                 if self._status is not StreamStatus.ENDED:
                     self._to(StreamStatus.PLAYING)
-        self._frames_put = frames
-        self._notified = False
+            self._frames_put = frames
+            self._notified = False
 
 
 _ALL_DONE = object()  # `_take_head`: every piece delivered, the text all in

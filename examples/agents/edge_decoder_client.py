@@ -2,8 +2,9 @@
 decode them here with voxgate's streaming codec decoder, loaded from the checkpoint's
 `speech_tokenizer/` folder, on this client's own chunk schedule with exact carried state.
 
-    voxgate serve --model tiny &        # or a Qwen3-TTS checkpoint directory
-    python examples/agents/edge_decoder_client.py --checkpoint ~/.cache/voxgate/qwen3-tts-tiny-… \\
+    .venv/bin/pip install -e '.[qwen3]'          # the Qwen3 engine and this decoder need torch
+    .venv/bin/voxgate serve --model tiny &        # or a Qwen3-TTS checkpoint directory
+    .venv/bin/python examples/agents/edge_decoder_client.py --checkpoint ~/.cache/voxgate/qwen3-tts-tiny-… \\
         --text "Hello from the edge." --out edge.wav
 
 Reports time to first frame, when playback could start (first decoded chunk), the real-time factor

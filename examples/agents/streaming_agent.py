@@ -8,10 +8,10 @@ listener heard. Every turn's audio, as heard, goes to `OUT/turn-N.wav`. `--clone
 first registers a cloned voice from a reference recording and its transcript (a Qwen3 Base checkpoint;
 `--model tiny-base` to try it), then speaks every turn in it.
 
-    voxgate serve &                      # in another terminal
-    python examples/agents/streaming_agent.py --turns 3 --barge-in 1.0 --out /tmp/agent
-    voxgate serve --model tiny-base &
-    python examples/agents/streaming_agent.py --clone me.wav --clone-text "What me.wav says." --turns 1
+    .venv/bin/voxgate serve &                      # in another terminal
+    .venv/bin/python examples/agents/streaming_agent.py --turns 3 --barge-in 1.0 --out /tmp/agent
+    .venv/bin/voxgate serve --model tiny-base &    # needs the qwen3 extra: .venv/bin/pip install -e '.[qwen3]'
+    .venv/bin/python examples/agents/streaming_agent.py --clone me.wav --clone-text "What me.wav says." --turns 1
 """
 
 from __future__ import annotations

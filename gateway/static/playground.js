@@ -159,13 +159,36 @@ function resetUtterance(text) {
   readouts();
 }
 
+// Milliseconds of the current utterance the listener has heard: what was scheduled and is now past.
+// Sent with the cancel, so the server answers with `heard_text` (docs/protocol.md, played_ms).
+function playedMs() {
+  const u = S.utt;
+  if (!u || !S.ctx) return 0;
+  const now = S.ctx.currentTime;
+  let samples = 0;
+  for (const c of u.chunks) samples += Math.min(c.n, Math.max(0, (now - c.at) * S.sampleRate));
+  return Math.round((samples / S.sampleRate) * 1000);
+}
+
+// Barge-in stays possible while anything of the utterance is still to be heard: the server finishes
+// an utterance (session.done) seconds before its audio has played, and a listener interrupts what
+// they hear, not what was sent. After session.done the server answers `cancelled: false` (nothing
+// left to stop there), and the audio still buffered here is dropped.
 function bargeIn() {
   if (!S.ws || !S.utt) return;
+  const played = playedMs();
   S.utt.cancelled = true; // frames still in flight before audio.cancelled are dropped
-  S.ws.send(JSON.stringify({ type: "input.cancel" }));
-  log("→ input.cancel");
+  S.ws.send(JSON.stringify({ type: "input.cancel", played_ms: played }));
+  log(`→ input.cancel (played_ms ${played})`);
   stopAudio();
   $("cancel").disabled = true;
+}
+
+function playbackEnded() {
+  const u = S.utt;
+  if (!u || u.cancelled) return;
+  $("cancel").disabled = true;
+  finishSpeaking();
 }
 
 function stopAudio() {
@@ -209,10 +232,9 @@ function onMessage(ev) {
       break;
     case "session.done":
       if (u && !u.cancelled) {
-        u.done = true;
-        $("cancel").disabled = true;
-        const end = Math.max(0, (S.playHead - S.ctx.currentTime) * 1000);
-        S.timers.push(setTimeout(() => { finishSpeaking(); }, end));
+        u.done = true; // all of it was sent; Barge-in stays on until it has played
+        const end = S.ctx ? Math.max(0, (S.playHead - S.ctx.currentTime) * 1000) : 0;
+        S.timers.push(setTimeout(playbackEnded, end));
       }
       break;
     case "audio.cancelled":
@@ -390,6 +412,7 @@ function showCancelled(msg) {
   const secs = (msg.played_bytes / 2 / S.sampleRate).toFixed(2);
   el.hidden = false;
   el.textContent = `Barge-in: the server had sent ${secs} s of audio. Spoken (server): “${msg.spoken_text}”` +
+    (msg.heard_text !== undefined ? ` · heard (server, from played_ms): “${msg.heard_text}”` : "") +
     (heard ? ` · heard here: “${heard}”` : "");
   if (S.utt) {
     for (const s of S.utt.segments) if (s && s.state === "speaking") s.state = "spoken";
@@ -468,4 +491,16 @@ $("clone").addEventListener("click", cloneVoice);
 $("cancel").addEventListener("click", bargeIn);
 $("sample-en").addEventListener("click", () => { $("text").value = SAMPLES.en; $("language").value = "en"; });
 $("sample-zh").addEventListener("click", () => { $("text").value = SAMPLES.zh; $("language").value = "zh"; });
+
+// The page connects on the first Speak; until then it says whether the server is up, not "disconnected".
+async function showServer() {
+  try {
+    const r = await fetch("/health");
+    const body = await r.json();
+    if (S.ws) return; // a session opened meanwhile says more
+    if (r.ok) setStatus(`server ready (${body.model || "model"}) · Speak opens a session`, "ok");
+    else setStatus(`server ${body.status || r.status}: ${body.detail || "not ready yet"}`, "err");
+  } catch (_) { setStatus("server unreachable", "err"); }
+}
+showServer();
 loadVoices();

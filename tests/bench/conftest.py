@@ -19,6 +19,8 @@ if str(BENCH) not in sys.path:
 
 @pytest.fixture(scope="module")
 def piper_gateway(piper_engine: Engine) -> Iterator[str]:
-    """A real gateway with the English Piper voice on a loopback port, in a thread: http://HOST:PORT."""
-    for addr in serve(piper_engine):
+    """A real gateway with the English Piper voice on a loopback port, in a thread: http://HOST:PORT. The
+    first-audio SLO is off: the smoke runs check the harnesses' figures, and on a loaded box the voice's
+    measured capacity can fall to one stream, where the SLO would rightly refuse the second."""
+    for addr in serve(piper_engine, first_audio_slo_s=0):
         yield f"http://{addr}"

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from engine.fair_queue import FairQueue, FairQueueConfig, Refused, Waiter
+from engine.listening import ListenerTimeline
 
 
 class Clock:
@@ -44,8 +45,8 @@ def saturate(
     for _ in range(int(seconds / dt)):
         for key, weight in weights.items():
             while _waiting(q, key) < capacity + 1:
-                continue_by = None if continue_in_s is None else clock.now + continue_in_s
-                started.append(q.push(key, weight, capacity, continue_by=continue_by))  # at once when there is room
+                heard = None if continue_in_s is None else ListenerTimeline(clock.now + continue_in_s)
+                started.append(q.push(key, weight, capacity, timeline=heard))  # at once when there is room
         running += [(w, next(cycles[w.key])) for w in q.grant(capacity) + started if w.state == "admitted"]
         started.clear()
         clock.now += dt
@@ -292,7 +293,7 @@ def test_a_due_continuation_goes_first_in_its_key_and_its_key_first_among_equals
     own = q.push("a", 1.0, 2)  # the same tenant's newcomer, waiting first
     other = q.push("c", 1.0, 2)  # another tenant's, also below its share
     clock.now += 1
-    cont = q.push("a", 1.0, 2, continue_by=clock.now + 0.5)  # its listener runs dry in half a second
+    cont = q.push("a", 1.0, 2, timeline=ListenerTimeline(clock.now + 0.5))  # its listener runs dry in half a second
     assert cont.state == "waiting"  # no room: it takes no more than the capacity
     q.finish(holder)
     assert q.grant(2) == [cont] and cont.waited_s == 0.0  # granted at the same fake instant
@@ -305,7 +306,7 @@ def test_a_continuation_with_time_to_spare_waits_its_fair_turn_until_it_is_due()
     q = queue(clock)
     holder = q.push("a", 1.0, 1)
     early = q.push("a", 1.0, 1)
-    cont = q.push("a", 1.0, 1, continue_by=clock.now + 10.0)  # ten seconds of audio still to play
+    cont = q.push("a", 1.0, 1, timeline=ListenerTimeline(clock.now + 10.0))  # ten seconds of audio still to play
     q.finish(holder)
     assert q.grant(1) == [early]  # not due: its key's line in order
     clock.now += 8.5  # now its listener runs dry within the lead
@@ -322,7 +323,7 @@ def test_a_slot_passes_to_the_next_stream_of_its_listener_due_or_not() -> None:
     q = queue(clock)
     holder = q.push("a", 1.0, 1)
     newcomer = q.push("b", 1.0, 1)  # waiting first, another tenant
-    nxt = q.push("a", 1.0, 1, continue_by=clock.now + 10.0)  # not due: ten seconds still to play
+    nxt = q.push("a", 1.0, 1, timeline=ListenerTimeline(clock.now + 10.0))  # not due: ten seconds still to play
     clock.now += 1
     assert q.hand_over(holder, nxt, 1)
     assert holder.state == "finished" and nxt.state == "admitted" and nxt.waited_s == 1.0
@@ -357,13 +358,13 @@ def test_a_waiter_whose_listener_begins_hearing_becomes_a_continuation_and_stays
     early = q.push("a", 1.0, 1)
     second = q.push("a", 1.0, 1)  # its listener hears nothing yet: a newcomer
     q.relisten(second, None)
-    q.relisten(second, clock.now + 0.5)  # the audio before it plays now
+    q.relisten(second, ListenerTimeline(clock.now + 0.5))  # the audio before it plays now
     q.relisten(second, None)  # and has run out: its gap has begun, it is still due
-    assert second.continue_by == clock.now + 0.5
+    assert second.dry_at == clock.now + 0.5
     q.finish(holder)
     assert q.grant(1) == [second] and early.state == "waiting"
-    q.relisten(second, clock.now + 9.0)  # admitted: nothing moves
-    assert second.continue_by == clock.now + 0.5
+    q.relisten(second, ListenerTimeline(clock.now + 9.0))  # admitted: nothing moves
+    assert second.dry_at == clock.now + 0.5
 
 
 def test_a_due_continuation_does_not_take_a_slot_past_its_keys_share() -> None:
@@ -373,7 +374,7 @@ def test_a_due_continuation_does_not_take_a_slot_past_its_keys_share() -> None:
     q = queue(clock)
     a1, a2 = q.push("a", 1.0, 2), q.push("a", 1.0, 2)  # "a" holds both slots: past its share of one
     b = q.push("b", 1.0, 2)
-    cont = q.push("a", 1.0, 2, continue_by=clock.now + 0.5)
+    cont = q.push("a", 1.0, 2, timeline=ListenerTimeline(clock.now + 0.5))
     assert not q.hand_over(a1, cont, 2) and a1.state == "admitted" and cont.state == "waiting"
     q.finish(a1)
     assert q.grant(2) == [b]  # the other tenant, below its share, goes first
@@ -429,7 +430,8 @@ def test_a_listener_whose_streams_ended_takes_its_slot_back_for_its_next() -> No
     clock = Clock()
     q = queue(clock)
     mandarin = q.push("a", 1.0, BUDGET, cost=2.0)  # costlier than the whole capacity: it starts alone
-    nxt = q.push("a", 1.0, BUDGET, continue_by=clock.now + 5.0, cost=PIPER)  # its listener hears 5 s more
+    # its listener hears 5 s more
+    nxt = q.push("a", 1.0, BUDGET, timeline=ListenerTimeline(clock.now + 5.0), cost=PIPER)
     newcomer = q.push("a", 1.0, BUDGET, cost=PIPER)  # nobody hears it: room in fair order only
     assert nxt.state == newcomer.state == "waiting"
     assert not q.take_back(newcomer, BUDGET) and q.grant(BUDGET) == []
@@ -447,7 +449,7 @@ def test_a_listener_takes_no_slot_back_past_its_keys_share() -> None:
     q = queue(clock)
     held = q.push("a", 1.0, 2)
     other = q.push("b", 1.0, 2)
-    nxt = q.push("a", 1.0, 2, continue_by=clock.now)  # its listener runs dry now
+    nxt = q.push("a", 1.0, 2, timeline=ListenerTimeline(clock.now))  # its listener runs dry now
     newcomer = q.push("b", 1.0, 2)
     assert held.state == other.state == "admitted" and newcomer.state == "waiting"
     assert not q.take_back(nxt, 2)  # "a" holds its share (one of two) while "b" waits
@@ -459,9 +461,9 @@ def test_due_continuations_start_most_urgent_first_and_expire_like_others() -> N
     clock = Clock()
     q = queue(clock, max_wait_s=5.0)
     holder = q.push("a", 1.0, 1)
-    later = q.push("a", 1.0, 1, continue_by=clock.now + 1.5)
-    sooner = q.push("a", 1.0, 1, continue_by=clock.now + 0.5)
-    gone = q.push("a", 1.0, 1, continue_by=clock.now + 0.1)
+    later = q.push("a", 1.0, 1, timeline=ListenerTimeline(clock.now + 1.5))
+    sooner = q.push("a", 1.0, 1, timeline=ListenerTimeline(clock.now + 0.5))
+    gone = q.push("a", 1.0, 1, timeline=ListenerTimeline(clock.now + 0.1))
     q.withdraw(gone)
     q.finish(holder)
     assert q.grant(1) == [sooner]
@@ -474,7 +476,7 @@ def test_continuations_count_against_the_per_key_bound() -> None:
     clock = Clock()
     q = queue(clock, per_key=1)
     q.push("x", 1.0, 1)
-    q.push("a", 1.0, 1, continue_by=clock.now + 1.0)
+    q.push("a", 1.0, 1, timeline=ListenerTimeline(clock.now + 1.0))
     with pytest.raises(Refused) as e:
         q.push("a", 1.0, 1)
     assert e.value.bound == "tenant"
@@ -698,7 +700,7 @@ def test_a_listener_whose_streams_ended_while_it_hears_them_takes_the_slot_back_
     costly = q.push("b", 1.0, 1)
     nxt = q.push("a", 1.0, 1, listener=player, follows=True)
     assert costly.state == "admitted" and nxt.state == "waiting"  # not yet known to be heard
-    q.look(1, follows=True, runs_dry=lambda listener: clock.now + 3.0 if listener is player else None)
+    q.look(1, follows=True, timeline_of=lambda who: ListenerTimeline(clock.now + 3.0) if who is player else None)
     assert nxt.state == "admitted" and q.in_flight == 2  # its listener's slot, past the capacity
 
 
@@ -852,11 +854,11 @@ def test_continuations_and_a_listeners_later_streams_are_not_refused_by_the_slo(
     q = slo_queue(clock)
     player = object()
     q.push("x", 1.0, 1)
-    continuation = q.push("a", 1.0, 1, continue_by=clock.now + 5.0)
+    continuation = q.push("a", 1.0, 1, timeline=ListenerTimeline(clock.now + 5.0))
     assert continuation.state == "waiting"
     with pytest.raises(Refused):
         q.push("b", 1.0, 1, listener=player)  # the listener's first: the SLO applies
-    q.push("b", 1.0, 1, listener=player, continue_by=clock.now + 1.0)  # hears speech: it does not
+    q.push("b", 1.0, 1, listener=player, timeline=ListenerTimeline(clock.now + 1.0))  # hears speech: it does not
     clock.now += 3.0
     assert [w.refused for w in q.look(1)] == []
 
@@ -918,11 +920,11 @@ def test_continuations_that_fall_due_before_a_leader_starts_count_ahead_of_it() 
     q = slo_queue(clock)
     staggered(q, clock, 4)  # a slot frees every 0.5 s, the first in 0.5 s
     lead = q.push("a", 1.0, 4)  # heard in 0.5 + 0.5 s
-    q.push("a", 1.0, 4, continue_by=clock.now + 30.0)  # its listener hears 30 s more: not due before the lead
+    q.push("a", 1.0, 4, timeline=ListenerTimeline(clock.now + 30.0))  # hears 30 s more: not due before the lead
     assert q.look(4) == [] and q.start_of(lead, 4) == pytest.approx(clock.now + 0.5)
-    q.push("a", 1.0, 4, continue_by=clock.now + 1.0)  # due now: goes first, the lead starts in 1.0 s
+    q.push("a", 1.0, 4, timeline=ListenerTimeline(clock.now + 1.0))  # due now: goes first, the lead starts in 1.0 s
     assert q.look(4) == [] and q.start_of(lead, 4) == pytest.approx(clock.now + 1.0)
-    q.push("a", 1.0, 4, continue_by=clock.now + 1.0)  # a second: 1.5 s + the tail is past the SLO
+    q.push("a", 1.0, 4, timeline=ListenerTimeline(clock.now + 1.0))  # a second: 1.5 s + the tail is past the SLO
     assert q.look(4) == [lead] and lead.refused is not None and lead.refused.bound == "slo"
 
 

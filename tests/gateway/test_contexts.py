@@ -168,8 +168,10 @@ async def test_a_context_flood_is_refused_and_the_canary_keeps_speaking(
     # Clients leaving while they are sent to are clients leaving, not failures of the server.
     assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text[-2000:]
     assert r.seen["too_many_contexts"] >= 3 * (100 - 5), r.seen  # every context past the bound was refused
-    # Open contexts holding admitted streams while the canary waits are finished early (utterance_timeout).
-    assert set(r.seen["codes"]) <= {"too_many_contexts", "backlog_full", "utterance_timeout"}, r.seen
+    # Open contexts holding admitted streams while the canary waits are finished early (utterance_timeout);
+    # the flood's streams opened together that could not be heard within the first-audio SLO are refused
+    # (queue_full).
+    assert set(r.seen["codes"]) <= {"too_many_contexts", "backlog_full", "utterance_timeout", "queue_full"}, r.seen
     assert r.canary.failure is None and not r.canary.errors, r.canary
     assert r.canary.worst_wait_s < 5.0, r.canary
     assert r.health_worst_s < 1.0 and r.rss_growth_mb < 150, r

@@ -137,6 +137,44 @@ def test_barge_in_stops_and_says_what_was_spoken(playground_server: str, browser
     assert not d.execute_script("return window.voxgate.state.errors;")
 
 
+def test_before_the_first_speak_the_page_says_the_server_is_up(playground_server: str, browser: object) -> None:
+    """The page connects lazily; until then it shows the server's health, never "disconnected"."""
+    d = browser
+    d.get(playground_server + "/")
+    wait_for(d, "return document.getElementById('status').textContent.includes('Speak opens a session');", 15)
+    status = d.find_element("id", "status")
+    assert "disconnected" not in status.text and "ok" in status.get_attribute("class"), status.text
+    assert d.find_element("id", "cancel").get_attribute("disabled") is not None  # nothing to interrupt yet
+
+
+def test_barge_in_stays_usable_while_the_reply_still_plays(playground_server: str, browser: object) -> None:
+    """session.done comes when the last audio was sent, seconds before it has played: Barge-in stays on
+    until playback ends, and pressing it then silences the rest and says what was heard."""
+    d = browser
+    d.get(playground_server + "/")
+    reply = "Your table is booked for Friday at seven. I sent the confirmation to your email, and you can cancel."
+    set_text(d, reply, 80)
+    d.find_element("id", "speak").click()
+    wait_for(d, "const u = window.voxgate.state.utt; return !!(u && u.done);")
+    buffered = d.execute_script("const S = window.voxgate.state; return (S.playHead - S.ctx.currentTime) * 1000;")
+    assert buffered > 1000, f"only {buffered:.0f} ms left to play at session.done: nothing to test"
+    cancel = d.find_element("id", "cancel")
+    assert cancel.get_attribute("disabled") is None, "Barge-in was disabled at session.done, with audio still playing"
+    cancel.click()
+    wait_for(d, "return !document.getElementById('cancelled').hidden;", timeout=15)
+    assert d.execute_script("return window.voxgate.state.sources.length;") == 0  # the rest is silenced
+    note = d.find_element("id", "cancelled").text
+    assert "heard (server, from played_ms)" in note, note
+    assert cancel.get_attribute("disabled") is not None
+    assert not d.execute_script("return window.voxgate.state.errors;")
+    # Left to play out, the reply ends with Barge-in off again.
+    set_text(d, "Okay.", 80)
+    d.find_element("id", "speak").click()
+    wait_for(d, "const u = window.voxgate.state.utt; return !!(u && u.done && u.index === 1);")
+    wait_for(d, "return document.getElementById('cancel').disabled;", timeout=15)
+    assert d.execute_script("return window.voxgate.state.ctx.currentTime >= window.voxgate.state.playHead - 0.05;")
+
+
 @pytest.fixture(scope="module")
 def base_playground(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A gateway on a tiny Qwen3 Base checkpoint: it speaks cloned voices only."""

@@ -130,7 +130,7 @@ async def test_capacity_after_real_synthesis(piper: Any) -> None:
     assert cap.streams == max(1, int(2 / piper.meter.rtf() * 0.8)) and 1 <= cap.streams < 1000
     rtf = piper.meter.backend_rtf("piper")
     assert cap.budget == pytest.approx(2 * 0.8) and cap.costs == (("en", rtf),) and cap.voice_costs == (("joe", rtf),)
-    assert piper._pool.guard_s >= 0.5
+    assert piper.pool.guard_s >= 0.5
 
 
 async def test_capacity_admits_nobody_new_while_the_pool_is_behind(piper: Any) -> None:
@@ -138,14 +138,14 @@ async def test_capacity_admits_nobody_new_while_the_pool_is_behind(piper: Any) -
     # newcomer beyond those it serves, whatever the measured cost says; once it catches up, it can.
     gates = [threading.Event() for _ in range(piper.workers)]
     started = [threading.Event() for _ in range(piper.workers)]
-    blockers = [piper._pool.submit(float("-inf"), lambda g=g, s=s: (s.set(), g.wait(10)))
+    blockers = [piper.pool.submit(float("-inf"), lambda g=g, s=s: (s.set(), g.wait(10)))
                 for g, s in zip(gates, started, strict=True)]
     assert all(s.wait(5) for s in started)
     stream = piper.open_stream("joe", "en")
     stream.append("Waiting for a worker.")
     stream.finish()
     for _ in range(200):  # the stream's driver submits its first piece on its own thread
-        if piper._pool.strained():
+        if piper.pool.strained():
             break
         threading.Event().wait(0.01)
     cap = piper.capacity()
@@ -167,7 +167,7 @@ def test_a_stream_costs_its_languages_voice_and_the_budget_is_the_promised_worke
     cap = cpu_engine.capacity()
     costs = dict(cap.costs)
     assert set(costs) == {"en", "zh"}
-    assert costs["en"] == cpu_engine._rtf("piper") and costs["zh"] == cpu_engine._rtf("kokoro")
+    assert costs["en"] == cpu_engine.rtf("piper") and costs["zh"] == cpu_engine.rtf("kokoro")
     voices = dict(cap.voice_costs)
     assert voices["joe"] == costs["en"] and voices["jf_alpha"] == costs["zh"]
     assert len(voices) == len(cpu_engine.voices())
@@ -206,10 +206,10 @@ def test_the_overrun_is_the_90th_percentile_of_the_latest_runs_past_their_predic
 
 
 def test_the_holds_error_follows_the_overrun_within_its_bounds(piper: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert piper._hold_error("kokoro") == DEFAULT.hold_error_cold  # nothing measured: the cold margin
+    assert piper.hold_error("kokoro") == DEFAULT.hold_error_cold  # nothing measured: the cold margin
     for overrun, error in ((0.8, DEFAULT.hold_error), (1.6, 0.6), (9.0, DEFAULT.hold_error_max)):
         monkeypatch.setattr(piper.meter, "overrun", lambda backend, o=overrun: o)
-        assert piper._hold_error("piper") == pytest.approx(error)
+        assert piper.hold_error("piper") == pytest.approx(error)
 
 
 async def test_real_runs_record_how_long_they_took_past_their_prediction(piper: Any) -> None:

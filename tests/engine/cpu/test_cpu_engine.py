@@ -81,8 +81,9 @@ async def test_english_segments_in_order_with_continuous_frames(cpu_engine: Any,
     assert sorted({c.segment for c in chunks}) == [0, 1, 2]
     for seg, (lo, hi) in enumerate([(1.0, 4.0), (1.2, 4.5), (0.6, 3.0)]):
         assert_speech(pcm(chunks, seg), 24000, lo, hi)
-    # Typically 50–80 ms; the bound leaves room for a 2-core machine shared with other test runs.
-    assert ttfa < 2.0, f"first English chunk after {ttfa:.2f} s on a warm engine"
+    # Typically 50–80 ms (bench/cpu_voice_bench.py measures it); here only a bound that catches a hang,
+    # since a shared 2-core box under other runs stretches any speed figure.
+    assert ttfa < 20.0, f"first English chunk after {ttfa:.2f} s on a warm engine"
 
 
 async def test_mandarin_segments_are_speech(cpu_engine: Any, collect: Collect, pcm: Any) -> None:
@@ -92,8 +93,9 @@ async def test_mandarin_segments_are_speech(cpu_engine: Any, collect: Collect, p
     # About 3–6 syllables a second: 9 and 8 syllables.
     assert_speech(pcm(chunks, 0), 24000, 1.3, 4.5)
     assert_speech(pcm(chunks, 1), 24000, 1.2, 4.0)
-    # Typically 0.4–0.7 s (Kokoro RTF about 0.25 on 2 cores); a loaded machine stretched it to 4.5 s.
-    assert ttfa < 6.0, f"first Mandarin chunk after {ttfa:.2f} s on a warm engine"
+    # Typically 0.4–0.7 s (bench/zh_first_audio.py measures it); here only a bound that catches a hang:
+    # a box at load 11 stretched it to 12.6 s.
+    assert ttfa < 30.0, f"first Mandarin chunk after {ttfa:.2f} s on a warm engine"
 
 
 async def test_auto_language_handles_mixed_text_segment_by_segment(cpu_engine: Any, collect: Collect,

@@ -235,3 +235,52 @@ def test_a_continuation_plays_no_sooner_than_the_audio_before_it_ends() -> None:
 def test_a_buffer_in_seconds_becomes_a_timeline_on_the_monotonic_clock() -> None:
     assert ListenerTimeline.from_buffer(NOW, 2.5) == ListenerTimeline(NOW + 2.5)
     assert ListenerTimeline.from_buffer(NOW, None) is None
+
+
+# ---- a listener's timeline through its streams' snapshots ----
+
+
+def snap(status: StreamStatus = StreamStatus.PLAYING, *, first_put_at: float | None = None, sent_s: float = 0.0,
+         held_s: float | None = None, before: ListenerTimeline | None = None,
+         pieces: tuple[float, ...] = (), after: policy.StreamSnapshot | None = None) -> policy.StreamSnapshot:
+    """A stream's snapshot; `after`: the snapshot of the stream before it (published, as a stream does)."""
+    published = None if after is None else _Published(after)
+    return policy.StreamSnapshot(status, False, False, True, first_put_at, sent_s, held_s, before,
+                                 tuple(policy.PieceSnapshot(s, "piper", None, None) for s in pieces), published)
+
+
+class _Published:
+    def __init__(self, snapshot: policy.StreamSnapshot) -> None:
+        self.snapshot = snapshot
+
+
+def test_a_playing_streams_audio_ends_its_sent_seconds_after_its_first_chunk() -> None:
+    playing = snap(first_put_at=NOW - 1.0, sent_s=3.0, pieces=(2.0,))
+    assert policy.sent_timeline([playing], NOW).runs_out_at == NOW + 2.0
+    assert policy.heard_timeline([playing], NOW) == ListenerTimeline(NOW + 2.0, 2.0)  # its pieces queued behind
+
+
+def test_a_new_listener_with_nothing_submitted_hears_nothing_of_it() -> None:
+    assert policy.heard_timeline([snap(StreamStatus.NEW)], NOW) is None
+    assert policy.sent_timeline([snap(StreamStatus.NEW)], NOW).runs_out_at == NOW  # its first piece is due now
+
+
+def test_held_first_audio_plays_from_its_release_which_is_no_sooner_than_now() -> None:
+    held = snap(StreamStatus.HELD, held_s=1.5)
+    assert policy.sent_timeline([held], NOW).runs_out_at == NOW + 1.5
+
+
+def test_a_streams_audio_plays_after_the_stream_before_it_of_its_listener() -> None:
+    earlier = snap(first_put_at=NOW - 1.0, sent_s=2.0, pieces=(3.0,))  # hears until NOW+1, then 3 s queued
+    later = snap(StreamStatus.FOLLOWING, pieces=(1.0,), after=earlier)
+    chain = policy.chain(later)
+    assert chain == (later, earlier)
+    assert policy.sent_timeline(chain, NOW).runs_out_at == NOW + 4.0
+    # once its own audio is out, it starts no sooner than the earlier one has played
+    out = replace(later, status=StreamStatus.PLAYING, first_put_at=NOW, sent_s=1.0)
+    assert policy.sent_timeline(policy.chain(out), NOW).runs_out_at == NOW + 5.0
+
+
+def test_the_audio_before_a_continuation_counts_when_the_stream_before_it_ended() -> None:
+    cont = snap(StreamStatus.FOLLOWING, before=ListenerTimeline(NOW + 0.7))
+    assert policy.sent_timeline([cont], NOW).runs_out_at == NOW + 0.7

@@ -79,17 +79,17 @@ def test_the_cut_looks_only_at_a_piece_bound_of_a_huge_segment() -> None:
 
 def test_only_a_streams_first_segment_is_cut(cpu_engine: Any) -> None:
     voice = cpu_engine._voices[cpu_engine.default_voice("zh")]
-    first = [p.text for p in cpu_engine._pieces(voice, "zh", 0, REPLY)]
-    later = [p.text for p in cpu_engine._pieces(voice, "zh", 1, REPLY)]
+    first = [p.text for p in cpu_engine.cut_pieces(voice, "zh", 0, REPLY)]
+    later = [p.text for p in cpu_engine.cut_pieces(voice, "zh", 1, REPLY)]
     assert first[0] == "好的，" and later == list(pieces(REPLY, DEFAULT.piece_limit("kokoro")))
-    assert [p.last for p in cpu_engine._pieces(voice, "zh", 0, REPLY)][-1] is True
+    assert [p.last for p in cpu_engine.cut_pieces(voice, "zh", 0, REPLY)][-1] is True
 
 
 # The clauses the segmenter commits alone, and first pieces it cuts at a jieba word (reason "word").
 @pytest.mark.parametrize("clause", ["好的，", "你好，", "他说：", "今天下午"])
 def test_a_short_first_piece_is_speech_that_starts_and_ends_cleanly(cpu_engine: Any, clause: str) -> None:
     voice = cpu_engine._voices[cpu_engine.default_voice("zh")]
-    runs = list(cpu_engine._synthesise(voice, "zh", clause, 1.0, threading.Event(), None))
+    runs = list(cpu_engine.synthesise(voice, "zh", clause, 1.0, threading.Event(), None))
     assert len(runs) == 1  # one model run: what the listener waits for
     audio, rate, _ = runs[0]  # with its word timings
     assert 0.3 < audio.size / rate < 1.6 * len(clause) / 3, audio.size / rate

@@ -119,7 +119,7 @@ async def test_a_new_stream_gets_a_worker_between_the_pieces_of_two_huge_segment
 
 def test_the_pieces_of_a_long_segment_speak_all_its_words_in_order(piper2: Any) -> None:
     text = huge_prose(65000) + " and a last clause without any mark " * 40
-    pieces = list(piper2._pieces(None, "en", 0, text))
+    pieces = list(piper2.cut_pieces(None, "en", 0, text))
     assert len(pieces) > 300
     assert all(cost(p.text) <= DEFAULT.piece_limit("piper") for p in pieces)
     assert " ".join(p.text for p in pieces).split() == text.split()  # nothing lost, nothing repeated
@@ -133,7 +133,7 @@ async def test_pieces_of_whole_sentences_sound_as_the_whole_segment(
     monkeypatch.setattr(cpu_engine, "config", dataclasses.replace(cpu_engine.config, kokoro_piece_cost=30))
     text = "Sure, I can help. Your order ships today. Is that all? Thanks."
     stream = cpu_engine.open_stream("jf_gongitsune", "en")
-    pieces = [p.text for p in cpu_engine._pieces(stream._voice, "en", 0, text)]
+    pieces = [p.text for p in cpu_engine.cut_pieces(stream._voice, "en", 0, text)]
     assert pieces == ["Sure, I can help.", "Your order ships today.", "Is that all? Thanks."]
     stream.append(text)
     stream.finish()
@@ -157,7 +157,7 @@ async def test_a_stream_nobody_reads_holds_bounded_work_and_pauses(
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with stream._cond:
-            paused = len(bridge._items) >= piper2._queue_size and all(j.done for j in stream._jobs)
+            paused = len(bridge._items) >= piper2.queue_size and all(j.done for j in stream._jobs)
         if paused:
             break
         await asyncio.sleep(0.05)
@@ -166,7 +166,7 @@ async def test_a_stream_nobody_reads_holds_bounded_work_and_pauses(
     await asyncio.sleep(1.0)
     assert len(started) == ran, "synthesis went on for a consumer that reads nothing"
     with stream._cond:
-        assert len(bridge._items) == piper2._queue_size  # the bridge's bound: 64 chunks of ≤ 250 ms
+        assert len(bridge._items) == piper2.queue_size  # the bridge's bound: 64 chunks of ≤ 250 ms
         assert len(stream._jobs) <= piper2.workers  # the look-ahead
         held = sum(a.size for j in stream._jobs for a, *_ in j.audio)  # (audio, rate, words)
         assert held <= piper2.workers * 30 * piper2._piper.sample_rate  # a piece speaks well under 30 s
@@ -181,7 +181,7 @@ async def test_text_past_the_pending_bound_is_refused_with_queue_full(
         piper2: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(piper2, "max_pending_chars", 100)
     gate = threading.Event()
-    blockers = [piper2._pool.submit(float("-inf"), gate.wait) for _ in range(piper2.workers)]
+    blockers = [piper2.pool.submit(float("-inf"), gate.wait) for _ in range(piper2.workers)]
     stream = piper2.open_stream("joe", "en")
     refused: list[tuple[int, EngineError]] = []
     try:
@@ -206,11 +206,11 @@ async def test_text_past_the_pending_bound_is_refused_with_queue_full(
 async def test_a_stream_waiting_for_a_worker_is_told_so_once(piper2: Any) -> None:
     gate = threading.Event()
     running = [threading.Event() for _ in range(piper2.workers)]
-    blockers = [piper2._pool.submit(float("-inf"), lambda e=e: (e.set(), gate.wait(30))) for e in running]
+    blockers = [piper2.pool.submit(float("-inf"), lambda e=e: (e.set(), gate.wait(30))) for e in running]
     try:
         assert all(e.wait(10) for e in running), "the pool's workers are taken"
         # Another stream's first piece, queued first: the new stream's first piece comes after it.
-        other = piper2._pool.submit(0.0, lambda: None, owner="another stream", first_audio=True)
+        other = piper2.pool.submit(0.0, lambda: None, owner="another stream", first_audio=True)
         stream = piper2.open_stream("joe", "en")
         stream.append("Hello there.")
         stream.finish()
@@ -258,17 +258,17 @@ async def test_a_piece_is_cut_to_the_streams_part_of_the_workers_when_many_strea
     # workers, each stream may count on a 23rd of the workers, not half of one: a burst of streams that
     # started together wants its second pieces at the same time, and whole they ran past their
     # deadlines (gaps).
-    monkeypatch.setattr(piper2, "_rtf", lambda backend: 0.02)
+    monkeypatch.setattr(piper2, "rtf", lambda backend: 0.02)
     long = ("When your order leaves the warehouse, we will send a message, and the courier will call you, "
             "before noon tomorrow.")
 
     async def pieces_of_one_reply(others: int) -> list[str]:
         """Its pieces as cut while the workers are taken and `others` more streams' jobs are queued."""
         gate = threading.Event()
-        running = [threading.Event() for _ in piper2._pool._threads[:piper2.workers]]
-        blockers = [piper2._pool.submit(float("-inf"), lambda e=e: (e.set(), gate.wait(30)), owner=f"playing {i}")
+        running = [threading.Event() for _ in piper2.pool._threads[:piper2.workers]]
+        blockers = [piper2.pool.submit(float("-inf"), lambda e=e: (e.set(), gate.wait(30)), owner=f"playing {i}")
                     for i, e in enumerate(running)]
-        queued = [piper2._pool.submit(math.inf, lambda: None, owner=f"waiting {i}") for i in range(others)]
+        queued = [piper2.pool.submit(math.inf, lambda: None, owner=f"waiting {i}") for i in range(others)]
         try:
             assert all(e.wait(10) for e in running), "the pool's workers are taken"
             stream = piper2.open_stream("joe", "en")
@@ -278,7 +278,7 @@ async def test_a_piece_is_cut_to_the_streams_part_of_the_workers_when_many_strea
             deadline = time.monotonic() + 10
             while len(stream._jobs) < 2 and time.monotonic() < deadline:  # its look-ahead is cut
                 await asyncio.sleep(0.005)
-            assert piper2._pool.owners() == others + 3  # the two playing, the others, and it
+            assert piper2.pool.owners() == others + 3  # the two playing, the others, and it
         finally:
             gate.set()
         events, end = await collect(stream, timeout=120)
@@ -299,7 +299,7 @@ async def test_a_queued_piece_is_due_by_the_audio_before_it_not_by_that_audios_e
     # Under overload a segment's short last piece queued behind a 75-character one estimated at 5.3 s
     # that spoke 3.8 s: due 1.5 s after its listener ran dry, it came too late (a gap). Once a piece's
     # audio is out, the pieces queued behind it are due by what it really lasted.
-    pool = piper2._pool
+    pool = piper2.pool
     gate, held = threading.Event(), threading.Event()
     moves: list[tuple[Any, float, bool]] = []
     real_reschedule, real_run = pool.reschedule, CpuStream._run_job
@@ -338,7 +338,7 @@ async def test_a_queued_piece_is_due_by_the_audio_before_it_not_by_that_audios_e
         future, due, moved = moves[0]
         second = stream._jobs[0]
         assert moved and future is second.future and not second.started
-        rtf = piper2._rtf("piper")
+        rtf = piper2.rtf("piper")
         assert stream._frames_put > 0 and sum(heard) > 0
         assert due == pytest.approx(stream._sent().runs_out_at - second.piece.seconds * rtf, abs=1e-6)
         gate.set()
@@ -362,14 +362,14 @@ def slow_box(piper2: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
     monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
     monkeypatch.setattr(piper2.meter, "record", lambda *a: None)
     made: dict[str, float] = {}
-    real = piper2._synthesise
+    real = piper2.synthesise
 
     def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
         for audio in real(voice, lang, text, *args):
             made.setdefault(text, time.monotonic())
             yield audio
 
-    monkeypatch.setattr(piper2, "_synthesise", timed)
+    monkeypatch.setattr(piper2, "synthesise", timed)
     return made
 
 
@@ -398,7 +398,7 @@ async def test_a_continuations_first_piece_is_due_by_its_listeners_audio_not_by_
     # the one before. Queued as a newcomer, its first piece waited behind older newcomers' first audio
     # and the listener heard a gap. Now it is due when that listener runs dry: before a newcomer when
     # that is close, after it when the listener has a minute of audio left.
-    pool = piper2._pool
+    pool = piper2.pool
     gate = threading.Event()
     running = [threading.Event() for _ in range(piper2.workers)]
     blockers = [pool.submit(float("-inf"), lambda e=e: (e.set(), gate.wait(30))) for e in running]
@@ -449,14 +449,14 @@ async def test_a_continuations_first_audio_is_not_held_past_the_audio_its_listen
     # running: its first audio goes as that 1 s runs out, not at the hold's 2 s cap.
     slow_box(piper2, monkeypatch)
     release = threading.Event()
-    timed = piper2._synthesise
+    timed = piper2.synthesise
 
     def gated(voice: Any, lang: str, text: str, *args: Any) -> Any:
         if text != "Hi there.":
             release.wait(30)
         yield from timed(voice, lang, text, *args)
 
-    monkeypatch.setattr(piper2, "_synthesise", gated)
+    monkeypatch.setattr(piper2, "synthesise", gated)
     opened = time.monotonic()
     stream = piper2.open_stream("joe", "en", listener_buffer_s=1.0)
     stream.append("Hi there.")
@@ -482,7 +482,7 @@ async def test_a_sentences_first_audio_waits_for_its_listeners_next_sentence_too
     # 3 its first audio waits for the next sentence's first piece, as it would for a piece of its own.
     made = slow_box(piper2, monkeypatch)
     gate, running = threading.Event(), threading.Event()
-    blocker = piper2._pool.submit(float("-inf"), lambda: (running.set(), gate.wait(30)))
+    blocker = piper2.pool.submit(float("-inf"), lambda: (running.set(), gate.wait(30)))
     try:
         assert running.wait(10)  # one worker left: the next sentence's piece runs after the greeting's
         heard = piper2.open_stream("joe", "en", listener="L")
@@ -562,7 +562,7 @@ async def test_a_stream_opened_behind_another_of_its_listener_is_made_to_be_hear
     # it hears. Its engine stream follows that one: it submits nothing until that one's text is all cut
     # (its end is not known before), its first piece is not a newcomer's but due after that one's audio,
     # and once that one ends the link is dropped. Another listener's stream is a newcomer as ever.
-    pool = piper2._pool
+    pool = piper2.pool
     gate = threading.Event()
     running = [threading.Event() for _ in range(piper2.workers)]
     blockers = [pool.submit(float("-inf"), lambda e=e: (e.set(), gate.wait(30))) for e in running]
@@ -607,8 +607,8 @@ async def test_a_stream_opened_once_the_one_before_it_has_ended_opens_a_turn(
     # next turn (or spoke again after a barge-in) at once was taken to continue the stream that had ended,
     # so its first sentence was not held for the next (CI: "Well..." went at once). The driver is kept
     # from leaving, so the stream is opened in that window every time.
-    left, leave = threading.Event(), piper2._ended
-    monkeypatch.setattr(piper2, "_ended", lambda stream: (left.wait(10), leave(stream)))
+    left, leave = threading.Event(), piper2.stream_ended
+    monkeypatch.setattr(piper2, "stream_ended", lambda stream: (left.wait(10), leave(stream)))
     listener = "ended-then-opened"
     earlier = piper2.open_stream("joe", "en", listener=listener, listener_buffer_s=1.0)  # it splits
     try:
@@ -628,10 +628,10 @@ async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_es
     # counts that one's pieces at their estimated length until their audio is out. Piper's estimates run
     # 20-30 % long, and three sentences' worth left a fourth due 1.2 s after its listener ran dry (a gap).
     # Once the audio before it is out, the queued piece is due by what it really lasted.
-    pool = piper2._pool
+    pool = piper2.pool
     gate, ran = threading.Event(), threading.Event()
     moves: list[tuple[Any, float]] = []
-    real_reschedule, real_run, real_pieces = pool.reschedule, CpuStream._run_job, piper2._pieces
+    real_reschedule, real_run, real_pieces = pool.reschedule, CpuStream._run_job, piper2.cut_pieces
 
     def recording(future: Any, deadline: float) -> bool:
         moves.append((future, deadline))
@@ -650,7 +650,7 @@ async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_es
 
     monkeypatch.setattr(pool, "reschedule", recording)
     monkeypatch.setattr(CpuStream, "_run_job", run_then_hold)
-    monkeypatch.setattr(piper2, "_pieces", long_estimates)
+    monkeypatch.setattr(piper2, "cut_pieces", long_estimates)
     first_gate = threading.Event()  # the second worker, held until the piece behind is queued
     running = [threading.Event() for _ in range(2)]
     blockers = [pool.submit(float("-inf"), lambda e=e, g=g: (e.set(), g.wait(30)))
@@ -689,13 +689,13 @@ async def test_the_pieces_made_while_the_first_audio_is_held_are_its_listeners_n
     # before every playing stream's, and not cut to the audio ahead of it.
     monkeypatch.setattr(piper2, "workers", 1)  # each stream's look-ahead; the pool keeps its two threads
     firsts: list[bool] = []  # each piece's rank: a newcomer's first audio or not
-    submit = piper2._pool.submit
+    submit = piper2.pool.submit
 
     def ranked(*args: Any, first_audio: bool = False, **kwargs: Any) -> Any:
         firsts.append(first_audio)
         return submit(*args, first_audio=first_audio, **kwargs)
 
-    monkeypatch.setattr(piper2._pool, "submit", ranked)
+    monkeypatch.setattr(piper2.pool, "submit", ranked)
     stream = piper2.open_stream("joe", "en")
     stream.append("Hi there.")
     stream.append("This sentence follows the greeting.")
@@ -732,7 +732,7 @@ async def _next_piece_after_the_first_audio(engine: Any, monkeypatch: pytest.Mon
     monkeypatch.setitem(engine.meter._rtf, "piper", 2.0)
     monkeypatch.setattr(engine.meter, "record", lambda *a: None)  # keep the slow box's cost and overruns
     made: dict[str, tuple[float, float]] = {}  # text → (when its audio was yielded, its seconds)
-    real = engine._synthesise
+    real = engine.synthesise
 
     def slow(voice: Any, lang: str, text: str, *args: Any) -> Any:
         start = time.monotonic()
@@ -742,7 +742,7 @@ async def _next_piece_after_the_first_audio(engine: Any, monkeypatch: pytest.Mon
             made.setdefault(text, (time.monotonic(), audio[0].size / audio[1]))
             yield audio
 
-    monkeypatch.setattr(engine, "_synthesise", slow)
+    monkeypatch.setattr(engine, "synthesise", slow)
     stream = hi_then_more(engine)
     events, end = await collect(stream, timeout=60)
     assert end == StreamEnd("done") and events
@@ -791,7 +791,7 @@ async def _next_piece_behind_a_long_run(engine: Any, monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(engine.meter._rtf, "piper", 0.05)
     monkeypatch.setattr(engine.meter, "record", lambda *a: None)
     made: dict[str, float] = {}  # text → when its audio was yielded
-    real = engine._synthesise
+    real = engine.synthesise
 
     def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
         if text == "Hi there.":
@@ -800,7 +800,7 @@ async def _next_piece_behind_a_long_run(engine: Any, monkeypatch: pytest.MonkeyP
             made.setdefault(text, time.monotonic())
             yield audio
 
-    monkeypatch.setattr(engine, "_synthesise", timed)
+    monkeypatch.setattr(engine, "synthesise", timed)
     stream = engine.open_stream("joe", "en")
     stream.append("Hi there.")
     if not text_to_come:
@@ -819,7 +819,7 @@ async def _next_piece_behind_a_long_run(engine: Any, monkeypatch: pytest.MonkeyP
     while not (stream._jobs and stream._jobs[0].started_at is not None):
         assert time.monotonic() < deadline
         await asyncio.sleep(0.002)
-    long_run = engine._pool.submit(float("-inf"), lambda: time.sleep(1.5), run_s=1.5)  # goes next: due
+    long_run = engine.pool.submit(float("-inf"), lambda: time.sleep(1.5), run_s=1.5)  # goes next: due
     rest = rest_of_the_reply() if text_to_come else asyncio.sleep(0)
     (events, end), _ = await asyncio.gather(collect(stream, timeout=60), rest)
     long_run.result(timeout=10)
@@ -842,9 +842,9 @@ async def test_a_streams_pieces_wait_behind_its_own_first(piper2: Any, started: 
     # Measured (cpu at 1/s, a long guard from Kokoro's runs): "Yes!" was ranked a playing stream's job due
     # within the guard, by a deadline counted from now, and ran before "Are you sure?", a newcomer's.
     monkeypatch.setattr(piper2, "_guard_s", lambda: 3.0)
-    monkeypatch.setattr(piper2._pool, "guard_s", 3.0)
+    monkeypatch.setattr(piper2.pool, "guard_s", 3.0)
     gates, held = [threading.Event(), threading.Event()], [threading.Event(), threading.Event()]
-    blockers = [piper2._pool.submit(float("-inf"), lambda g=g, h=h: (h.set(), g.wait(10)))
+    blockers = [piper2.pool.submit(float("-inf"), lambda g=g, h=h: (h.set(), g.wait(10)))
                 for g, h in zip(gates, held, strict=True)]
     assert all(h.wait(5) for h in held)  # every worker is busy: the stream's pieces queue
     stream = three_sentences(piper2)
@@ -869,7 +869,7 @@ async def test_first_audio_waits_for_every_piece_after_it_not_just_the_next(pipe
     # "Yes!" was made in time, and the first audio went; "Then let's go." then waited 1.5 s for a worker
     # behind Kokoro runs, and its listener heard a gap after "Yes!" (cpu at 1/s, every time at one point).
     made: dict[str, tuple[float, float]] = {}  # text → (when its audio was yielded, its seconds)
-    real = piper2._synthesise
+    real = piper2.synthesise
 
     def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
         if text != "Then let's go.":
@@ -878,13 +878,13 @@ async def test_first_audio_waits_for_every_piece_after_it_not_just_the_next(pipe
             made.setdefault(text, (time.monotonic(), audio[0].size / audio[1]))
             yield audio
 
-    monkeypatch.setattr(piper2, "_synthesise", timed)
+    monkeypatch.setattr(piper2, "synthesise", timed)
     stream = three_sentences(piper2)
     deadline = time.monotonic() + 10
     while not (len(stream._jobs) == 2 and all(j.started_at is not None for j in stream._jobs)):
         assert time.monotonic() < deadline, "its first two pieces never ran together"
         await asyncio.sleep(0.002)
-    long_runs = [piper2._pool.submit(float("-inf"), lambda: time.sleep(1.5), run_s=1.5) for _ in range(2)]
+    long_runs = [piper2.pool.submit(float("-inf"), lambda: time.sleep(1.5), run_s=1.5) for _ in range(2)]
     _, end = await collect(stream, timeout=60)
     for run in long_runs:
         run.result(timeout=10)
@@ -898,13 +898,13 @@ async def test_first_audio_is_held_though_the_job_that_made_it_is_not_over_yet(
     # A worker puts a run's audio out, then ends its job (measures the run, completes the future). The
     # driver woke on the audio, found the job not done, and let the first audio go unheld: at 1/s on cpu
     # 22 of 26 first audios were never held, and a reply whose next piece came late played with a gap.
-    real = piper2._measured
+    real = piper2.measured
 
     def slow_to_end(*args: Any) -> None:
         time.sleep(0.3)  # the job is over some time after its audio is out
         real(*args)
 
-    monkeypatch.setattr(piper2, "_measured", slow_to_end)
+    monkeypatch.setattr(piper2, "measured", slow_to_end)
     first, next_made = await _first_audio_on_a_slow_box(piper2, monkeypatch)
     assert first >= next_made  # held until the next was made
 
@@ -917,7 +917,7 @@ async def test_first_audio_from_a_piece_of_several_runs_waits_for_the_rest_of_it
     monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
     monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
     made: list[tuple[float, float]] = []  # each run: (when its audio was yielded, its seconds)
-    real = piper2._synthesise
+    real = piper2.synthesise
 
     def timed(voice: Any, lang: str, text: str, *args: Any) -> Any:
         for audio in real(voice, lang, text, *args):
@@ -926,7 +926,7 @@ async def test_first_audio_from_a_piece_of_several_runs_waits_for_the_rest_of_it
             made.append((time.monotonic(), audio[0].size / audio[1]))
             yield audio
 
-    monkeypatch.setattr(piper2, "_synthesise", timed)
+    monkeypatch.setattr(piper2, "synthesise", timed)
     stream = piper2.open_stream("joe", "en")
     stream.append("Hi there. This sentence follows the greeting.")
     stream.finish()
@@ -974,7 +974,7 @@ async def test_text_that_comes_while_the_first_audio_is_held_is_made_meanwhile(
     # for that text to be cut (zh-booking, alone: its first audio 2 s late, then a gap of 1.2 s).
     monkeypatch.setitem(piper2.meter._rtf, "piper", 3.0)
     monkeypatch.setattr(piper2.meter, "record", lambda *a: None)  # keep the slow box's cost
-    real_measured, real_submit = piper2._measured, piper2._pool.submit
+    real_measured, real_submit = piper2.measured, piper2.pool.submit
     submitted: dict[str, float] = {}
 
     def slow_to_end(*args: Any) -> None:
@@ -987,8 +987,8 @@ async def test_text_that_comes_while_the_first_audio_is_held_is_made_meanwhile(
         submitted[fn.args[0].piece.text] = time.monotonic()
         return real_submit(deadline, fn, *args, **kwargs)
 
-    monkeypatch.setattr(piper2, "_measured", slow_to_end)
-    monkeypatch.setattr(piper2._pool, "submit", recording)
+    monkeypatch.setattr(piper2, "measured", slow_to_end)
+    monkeypatch.setattr(piper2.pool, "submit", recording)
     stream = piper2.open_stream("joe", "en")
     stream.append("Hi there.")
     stream.append("This sentence follows.")

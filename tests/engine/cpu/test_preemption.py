@@ -14,7 +14,7 @@ SENTENCE = "我们的系统会自动根据您的使用习惯推荐最合适的�
 async def test_a_piece_that_gives_its_worker_up_runs_again_whole(cpu_engine: Any, collect: Any,
                                                                 pcm: Any, monkeypatch: Any) -> None:
     runs: list[str] = []  # how each model run of the piece ended
-    real = cpu_engine._synthesise
+    real = cpu_engine.synthesise
 
     def synthesise(*args: Any) -> Any:
         try:
@@ -24,7 +24,7 @@ async def test_a_piece_that_gives_its_worker_up_runs_again_whole(cpu_engine: Any
             runs.append(type(exc).__name__)
             raise
 
-    monkeypatch.setattr(cpu_engine, "_synthesise", synthesise)
+    monkeypatch.setattr(cpu_engine, "synthesise", synthesise)
     stream = cpu_engine.open_stream("jf_gongitsune", "zh")
     stream.append(SENTENCE)
     stream.finish()
@@ -48,7 +48,7 @@ def test_a_piece_that_has_put_audio_out_keeps_its_worker(cpu_engine: Any) -> Non
 
     stream = cpu_engine.open_stream("joe", "en")
     try:
-        job = PieceJob(next(cpu_engine._pieces(None, "en", 0, "Hello there. How are you?")))
+        job = PieceJob(next(cpu_engine.cut_pieces(None, "en", 0, "Hello there. How are you?")))
         job.made = 1
         assert not stream._yield_job(job) and not job.preempted
     finally:
