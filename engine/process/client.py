@@ -395,28 +395,33 @@ class ProcessEngine:
             self._capacity = None if msg.capacity is None else Capacity(*msg.capacity)
         elif isinstance(msg, wire.Audio | wire.Codec | wire.WordsMsg | wire.Wait):
             self._deliver(msg, payload)
-        elif isinstance(msg, wire.End):
-            with self._lock:
-                stream = self._streams.pop(msg.sid, None)
-            if stream is not None:
-                stream.end(msg.reason, msg.message, msg.code)
-        elif isinstance(msg, wire.Refused):
-            # The child refused text the parent let through: the stream cannot speak all it was given,
-            # so it ends with an error naming the unspoken segments (never a silent gap).
-            with self._lock:
-                stream = self._streams.pop(msg.sid, None)
-            if stream is not None:
-                stream.end("error", msg.message, msg.code)
-                self._send(wire.Cancel(msg.sid))
+        elif isinstance(msg, wire.End | wire.Refused):
+            self._ended(msg)
         elif isinstance(msg, wire.Checked):
             self._verdicts.answered(msg)
         elif isinstance(msg, wire.Ready):
             self._ready(msg.info)
         elif isinstance(msg, wire.Failed):
-            with self._changed:
-                self._state, self._last_error, self._failed_code = "failed", msg.message, msg.code
-                self._changed.notify_all()
-            log.error("engine %r failed to load: %s", self.spec, msg.message)
+            self._load_failed(msg)
+
+    def _ended(self, msg: wire.End | wire.Refused) -> None:
+        with self._lock:
+            stream = self._streams.pop(msg.sid, None)
+        if stream is None:
+            return
+        if isinstance(msg, wire.End):
+            stream.end(msg.reason, msg.message, msg.code)
+            return
+        # Refused: the child refused text the parent let through: the stream cannot speak all it was given,
+        # so it ends with an error naming the unspoken segments (never a silent gap).
+        stream.end("error", msg.message, msg.code)
+        self._send(wire.Cancel(msg.sid))
+
+    def _load_failed(self, msg: wire.Failed) -> None:
+        with self._changed:
+            self._state, self._last_error, self._failed_code = "failed", msg.message, msg.code
+            self._changed.notify_all()
+        log.error("engine %r failed to load: %s", self.spec, msg.message)
 
     def _deliver(self, msg: StreamMessage, payload: bytes) -> None:
         """A stream's event from the child, to its consumer; one past the credit window ends the stream."""
