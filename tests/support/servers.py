@@ -33,6 +33,9 @@ def serve(
     # A test's server is a developer's loopback one: its admin plane and /metrics answer direct loopback
     # callers without a key. Tests of the admin plane's rules say admin_open_loopback=False.
     settings.setdefault("admin_open_loopback", True)
+    # The first-audio SLO is off unless a test turns it on: on a shared box the voice's measured capacity
+    # falls with the load, and the SLO would rightly refuse what a test means to serve (its own tests set it).
+    settings.setdefault("first_audio_slo_s", 0.0)
     config = Settings(limits=limits or Limits(), port=port, **settings)  # type: ignore[arg-type]
     app = create_app(config, engine=engine, engines=engines, **({} if factory is None else {"factory": factory}))
     server = GatewayServer(server_config(app, config, log_level=log_level), config.admin_socket)
