@@ -12,19 +12,16 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import tomllib
 import types
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from support.http import free_port, get, wait_healthy
 
 from engine.qwen3.code_predictor import CodePredictor
 from engine.qwen3.codec import CodecDecoder
@@ -273,19 +270,6 @@ def test_the_acceptance_script_and_its_phases_are_what_the_guide_says() -> None:
     assert "nvidia-smi --query-gpu=name,memory.total,driver_version" in text
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(url: str, data: bytes | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
-    headers = {"content-type": "application/json"} if data else {}
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 @pytest.fixture(scope="module")
@@ -316,19 +300,11 @@ def test_the_guides_serve_command_serves_the_tiny_checkpoint_on_cpu(
     cpu_config: tuple[Path, Path, dict[str, str]],
 ) -> None:
     config, checkpoint, env = cpu_config
-    port = _free_port()
+    port = free_port()
     cmd = [*_voxgate(".venv/bin/voxgate serve --config deploy/voxgate-gpu.toml", config), "--port", str(port)]
     server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline, status, body = time.monotonic() + 90, 0, b""
-        while time.monotonic() < deadline and server.poll() is None:
-            try:
-                status, body = _get(f"http://127.0.0.1:{port}/health", timeout=2)
-            except OSError:
-                status = 0
-            if status == 200:
-                break
-            time.sleep(0.2)
+        status, body = wait_healthy(server, port, within_s=90)
         assert status == 200, f"not healthy (exit {server.poll()})"
         assert json.loads(body)["models"] == {checkpoint.name: "ready"}  # a checkpoint's name: its directory's
         if shutil.which("curl"):  # the guide's health check, as written (its port swapped)
@@ -336,7 +312,7 @@ def test_the_guides_serve_command_serves_the_tiny_checkpoint_on_cpu(
                                   timeout=10, check=True)  # fmt: skip
             assert json.loads(curl.stdout)["status"] == "ok"
         speech = json.dumps({"model": "tts-1", "voice": "default", "input": "Hello there.", "response_format": "wav"})
-        status, audio = _get(f"http://127.0.0.1:{port}/v1/audio/speech", data=speech.encode(), timeout=60)
+        status, audio = get(f"http://127.0.0.1:{port}/v1/audio/speech", data=speech.encode(), timeout=60)
         assert status == 200 and audio[:4] == b"RIFF", (status, audio[:300])
     finally:
         server.terminate()
@@ -354,7 +330,7 @@ def test_the_guides_vllm_command_without_vllm_exits_with_one_line(
     with it, on a CPU, the tiny talker's head size is (vLLM's CPU attention has no kernel for it)."""
     config, _, env = cpu_config
     cmd = [*_voxgate(".venv/bin/voxgate serve --config deploy/voxgate-gpu.toml --talker vllm", config),
-           "--port", str(_free_port())]  # fmt: skip
+           "--port", str(free_port())]  # fmt: skip
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2, run.stderr[-2000:]
     assert len(run.stderr.strip().splitlines()) == 1 and "vllm" in run.stderr.lower(), run.stderr

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 import tomllib
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.http import free_port, get, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL = "pip install 'voxgate[qwen3]'"
@@ -55,19 +52,6 @@ def no_torch_env(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     yield env, attempts
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(url: str, timeout: float = 5.0, data: bytes | None = None) -> tuple[int, bytes]:
-    headers = {"content-type": "application/json"} if data else {}
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def test_the_default_install_has_no_torch_and_the_engines_that_need_it_bring_it() -> None:
@@ -111,22 +95,14 @@ def test_serving_the_cpu_voices_never_imports_torch(no_torch_env: tuple[dict[str
     request: no process of it ever tries to import torch."""
     pytest.importorskip("onnxruntime")  # the cpu extra
     env, attempts = no_torch_env
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--model", "cpu", "--port", str(port)],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        deadline, status = time.monotonic() + 180, 0
-        while time.monotonic() < deadline and server.poll() is None:
-            try:
-                status, _ = _get(f"http://127.0.0.1:{port}/health", timeout=2)
-            except OSError:
-                status = 0
-            if status == 200:
-                break
-            time.sleep(0.3)
+        status, _ = wait_healthy(server, port, within_s=180)
         assert status == 200, f"the gateway did not get healthy (exit {server.poll()})"
         body = json.dumps({"model": "tts-1", "voice": "joe", "input": "Hello there.", "response_format": "wav"})
-        status, audio = _get(f"http://127.0.0.1:{port}/v1/audio/speech", timeout=60, data=body.encode())
+        status, audio = get(f"http://127.0.0.1:{port}/v1/audio/speech", timeout=60, data=body.encode())
         assert status == 200 and audio[:4] == b"RIFF" and len(audio) > 10_000, (status, audio[:200])
     finally:
         server.terminate()
