@@ -325,7 +325,7 @@ class CpuEngine:
             stream.cancel()
         self.pool.shutdown(wait=True)
 
-    # ---- used by streams (engine/cpu/stream.py `StreamHost`) ----
+    # ---- used by streams (engine/cpu/stream_host.py `StreamHost`) ----
 
     def measured(self, backend: str, run_s: float, audio_s: float, predicted_s: float = 0.0) -> None:
         """A pool job's cost, from its worker (`predicted_s`: its expected run time when it started)."""

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.cpu.policy import PieceSnapshot
+from engine.cpu.text import estimate_seconds, pieces
 from engine.types import VoiceInfo
 
 
@@ -31,6 +33,13 @@ class Piece:
     lang: str
     last: bool  # the segment's last piece: the segment's resampler tail follows its audio
     seconds: float  # estimated spoken length, for deadlines
+
+    def split(self, limit: int) -> list[Piece]:
+        """It cut as `pieces` cuts text to at most `limit` (text.cost units), each part a piece with its
+        own estimated length; only the last part of a segment's last piece is last (the ramp's cut)."""
+        parts = list(pieces(self.text, limit))  # bounded: one piece's text
+        return [Piece(self.segment, text, self.voice, self.lang, self.last and i == len(parts) - 1,
+                      estimate_seconds(text)) for i, text in enumerate(parts)]
 
 
 class PieceJob:
@@ -64,3 +73,8 @@ class PieceJob:
         self.run_options.terminate = True  # aborts a model run in progress, from this thread
         if self.future is not None:
             self.future.cancel()
+
+    def snapshot(self) -> PieceSnapshot:
+        """Under its stream's lock: it as the other streams of its listener see it (immutable)."""
+        return PieceSnapshot(self.piece.seconds, self.piece.voice.backend, self.started_at,
+                             self.audio_s if self.done else None, self.future, self.piece.text, self.audio_s)

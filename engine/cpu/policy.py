@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -378,6 +378,25 @@ class PendingPiece:
     start: float | None  # when it started, or is expected to take a worker (None: now)
     made_s: float | None = None  # once made: the length of its audio (it is no longer late)
     rest_of_first: float = 0.0  # for the first audio's own piece, still running: the audio already out
+
+
+def following(behind: StreamSnapshot | None, likely: bool, me: object) -> tuple[tuple[PieceSnapshot, ...], bool]:
+    """The pieces of the stream opened behind `me` for its listener (its snapshot `behind`), and whether
+    that one's text is all cut. None without one, and all cut unless one is `likely`: its text is then
+    still to come; none, all cut, once that one is cancelled or no longer follows `me`."""
+    if behind is None:
+        return (), not likely
+    if behind.cancelled or behind.after is not me:
+        return (), True
+    return behind.pieces, behind.all_cut
+
+
+def following_pending(pieces: Iterable[PieceSnapshot], starts: Iterable[float | None], rtf: Callable[[str], float],
+                      errors: Mapping[str, float]) -> list[PendingPiece]:
+    """The pieces of the stream behind (`following`) as the hold weighs them: each runs its estimated
+    length × its backend's RTF, stretched by that backend's error, from its (expected) start."""
+    return [PendingPiece(p.seconds, p.seconds * rtf(p.backend) * (1 + errors[p.backend]), start, p.made_s)
+            for p, start in zip(pieces, starts, strict=True)]
 
 
 def first_audio_late(now: float, runs_out_at: float, pending: Iterable[PendingPiece], more_text: bool,

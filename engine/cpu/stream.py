@@ -13,7 +13,7 @@ Locks: each stream has one (`_cond`) and takes no other stream's. What a stream 
 streams of its listener (the one before it, `_after`: when its audio ends, whether its text is all
 cut; the one behind it, `_next`, in the first-audio hold: its pieces) it reads from their published
 `snapshot` (engine/cpu/policy.py `StreamSnapshot`, immutable), which each stream renews as it lets its
-lock go (`StreamLock`). tests/engine/cpu/test_stream_locks.py holds that.
+lock go (`StreamLock`, engine/cpu/stream_host.py). tests/engine/cpu/test_stream_locks.py holds that.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import Future
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -35,70 +35,15 @@ from engine.cpu import policy
 from engine.cpu.espeak import Pinned
 from engine.cpu.jobs import Piece, PieceJob, Voice
 from engine.cpu.output import Output
-from engine.cpu.policy import CpuPolicyConfig, PendingPiece, PieceSnapshot, StreamSnapshot, StreamStatus
-from engine.cpu.pool import Preempted, UrgencyPool
-from engine.cpu.text import cost, estimate_seconds, pieces
+from engine.cpu.policy import PendingPiece, PieceSnapshot, StreamSnapshot, StreamStatus
+from engine.cpu.pool import Preempted
+from engine.cpu.stream_host import StreamHost, StreamLock
+from engine.cpu.text import cost
 from engine.listening import HoldRule, ListenerTimeline, holds_first
 from engine.stream import EventBridge
 from engine.types import EngineError, StreamEvent, Waiting
 
 log = logging.getLogger("voxgate.engine.cpu")
-
-
-class StreamLock(threading.Condition):
-    """A stream's lock (a condition) that publishes the stream's snapshot each time it is let go: every
-    change of a stream's state is made under its lock, so the snapshot is never older than the last
-    change, with no call to remember at each one."""
-
-    def __init__(self, publish: Callable[[], None]) -> None:
-        super().__init__()
-        self._publish = publish
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self._publish()
-        finally:
-            super().__exit__(*exc)
-
-
-class StreamHost(Protocol):
-    """What a stream asks of the engine that opened it (engine/cpu/engine.py's `CpuEngine` is one): the
-    stream is typed by this, not by the engine, so the two modules read apart (no import back up)."""
-
-    workers: int  # pieces a stream may have in flight (its look-ahead)
-    max_pending_chars: int  # text a stream may hold not yet cut into pieces
-    queue_size: int  # AudioChunks its bridge holds for its consumer
-    config: CpuPolicyConfig
-    pool: UrgencyPool  # the worker pool every stream shares
-
-    def cut_pieces(self, chosen: Voice | None, lang: str, index: int, text: str) -> Iterator[Piece]:
-        """Segment `index` as bounded pieces, lazily."""
-        ...
-
-    def rtf(self, backend: str) -> float:
-        """The backend's measured real-time factor."""
-        ...
-
-    def hold_error(self, backend: str) -> float:
-        """How much longer than predicted the first-audio hold takes a run of `backend` to be."""
-        ...
-
-    def hold_errors(self) -> dict[str, float]:
-        """`hold_error` of every backend loaded."""
-        ...
-
-    def synthesise(self, voice: Voice, lang: str, text: str, speed: float, cancelled: threading.Event,
-                   run_options: Any, pinned: Pinned | None = None) -> Iterator[Any]:
-        """(audio, rate, words) per model run of one piece."""
-        ...
-
-    def measured(self, backend: str, run_s: float, audio_s: float, predicted_s: float = 0.0) -> None:
-        """A job's cost, from its worker."""
-        ...
-
-    def stream_ended(self, stream: CpuStream) -> None:
-        """`stream` is over."""
-        ...
 
 
 class CpuStream:
@@ -226,9 +171,7 @@ class CpuStream:
         return StreamSnapshot(
             self._status, self._bridge.ended, self._cancelled.is_set(), self._all_cut(), self._first_put_at,
             self._frames_put / self.sample_rate, self._held_s, self._before,
-            tuple(PieceSnapshot(job.piece.seconds, job.piece.voice.backend, job.started_at,
-                                job.audio_s if job.done else None, job.future, job.piece.text, job.audio_s)
-                  for job in self._jobs),
+            tuple(job.snapshot() for job in self._jobs),
             self._after, self._next, self._next_likely, self._inbox_chars, len(self._inbox))
 
     def _publish(self) -> None:
@@ -309,11 +252,9 @@ class CpuStream:
                                   self._ramp_share(), self._engine.config)
         if limit >= size:
             return piece
-        parts = list(pieces(piece.text, limit))  # bounded: one piece's text
-        if len(parts) < 2:
+        cut = piece.split(limit)
+        if len(cut) < 2:
             return piece
-        cut = [Piece(piece.segment, text, piece.voice, piece.lang, piece.last and i == len(parts) - 1,
-                      estimate_seconds(text)) for i, text in enumerate(parts)]
         assert self._cutter is not None
         self._cutter = itertools.chain(cut[1:], self._cutter)
         return cut[0]
@@ -632,24 +573,16 @@ class CpuStream:
                        for (job, _, _), start in zip(after, starts, strict=True)]  # fmt: skip
             all_cut = self._all_cut()
             if all_cut:  # then its listener's next stream's, which play once it has
-                pending += [PendingPiece(p.seconds, p.seconds * self._engine.rtf(p.backend) * (1 + errors[p.backend]),
-                                         start, p.made_s)
-                            for p, start in zip(following, next_starts, strict=True)]  # fmt: skip
+                pending += policy.following_pending(following, next_starts, self._engine.rtf, errors)
             more_text = not all_cut or not following_cut
             return policy.first_audio_late(now, self._sent().runs_out_at, pending, more_text, free_at, next_run_s)
 
     def _following(self) -> tuple[tuple[PieceSnapshot, ...], bool]:
-        """The pieces of the stream opened behind it for its listener (`_next`, from its snapshot), and
-        whether that one's text is all cut. None without one, and all cut unless one is likely
-        (`_next_likely`): its text is then still to come."""
+        """The pieces of the stream opened behind it for its listener (`_next`, read from its snapshot, not
+        its lock), and whether that one's text is all cut (`policy.following`)."""
         with self._cond:
             behind, likely = self._next, self._next_likely
-        if behind is None:
-            return (), not likely
-        snap = behind.snapshot
-        if snap.cancelled or snap.after is not self:
-            return (), True
-        return snap.pieces, snap.all_cut
+        return policy.following(None if behind is None else behind.snapshot, likely, self)
 
     def _put(self, frames: int) -> None:
         """A chunk is out (`Output`): `frames` put so far; the first makes it a playing stream."""
