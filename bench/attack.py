@@ -776,14 +776,33 @@ async def bare_done_flood(ctx: Context) -> dict[str, Any]:
         await ws.send(bare)
         if i % 500 == 0:
             await asyncio.sleep(0)  # the reader keeps up
-    await asyncio.sleep(1.0)
+    # Wait for the answers, not a fixed time (a loaded box answers 20 000 refusals late): first until the
+    # refusals stop coming, then, after the cancel, until every input.done is answered; each wait bounded.
+    await _until_quiet(lambda: seen.get("error:too_many_utterances", 0), quiet_s=1.0, within_s=30.0)
     cancelled_before = seen.get("audio.cancelled", 0)
     await ws.send(json.dumps({"type": "input.cancel"}))
-    await asyncio.sleep(2.0)
+
+    def answered() -> int:
+        cancelled = seen.get("audio.cancelled", 0) - cancelled_before
+        return seen.get("error:too_many_utterances", 0) + seen.get("session.done", 0) + cancelled
+
+    deadline = time.monotonic() + 30.0
+    while answered() < messages and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)  # what a late answer would add past the count (none is expected)
     reader.cancel()
     await ws.close()
     out = {k: v for k, v in seen.items() if k != "audio_bytes"}
     return out | {"sent": messages, "cancelled": seen.get("audio.cancelled", 0) - cancelled_before}
+
+
+async def _until_quiet(count: Callable[[], int], quiet_s: float, within_s: float) -> None:
+    """Return once `count()` has not changed for `quiet_s`, or after `within_s` at most."""
+    deadline, last, since = time.monotonic() + within_s, count(), time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
+        await asyncio.sleep(0.05)
+        if (now := count()) != last:
+            last, since = now, time.monotonic()
 
 
 def _speech_status(ctx: Context, body: dict[str, Any], timeout: float = 60.0, keep: int = 1 << 20) -> dict[str, Any]:
