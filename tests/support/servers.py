@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -13,12 +12,7 @@ from gateway.connection import Limits
 from gateway.models import EngineFactory
 from gateway.server import GatewayServer, server_config
 from gateway.settings import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support.http import free_port
 
 
 def serve(
