@@ -162,7 +162,11 @@ class CartesiaWire:
         msg = decode(raw)
         cid = msg.context_id
         if msg.cancel:
-            return self.contexts.cancel(cid)
+            out = self.contexts.cancel(cid)
+            self.contexts.open(cid).ended = True  # from this read on the context says nothing more (no done)
+            if self._playing is not None and self._playing.context_id == cid:
+                self._playing = None
+            return out
         out: list[msgspec.Struct] = []
         if self.session is None:
             out.append(self._configure(msg))
@@ -226,8 +230,8 @@ class CartesiaWire:
         p = self._playing
         if p is None or self.session is None:
             return
-        state = self.contexts.open(p.context_id)
-        if state.ended:
+        state = self.contexts.get(p.context_id)
+        if state is None or state.ended:
             return
         fmt = self.session[1]
         state.sent_ms += len(data) / (2 if fmt.native == "pcm" else 1) * 1000 / fmt.sample_rate
