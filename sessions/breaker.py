@@ -16,8 +16,10 @@ A timeout the event loop caused is not Redis's either: a burst of hundreds of se
 once keeps the loop busy past the op timeout while Redis's replies wait in the socket (512 at once on 2
 busy cores: the circuit opened and 138 sessions were refused `state_unavailable`). A timeout is the
 loop's when Redis answered another call after this one began, or when the timeout itself fired more than
-``loop_late_s`` late (the loop was held that long); such a call gets ``StoreBusy`` and the circuit stays
-closed. A Redis that answers nobody, on time, still opens it on the first timeout.
+``loop_late_s`` late (the loop was held that long). Such a call keeps waiting for its answer, which is on
+its way (refusing it would throw away what Redis already did), up to ``busy_grace_s`` more; past that it
+gets ``StoreBusy`` (a capacity refusal) and the circuit stays closed. A Redis that answers nobody, on
+time, still opens it on the first timeout.
 
 Why this shape: a Redis that accepts connections but never answers (a stopped process, a frozen VM)
 costs every caller its full timeout and retries. One caller paying ≤ 0.5 s to find out, and everyone
@@ -61,11 +63,38 @@ def _discard(op: Awaitable[object]) -> None:
         op.close()
 
 
+class _Limit:
+    """One call's deadline: `op_s` after it began; when that passes on this process's account (see
+    ``CircuitBreaker.local``) it moves on by `op_s` at a time, up to ``busy_grace_s`` past the first.
+    `local` says whether the call was finally timed out on this process's account."""
+
+    def __init__(self, breaker: CircuitBreaker, timer: asyncio.Timeout, began: float, op_s: float) -> None:
+        self._breaker, self._timer, self._began, self._op_s = breaker, timer, began, op_s
+        self._loop = asyncio.get_running_loop()
+        self._last = self._loop.time() + op_s + breaker.busy_grace_s
+        self.local = False
+        self._handle = self._arm(self._loop.time() + op_s)
+
+    def _arm(self, due: float) -> asyncio.TimerHandle:
+        return self._loop.call_at(due, self._judge, due)
+
+    def _judge(self, due: float) -> None:
+        now = self._loop.time()
+        self.local = self._breaker.local(self._began, now - due)
+        if self.local and now < self._last:
+            self._handle = self._arm(min(now + self._op_s, self._last))
+        else:
+            self._timer.reschedule(now)  # expire now: the op is cancelled and the timeout raised
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
 class CircuitBreaker:
     def __init__(
         self, ping: Callable[[], Awaitable[object]], *, op_timeout_s: float = 0.5, failures: int = 2,
         heartbeat_s: float | None = 0.5, probe_backoff_s: tuple[float, float] = (0.1, 1.0),
-        gate: ConnectionGate | None = None, loop_late_s: float = 0.1,
+        gate: ConnectionGate | None = None, loop_late_s: float = 0.1, busy_grace_s: float = 2.0,
     ) -> None:
         self._ping = ping
         self._gate = gate  # None: calls are not bounded in number (a breaker on its own, in tests)
@@ -74,6 +103,7 @@ class CircuitBreaker:
         self.heartbeat_s = heartbeat_s  # None: no heartbeat (the embedded store cannot stall)
         self.probe_backoff_s = probe_backoff_s
         self.loop_late_s = loop_late_s  # a timeout that fired later than this was the event loop's
+        self.busy_grace_s = busy_grace_s  # more time a call gets whose timeout was this process's doing
         self.state: BreakerState = "closed"
         self.reason = ""  # why it last opened (for the log and tests; never sent to clients)
         self.opened_at: float | None = None  # monotonic time it last opened
@@ -112,15 +142,19 @@ class CircuitBreaker:
                 if not self.is_closed:  # it opened while this call waited its turn
                     raise StateUnavailable(UNAVAILABLE_MESSAGE)
                 began = time.monotonic()
-                async with asyncio.timeout(timeout if timeout is not None else self.op_timeout_s) as limit:
-                    result = await op
+                async with asyncio.timeout(None) as timer:
+                    limit = _Limit(self, timer, began, timeout if timeout is not None else self.op_timeout_s)
+                    try:
+                        result = await op
+                    finally:
+                        limit.stop()
         except (StoreBusy, StateUnavailable):
             _discard(op)
             raise
         except MaxConnectionsError as e:  # the pool ran out: local demand, not Redis (never counted)
             raise StoreBusy("every connection to the session store is in use; retry shortly") from e
         except UNAVAILABLE as e:
-            if isinstance(e, _TIMEOUTS) and self._local(began, limit):
+            if isinstance(e, _TIMEOUTS) and ((limit is not None and limit.local) or self._answered_at > began):
                 raise StoreBusy("the session store's answer came too late on a busy replica; retry shortly") from e
             self.failure(e)
             raise StateUnavailable(UNAVAILABLE_MESSAGE) from e
@@ -128,12 +162,10 @@ class CircuitBreaker:
         self._answered_at = time.monotonic()
         return result
 
-    def _local(self, began: float, limit: asyncio.Timeout | None) -> bool:
-        """Whether a timeout was this process's doing, not Redis's: Redis answered another call since
-        `began`, or the timeout `limit` fired more than `loop_late_s` late."""
-        deadline = None if limit is None else limit.when()
-        late = deadline is not None and asyncio.get_running_loop().time() - deadline > self.loop_late_s
-        return late or self._answered_at > began
+    def local(self, began: float, late_s: float) -> bool:
+        """Whether a call's timeout was this process's doing, not Redis's: Redis answered another call
+        since `began`, or the timeout fired `late_s` after it was due, more than `loop_late_s`."""
+        return late_s > self.loop_late_s or self._answered_at > began
 
     def _turn(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self._gate.turn() if self._gate is not None else contextlib.nullcontext()
@@ -191,7 +223,8 @@ class CircuitBreaker:
         except MaxConnectionsError:
             return True  # every connection busy here says nothing of Redis (calls find out for themselves)
         except UNAVAILABLE as e:
-            if isinstance(e, _TIMEOUTS) and self._local(began, limit):
+            late_s = asyncio.get_running_loop().time() - (limit.when() or float("inf"))
+            if isinstance(e, _TIMEOUTS) and self.local(began, late_s):
                 return True  # the ping was late here, not at Redis
             self.reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             return False

@@ -101,7 +101,7 @@ class SessionStore:
         self.breaker = CircuitBreaker(
             self._raw_ping, op_timeout_s=s.op_timeout_s, failures=s.breaker_failures,
             heartbeat_s=s.heartbeat_s if backend is not None else None,  # fakeredis cannot stall
-            gate=self.gate,
+            gate=self.gate, busy_grace_s=s.busy_grace_s,
         )
         self.write_behind = WriteBehind(self.breaker, max_entries=s.write_behind_max,
                                         max_bytes=s.write_behind_max_bytes)  # fmt: skip

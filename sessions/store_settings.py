@@ -23,6 +23,10 @@ class StoreSettings:
     max_voice_bytes_per_tenant: int = 64 * 1024 * 1024  # all of a tenant's voices (inside the gateway if embedded)
     connect_timeout_s: float = 0.5
     op_timeout_s: float = 0.5  # one call slower than this opens the circuit: Redis counts as unavailable
+    # A call whose op timeout passed on this replica's account (Redis answered other calls meanwhile, or
+    # the event loop ran late: a burst of sessions on busy cores) waits this much longer for its answer,
+    # which is on its way, before it is refused with `queue_full`; refusing sooner throws away Redis's work.
+    busy_grace_s: float = 2.0
     breaker_failures: int = 2  # connection errors in a row (after redis-py's quick retries) that open it
     heartbeat_s: float = 0.5  # a PING this often while closed: a stalled Redis is noticed without traffic
     write_behind_max: int = 4096  # queued writes kept while Redis is away; the oldest is dropped past it

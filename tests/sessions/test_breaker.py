@@ -58,9 +58,10 @@ async def test_one_timeout_opens_it_then_calls_fail_at_once() -> None:
 
 async def test_a_timeout_while_redis_answers_others_is_busy_not_unavailable() -> None:
     """A call whose answer comes too late while Redis answered other calls (a busy event loop, not a
-    stalled Redis) is refused as capacity (`StoreBusy`) and leaves the circuit closed."""
+    stalled Redis) waits out its grace, then is refused as capacity (`StoreBusy`) and leaves the circuit
+    closed."""
     redis = FakeRedis()
-    b = breaker(redis, heartbeat_s=None)
+    b = breaker(redis, heartbeat_s=None, busy_grace_s=0.3)
 
     async def late() -> object:
         await asyncio.sleep(3600)  # this one call hangs; Redis itself answers the others
@@ -79,15 +80,52 @@ async def test_a_timeout_while_redis_answers_others_is_busy_not_unavailable() ->
     await b.close()
 
 
-async def test_a_timeout_the_event_loop_caused_is_busy_not_unavailable() -> None:
+async def test_an_answer_slowed_by_a_busy_loop_is_awaited_within_the_grace() -> None:
     """The loop held past the op timeout (a burst of connects on a busy replica): the timeout fires late,
-    and the call is refused as capacity, the circuit left closed — Redis was never asked to be quick."""
+    and the call gets a fresh op timeout instead of a refusal — its answer, on its way, is returned."""
+    redis = FakeRedis()
+    b = breaker(redis, heartbeat_s=None, op_timeout_s=0.1, loop_late_s=0.1)
+
+    async def answer_after(delay: float) -> str:
+        await asyncio.sleep(delay)
+        return "late but there"
+
+    call = asyncio.create_task(b.call(answer_after(0.15)))
+    await asyncio.sleep(0)  # the call is under way, its timeout armed
+    time.sleep(0.35)  # the loop is held: the timeout fires 0.25 s late, after the answer was due
+    assert await asyncio.wait_for(call, 2) == "late but there"
+    assert b.is_closed and b.trips == 0
+    await b.close()
+
+
+async def test_a_redis_silent_for_a_whole_fresh_timeout_after_a_late_loop_is_unavailable() -> None:
+    """The loop's lateness buys the call one more op timeout on Redis's clock, not a pass: a Redis that
+    stays silent through it, on time, opens the circuit as any stall does."""
     redis = FakeRedis()
     b = breaker(redis, heartbeat_s=None, op_timeout_s=0.1, loop_late_s=0.1)
     redis.mode = "hang"
+    t0 = time.monotonic()
     call = asyncio.create_task(b.call(redis.op()))
-    await asyncio.sleep(0)  # the call is under way, its timeout armed
-    time.sleep(0.35)  # the loop is held: the timeout fires 0.25 s late
+    await asyncio.sleep(0)
+    time.sleep(0.35)
+    with pytest.raises(StateUnavailable):
+        await asyncio.wait_for(call, 2)
+    assert time.monotonic() - t0 < 0.35 + 0.1 + 0.3  # one fresh timeout after the late one, not the grace
+    assert b.trips == 1
+    await b.close()
+
+
+async def test_a_busy_loop_past_the_grace_is_refused_as_capacity() -> None:
+    """A loop late at every judgement (the replica is saturated): after the grace the call is refused
+    with `StoreBusy` and the circuit stays closed."""
+    redis = FakeRedis()
+    b = breaker(redis, heartbeat_s=None, op_timeout_s=0.05, loop_late_s=0.02, busy_grace_s=0.2)
+    redis.mode = "hang"
+    call = asyncio.create_task(b.call(redis.op()))
+    t0 = time.monotonic()
+    while not call.done() and time.monotonic() - t0 < 2:
+        time.sleep(0.08)  # every timer fires late
+        await asyncio.sleep(0)
     with pytest.raises(StoreBusy):
         await asyncio.wait_for(call, 2)
     assert b.is_closed and b.trips == 0
