@@ -75,6 +75,17 @@ class RedisServer:
         self.proc = None
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """VOXGATE_TEST_TIMES=PATH appends each test phase's seconds to PATH as it ends (nodeid, phase, seconds,
+    xdist worker; tab-separated): where CI's time goes, per test and per file, even from a run cut short
+    (--durations prints only at the end). Each line is one small O_APPEND write, so workers can share PATH."""
+    path = os.environ.get("VOXGATE_TEST_TIMES")
+    if path:
+        line = f"{report.nodeid}\t{report.when}\t{report.duration:.3f}\t{os.environ.get('PYTEST_XDIST_WORKER', '-')}\n"
+        with open(path, "a") as f:
+            f.write(line)
+
+
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path)
