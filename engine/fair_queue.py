@@ -2,8 +2,8 @@
 next stream takes, and which stream is refused because it would be heard too late.
 
 Pure: no asyncio, no clock of its own (`clock` is injected), every knob in `FairQueueConfig`; every rule
-is tested on a fake clock (tests/engine/test_fair_queue_policy.py). gateway/admission.py puts it on the
-event loop and prices streams by the engine's cost model (`Capacity`).
+is tested on a fake clock (tests/engine/test_fair_queue_policy.py, test_fair_queue_first_audio.py).
+gateway/admission.py puts it on the event loop and prices streams by the engine's cost model (`Capacity`).
 
 The rules:
 - fairness: one FIFO line per key (tenant); a key's `service` is the audio seconds its streams were
