@@ -167,11 +167,6 @@ class Contexts:
         state.markers.clear()
         return [InputCancel(context_id=context_id)]
 
-    def closed_and_owed(self, but: str | None) -> list[str | None]:
-        """The contexts other than `but` closed gracefully whose end is still owed (audio still to come)."""
-        return [cid for cid, state in self._states.items()
-                if cid != but and state.closing and not state.ended and state.markers]  # fmt: skip
-
     def finished(self, context_id: str | None) -> tuple[Marker, int] | None:
         """A session.done of the context came: its marker (None: none was owed, e.g. a bare done)."""
         state = self._states.get(context_id)

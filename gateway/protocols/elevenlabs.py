@@ -277,26 +277,12 @@ class ElevenLabsWire:
                 if state is not None and state.closing and self.multi:
                     raise ProtocolError("context_closed", f"context {quote(cid)} was closed; open a new one",
                                         context_id=cid)  # fmt: skip
-                out += self._overtake(cid, msg.text)
                 out += self.contexts.text(cid, msg.text)
         if msg.flush:
             out += self.contexts.done(cid, Marker.FLUSHED)
         if msg.close_context and self.multi:
             out += self._close(cid)
         return out
-
-    def _overtake(self, cid: str | None, text: str) -> list[msgspec.Struct]:
-        """Text that begins an utterance in `cid` cuts every other context closed with audio still to come.
-        voxgate's contexts share one audio stream and play in the order they began, so the new utterance
-        would wait for all of it; ElevenLabs interleaves contexts, and a client moves on from a closed one
-        it no longer plays: LiveKit closes nothing when it interrupts a stream whose text was all sent (it
-        drops that context's audio itself), and its next stream's text is the only sign."""
-        if not self.multi or not text.strip():
-            return []
-        state = self.contexts.get(cid)
-        if state is not None and state.open_text:
-            return []  # the context's utterance is already in the order: this text only adds to it
-        return [m for old in self.contexts.closed_and_owed(cid) for m in self.contexts.cancel(old)]
 
     def _close(self, cid: str | None) -> list[msgspec.Struct]:
         """close_context: a context whose text was all flushed finishes its audio, then isFinal. A second
