@@ -604,7 +604,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--connect-at-once", type=int, default=8,
                    help="levels: sessions each client process connects at a time before they speak")
     p.add_argument("--warmup", type=int, default=1, help="untimed 2-session rounds per server first")
-    p.add_argument("--baseline-ref", help="also run every level against this git ref's tree (several: comma-separated), side by side")
+    p.add_argument("--baseline-ref", help="also run every level on these git refs' trees (comma-separated)")
     p.add_argument("--smoke", action="store_true", help="1 and 4 sessions, one short turn")
     p.add_argument("--growth", type=int, help="this many short sessions one after another")
     p.add_argument("--concurrency", type=int, default=16, help="--growth: sessions at once")
