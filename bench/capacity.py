@@ -28,7 +28,8 @@ Modes besides the levels (default `--sessions 1,16,64,128,256`):
   1.5 C clients opening conversations of 1-3 turns one after another: served, refused where the client
   sees it, and handshakes a full replica refused that the balancer retried on the other;
 - `--baseline-ref REF[,REF2…]`: every level run against a server from each git ref's tree (`git archive`)
-  and this tree's, side by side in one run.
+  and this tree's, side by side in one run; with `--together`, each level on every tree at the same
+  time (on a shared, noisy box a load that drifts then falls on every tree alike: compare the ratios).
 
     python bench/capacity.py [--sessions 1,16,64,128,256] [--turns 3] [--procs 4] [--speed 4]
         [--first-audio-s 0.1] [--tokens-per-s 40] [--baseline-ref main] [--smoke | --growth N |
@@ -57,6 +58,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -526,8 +528,15 @@ def levels(args: argparse.Namespace, work: Path, redis: Redis) -> dict[str, Any]
             for s in servers.values():
                 run_clients("level", 2, f"ws://{s.addr}/v1/audio/speech/stream", args, s)
         for n in counts:
-            for name, s in servers.items():  # side by side: each count on every tree before the next
-                convs, sample = run_clients("level", n, f"ws://{s.addr}/v1/audio/speech/stream", args, s)
+            if args.together:  # every tree's level at once: a load that drifts falls on all of them alike
+                with ThreadPoolExecutor(len(servers)) as pool:
+                    runs = {name: pool.submit(run_clients, "level", n, f"ws://{s.addr}/v1/audio/speech/stream",
+                                              args, s) for name, s in servers.items()}  # fmt: skip
+                    done = {name: run.result() for name, run in runs.items()}
+            else:  # side by side: each count on every tree before the next
+                done = {name: run_clients("level", n, f"ws://{s.addr}/v1/audio/speech/stream", args, s)
+                        for name, s in servers.items()}  # fmt: skip
+            for name, (convs, sample) in done.items():
                 row = summarize(n, convs, sample) | ({"tree": name} if args.baseline_ref else {})
                 rows[name].append(row)
                 print(json.dumps(row), flush=True)
@@ -604,6 +613,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--connect-at-once", type=int, default=8,
                    help="levels: sessions each client process connects at a time before they speak")
     p.add_argument("--warmup", type=int, default=1, help="untimed 2-session rounds per server first")
+    p.add_argument("--together", action="store_true",
+                   help="with --baseline-ref: run each level on every tree at the same time (a noisy box)")
     p.add_argument("--baseline-ref", help="also run every level on these git refs' trees (comma-separated)")
     p.add_argument("--smoke", action="store_true", help="1 and 4 sessions, one short turn")
     p.add_argument("--growth", type=int, help="this many short sessions one after another")
