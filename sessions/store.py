@@ -466,7 +466,7 @@ class SessionStore:
         """The renewals of `batch` (`Renewals`), in one pipeline: each one's answer from Redis, or the
         exception its script raised. A cluster's keys live on several nodes: one call each there."""
         if self._backend is not None and self._backend.kind == "cluster":
-            return [await _outcome(held.renew()) for held in batch]
+            return await asyncio.gather(*(_outcome(held.renew()) for held in batch))
         # EVALSHA itself, not the scripts' pipeline calls: those ask SCRIPT EXISTS first, a second round
         # trip every time. A Redis that lost its scripts (restarted empty) is given them, then the batch
         # once more (renewals are idempotent).
