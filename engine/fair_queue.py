@@ -2,8 +2,8 @@
 next stream takes, and which stream is refused because it would be heard too late.
 
 Pure: no asyncio, no clock of its own (`clock` is injected), every knob in `FairQueueConfig`; every rule
-is tested on a fake clock (tests/engine/test_fair_queue_policy.py). gateway/admission.py puts it on the
-event loop and prices streams by the engine's cost model (`Capacity`).
+is tested on a fake clock (tests/engine/test_fair_queue_policy.py, test_fair_queue_first_audio.py).
+gateway/admission.py puts it on the event loop and prices streams by the engine's cost model (`Capacity`).
 
 The rules:
 - fairness: one FIFO line per key (tenant); a key's `service` is the audio seconds its streams were
@@ -34,10 +34,13 @@ The rules:
   waits, the next stream waits in fair order;
 - bounds: waiters per key, waiters in all, and the longest wait (bound "wait");
 - the first-audio SLO (`first_audio_slo_s`): a stream that leads its listener (no earlier stream of its
-  listener open, none of its audio playing) must be heard by `enqueued_at + SLO`. One predicted to miss
-  (engine/start_forecast.py: its start from the cost ahead of it in fair order, plus the measured tail
-  of start-to-first-audio) is refused at once (bound "slo", with when a newcomer would make it); a
-  waiting one as soon as its prediction says it will miss.
+  listener open, none of its audio playing) must be heard by `enqueued_at + SLO`. Its forecast
+  (engine/start_forecast.py) is its wait for room (the cost ahead of it in fair order) plus its own
+  time to first audio as this box measured it lately, slower the fuller the engine it starts beside.
+  So the SLO bounds the room too (`slo_capacity`): a stream starts at once only beside as much load as
+  still lets it be heard in time — a box running slow admits fewer — and one always starts alone (it is
+  how the box's speed is measured again). One predicted to miss is refused at once (bound "slo", with
+  when a newcomer would make it); a waiting one as soon as its prediction says it will miss.
 
 This module is the policy; engine/start_forecast.py is the arithmetic it predicts with.
 """
@@ -100,9 +103,8 @@ class FairQueue:
         self._waiting = 0
         self._in_flight = 0
         self._stream_s = config.default_stream_s  # every key's streams: a newcomer's first estimate
-        self.forecast = StartForecast(hold_s=config.default_hold_s, first_audio_s=config.default_first_audio_s,
-                                      quantile=config.first_audio_quantile, samples=config.first_audio_samples,
-                                      smoothing=config.smoothing)  # fmt: skip
+        self.forecast = StartForecast(config)
+        self._capacity: float | None = None  # the engine's capacity at the last call: how full it is
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -147,8 +149,27 @@ class FairQueue:
         return self.forecast.retry_after_s(self._waiting, capacity, self.config.max_wait_s)
 
     def first_audio_tail_s(self) -> float:
-        """The measured start-to-first-audio time at `first_audio_quantile` (the default until measured)."""
-        return self.forecast.tail_s()
+        """A stream's measured start-to-first-audio time alone, at the tail (`StartForecast.alone_s`)."""
+        return self.forecast.alone_s(self._clock())
+
+    def slo_capacity(self, capacity: float) -> float:
+        """The room the SLO leaves of `capacity` (the engine's word; remembered, so a start knows how full
+        the engine was): a stream of the usual cost starts only beside as much load as lets it be heard
+        within the SLO (`StartForecast.busy_within`). All of it without an SLO or while the box is fast;
+        room for one alone where not even that one would make it (`fits`: one always starts alone)."""
+        self._capacity = capacity
+        slo = self.config.first_audio_slo_s
+        busy = 1.0 if slo is None else self.forecast.busy_within(slo, self._clock())
+        if busy >= 1.0:
+            return capacity
+        return min(capacity, max(0.0, busy) * capacity + self.forecast.cost)
+
+    def _busy(self, load: float) -> float:
+        """The share of the engine's capacity `load` is (0 to 1): what slows a stream's first audio."""
+        capacity = self._capacity
+        if capacity is None or capacity <= _EPS:  # unknown, or none left (a strained engine): full if any
+            return 1.0 if load > _EPS and capacity is not None else 0.0
+        return min(1.0, max(0.0, load / capacity))
 
     def predicted_start(self, cost_ahead: float, cost: float, capacity: float) -> float:
         """When a stream of `cost` behind `cost_ahead` of waiting streams starts (clock time): once the
@@ -175,6 +196,7 @@ class FairQueue:
         if not weight > 0:
             raise ValueError("a weight must be > 0")
         _check_cost(cost)
+        capacity = self.slo_capacity(capacity)
         k = self._keys.get(key)
         room = self.fits(cost, capacity) and not self._waiting
         if not room and k is not None and len(k.waiting) >= self.config.max_waiting_per_key:
@@ -215,8 +237,8 @@ class FairQueue:
                 w.cost = _check_cost(cost_of(w.kind))
 
     def grant(self, capacity: float) -> list[Waiter]:
-        """Start waiters while they fit the capacity, in fair order; returns them."""
-        return self._start(capacity, self._clock())
+        """Start waiters while they fit the capacity (what the SLO leaves of it), in fair order; returns them."""
+        return self._start(self.slo_capacity(capacity), self._clock())
 
     def look(self, capacity: float, *, follows: bool = False,
              timeline_of: Callable[[object], ListenerTimeline | None] | None = None) -> list[Waiter]:
@@ -224,6 +246,7 @@ class FairQueue:
         the policy's clock; None while it hears none), the waiters past a bound or the SLO
         refused (returned, expired), a listener holding no slot taking it back (`take_back`), then room
         granted in fair order. Bounded by the waiters."""
+        capacity = self.slo_capacity(capacity)
         if timeline_of is not None:
             for lst in self._listeners.values():
                 heard = timeline_of(lst.token)
@@ -242,6 +265,7 @@ class FairQueue:
         """A place given up or a slot freed (idempotent). A freed slot stays its listener's: the stream
         riding it holds it now, or the listener's next waiting stream takes it (`hand_over`), before
         anyone else looks; the caller looks next (`look`)."""
+        capacity = self.slo_capacity(capacity)
         lst = self._listener(waiter.listener)
         alone = lst is not None and lst.held == [waiter]
         if not (alone and lst is not None and lst.waiting and self.hand_over(waiter, lst.waiting[0], capacity)):
@@ -295,6 +319,7 @@ class FairQueue:
 
     def _admit(self, k: _Key, waiter: Waiter, now: float) -> None:
         """`waiter`, out of its key's line (bounded by the per-key bound), takes a slot."""
+        waiter.busy = self._busy(self.load)  # before it is counted: what it starts beside
         k.waiting.remove(waiter)
         self._waiting -= 1
         k.admitted[waiter] = None
@@ -379,6 +404,8 @@ class FairQueue:
     def expire(self, capacity: float | None = None) -> list[Waiter]:
         """Remove and return the waiters refused while waiting (`Waiter.refused`): past the maximum wait
         (bound "wait"), or, given the `capacity`, predicted to be heard past the SLO (bound "slo")."""
+        if capacity is not None:
+            capacity = self.slo_capacity(capacity)
         return self._expire_waits(capacity) + ([] if capacity is None else self._expire_slo(capacity))
 
     def _expire_waits(self, capacity: float | None) -> list[Waiter]:
@@ -440,12 +467,14 @@ class FairQueue:
         if slo is None or not self._leads(w):
             return None
         wait = self.start_of(w, capacity) - now
-        tail = self.first_audio_tail_s()
-        heard = now - w.enqueued_at + wait + tail
+        # It starts beside the load now, or, having waited, at most as much as its cost fits beside.
+        load = self.load
+        own = self.forecast.own_s(self._busy(load if wait <= _EPS else min(load, capacity - w.cost)), now)
+        heard = now - w.enqueued_at + wait + own
         if heard <= slo + _EPS:
             return None
         # A newcomer would make it once the line has drained what this one would wait beyond its budget.
-        retry = min(max(wait - max(0.0, slo - tail), 0.0), self.config.max_wait_s)
+        retry = min(max(wait - max(0.0, slo - own), 0.0), self.config.max_wait_s)
         return Refused("slo", retry, predicted_s=heard)
 
     def relisten(self, waiter: Waiter, timeline: ListenerTimeline | None) -> None:
@@ -489,7 +518,8 @@ class FairQueue:
             return False
         waiter.heard = True
         if waiter.leads:
-            self.forecast.heard(self._clock() - waiter.started_at)
+            now = self._clock()
+            self.forecast.heard(now - waiter.started_at, waiter.busy, now)
         return waiter.leads
 
     def finish(self, waiter: Waiter) -> None:

@@ -30,10 +30,23 @@ class FairQueueConfig:
     # s: until streams were seen to end, how long one holds its slot (Retry-After, the prediction).
     default_hold_s: float = 2.0
     default_stream_s: float = 2.0  # audio s: a stream's expected length until some ended (its charge)
-    # s: until some were measured, a stream's start-to-first-audio time (a busy CPU box's first sentence).
+    # s: the prior of a stream's start-to-first-audio time alone (a CPU box's first sentence): a fresh
+    # server's word until it measured its own, and weighed with its measurements after (below).
     default_first_audio_s: float = 0.5
     first_audio_quantile: float = 0.95  # the tail of start-to-first-audio the SLO is kept at
     first_audio_samples: int = 64  # the latest measurements that tail is read from: recent, bounded
+    # s: measurements older than this are forgotten: the box's speed now (other work on it comes and
+    # goes), not an hour ago. A busy server hears a leader every few seconds, so this holds dozens.
+    first_audio_memory_s: float = 60.0
+    # measurements: the prior counts as this many, so one fast or slow stream does not move a fresh
+    # server's forecast by itself, and a few dozen of its own outweigh it.
+    first_audio_prior_weight: int = 2
+    # ×: how much longer than alone a stream takes to its first audio with the capacity full (1 + this,
+    # linear in between): its first piece shares the workers with the pieces of the streams in flight.
+    # 1.0: about one other piece ahead of it at full load (the engine runs first pieces first); measured
+    # on the loaded box, admitted first audio grew about twofold from one stream to a full engine
+    # (bench/results/admission_sweep_s23.md, run 2). 0: first audio does not depend on the load.
+    first_audio_load_slowdown: float = 1.0
     max_idle_keys: int = 4096  # idle keys whose service is remembered (keys are configured tenants: few)
     smoothing: float = 0.2  # the newest value's weight in the running means (about the last 5 count)
     # s: while anyone waits, how often the caller looks again (capacity moves as the engine measures its
@@ -49,6 +62,10 @@ class FairQueueConfig:
             raise ValueError("first_audio_slo_s must be > 0 (None: off)")
         if not 0 < self.first_audio_quantile <= 1 or self.first_audio_samples < 1 or not 0 < self.smoothing <= 1:
             raise ValueError("first_audio_quantile and smoothing must be in (0, 1], first_audio_samples ≥ 1")
+        if not (self.default_first_audio_s > 0 and self.first_audio_memory_s > 0 and self.first_audio_prior_weight >= 0
+                and self.first_audio_load_slowdown >= 0):  # fmt: skip
+            raise ValueError("default_first_audio_s and first_audio_memory_s must be > 0, the prior's weight and "
+                             "the load's slowdown ≥ 0")
         if not self.recheck_s > 0:
             raise ValueError("recheck_s must be > 0")
 
@@ -87,6 +104,7 @@ class Waiter:
     rider: Waiter | None = field(default=None, repr=False)
     passed: bool = False  # admitted past the next in fair order, in the room it leaves (`_pass`)
     leads: bool = False  # the first-audio SLO applied to it as it started (the module doc)
+    busy: float = 0.0  # the share of the capacity in flight as it started: what slowed its first audio
     heard: bool = False  # its first audio was reported (`heard`)
     refused: Refused | None = None  # why it expired
 

@@ -4,10 +4,17 @@ The policy (engine/fair_queue.py, `FairQueue`) decides who starts and who is ref
 arithmetic it decides with, kept apart so each can be read alone:
 - the measurements: how long an admitted stream holds its slot (`hold_s`, a running mean of start to
   end), an admitted stream's usual cost, and the measured start-to-first-audio times of the streams the
-  first-audio SLO applies to, whose tail (`tail_s`) is what the SLO is kept at;
+  first-audio SLO applies to: how long *this box* takes to make a stream's first audio, now;
+- a stream's own time to first audio (`own_s`) at a given load of the engine: the measured time alone
+  (`alone_s`, each measurement divided by the slowdown of the load it started beside, so measurements
+  at every load are one number) times that load's slowdown, 1 + `first_audio_load_slowdown` × the
+  share of the capacity in flight. `alone_s` is a tail (`first_audio_quantile`) of the recent
+  measurements (`first_audio_memory_s`), with the prior (`default_first_audio_s`) counted as
+  `first_audio_prior_weight` measurements, and never the single worst of them: a fresh server starts at
+  the prior, one slow outlier does not close the door, and the box slowing down (two slow in a row) does;
 - the prediction of a waiting stream's start (`start_at`), and a newcomer's `retry_after_s`.
 
-Pure: no clock of its own (times are passed in), bounded memory (`samples`).
+Pure: no clock of its own (times are passed in), bounded memory (`first_audio_samples`).
 """
 
 from __future__ import annotations
@@ -16,46 +23,68 @@ import math
 from collections import deque
 from collections.abc import Sequence
 
+from engine.fair_queue_records import FairQueueConfig
+
 _EPS = 1e-9  # costs are sums of floats: what fits exactly must not be refused by a rounding error
 
 
 class StartForecast:
     """The running measurements admission predicts with (unit: seconds, and the capacity's cost units)."""
 
-    def __init__(self, *, hold_s: float, first_audio_s: float, quantile: float, samples: int,
-                 smoothing: float) -> None:  # fmt: skip
-        self.hold_s = hold_s  # a running mean of how long an admitted stream holds its slot
+    def __init__(self, config: FairQueueConfig) -> None:
+        self.config = config
+        self.hold_s = config.default_hold_s  # a running mean of how long an admitted stream holds its slot
         self.cost = 1.0  # a running mean of admitted streams' costs (how many a capacity holds)
-        self._default_first_audio_s = first_audio_s
-        self._quantile = quantile
-        self._smoothing = smoothing
-        self._first_audio: deque[float] = deque(maxlen=samples)
+        # (when heard, its time to first audio alone): the latest measurements, bounded
+        self._first_audio: deque[tuple[float, float]] = deque(maxlen=config.first_audio_samples)
 
     # -- measurements -----------------------------------------------------------------------------
 
     def started(self, cost: float) -> None:
         """A stream of `cost` was admitted."""
-        self.cost += self._smoothing * (cost - self.cost)
+        self.cost += self.config.smoothing * (cost - self.cost)
 
     def ended(self, held_s: float) -> None:
         """An admitted stream ended, having held its slot `held_s`."""
-        self.hold_s += self._smoothing * (held_s - self.hold_s)
+        self.hold_s += self.config.smoothing * (held_s - self.hold_s)
 
-    def heard(self, first_audio_s: float) -> None:
-        """A stream the SLO applies to was heard `first_audio_s` after it started."""
-        self._first_audio.append(first_audio_s)
+    def heard(self, first_audio_s: float, busy: float, now: float) -> None:
+        """A stream the SLO applies to was heard `first_audio_s` after it started, at `now`, having
+        started beside `busy` (the share of the capacity in flight then, 0 to 1)."""
+        self._first_audio.append((now, first_audio_s / self.slowdown(busy)))
 
     @property
     def samples(self) -> int:
-        """How many start-to-first-audio times the tail is read from now."""
+        """How many start-to-first-audio times are remembered now (recent or not)."""
         return len(self._first_audio)
 
-    def tail_s(self) -> float:
-        """The measured start-to-first-audio time at the quantile (the default until measured)."""
-        if not self._first_audio:
-            return self._default_first_audio_s
-        ordered = sorted(self._first_audio)  # bounded by `samples`
-        return ordered[min(len(ordered) - 1, math.ceil(self._quantile * len(ordered)) - 1)]
+    def slowdown(self, busy: float) -> float:
+        """How much longer than alone a stream takes to its first audio, started beside `busy` of the
+        capacity (0 to 1): its first piece shares the workers with the streams in flight."""
+        return 1.0 + self.config.first_audio_load_slowdown * min(1.0, max(0.0, busy))
+
+    def alone_s(self, now: float) -> float:
+        """A stream's start-to-first-audio time alone on this box, at the tail (the module doc)."""
+        recent = [s for at, s in self._first_audio if now - at <= self.config.first_audio_memory_s]
+        values = sorted(recent + [self.config.default_first_audio_s] * self.config.first_audio_prior_weight)
+        if not values:
+            return self.config.default_first_audio_s
+        rank = math.ceil(self.config.first_audio_quantile * len(values)) - 1
+        return values[max(0, min(rank, len(values) - 2))]  # never the single worst: one outlier is not the box
+
+    def own_s(self, busy: float, now: float) -> float:
+        """A stream's start-to-first-audio time, started beside `busy` of the capacity (0 to 1)."""
+        return self.alone_s(now) * self.slowdown(busy)
+
+    def busy_within(self, budget_s: float, now: float) -> float:
+        """The most of the capacity (0 to 1, or less than 0: not even alone) that may be in flight as a
+        stream starts for it to be heard within `budget_s` of its start."""
+        alone, k = self.alone_s(now), self.config.first_audio_load_slowdown
+        if budget_s >= alone * (1.0 + k) - _EPS:
+            return 1.0
+        if alone <= _EPS or k <= 0:  # past the budget alone (or a budget below zero): not even alone
+            return -1.0
+        return (budget_s / alone - 1.0) / k  # k > 0 here: below the budget at full load, so k is not 0
 
     # -- predictions ------------------------------------------------------------------------------
 

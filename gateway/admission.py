@@ -199,11 +199,12 @@ class Admission:
 
     def try_admit(self, tenant: str, weight: float, *, listener: Listener | None = None,
                   language: str | None = None, voice: str | None = None) -> Ticket | None:
-        """A ticket at once when there is room and nobody waits who goes first; None otherwise (then
-        `enqueue` decides). `listener`: whose stream it is; `language` and `voice`: its cost."""
+        """A ticket at once when there is room (what the first-audio SLO leaves of the capacity) and nobody
+        waits who goes first; None otherwise (then `enqueue` decides). `listener`: whose stream it is;
+        `language` and `voice`: its cost."""
         price, capacity, follows = self._look()
         cost = price(language, voice)
-        if self._queue.waiting or not self._queue.fits(cost, capacity):
+        if self._queue.waiting or not self._queue.fits(cost, self._queue.slo_capacity(capacity)):
             return None
         self._loop = asyncio.get_running_loop()
         waiter = self._queue.push(tenant, weight, capacity, cost=cost, kind=(language, voice), listener=listener,

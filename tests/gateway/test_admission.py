@@ -667,6 +667,30 @@ async def test_with_room_and_nobody_waiting_a_stream_is_admitted_without_waiting
     await admission.close()
 
 
+async def test_on_a_box_measured_slow_a_stream_the_slo_leaves_no_room_for_is_refused_as_it_asks() -> None:
+    # The engine says four streams fit; its leaders were heard 1.0 s after they started alone (twice the
+    # prior): beside two of four a stream takes 1.5 s, beside three it would miss the 1.5 s SLO.
+    now = [100.0]
+    admission = Admission(Judged(4), Settings(first_audio_slo_s=1.5), clock=lambda: now[0])  # type: ignore[arg-type]
+    for _ in range(3):
+        alone = admission.try_admit("m", 1.0)
+        assert alone is not None
+        now[0] += 1.0
+        alone.heard()
+        alone.release()
+    held = [admission.try_admit("a", 1.0) for _ in range(3)]
+    assert all(t is not None for t in held)
+    assert admission.try_admit("b", 1.0) is None  # the engine has room, the SLO does not
+    with pytest.raises(QueueFull) as e:
+        admission.enqueue("b", 1.0)
+    assert e.value.bound == "slo" and admission.waiting == 0
+    assert e.value.args and "first_audio_slo_s" in str(e.value)
+    for t in held:
+        assert t is not None
+        t.release()
+    await admission.close()
+
+
 async def test_an_utterance_queued_before_its_listener_heard_anything_becomes_a_continuation() -> None:
     # Sentence by sentence: a session's second sentence is queued while its first still waits, so when
     # it asks its listener hears nothing. Once the first sentence plays, the second goes before a
