@@ -5,7 +5,7 @@ the bounded queue is full: that is the backpressure a slow client exerts) and fi
 event loop consumes with `async for ev in bridge.events()`; it never blocks on the producer, it only
 takes a short lock.
 
-Guarantees (DESIGN §3):
+Guarantees (what a pump relies on, whichever backend is behind it):
 - events come out in the order they were put;
 - the consumer sees exactly one `StreamEnd`, and it is the last event;
 - `cancel()` drops the audio still queued, makes every later `put` a no-op that returns False (so a

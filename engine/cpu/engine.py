@@ -1,5 +1,5 @@
 """The CPU voice engine: Piper joe (English) and Kokoro-82M int8 (Mandarin, English) behind the
-`Engine`/`Stream` contract (DESIGN §3).
+`Engine`/`Stream` contract (engine/types.py).
 
 Each stream (engine/cpu/stream.py) cuts its text into bounded pieces and runs them as jobs on one
 worker pool shared by all streams and sized to the cores (engine/cpu/pool.py), in the order the

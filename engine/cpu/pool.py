@@ -1,7 +1,7 @@
 """A fixed pool of worker threads that runs the most urgent job first.
 
 The CPU voices share one pool among all streams. A FIFO pool would let one stream's look-ahead
-segments delay another stream's first audio; DESIGN §3 orders them instead, from the listener's side
+segments delay another stream's first audio; this pool orders them instead, from the listener's side
 (issue 14: a listener who has started hearing speech must keep hearing it):
 
 1. a playing stream's job whose deadline (the time its listener runs out of audio) falls within
