@@ -42,6 +42,7 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests" / "gateway"), str(REPO / "tests"), str(REPO / "bench")]
 
+from processes import stop  # noqa: E402  (bench/, put on the path above)
 
 
 def _q(values: list[float], f: float) -> float | None:
@@ -116,12 +117,7 @@ def gateway(tree: pathlib.Path, model: str, flags: Sequence[str], log: pathlib.P
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop(proc, grace_s=20)
 
 
 def load_run(url: str, rates: Sequence[float], args: argparse.Namespace, out: pathlib.Path) -> dict[str, Any]:

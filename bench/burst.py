@@ -38,6 +38,7 @@ import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from canary import HealthProbe, ws_url
+from processes import stop
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {"type": "session.config", "voice": "joe", "language": "en"}
@@ -74,8 +75,7 @@ def redis_server() -> Iterator[str]:
             _wait_port(port, proc, 10)
             yield f"redis://127.0.0.1:{port}/0"
         finally:
-            proc.terminate()
-            proc.wait(10)
+            stop(proc, grace_s=10)
 
 
 @contextlib.contextmanager
@@ -96,11 +96,7 @@ def gateway(redis_url: str | None, model: str, extra_env: dict[str, str]) -> Ite
             time.sleep(0.2)
         yield f"127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, grace_s=15)
 
 
 async def one_session(url: str, start: asyncio.Event, utterance: bool, timeout: float) -> tuple[str, float]:

@@ -1,4 +1,4 @@
-"""Streamed-text WebSocket load harness for a running voxgate gateway (DESIGN §6).
+"""Streamed-text WebSocket load harness for a running voxgate gateway: first audio and gaps under an LLM's traffic.
 
     python bench/load.py --url http://127.0.0.1:8000 --rates 0.5,1,2 --duration 20 --json out.json
 

@@ -1,4 +1,4 @@
-"""The embedded streaming engine (DESIGN §3). Knows nothing of sockets, Redis or punctuation."""
+"""The embedded streaming engine (contract: engine/types.py). Knows nothing of sockets, Redis or punctuation."""
 
 from engine.loader import load_engine
 from engine.types import (

@@ -5,7 +5,7 @@ the bounded queue is full: that is the backpressure a slow client exerts) and fi
 event loop consumes with `async for ev in bridge.events()`; it never blocks on the producer, it only
 takes a short lock.
 
-Guarantees (DESIGN §3):
+Guarantees (what a pump relies on, whichever backend is behind it):
 - events come out in the order they were put;
 - the consumer sees exactly one `StreamEnd`, and it is the last event;
 - `cancel()` drops the audio still queued, makes every later `put` a no-op that returns False (so a
@@ -123,6 +123,19 @@ class EventBridge:
                 return False
             if not ok:
                 raise TimeoutError("stream consumer is not reading")
+            self._items.append(chunk)
+        self._wake()
+        return True
+
+    def offer(self, chunk: AudioChunk | CodecFrames | Waiting) -> bool | None:
+        """`put` that never waits: True queued, False dropped (stream cancelled/ended), None full. For a
+        producer whose own credit bounds what it sends (the engine process's I/O thread): no Condition
+        wait, one lock, per event."""
+        with self._lock:
+            if self._end is not None:
+                return False
+            if len(self._items) >= self._maxsize:
+                return None
             self._items.append(chunk)
         self._wake()
         return True

@@ -2,7 +2,7 @@
 
 For load-testing a deployment (the gateway, its balancer, Redis) without a GPU or CPU voices to spend,
 and for capacity benchmarks: vLLM's dummy weights serve the same end. It is a real engine behind the
-`Engine`/`Stream` contract (DESIGN §3) — streams, segments, word timings, `Waiting`, cancel, capacity —
+`Engine`/`Stream` contract (engine/types.py) — streams, segments, word timings, `Waiting`, cancel, capacity —
 whose cost is close to nothing, so what a load test measures is the rest of the deployment.
 
 The audio is babble, not words: a voiced source (a glottal pulse train with a wandering pitch) shaped

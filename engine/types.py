@@ -1,4 +1,4 @@
-"""The engine contract (DESIGN §3): what every backend — the Qwen3-TTS core or a CPU voice — offers.
+"""The engine contract: what every backend — the Qwen3-TTS core or a CPU voice — offers.
 
 The gateway sees only these names; it never learns which backend is behind them.
 """

@@ -30,6 +30,15 @@ def _segment(args: argparse.Namespace) -> int:
     return 0
 
 
+def _key_digest(args: argparse.Namespace) -> int:
+    """Each key's digest, a line each: what VOXGATE_API_KEYS and VOXGATE_ADMIN_KEY hold (never the key)."""
+    from sessions import hash_api_key
+
+    for key in args.keys:
+        print(hash_api_key(key))
+    return 0
+
+
 async def _probe_store(url: str) -> str | None:
     """Fail fast and clearly on an unreachable Redis, before the server starts."""
     from sessions import SessionStore, StateUnavailable
@@ -155,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--granularity", default="auto", choices=GRANULARITIES)
     p.add_argument("--chunk", type=int, default=4, help="characters per delta read from stdin")
     p.set_defaults(run=_segment, parser=p)
+    p = sub.add_parser("key-digest", help="print the digest to configure for each API key given")
+    p.add_argument("keys", nargs="+", metavar="KEY")
+    p.set_defaults(run=_key_digest, parser=p)
     p = sub.add_parser("serve", help="run the gateway")
     p.add_argument("--host", help="bind address (default 127.0.0.1; env VOXGATE_HOST)")
     p.add_argument("--port", type=int, help="port (default 8000; env VOXGATE_PORT)")

@@ -77,7 +77,7 @@ _CLITICS = frozenset("的地得了着过吗呢吧啊呀么")
 _PYSBD_CONTEXT = 160
 
 class StreamSegmenter:
-    """Commits streamed text at safe boundaries. See DESIGN §2 for the contract."""
+    """Commits streamed text at safe boundaries: a committed segment is final, so the engine may speak it at once."""
 
     def __init__(
         self,

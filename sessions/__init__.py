@@ -1,5 +1,5 @@
-"""Session and voice state shared by gateway replicas (DESIGN §4). Imports no gateway, engine or
-segmentation code."""
+"""Session and voice state shared by gateway replicas (a session resumes on any of them). Imports no gateway, engine
+or segmentation code."""
 
 from .attached import AttachedSession
 from .auth import DEFAULT_TENANT, ApiKeys, Tenant, bind_allowed, hash_api_key, is_loopback, key_from_headers

@@ -146,8 +146,5 @@ def bind_allowed(host: str, *, keys: ApiKeys, insecure: bool) -> bool:
     return not keys.is_open or insecure or is_loopback(host)
 
 
-if __name__ == "__main__":  # python -m sessions.auth KEY → the digest to configure
-    import sys
-
-    for arg in sys.argv[1:]:
-        print(hash_api_key(arg))
+if __name__ == "__main__":  # the digest command's old name: say the new one rather than print nothing
+    raise SystemExit("python -m sessions.auth is now `voxgate key-digest KEY`")

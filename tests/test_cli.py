@@ -14,8 +14,15 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main
+from sessions import hash_api_key
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_voxgate_key_digest_prints_each_keys_digest_and_nothing_else() -> None:
+    out = subprocess.run([sys.executable, "-W", "error", "-m", "gateway.cli", "key-digest", "a-key", "another"],
+                         capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    assert out.stdout.split() == [hash_api_key("a-key"), hash_api_key("another")] and not out.stderr, out.stderr
 
 
 def test_voxgate_segment_streams_stdin_into_segments() -> None:

@@ -337,10 +337,10 @@ def test_the_guides_vllm_command_without_vllm_exits_with_one_line(
 
 
 def test_the_guides_key_digest_command_prints_a_digest() -> None:
-    assert "`.venv/bin/python -m sessions.auth KEY`" in FLAT
-    run = subprocess.run([sys.executable, "-m", "sessions.auth", "KEY"], capture_output=True, text=True,
+    assert "`.venv/bin/voxgate key-digest KEY`" in FLAT
+    run = subprocess.run([sys.executable, "-m", "gateway.cli", "key-digest", "KEY"], capture_output=True, text=True,
                          timeout=60, check=True, env=os.environ | {"PYTHONPATH": str(ROOT)})  # fmt: skip
-    assert re.search(r"\b[0-9a-f]{64}\b", run.stdout), run.stdout
+    assert re.search(r"\b[0-9a-f]{64}\b", run.stdout) and not run.stderr, (run.stdout, run.stderr)
 
 
 def test_the_guide_is_linked_where_users_look() -> None:

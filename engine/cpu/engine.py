@@ -1,5 +1,5 @@
 """The CPU voice engine: Piper joe (English) and Kokoro-82M int8 (Mandarin, English) behind the
-`Engine`/`Stream` contract (DESIGN §3).
+`Engine`/`Stream` contract (engine/types.py).
 
 Each stream (engine/cpu/stream.py) cuts its text into bounded pieces and runs them as jobs on one
 worker pool shared by all streams and sized to the cores (engine/cpu/pool.py), in the order the
@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,7 @@ class CpuEngine:
         queue_size: int = 64,
         max_pending_chars: int = 262144,
         config: CpuPolicyConfig = DEFAULT,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         t0 = time.perf_counter()
         unknown = set(backends) - {"piper", "kokoro"}
@@ -100,7 +101,10 @@ class CpuEngine:
         self.threads = threads
         #: the scheduling knobs (engine/cpu/policy.py), read at each decision
         self.config = config
-        self.pool = UrgencyPool(self.workers, "cpu-voice", config=config)
+        #: monotonic seconds: every decision's now (the pool's, the policy's, each stream's); a test's fake
+        #: clock moves it, then `wake` makes the waiting threads look again
+        self.clock = clock
+        self.pool = UrgencyPool(self.workers, "cpu-voice", clock=clock, config=config)
         #: measured cost of synthesis (real-time factor per backend): what `capacity()` is judged from
         self.meter = RtfMeter(config.alpha, config.prior_rtf, config.headroom, config.alpha_up, config)
         self._logged_streams = 0
@@ -260,7 +264,7 @@ class CpuEngine:
         """
         request = stream_request(voice, language, options)
         chosen, lang = self._resolve(request)
-        before = ListenerTimeline.from_buffer(time.monotonic(), request.listener_buffer_s)
+        before = ListenerTimeline.from_buffer(self.clock(), request.listener_buffer_s)
         # A listener is named within its group (a tenant): no tenant's stream follows another's.
         listener = None if request.listener is None else (request.listener_group or "", request.listener)
         with self._heard_lock:  # the stream before it of its listener, still open: it is heard after that one
@@ -278,6 +282,13 @@ class CpuEngine:
                 after.link_next(stream)
         self._streams.add(stream)
         return stream
+
+    def wake(self) -> None:
+        """Every waiting thread looks again now (the pool's planner, each stream's driver): the clock
+        moved in a way their timers cannot see (a test's fake clock)."""
+        self.pool.wake()
+        for stream in list(self._streams):
+            stream.nudge()
 
     def stream_of(self, group: str | None, listener: str) -> CpuStream | None:
         """The newest open stream of `listener` in `group` (a stream opened now follows it), if any."""

@@ -3,7 +3,6 @@ flight (`PieceJob`). Plain records; the stream that owns a job guards it with it
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -46,14 +45,14 @@ class PieceJob:
     """One piece's synthesis on the pool. The worker appends its audio to `audio` under the stream's
     condition and the driver takes it from there; `done` is set once the future is over, however."""
 
-    def __init__(self, piece: Piece) -> None:
+    def __init__(self, piece: Piece, queued_at: float) -> None:
         from engine.cpu.onnx import run_options
 
         self.piece = piece
         self.audio: deque[tuple[np.ndarray, int, list[tuple[str, int, int]] | None]] = deque()
         self.done = False
         self.error: Exception | None = None
-        self.queued_at = time.monotonic()
+        self.queued_at = queued_at  # its stream's clock
         self.started_at: float | None = None  # when a worker took it
         self.run_options = run_options()
         self.future: Future[None] | None = None

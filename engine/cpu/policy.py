@@ -3,9 +3,10 @@
 The mechanism (engine/cpu/stream.py's driver threads, engine/cpu/pool.py's workers) asks these
 functions every decision that has a rule: which queued piece goes next, which running piece gives its
 worker up to it, and when time alone calls for a new look (`plan`, a frozen `CpuPlan`, from `rank`,
-`first_goes_next`, `choose_victim`), by when a piece must start
-(`piece_deadline`), how big the next piece is cut (`ramp_limit`), when the first audio is released
-(`first_audio_late`, `hold_until`), when a `Waiting` notice is due (`notice_due`). Every knob is in
+`first_goes_next`, `choose_victim`); by when a piece must start (`piece_deadline`), how big the next
+piece is cut (`piece_cost`, `ramp_limit`); and each stream's own plan (`stream_plan`, a frozen
+`StreamPlan`): whether its held first audio goes now (`first_audio_late`, `holds_first`), whether a
+`Waiting` notice goes out (`notice_due`), and when to look again (`release_at`). Every knob is in
 `CpuPolicyConfig` with its unit and the measurement that set it. No threads, no clock, no onnx: the
 tests drive each rule with a fake clock (tests/engine/cpu/test_cpu_policy.py). docs/scheduling.md
 states the rules.
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from engine.listening import ListenerTimeline
+from engine.listening import HoldRule, ListenerTimeline, holds_first
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -49,8 +50,6 @@ class CpuPolicyConfig:
     first_hold_s: float = 2.0
     # Seconds of predicted lateness the hold accepts (a gap this short is not heard).
     hold_margin_s: float = 0.05
-    # Seconds between two looks of a held first audio at the pool's prediction.
-    hold_look_s: float = 0.1
     # Fraction a run takes past its RTF prediction, at least (the RTF is a mean over pieces; a fixed
     # 0.25 left gaps of 0.1 s where Kokoro's p90 was 1.35x, so the measured p90 rules above it).
     hold_error: float = 0.25
@@ -62,8 +61,6 @@ class CpuPolicyConfig:
     # Seconds of speech a piece still to come (text not in, or not cut) is taken to be: the least the
     # ramp cuts (24 letters, ~1.5 s); Kokoro's first piece played out 0.9-1.5 s before the rest was made.
     next_min_s: float = 1.5
-    # Seconds between looks of a stream behind another of its listener at whether that one's text is cut.
-    after_poll_s: float = 0.02
     # Seconds the audio before a continuation may move before its queued pieces' deadlines are moved:
     # Piper's estimates run 20-30 % long, and stale deadlines left a 4th sentence due 1.2 s late.
     follow_s: float = 0.05
@@ -144,6 +141,10 @@ class Snapshotted(Protocol):
 
     @property
     def snapshot(self) -> StreamSnapshot: ...
+
+    def nudge(self) -> None:
+        """Something it reads of its listener's other streams changed: its driver looks again."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,11 +430,78 @@ def hold_until(now: float, before_ends_at: float | None, cfg: CpuPolicyConfig = 
     return until
 
 
-def releases(late: float, now: float, until: float, cfg: CpuPolicyConfig = DEFAULT) -> bool:
-    """Whether the held first audio goes now: nothing predicted late past `hold_margin_s`, or held long enough."""
-    return late <= cfg.hold_margin_s or now >= until
+# ---- the stream's plan ----
 
 
-def next_look(late: float, now: float, until: float, cfg: CpuPolicyConfig = DEFAULT) -> float:
-    """Seconds until the hold looks again."""
-    return min(late, until - now, cfg.hold_look_s)
+@dataclass(frozen=True, slots=True)
+class HeldAudio:
+    """A stream's held first audio, and what the hold rule weighs against it at one look."""
+
+    ready_at: float  # when it was made: the hold's cap (`first_hold_s`) runs from here
+    before_ends_at: float | None  # a continuation's: when the audio before it ends (None: nothing plays)
+    runs_out_at: float  # when its listener runs out of it, were it let go now
+    pending: tuple[PendingPiece, ...]  # the pieces after it (`first_audio_late`)
+    more_text: bool  # text still to come or to cut: one more piece of `next_run_s`
+    free_at: float  # when a worker is expected to be free
+    next_run_s: float
+
+    def late(self, now: float, later: float = 0.0) -> float:
+        """`first_audio_late` at `now`, or were it let go `later` seconds on with nothing else changed
+        (its listener's run-out moves with it: nothing plays before it)."""
+        return first_audio_late(now + later, self.runs_out_at + later, self.pending, self.more_text, self.free_at,
+                                self.next_run_s)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPlan:
+    """What a stream's driver does now, decided at once from what it sees and `now`."""
+
+    release: bool  # its held first audio goes now (True when none is held)
+    notice: bool  # a `Waiting` notice goes out now
+    wake_at: float | None  # when time alone makes this plan stale (None: only an event changes it)
+
+
+def release_at(held: HeldAudio, now: float, late: float, cfg: CpuPolicyConfig = DEFAULT) -> float:
+    """When a held first audio goes if nothing happens meanwhile (an event plans again sooner): at the
+    latest `hold_until`; sooner once the lateness predicted now has run off, where waiting shortens it
+    (a piece that starts later than now comes no later for the wait; one that starts now, or text still
+    to come, comes later by as much, and waits for an event or the cap; so does a continuation's, whose
+    listener hears the audio before it meanwhile)."""
+    until = hold_until(held.ready_at, held.before_ends_at, cfg)
+    if held.before_ends_at is None:
+        at = now + late - cfg.hold_margin_s
+        if at < until and held.late(now, at - now) <= cfg.hold_margin_s + 1e-9:
+            return at
+    return until
+
+
+def stream_plan(now: float, notice_at: float | None, held: HeldAudio | None,
+                cfg: CpuPolicyConfig = DEFAULT) -> StreamPlan:
+    """A stream's plan (docs/scheduling.md, "A stream's plan"): whether its held first audio goes now
+    (`holds_first` over `held.late`), whether a `Waiting` notice due at `notice_at` (`notice_due`) goes
+    now, and when to look again though nothing happened: the notice's time, the hold's `release_at`."""
+    wakes = []
+    notice = notice_at is not None and notice_at <= now
+    if notice_at is not None and not notice:
+        wakes.append(notice_at)
+    release = True
+    if held is not None:
+        late = held.late(now)
+        if holds_first(now, held.ready_at, late, held.before_ends_at, hold_rule(cfg)):
+            release = False
+            wakes.append(release_at(held, now, late, cfg))
+    return StreamPlan(release, notice, min(wakes, default=None))
+
+
+def hold_rule(cfg: CpuPolicyConfig = DEFAULT) -> HoldRule:
+    """The CPU voices' bounds on the one first-audio hold rule (engine/listening.py)."""
+    return HoldRule(cfg.first_hold_s, cfg.hold_margin_s, cfg.hold_margin_s)
+
+
+def piece_cost(first_audio: bool, cost: int, piece_s: float, slack_s: float, rtf: float, share: float,
+               cfg: CpuPolicyConfig = DEFAULT) -> int:
+    """The most the next piece may cost (text.cost units; >= `cost`: leave it whole): a new listener's
+    first audio as it comes (its size is `piece_limit`'s), any other as `ramp_limit` bounds it."""
+    if first_audio:
+        return cost
+    return ramp_limit(cost, piece_s, slack_s, rtf, share, cfg)

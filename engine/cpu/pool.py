@@ -1,7 +1,7 @@
 """A fixed pool of worker threads that runs the most urgent job first.
 
 The CPU voices share one pool among all streams. A FIFO pool would let one stream's look-ahead
-segments delay another stream's first audio; DESIGN §3 orders them instead, from the listener's side
+segments delay another stream's first audio; this pool orders them instead, from the listener's side
 (issue 14: a listener who has started hearing speech must keep hearing it):
 
 1. a playing stream's job whose deadline (the time its listener runs out of audio) falls within
@@ -102,6 +102,8 @@ class UrgencyPool:
         self._workers = workers
         self._busy_s = 0.0  # run time of the jobs finished so far, all workers together
         self._running: dict[int, tuple[float, _Entry]] = {}  # worker thread id → (perf_counter start, its job)
+        # Rung at each event that moves a queued job's expected start (`watch`): a few held streams' bells.
+        self._watchers: set[threading.Event] = set()
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
                          for i in range(workers)]
         self._threads.append(threading.Thread(target=self._plan_loop, name=f"{name}-plan", daemon=True))
@@ -123,6 +125,7 @@ class UrgencyPool:
             heapq.heappush(self._first if first_audio else self._rest, (deadline, next(self._seq), job))
             self._cond.notify()
             self._changed.notify()
+            self._ring()
         return future
 
     @property
@@ -136,11 +139,29 @@ class UrgencyPool:
         with self._cond:
             self._guard_s = seconds
             self._changed.notify()
+            self._ring()
+
+    def watch(self, bell: threading.Event) -> None:
+        """Set `bell` at each event that moves a queued job's expected start (a job queued, started, over
+        or moved; `wake`), until `unwatch`: a held first audio's prediction (`expected_start`) looks
+        again then, instead of at a fixed interval."""
+        with self._cond:
+            self._watchers.add(bell)
+
+    def unwatch(self, bell: threading.Event) -> None:
+        with self._cond:
+            self._watchers.discard(bell)
+
+    def _ring(self) -> None:
+        """Under the lock: an event (`watch`). An Event's own lock is a leaf: setting it takes no other."""
+        for bell in self._watchers:
+            bell.set()
 
     def wake(self) -> None:
         """Plan again now: the clock moved in a way its timer cannot see (a fake clock in tests)."""
         with self._cond:
             self._changed.notify()
+            self._ring()
 
     def reschedule(self, future: Future[Any], deadline: float) -> bool:
         """Move a queued job's deadline (its owner learnt better: the audio before it came out shorter
@@ -154,6 +175,7 @@ class UrgencyPool:
                         self._rest[i] = (deadline, *entry[1:])
                         heapq.heapify(self._rest)
                         self._changed.notify()
+                        self._ring()
                     return True
             for i, entry in enumerate(self._first):
                 if entry[2].future is future:
@@ -163,6 +185,7 @@ class UrgencyPool:
                     entry[2].first = False
                     heapq.heappush(self._rest, (deadline, *entry[1:]))
                     self._changed.notify()
+                    self._ring()
                     return True
         return False
 
@@ -298,6 +321,7 @@ class UrgencyPool:
             self._rest.clear()
             self._cond.notify_all()
             self._changed.notify()
+            self._ring()
         for job in queued:  # outside the lock: a future's done-callbacks may take their owner's locks
             if job.future.running():  # it gave its worker up: running, it can no longer be cancelled
                 job.future.set_exception(RuntimeError("the pool is shut down"))
@@ -324,6 +348,7 @@ class UrgencyPool:
                 job.started = self._clock()
                 self._running[me] = (time.perf_counter(), entry)
                 self._changed.notify()  # a run that may give its worker up to an urgent job
+                self._ring()
             requeue = False
             try:
                 job.future.set_result(job.fn())
@@ -342,5 +367,6 @@ class UrgencyPool:
                         heapq.heappush(self._first if job.first else self._rest, entry)
                         self._cond.notify()
                     self._changed.notify()
+                    self._ring()
             if requeue and closed:  # outside the lock, as in `shutdown`: its done-callbacks take their owner's
                 job.future.set_exception(RuntimeError("the pool is shut down"))

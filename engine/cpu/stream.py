@@ -22,10 +22,8 @@ import contextlib
 import itertools
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
-from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
@@ -36,17 +34,17 @@ from engine.cpu.espeak import Pinned
 from engine.cpu.jobs import Piece, PieceJob, Voice
 from engine.cpu.output import Output
 from engine.cpu.policy import PendingPiece, PieceSnapshot, StreamSnapshot, StreamStatus
-from engine.cpu.pool import Preempted
 from engine.cpu.stream_host import StreamHost, StreamLock
+from engine.cpu.stream_runs import StreamRuns
 from engine.cpu.text import cost
-from engine.listening import HoldRule, ListenerTimeline, holds_first
+from engine.listening import ListenerTimeline
 from engine.stream import EventBridge
 from engine.types import EngineError, StreamEvent, Waiting
 
 log = logging.getLogger("voxgate.engine.cpu")
 
 
-class CpuStream:
+class CpuStream(StreamRuns):
     """One utterance on the CPU engine (see `CpuEngine.open_stream`).
 
     What it holds is bounded by the open work: segments appended and not yet cut into pieces (at most
@@ -59,6 +57,7 @@ class CpuStream:
                  before: ListenerTimeline | None = None, *, after: CpuStream | None = None,
                  listener: tuple[str, str] | None = None, next_likely: bool = False) -> None:
         self._engine = engine
+        self._clock = engine.clock
         self._word_timings = word_timings
         self._pinned = pinned  # a lexicon's IPA words
         self._voice = voice
@@ -130,7 +129,7 @@ class CpuStream:
 
     @property
     def first_audio_at(self) -> float | None:
-        """When its first chunk went out (time.monotonic; None before): its listener could start playing."""
+        """When its first chunk went out (its engine's clock; None before): its listener could start playing."""
         return self._first_put_at
 
     @property
@@ -163,6 +162,12 @@ class CpuStream:
         held for that one's pieces too once its own text is all cut (`_hold_first`)."""
         with self._cond:
             self._next = stream
+            self._cond.notify_all()
+
+    def nudge(self) -> None:
+        """Its driver looks again now: what it reads of its listener's other streams changed, or the
+        clock moved in a way its timer cannot see (a fake clock: `CpuEngine.wake`). Takes no lock."""
+        self._cond.bell.set()
 
     # ---- internals ----
 
@@ -175,8 +180,19 @@ class CpuStream:
             self._after, self._next, self._next_likely, self._inbox_chars, len(self._inbox))
 
     def _publish(self) -> None:
-        """Under `_cond`, as it is let go: its snapshot renewed."""
-        self._snapshot = self._state()
+        """Under `_cond`, as it is let go: its snapshot renewed. If it changed, the streams of its listener
+        that read it are nudged: the one before it (its hold reads this one's pieces) and those behind it
+        (their deadlines follow this one's audio; they wait for its text to be cut)."""
+        snapshot = self._state()
+        if snapshot == self._snapshot:
+            return
+        self._snapshot = snapshot
+        if self._after is not None:
+            self._after.nudge()
+        behind, seen = self._next, 0
+        while behind is not None and seen < 64:  # links point to newer streams only; bounded anyway
+            behind.nudge()
+            behind, seen = behind.snapshot.next, seen + 1
 
     def _abort(self) -> None:
         with self._cond:
@@ -224,7 +240,7 @@ class CpuStream:
         before = self._after.snapshot  # read, not locked: no stream takes another's lock
         if not before.ended:
             return not before.all_cut
-        heard = policy.heard_timeline(policy.chain(before), time.monotonic())
+        heard = policy.heard_timeline(policy.chain(before), self._clock())
         if heard is not None:
             self._before = ListenerTimeline(heard.dry_at).after(self._before)
         self._after = None
@@ -244,11 +260,10 @@ class CpuStream:
         """`piece`, or its first part as `policy.ramp_limit` bounds it (the rest goes back to the cutter,
         in order). A new listener's first piece is its first audio and is left as it is."""
         with self._cond:
-            if self._awaits_first_audio():
-                return piece
-            slack = self._timeline().dry_at - time.monotonic()
+            first = self._awaits_first_audio()
+            slack = self._timeline().dry_at - self._clock()
         size = cost(piece.text)
-        limit = policy.ramp_limit(size, piece.seconds, slack, self._engine.rtf(piece.voice.backend),
+        limit = policy.piece_cost(first, size, piece.seconds, slack, self._engine.rtf(piece.voice.backend),
                                   self._ramp_share(), self._engine.config)
         if limit >= size:
             return piece
@@ -267,7 +282,7 @@ class CpuStream:
     def _submit(self, piece: Piece) -> None:
         """Hand one piece to the pool: a first-audio job while its listener hears nothing, else due by
         its listener's timeline (`_deadline`)."""
-        job = PieceJob(piece)
+        job = PieceJob(piece, self._clock())
         with self._cond:
             if self._cancelled.is_set():
                 return
@@ -294,10 +309,6 @@ class CpuStream:
         """Under `_cond`: the latest `piece` may start, behind the undelivered jobs `before` it
         (`policy.piece_deadline` on its listener's timeline)."""
         return self._timeline(before).start_by(self._run_s(piece))
-
-    def _run_s(self, piece: Piece) -> float:
-        """How long `piece` is expected to run: its estimated length × its backend's measured RTF."""
-        return piece.seconds * self._engine.rtf(piece.voice.backend)
 
     def _reschedule(self) -> None:
         """Once a piece's audio is out, its real length stands for its estimate: the queued pieces behind
@@ -335,11 +346,11 @@ class CpuStream:
         the undelivered pieces `before` the next (by default all of them)."""
         return self._sent().then(sum(j.piece.seconds for j in (self._jobs if before is None else before)))
 
-    def _sent(self) -> ListenerTimeline:
+    def _sent(self, now: float | None = None) -> ListenerTimeline:
         """Under `_cond`: when its listener runs out of the audio delivered (or held, played from its
         release), which plays after the audio before this stream's (a continuation's): `policy.sent_timeline`
         over its state now and the snapshots of the streams before it."""
-        return policy.sent_timeline(policy.chain(self._state()), time.monotonic())
+        return policy.sent_timeline(policy.chain(self._state()), self._clock() if now is None else now)
 
     def _hears_nothing(self) -> bool:
         """Under `_cond`: its listener hears nothing yet: no audio out, none held (`_hold_first`), no
@@ -351,66 +362,6 @@ class CpuStream:
         first audio."""
         return self._hears_nothing() and not self._jobs
 
-    def run_piece(self, job: PieceJob) -> None:
-        """A pool job's body, on a worker: `job`'s synthesis, its audio handed to the driver as it comes."""
-        with self._cond:
-            job.started_at = time.monotonic()
-            if job.preempted:  # it gave its worker up before: it runs again, whole
-                job.preempted, job.run_options.terminate = False, False
-        if self._cancelled.is_set():  # set before any abort: a terminate it clears above is not lost
-            return
-        p = job.piece
-        t0, made, predicted_s = time.perf_counter(), 0.0, self._run_s(p)
-        try:
-            for audio in self._engine.synthesise(p.voice, p.lang, p.text, self._speed, self._cancelled,
-                                                  job.run_options, self._pinned):
-                made += audio[0].size / audio[1]
-                with self._cond:
-                    if job.preempted:  # asked before this run was over: its audio comes from the next
-                        break
-                    job.made += 1
-                    job.audio.append(audio)
-                    self._cond.notify_all()
-            self._gave_up(job)
-            if not self._cancelled.is_set():  # a cut-short run says nothing of the cost
-                self._engine.measured(p.voice.backend, time.perf_counter() - t0, made, predicted_s)
-        except Preempted:
-            raise
-        except Exception as exc:  # reported by the driver, in order, as StreamEnd("error")
-            self._gave_up(job)  # an aborted run raises
-            if not self._cancelled.is_set():
-                log.exception("CPU voice synthesis failed for segment %d", p.segment)
-                with self._cond:
-                    job.error = exc
-
-    def yield_worker(self, job: PieceJob) -> bool:
-        """The pool asks `job` to give its worker up to a more urgent job (engine/cpu/pool.py). Only a
-        run that has put out no audio yet can: its model run is aborted, and it runs again, whole, when
-        its turn comes back."""
-        with self._cond:
-            if job.done or job.made or job.preempted or self._cancelled.is_set():
-                return False
-            job.preempted = True
-        job.run_options.terminate = True
-        return True
-
-    def _gave_up(self, job: PieceJob) -> None:
-        """In `job`'s run: if it was asked to give its worker up, it is queued again (`Preempted`)."""
-        with self._cond:
-            if not job.preempted:
-                return
-            job.started_at = None
-        raise Preempted
-
-    def _job_over(self, job: PieceJob, future: Future[None]) -> None:
-        """The future's done-callback: run, failed or cancelled before it ran, the job is over."""
-        with self._cond:
-            shut = future.cancelled() or future.exception() is not None  # a job's own failure is job.error
-            if shut and not self._cancelled.is_set() and job.error is None:
-                job.error = EngineError("engine_closed", "the CPU engine is closed")  # the pool shut down
-            job.done = True
-            self._cond.notify_all()
-
     def _has_news(self) -> bool:
         """Under `_cond`: whether the driver has something to do."""
         if self._cancelled.is_set():
@@ -421,19 +372,19 @@ class CpuStream:
             return True
         return self._finished and not self._jobs and not self._inbox and self._cutter is None
 
-    def _notice_due(self) -> float | None:
+    def _notice_due(self, now: float) -> float | None:
         """Under `_cond`: when a `Waiting` is due for the piece at the head, or None when none is: it
-        waits for a worker (not started), its listener has nothing left to play, and no notice went out
-        since the last audio."""
+        waits for a worker (not started), its listener has nothing left to play (by `now`: one reading
+        of the clock for the whole plan), and no notice went out since the last audio."""
         if self._notified or not self._jobs or self._jobs[0].started:
             return None
-        return policy.notice_due(self._jobs[0].queued_at, self._sent().runs_out_at, self._engine.config)
+        return policy.notice_due(self._jobs[0].queued_at, self._sent(now).runs_out_at, self._engine.config)
 
     def _notify_waiting(self, head: PieceJob) -> None:
+        self._notified = True  # once per wait, even unsent: the driver must not retry at every wake-up
         ahead = self._engine.pool.ahead(head.future) if head.future is not None else None
         if ahead is None:
             return  # it has started meanwhile
-        self._notified = True  # once per wait, even unsent: the driver must not retry at every wake-up
         with contextlib.suppress(TimeoutError):  # a full bridge: the consumer has audio yet to take
             self._bridge.put(Waiting("capacity", ahead), timeout=0)
 
@@ -468,14 +419,22 @@ class CpuStream:
             self._engine.stream_ended(self)
 
     def _take_head(self) -> tuple[PieceJob, list[Any], bool, Exception | None] | object | None:
-        """Wait for news, then take the head job's audio: (head, audio, done, error); `_ALL_DONE` once
-        everything is delivered; `_NOTHING` to look again; None once cancelled. Sends a due `Waiting`."""
+        """Take the head job's audio: (head, audio, done, error); `_ALL_DONE` once everything is delivered;
+        `_NOTHING` to look again, once its plan is carried out while nothing is to be done (a due `Waiting`
+        sent, or a sleep until an event or the plan's `wake_at`); None once cancelled."""
         with self._cond:
-            due = self._notice_due()
-            timeout = 1.0 if due is None else min(1.0, max(0.005, due - time.monotonic()))
-            if self._after is not None:  # the stream before it says nothing when its text is cut: look
-                timeout = min(timeout, self._engine.config.after_poll_s)
-            self._cond.wait_for(self._has_news, timeout)
+            idle = not self._has_news()
+            if idle:
+                now = self._clock()
+                decided = policy.stream_plan(now, self._notice_due(now), None, self._engine.config)
+                head = self._jobs[0] if self._jobs else None
+        if idle:
+            if decided.notice and head is not None:
+                self._notify_waiting(head)
+            else:
+                self._sleep(decided.wake_at)
+            return _NOTHING
+        with self._cond:
             if self._cancelled.is_set():
                 return None
             if not self._jobs:
@@ -486,12 +445,16 @@ class CpuStream:
             done, error = head.done, head.error
             if done:
                 self._jobs.popleft()
-            due = self._notice_due()
         if not audio and not done:
-            if due is not None and due <= time.monotonic():
-                self._notify_waiting(head)
             return _NOTHING
         return head, audio, done, error
+
+    def _sleep(self, until: float | None) -> None:
+        """The driver's one wait: until its bell rings (`StreamLock`: an event) or its clock reads `until`."""
+        bell = self._cond.bell
+        timeout = None if until is None else min(max(0.0, until - self._clock()), threading.TIMEOUT_MAX)
+        bell.wait(timeout)
+        bell.clear()  # before the next look at its state: a ring after it is seen then
 
     def _play(self, head: PieceJob, audio: list[Any], done: bool, error: Exception | None, output: Output) -> bool:
         """Deliver what `head` made (its run need not be over: a Piper piece puts out each sentence as
@@ -515,13 +478,13 @@ class CpuStream:
 
     def _hold_first(self, audio: list[tuple[np.ndarray, int, Any]], head: PieceJob) -> None:
         """Before a stream's first audio (`audio`, from `head`: out of `_jobs` once done, else still in
-        it while its run goes on): hold it while the pieces after it (its own; once its text is all cut,
-        those of the stream opened behind it for its listener, `_next`, which play once it has; or one
-        more of `next_min_s` while text is still to come or likely, `_next_likely`) are predicted to come
-        after its listener needs them (`policy.first_audio_late`, the rule in engine/listening.py
-        `holds_first`). docs/scheduling.md tells why each part is there."""
+        it while its run goes on): hold it as its plan says (`policy.stream_plan`: while the pieces after
+        it are predicted to come after its listener needs them, the rule in engine/listening.py
+        `holds_first`). What the prediction weighs is `_hold_look`'s; docs/scheduling.md tells why. It
+        looks again at each event that moves it (its own pieces, its listener's other streams, the pool's
+        jobs: `UrgencyPool.watch`) or at the plan's `wake_at`."""
         have = sum(pcm.size / rate for pcm, rate, _ in audio)
-        start = time.monotonic()
+        start = self._clock()
         cfg = self._engine.config
         with self._cond:
             before_ends = self._sent().runs_out_at if self._before_counts() else None  # a continuation's, once
@@ -530,24 +493,28 @@ class CpuStream:
             self._held_s = have  # the pieces after it are cut and due by this audio's end
             if self._status is not StreamStatus.ENDED:  # cancelled meanwhile: the next look returns
                 self._to(StreamStatus.HELD)
-        rule = HoldRule(cfg.first_hold_s, cfg.hold_margin_s, cfg.hold_margin_s)
         engine, backend = self._engine, head.piece.voice.backend
         next_run_s = cfg.next_min_s * engine.rtf(backend) * (1 + engine.hold_error(backend))
-        while True:
-            self._fill(head)  # the look-ahead runs on while the first audio waits, on text that comes too
-            late = self._hold_look(head, have, next_run_s)
-            if late is None:
-                return
-            now = time.monotonic()
-            if not holds_first(now, start, late, before_ends, rule):
-                return
-            until = policy.hold_until(start, before_ends, cfg)
-            with self._cond:
-                self._cond.wait(policy.next_look(late, now, until, cfg))
+        pool, bell = engine.pool, self._cond.bell
+        pool.watch(bell)
+        try:
+            while True:
+                self._fill(head)  # the look-ahead runs on while the first audio waits, on text that comes too
+                looked = self._hold_look(head, have, next_run_s, start, before_ends)
+                if looked is None:
+                    return
+                decided = policy.stream_plan(looked[1], None, looked[0], cfg)
+                if decided.release:
+                    return
+                self._sleep(decided.wake_at)
+        finally:
+            pool.unwatch(bell)
 
-    def _hold_look(self, head: PieceJob, have: float, next_run_s: float) -> float | None:
-        """One look of the hold: how late the latest piece after the first audio would come if it went
-        now (None: cancelled). The pool's predictions are asked outside the stream's lock."""
+    def _hold_look(self, head: PieceJob, have: float, next_run_s: float, ready_at: float,
+                   before_ends: float | None) -> tuple[policy.HeldAudio, float] | None:
+        """One look of the hold: the held audio and what comes after it, as `policy.stream_plan` weighs
+        them, and the time of the look (None: cancelled). The pool's predictions are asked outside the
+        stream's lock."""
         with self._cond:
             if self._cancelled.is_set():
                 return None
@@ -564,7 +531,7 @@ class CpuStream:
                        for p in following]  # fmt: skip
         free_at = pool.expected_free(stretch)
         with self._cond:
-            now = time.monotonic()
+            now = self._clock()
             def run_s(job: PieceJob) -> float:
                 return self._run_s(job.piece) * (1 + errors[job.piece.voice.backend])
 
@@ -575,7 +542,8 @@ class CpuStream:
             if all_cut:  # then its listener's next stream's, which play once it has
                 pending += policy.following_pending(following, next_starts, self._engine.rtf, errors)
             more_text = not all_cut or not following_cut
-            return policy.first_audio_late(now, self._sent().runs_out_at, pending, more_text, free_at, next_run_s)
+            return policy.HeldAudio(ready_at, before_ends, self._sent(now).runs_out_at, tuple(pending), more_text,
+                                    free_at, next_run_s), now
 
     def _following(self) -> tuple[tuple[PieceSnapshot, ...], bool]:
         """The pieces of the stream opened behind it for its listener (`_next`, read from its snapshot, not
@@ -588,7 +556,7 @@ class CpuStream:
         """A chunk is out (`Output`): `frames` put so far; the first makes it a playing stream."""
         with self._cond:  # its snapshot follows the audio out
             if self._first_put_at is None:
-                self._first_put_at = time.monotonic()
+                self._first_put_at = self._clock()
                 if self._status is not StreamStatus.ENDED:
                     self._to(StreamStatus.PLAYING)
             self._frames_put = frames

@@ -20,11 +20,21 @@ from engine.cpu.pool import UrgencyPool
 class StreamLock(threading.Condition):
     """A stream's lock (a condition) that publishes the stream's snapshot each time it is let go: every
     change of a stream's state is made under its lock, so the snapshot is never older than the last
-    change, with no call to remember at each one."""
+    change, with no call to remember at each one.
+
+    Its `bell` is what the stream's driver sleeps on (until its plan's `wake_at`): rung by every
+    `notify_all` (the stream's own state changed), by the other streams of its listener (`CpuStream.nudge`:
+    theirs changed) and by the pool while the stream's first audio is held (`UrgencyPool.watch`). An
+    event, not the lock: ringing it takes no stream's lock."""
 
     def __init__(self, publish: Callable[[], None]) -> None:
         super().__init__()
         self._publish = publish
+        self.bell = threading.Event()
+
+    def notify_all(self) -> None:
+        super().notify_all()
+        self.bell.set()
 
     def __exit__(self, *exc: object) -> None:
         try:
@@ -42,6 +52,7 @@ class StreamHost(Protocol):
     queue_size: int  # AudioChunks its bridge holds for its consumer
     config: CpuPolicyConfig
     pool: UrgencyPool  # the worker pool every stream shares
+    clock: Callable[[], float]  # monotonic seconds: the pool's, the policy's and every stream's now
 
     def cut_pieces(self, chosen: Voice | None, lang: str, index: int, text: str) -> Iterator[Piece]:
         """Segment `index` as bounded pieces, lazily."""

@@ -1,4 +1,4 @@
-"""Engines in child processes behind the same `Engine`/`Stream` contract (DESIGN §7 "Engines as processes").
+"""Engines in child processes behind the same `Engine`/`Stream` contract: the gateway's loop shares no GIL with them.
 
 `start_engine(spec, **options)` starts `load_engine(spec, **options)` in a supervised child (spawn start
 method) and returns a `ProcessEngine` at once; `await engine.ready()` waits for it to be warm. A child

@@ -1,6 +1,6 @@
 """Qwen3-TTS 12Hz in PyTorch: config, loader, talker, code predictor, sampling, exact streaming codec.
 
-Model level (DESIGN §3):
+Model level (one request at a time, offline):
 
     model = load_model(path)                       # a checkpoint directory (or make_tiny_checkpoint(path))
     codes = model.generate("Hello.", voice="ryan", language="english", greedy=True, max_frames=50)

@@ -1,6 +1,6 @@
 """Qwen3TTSModel: a loaded checkpoint — config, modules, tokenizer, prompts, codec — and `load_model`.
 How the modules are driven to generate lives in generate.py (gpt-fast's model.py / generate.py split): its
-functions take the model first; the model keeps only the contract's `generate` (DESIGN §3).
+functions take the model first; the model keeps only `generate`, one whole request (tests and offline use).
 
 The primitives (the engine core's talker backends build on them; `generate.generate_batch` is their
 reference composition):

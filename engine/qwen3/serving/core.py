@@ -1,4 +1,4 @@
-"""EngineCore: the one thread that owns every tensor of the Qwen3 engine (DESIGN §3; docs/engine.md).
+"""EngineCore: the one thread that owns every tensor of the Qwen3 engine, so none is touched by two (docs/engine.md).
 
 Other threads only post commands (`Open`, `Append`, `Finish`, `Cancel`, `Stop`) to a queue; the core
 drains it at the top of every cycle, so a cancel takes effect before the next step. A cycle reads as

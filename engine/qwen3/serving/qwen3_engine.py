@@ -1,4 +1,4 @@
-"""The Qwen3-TTS engine behind the `Engine`/`Stream` contract (DESIGN §3): `load_engine("tiny" | PATH)`.
+"""The Qwen3-TTS engine behind the `Engine`/`Stream` contract (engine/types.py): `load_engine("tiny" | PATH)`.
 
 `Qwen3Engine` validates a stream's options on the caller's thread (so bad requests fail at once with
 an `EngineError`) and hands everything else to the `EngineCore` thread (engine/qwen3/serving/core.py).

@@ -1,4 +1,4 @@
-"""The TalkerBackend seam (DESIGN §3; research/vllm_talker_backend.md §4.1): the talker's side of
+"""The TalkerBackend seam (so a vLLM talker can stand in for the native one, the core unchanged): the talker's side of
 generation — prefill a request into a slot, step a batch of slots one frame, complete frames with the
 code predictor, abort a slot — and nothing else. Prompts, text tracks, the codec and its state,
 scheduling and the protocol stay in the core (engine/qwen3/serving/core.py), which holds a `TalkerBackend` and never

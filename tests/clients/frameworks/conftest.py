@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from processes import stop
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -68,11 +69,7 @@ def voxgate_server(voxgate_log: Path) -> Iterator[str]:
             time.sleep(0.2)
         yield f"127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, grace_s=15)
         log.close()
         print(f"voxgate server log: {log.name}", file=sys.stderr)
 

@@ -182,9 +182,59 @@ def test_a_continuation_is_not_held_past_the_end_of_the_audio_before_it() -> Non
     assert not holds_first(NOW + 0.46, NOW, 5.0, before_ends, CPU_HOLD)
 
 
-def test_the_hold_looks_again_no_later_than_hold_look_s() -> None:
-    assert policy.next_look(5.0, NOW, NOW + 2.0) == DEFAULT.hold_look_s
-    assert policy.next_look(0.06, NOW, NOW + 2.0) == pytest.approx(0.06)
+# ---- a stream's plan ----
+
+
+def held(pending: list[PendingPiece], *, ready_at: float = NOW, before_ends_at: float | None = None,
+         runs_out_at: float = NOW + 1.0, more_text: bool = False, free_at: float = NOW,
+         next_run_s: float = 1.0) -> policy.HeldAudio:
+    return policy.HeldAudio(ready_at, before_ends_at, runs_out_at, tuple(pending), more_text, free_at, next_run_s)
+
+
+def test_a_stream_with_nothing_held_or_due_sleeps_until_an_event() -> None:
+    assert policy.stream_plan(NOW, None, None) == policy.StreamPlan(release=True, notice=False, wake_at=None)
+
+
+def test_a_waiting_notice_goes_when_due_and_not_before() -> None:
+    assert policy.stream_plan(NOW, NOW + 0.3, None) == policy.StreamPlan(True, False, NOW + 0.3)
+    assert policy.stream_plan(NOW + 0.3, NOW + 0.3, None).notice
+
+
+def test_held_first_audio_goes_at_once_when_the_rest_comes_in_time() -> None:
+    made_in_time = held([PendingPiece(seconds=3.0, run_s=0.5, start=None)])
+    assert policy.stream_plan(NOW, None, made_in_time).release
+
+
+def test_held_first_audio_wakes_when_a_piece_that_starts_later_would_come_in_time() -> None:
+    # The next piece waits for a worker until +0.5, runs 2 s: 1.5 s late against 1 s of held audio.
+    # Held, the lateness runs off as the hold lasts: it goes when 1.5 s less the margin have passed.
+    waits = held([PendingPiece(seconds=3.0, run_s=2.0, start=NOW + 0.5)])
+    plan = policy.stream_plan(NOW, None, waits)
+    assert not plan.release
+    assert plan.wake_at == pytest.approx(NOW + 1.5 - DEFAULT.hold_margin_s)
+    later = replace(waits, runs_out_at=waits.runs_out_at + (plan.wake_at - NOW))  # nothing else changed
+    assert policy.stream_plan(plan.wake_at, None, later).release
+
+
+def test_held_first_audio_waits_for_an_event_or_the_cap_when_waiting_does_not_shorten_the_lateness() -> None:
+    # Text still to come from a free worker: held longer, it comes later by as much. Only an event (its
+    # text cut, a worker freed) or `first_hold_s` ends the hold: no timer before the cap.
+    more = held([], more_text=True, free_at=NOW, next_run_s=1.5)
+    plan = policy.stream_plan(NOW, None, more)
+    assert not plan.release and plan.wake_at == pytest.approx(NOW + DEFAULT.first_hold_s)
+    assert policy.stream_plan(NOW + DEFAULT.first_hold_s, None, more).release
+
+
+def test_a_held_continuation_wakes_no_later_than_the_audio_before_it_ends_less_the_margin() -> None:
+    waits = held([PendingPiece(seconds=3.0, run_s=2.0, start=NOW + 0.5)], before_ends_at=NOW + 0.8)
+    plan = policy.stream_plan(NOW, None, waits)
+    assert not plan.release and plan.wake_at == pytest.approx(NOW + 0.8 - DEFAULT.hold_margin_s)
+    assert policy.stream_plan(plan.wake_at, None, waits).release
+
+
+def test_a_new_listeners_first_piece_is_left_whole_and_later_ones_ramp() -> None:
+    assert policy.piece_cost(True, 120, 7.0, 0.2, 0.5, 1.0) == 120
+    assert policy.piece_cost(False, 120, 7.0, 0.2, 0.5, 1.0) == DEFAULT.ramp_min_cost
 
 
 def test_the_qwen3_hold_must_be_early_by_its_margin_not_merely_on_time() -> None:

@@ -361,3 +361,27 @@ def test_a_worker_is_expected_free_when_the_soonest_running_job_is_over_each_str
     for f in (long, short, queued):
         f.result(timeout=5)
     pool.shutdown()
+
+
+def test_a_watched_bell_rings_at_each_event_that_moves_a_queued_jobs_start() -> None:
+    # A held first audio sleeps on its bell: a job queued, started or over moves its pieces' expected
+    # starts, so each rings it; once unwatched, none does.
+    pool = UrgencyPool(1, guard_s=1.0, clock=lambda: 0.0)
+    bell = threading.Event()
+    pool.watch(bell)
+    gate = threading.Event()
+    running = pool.submit(0.0, gate.wait)
+    assert bell.wait(5)  # queued (and started)
+    bell.clear()
+    queued = pool.submit(5.0, lambda: None)
+    assert bell.wait(5)
+    bell.clear()
+    gate.set()
+    running.result(timeout=5)
+    queued.result(timeout=5)
+    assert bell.wait(5)  # over
+    pool.unwatch(bell)
+    bell.clear()
+    pool.submit(1.0, lambda: None).result(timeout=5)
+    assert not bell.is_set()
+    pool.shutdown()

@@ -57,7 +57,7 @@ def test_a_piece_that_has_put_audio_out_keeps_its_worker(cpu_engine: Any) -> Non
 
     stream = cpu_engine.open_stream("joe", "en")
     try:
-        job = PieceJob(next(cpu_engine.cut_pieces(None, "en", 0, "Hello there. How are you?")))
+        job = PieceJob(next(cpu_engine.cut_pieces(None, "en", 0, "Hello there. How are you?")), cpu_engine.clock())
         job.made = 1
         assert not stream.yield_worker(job) and not job.preempted
     finally:

@@ -1,0 +1,160 @@
+"""A stream carries out its plan (engine/cpu/policy.py `stream_plan`) on its engine's clock, not the
+wall clock: with a fake clock (`CpuEngine(clock=...)`) that only the test moves, a held first audio and a
+`Waiting` notice go exactly when the clock says, and not before, however long the wall clock runs.
+Synthesis is real (Piper); only the clock and, where a rule weighs it, the RTF are the test's."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from engine import load_engine
+from engine.cpu.policy import DEFAULT, StreamStatus
+from engine.types import AudioChunk, StreamEnd, Waiting
+
+QUIET_S = 0.3  # wall seconds a stream is given to act wrongly while its clock stands still
+
+
+class FakeClock:
+    """Monotonic seconds that move only when the test moves them (`advance`, then `engine.wake()`)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def clocked() -> Iterator[tuple[Any, FakeClock]]:
+    pytest.importorskip("onnxruntime", reason="CPU voices need the cpu extra")
+    clock = FakeClock()
+    engine = load_engine("piper", workers=2, clock=clock)
+    yield engine, clock
+    engine.close()
+
+
+def advance(engine: Any, clock: FakeClock, seconds: float) -> None:
+    clock.now += seconds
+    engine.wake()
+
+
+async def until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Until `check()` holds (wall clock, bounded): a real model run makes the first audio."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        assert loop.time() < deadline, what
+        await asyncio.sleep(0.01)
+
+
+def slow_box(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The RTF the rules weigh, fixed at 3 (runs measure nothing): one more piece is predicted late."""
+    monkeypatch.setattr(engine.meter, "backend_rtf", lambda backend: 3.0)
+    monkeypatch.setattr(engine.meter, "record", lambda *a: None)
+
+
+def held_workers(engine: Any) -> tuple[threading.Event, list[Any]]:
+    """Every worker held by a job until the returned gate is set."""
+    gate = threading.Event()
+    running = [threading.Event() for _ in range(engine.workers)]
+    jobs = [engine.pool.submit(float("-inf"), lambda e=e: (e.set(), gate.wait(30))) for e in running]
+    assert all(e.wait(10) for e in running), "the pool's workers are taken"
+    return gate, jobs
+
+
+async def test_a_stream_waiting_for_a_worker_is_told_so_once_its_clock_says_it_waited(clocked: Any) -> None:
+    engine, clock = clocked
+    gate, blockers = held_workers(engine)
+    try:
+        # Another stream's first piece, queued first: the new stream's first piece comes after it.
+        other = engine.pool.submit(clock() - 60.0, lambda: None, owner="another stream", first_audio=True)
+        stream = engine.open_stream("joe", "en")
+        stream.append("Hello there.")
+        stream.finish()
+        events = stream.events()
+        notice = asyncio.ensure_future(events.__anext__())
+        await until(lambda: stream.snapshot.pieces, "its piece is queued")
+        advance(engine, clock, DEFAULT.notice_after_s - 0.01)
+        await asyncio.sleep(QUIET_S)
+        assert not notice.done(), "told before it waited notice_after_s on its clock"
+        advance(engine, clock, 0.01)
+        assert await asyncio.wait_for(notice, 10) == Waiting("capacity", ahead=1)
+        gate.set()
+        rest = [ev async for ev in events]
+    finally:
+        gate.set()
+    assert rest[-1] == StreamEnd("done") and any(isinstance(ev, AudioChunk) for ev in rest)
+    assert not any(isinstance(ev, Waiting) for ev in rest), "once per wait"
+    other.result(5)
+    for job in blockers:
+        job.result(5)
+
+
+async def test_first_audio_held_for_text_still_to_come_goes_at_the_cap_of_its_clock(
+        clocked: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rest of the reply is still being written and one more piece is predicted late (RTF 3): waiting
+    # does not make it less late, so the hold has no timer before its cap (`first_hold_s` on the
+    # stream's clock). The wall clock running on changes nothing.
+    engine, clock = clocked
+    slow_box(engine, monkeypatch)
+    stream = engine.open_stream("joe", "en")
+    stream.append("Hi there.")
+    events = stream.events()
+    first = asyncio.ensure_future(events.__anext__())
+    try:
+        await until(lambda: stream.status is StreamStatus.HELD, "its first audio is made and held")
+        advance(engine, clock, DEFAULT.first_hold_s - 0.01)
+        await asyncio.sleep(QUIET_S)
+        assert not first.done(), "let go before the hold's cap on its clock"
+        advance(engine, clock, 0.01)
+        assert isinstance(await asyncio.wait_for(first, 10), AudioChunk)
+        await until(lambda: stream.first_audio_at is not None, "its first chunk is out")  # set just after the put
+        assert stream.first_audio_at == clock() and stream.status is StreamStatus.PLAYING
+    finally:
+        stream.finish()
+    rest = [ev async for ev in events]
+    assert rest[-1] == StreamEnd("done")
+
+
+async def test_a_continuations_first_audio_is_not_held_past_the_audio_its_listener_still_hears(
+        clocked: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A client's sentence splitter cut "Dr." from "Smith will see you at three.": that stream's audio was
+    # made before "Dr." had played, then held for the piece after it, predicted late, until 0.7 s after
+    # "Dr." had played: a gap its listener heard then, for one that might come later. Its listener has
+    # 1 s of audio left here, and the piece after its first is predicted late (RTF 3) and kept from
+    # running: its first audio goes as that 1 s runs out (less `hold_margin_s`), not at the 2 s cap.
+    engine, clock = clocked
+    slow_box(engine, monkeypatch)
+    release = threading.Event()
+    real = engine.synthesise
+
+    def gated(voice: Any, lang: str, text: str, *args: Any) -> Any:
+        if text != "Hi there.":
+            release.wait(30)
+        yield from real(voice, lang, text, *args)
+
+    monkeypatch.setattr(engine, "synthesise", gated)
+    opened = clock()
+    stream = engine.open_stream("joe", "en", listener_buffer_s=1.0)
+    stream.append("Hi there.")
+    stream.append("This sentence follows the greeting.")
+    stream.finish()
+    events = stream.events()
+    first = asyncio.ensure_future(events.__anext__())
+    try:
+        await until(lambda: stream.status is StreamStatus.HELD, "its first audio is made and held")
+        runs_out = opened + 1.0
+        advance(engine, clock, runs_out - DEFAULT.hold_margin_s - 0.01 - clock())
+        await asyncio.sleep(QUIET_S)
+        assert not first.done(), "let go while its listener still had more than the margin to hear"
+        advance(engine, clock, 0.01)
+        assert isinstance(await asyncio.wait_for(first, 10), AudioChunk)
+    finally:
+        release.set()
+    rest = [ev async for ev in events]
+    assert rest[-1] == StreamEnd("done")
