@@ -22,6 +22,9 @@ Parts:
 - `idle`: a socket between turns, per wake-up of its poller: the 1 s backstop (`asyncio.timeout` around an
   `Event.wait` that times out) against none (it waits on the event alone, no timer: the new cost is the
   loop's bookkeeping of a pending wait, nothing per second) — multiply the old by 1/s per idle socket;
+- `deadline`: one `with Deadline` around an await (the writer's per frame, the reader's per message): with
+  the one-task check (`asyncio.current_task()`) per `with` (a subclass adding it back) against without it
+  (now only in asyncio debug mode and where an await expires);
 - `renewal`: one lease renewal against a real redis-server: its own EVALSHA call through the breaker (the
   old per-lease keep-alive), against its share of one pipeline of 64 (`Renewals`).
 """
@@ -191,6 +194,30 @@ def idle_parts() -> tuple[Timed, Timed]:
     return (lambda n: loop.run_until_complete(backstop(n))), (lambda n: loop.run_until_complete(none(n)))
 
 
+def deadline_parts() -> tuple[Timed, Timed]:
+    from gateway.deadline import Deadline
+
+    class Checked(Deadline):
+        def __enter__(self) -> Deadline:
+            if self._task is not None:
+                assert self._task is asyncio.current_task(), "a Deadline bounds one task's awaits"
+            return super().__enter__()
+
+    loop = asyncio.new_event_loop()
+    old_d, new_d = Checked(60.0), Deadline(60.0)
+
+    def run(d: Deadline) -> Timed:
+        async def many(n: int) -> None:
+            d._task = asyncio.current_task()  # each run is a new task: bind it (a connection's is one task)
+            for _ in range(n):
+                with d:
+                    pass
+
+        return lambda n: loop.run_until_complete(many(n))
+
+    return run(old_d), run(new_d)
+
+
 def renewal_parts(work: Path) -> tuple[Timed, Timed, Callable[[], None]]:
     from bench.capacity import Redis
     from sessions import SessionStore
@@ -242,6 +269,7 @@ def main() -> int:
         "counter": (*counter_parts(), 50_000),
         "tick": (*tick_parts(), 25_600),
         "idle": (*idle_parts(), 20_000),
+        "deadline": (*deadline_parts(), 100_000),
     }
     only = set(filter(None, args.only.split(",")))
     try:
