@@ -1109,7 +1109,12 @@ async def file_mode_hoard(ctx: Context) -> dict[str, Any]:
     seconds, per_s = float(ctx.options.get("seconds", 25.0)), int(ctx.options.get("chars_per_s", 1000))
     ws = await _config_session(ctx, response_format="wav", stream_audio=False,
                                sample_rate=int(ctx.options.get("sample_rate", 48000)))  # fmt: skip
+    # After `seconds`, the hoard goes on sending (at most `bound_wait_s` more) until the bound's refusal: a
+    # loaded box makes the audio slower than the text comes, and the bound is what is measured. (It keeps
+    # sending, not waiting: a pause past the utterance's idle timeout would end the utterance.)
+    bound_wait_s = float(ctx.options.get("bound_wait_s", 30.0))
     seen: dict[str, Any] = {"files": 0, "largest_file": 0, "codes": []}
+    bound_reached = asyncio.Event()  # set by the reader: a file_too_long came
 
     async def read() -> None:
         with contextlib.suppress(websockets.ConnectionClosed):
@@ -1119,13 +1124,17 @@ async def file_mode_hoard(ctx: Context) -> dict[str, Any]:
                     seen["largest_file"] = max(seen["largest_file"], len(msg))
                 elif (ev := json.loads(msg))["type"] == "error":
                     seen["codes"].append(ev["code"])
+                    if ev["code"] == "file_too_long":
+                        bound_reached.set()
 
     reader = asyncio.create_task(read())
     rss0 = await asyncio.to_thread(server_rss, ctx.url)
-    for i in range(int(seconds)):
+    i = 0
+    while i < seconds or (not bound_reached.is_set() and i < seconds + bound_wait_s):
         text = huge_prose(per_s + 100)[:per_s].replace("Sentence 0 ", f"Sentence {i} ")
         await ws.send(json.dumps({"type": "input.text", "text": text}))
         await asyncio.sleep(1.0)
+        i += 1
     # What the hoard holds at its end (the cancel below frees it, before the harness measures again).
     seen["rss_held_mb"] = round((await asyncio.to_thread(server_rss, ctx.url) - rss0) / 2**20, 1)
     await ws.send(json.dumps({"type": "input.cancel"}))

@@ -27,8 +27,9 @@ Modes besides the levels (default `--sessions 1,16,64,128,256`):
 - `--overflow C`: two replicas with `max_sessions = C` behind HAProxy (deploy/haproxy.cfg as shipped),
   1.5 C clients opening conversations of 1-3 turns one after another: served, refused where the client
   sees it, and handshakes a full replica refused that the balancer retried on the other;
-- `--baseline-ref REF`: every level run twice in one run, against a server from the git ref REF's tree
-  (`git archive`) and this tree's, side by side.
+- `--baseline-ref REF[,REF2…]`: every level run against a server from each git ref's tree (`git archive`)
+  and this tree's, side by side in one run; with `--together`, each level on every tree at the same
+  time (on a shared, noisy box a load that drifts then falls on every tree alike: compare the ratios).
 
     python bench/capacity.py [--sessions 1,16,64,128,256] [--turns 3] [--procs 4] [--speed 4]
         [--first-audio-s 0.1] [--tokens-per-s 40] [--baseline-ref main] [--smoke | --growth N |
@@ -57,6 +58,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -293,7 +295,15 @@ async def converse(ws: Any, turns: int, rng: random.Random, args: dict[str, Any]
 
 async def _level_worker(n: int, seed: int, url: str, args: dict[str, Any], ctrl: Any) -> list[Conversation]:
     rng = random.Random(seed)
-    opened = await asyncio.gather(*(open_session(url, args["timeout_s"]) for _ in range(n)))
+    # Connected a few at a time: a level measures sessions that speak, not a connect burst (--burst does),
+    # which on a loaded box refuses some `queue_full` and leaves fewer sessions than asked.
+    sem = asyncio.Semaphore(args["connect_at_once"])
+
+    async def connect() -> tuple[Any, str | None]:
+        async with sem:
+            return await open_session(url, args["timeout_s"])
+
+    opened = await asyncio.gather(*(connect() for _ in range(n)))
     ctrl["connected"].put(n)
     while not ctrl["go"].is_set():  # the parent samples the idle RSS meanwhile
         await asyncio.sleep(0.01)
@@ -386,7 +396,7 @@ def run_clients(kind: str, n: int, url: str, args: argparse.Namespace, server: S
     procs = max(1, min(args.procs, n))
     shares = [n // procs + (i < n % procs) for i in range(procs)]
     wargs = {k: getattr(args, k) for k in ("turns", "tokens_per_s", "timeout_s", "ramp_s", "think_s", "listen",
-                                           "short", "concurrency", "duration_s")}  # fmt: skip
+                                           "short", "concurrency", "duration_s", "connect_at_once")}  # fmt: skip
     sample: dict[str, Any] = {"rss_before_mb": server.rss_mb() if server else None}
     workers = [ctx.Process(target=_worker_main, args=(kind, k, i, url, wargs, ctrl), daemon=True)
                for i, k in enumerate(shares)]  # fmt: skip
@@ -505,8 +515,9 @@ def _cell(v: Any) -> str:
 
 def levels(args: argparse.Namespace, work: Path, redis: Redis) -> dict[str, Any]:
     trees = [("this", REPO)]
-    if args.baseline_ref:
-        trees.insert(0, (args.baseline_ref, source_tree(args.baseline_ref, work)))
+    if args.baseline_ref:  # each ref's tree before this one, in the order given
+        refs = args.baseline_ref.split(",")
+        trees[:0] = [(ref, source_tree(ref, work)) for ref in refs]
     counts = [int(s) for s in args.sessions.split(",")]
     servers = {name: Server(src, redis.url, work, args, name=re.sub(r"\W", "_", name)) for name, src in trees}
     for s in servers.values():
@@ -517,8 +528,15 @@ def levels(args: argparse.Namespace, work: Path, redis: Redis) -> dict[str, Any]
             for s in servers.values():
                 run_clients("level", 2, f"ws://{s.addr}/v1/audio/speech/stream", args, s)
         for n in counts:
-            for name, s in servers.items():  # side by side: each count on every tree before the next
-                convs, sample = run_clients("level", n, f"ws://{s.addr}/v1/audio/speech/stream", args, s)
+            if args.together:  # every tree's level at once: a load that drifts falls on all of them alike
+                with ThreadPoolExecutor(len(servers)) as pool:
+                    runs = {name: pool.submit(run_clients, "level", n, f"ws://{s.addr}/v1/audio/speech/stream",
+                                              args, s) for name, s in servers.items()}  # fmt: skip
+                    done = {name: run.result() for name, run in runs.items()}
+            else:  # side by side: each count on every tree before the next
+                done = {name: run_clients("level", n, f"ws://{s.addr}/v1/audio/speech/stream", args, s)
+                        for name, s in servers.items()}  # fmt: skip
+            for name, (convs, sample) in done.items():
                 row = summarize(n, convs, sample) | ({"tree": name} if args.baseline_ref else {})
                 rows[name].append(row)
                 print(json.dumps(row), flush=True)
@@ -592,8 +610,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--think-s", type=float, default=0.3, help="between a reply's end and the next")
     p.add_argument("--listen", type=float, default=1.0, help="share of each reply listened to before the next")
     p.add_argument("--timeout-s", type=float, default=60.0, help="a reply's wait, a connect's wait")
+    p.add_argument("--connect-at-once", type=int, default=8,
+                   help="levels: sessions each client process connects at a time before they speak")
     p.add_argument("--warmup", type=int, default=1, help="untimed 2-session rounds per server first")
-    p.add_argument("--baseline-ref", help="also run every level against this git ref's tree, side by side")
+    p.add_argument("--together", action="store_true",
+                   help="with --baseline-ref: run each level on every tree at the same time (a noisy box)")
+    p.add_argument("--baseline-ref", help="also run every level on these git refs' trees (comma-separated)")
     p.add_argument("--smoke", action="store_true", help="1 and 4 sessions, one short turn")
     p.add_argument("--growth", type=int, help="this many short sessions one after another")
     p.add_argument("--concurrency", type=int, default=16, help="--growth: sessions at once")

@@ -37,9 +37,10 @@ The rules:
   listener open, none of its audio playing) must be heard by `enqueued_at + SLO`. Its forecast
   (engine/start_forecast.py) is its wait for room (the cost ahead of it in fair order) plus its own
   time to first audio as this box measured it lately, slower the fuller the engine it starts beside.
-  So the SLO bounds the room too (`slo_capacity`): a stream starts at once only beside as much load as
-  still lets it be heard in time — a box running slow admits fewer — and one always starts alone (it is
-  how the box's speed is measured again). One predicted to miss is refused at once (bound "slo", with
+  So the SLO bounds a leader's room too (`slo_capacity`): it starts only beside as much load as still
+  lets it be heard in time — a box running slow admits fewer — and one always starts alone (it is how
+  the box's speed is measured again). Continuations keep the engine's whole capacity: they are what
+  keeps the replies already admitted gap-free. One predicted to miss is refused at once (bound "slo", with
   when a newcomer would make it); a waiting one as soon as its prediction says it will miss.
 
 This module is the policy; engine/start_forecast.py is the arithmetic it predicts with.
@@ -105,6 +106,7 @@ class FairQueue:
         self._stream_s = config.default_stream_s  # every key's streams: a newcomer's first estimate
         self.forecast = StartForecast(config)
         self._capacity: float | None = None  # the engine's capacity at the last call: how full it is
+        self._slo_room: float = math.inf  # what the SLO leaves of it to leaders then (`slo_capacity`)
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -160,9 +162,13 @@ class FairQueue:
         self._capacity = capacity
         slo = self.config.first_audio_slo_s
         busy = 1.0 if slo is None else self.forecast.busy_within(slo, self._clock())
-        if busy >= 1.0:
-            return capacity
-        return min(capacity, max(0.0, busy) * capacity + self.forecast.cost)
+        room = capacity if busy >= 1.0 else min(capacity, max(0.0, busy) * capacity + self.forecast.cost)
+        self._slo_room = room
+        return room
+
+    def _room(self, w: Waiter, capacity: float) -> float:
+        """The capacity `w` may start in: what the SLO leaves where it leads its listener, else all of it."""
+        return min(capacity, self._slo_room) if self._leads(w) else capacity
 
     def _busy(self, load: float) -> float:
         """The share of the engine's capacity `load` is (0 to 1): what slows a stream's first audio."""
@@ -196,9 +202,11 @@ class FairQueue:
         if not weight > 0:
             raise ValueError("a weight must be > 0")
         _check_cost(cost)
-        capacity = self.slo_capacity(capacity)
+        leader_room = self.slo_capacity(capacity)
         k = self._keys.get(key)
-        room = self.fits(cost, capacity) and not self._waiting
+        lst = self._listeners.get(id(listener)) if listener is not None else None
+        leads = timeline is None and (lst is None or not (lst.held or lst.waiting))  # `_leads`, as it asks
+        room = self.fits(cost, leader_room if leads else capacity) and not self._waiting
         if not room and k is not None and len(k.waiting) >= self.config.max_waiting_per_key:
             raise Refused("tenant", self.retry_after(capacity))
         if not room and self._waiting >= self.config.max_waiting:
@@ -222,7 +230,7 @@ class FairQueue:
         if room:
             self._start(capacity, now)  # it alone waits: it starts, having waited 0 s
         # One that fits may pass those ahead in the room they leave: the caller's `look` decides it.
-        elif waiter.state == "waiting" and not self.fits(cost, capacity) and (
+        elif waiter.state == "waiting" and not self.fits(cost, self._room(waiter, capacity)) and (
             miss := self._misses(waiter, capacity, now)
         ) is not None:
             self._drop(waiter, "withdrawn")
@@ -238,7 +246,8 @@ class FairQueue:
 
     def grant(self, capacity: float) -> list[Waiter]:
         """Start waiters while they fit the capacity (what the SLO leaves of it), in fair order; returns them."""
-        return self._start(self.slo_capacity(capacity), self._clock())
+        self.slo_capacity(capacity)
+        return self._start(capacity, self._clock())
 
     def look(self, capacity: float, *, follows: bool = False,
              timeline_of: Callable[[object], ListenerTimeline | None] | None = None) -> list[Waiter]:
@@ -246,7 +255,7 @@ class FairQueue:
         the policy's clock; None while it hears none), the waiters past a bound or the SLO
         refused (returned, expired), a listener holding no slot taking it back (`take_back`), then room
         granted in fair order. Bounded by the waiters."""
-        capacity = self.slo_capacity(capacity)
+        self.slo_capacity(capacity)
         if timeline_of is not None:
             for lst in self._listeners.values():
                 heard = timeline_of(lst.token)
@@ -265,7 +274,7 @@ class FairQueue:
         """A place given up or a slot freed (idempotent). A freed slot stays its listener's: the stream
         riding it holds it now, or the listener's next waiting stream takes it (`hand_over`), before
         anyone else looks; the caller looks next (`look`)."""
-        capacity = self.slo_capacity(capacity)
+        self.slo_capacity(capacity)
         lst = self._listener(waiter.listener)
         alone = lst is not None and lst.held == [waiter]
         if not (alone and lst is not None and lst.waiting and self.hand_over(waiter, lst.waiting[0], capacity)):
@@ -288,7 +297,7 @@ class FairQueue:
         while self._waiting:
             k, waiter = self._next(capacity, now)
             # The next in fair order waits for its room; others pass it only in the room it leaves.
-            if not self.fits((head := waiter or k.waiting[0]).cost, capacity):
+            if not self.fits((head := waiter or k.waiting[0]).cost, self._room(head, capacity)):
                 started += self._pass(head, capacity, now)
                 break
             if waiter is None:
@@ -311,7 +320,7 @@ class FairQueue:
             if at_share and len(waiting) > 1:
                 continue  # at its share while another key waits: it takes no room ahead of anyone
             for w in list(k.waiting):
-                if w is not head and w.cost <= room + _EPS and self.fits(w.cost, capacity):
+                if w is not head and w.cost <= room + _EPS and self.fits(w.cost, self._room(w, capacity)):
                     self._admit(k, w, now)
                     w.passed, room = True, room - w.cost
                     passed.append(w)
@@ -405,7 +414,7 @@ class FairQueue:
         """Remove and return the waiters refused while waiting (`Waiter.refused`): past the maximum wait
         (bound "wait"), or, given the `capacity`, predicted to be heard past the SLO (bound "slo")."""
         if capacity is not None:
-            capacity = self.slo_capacity(capacity)
+            self.slo_capacity(capacity)
         return self._expire_waits(capacity) + ([] if capacity is None else self._expire_slo(capacity))
 
     def _expire_waits(self, capacity: float | None) -> list[Waiter]:
@@ -466,6 +475,7 @@ class FairQueue:
         slo = self.config.first_audio_slo_s
         if slo is None or not self._leads(w):
             return None
+        capacity = self._room(w, capacity)  # a leader starts in what the SLO leaves
         wait = self.start_of(w, capacity) - now
         # It starts beside the load now, or, having waited, at most as much as its cost fits beside.
         load = self.load

@@ -127,6 +127,19 @@ class EventBridge:
         self._wake()
         return True
 
+    def offer(self, chunk: AudioChunk | CodecFrames | Waiting) -> bool | None:
+        """`put` that never waits: True queued, False dropped (stream cancelled/ended), None full. For a
+        producer whose own credit bounds what it sends (the engine process's I/O thread): no Condition
+        wait, one lock, per event."""
+        with self._lock:
+            if self._end is not None:
+                return False
+            if len(self._items) >= self._maxsize:
+                return None
+            self._items.append(chunk)
+        self._wake()
+        return True
+
     def end(self, reason: str = "done", message: str = "", code: str = "") -> bool:
         """Decide the stream's end (never blocks; the end does not count against the bound).
 

@@ -112,11 +112,15 @@ async def speech_stream(
     tenant = authenticate(socket, query=True)
     assert tenant is not None
 
+    # The ASGI events themselves, to Litestar's state-checking send: its send_bytes/send_text build the same
+    # event through two more calls, on every frame of every session (bench/results/capacity_s24.md).
+    asgi_send = socket.send
+
     async def send(data: bytes | str) -> None:
         if isinstance(data, bytes):
-            await socket.send_bytes(data)
+            await asgi_send({"type": "websocket.send", "bytes": data, "text": None})
         else:
-            await socket.send_text(data)
+            await asgi_send({"type": "websocket.send", "bytes": None, "text": data})
 
     await serve_connection(state, store, settings, tenant, socket.receive, send, socket=socket)  # type: ignore[arg-type]
 

@@ -159,7 +159,7 @@ class Connection:
         sending = Deadline(self.limits.send_timeout)  # one timer for the writer's life, not one per frame
         try:
             while True:
-                item = await self.outbox.get()
+                item = self.outbox.get_nowait() or await self.outbox.get()
                 if item.last:
                     return
                 if isinstance(item.data, bytes) and item.utterance is not None:

@@ -81,6 +81,14 @@ class Outbox:
         self._items.append(Outgoing(b"", None, last=True))
         self._ready.set()
 
+    def get_nowait(self) -> Outgoing | None:
+        """The next frame, or None when none waits (the writer's fast path: no coroutine per frame)."""
+        if not self._items:
+            return None
+        item = self._items.popleft()
+        self._space.set()
+        return item
+
     async def get(self) -> Outgoing:
         while not self._items:
             self._ready.clear()

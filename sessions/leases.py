@@ -1,8 +1,10 @@
 """Leases that live while their holder lives: a session's ownership lease and a tenant's stream slot.
 
-Both renew in a background task at a third of their TTL. Renewal failing because Redis is unreachable
-is not a loss: the holder keeps working from its local state and renews again when Redis is back.
-Renewal answering "someone else holds it" (or "expired") is a loss: ``lost`` is set.
+Both renew at a third of their TTL, all of a store's together (`Renewals`): one task, and the renewals
+that fall due close together go to Redis as one pipeline, so hundreds of sessions cost a call a second,
+not hundreds of calls and timers. Renewal failing because Redis is unreachable is not a loss: the holder
+keeps working from its local state and renews again when Redis is back. Renewal answering "someone else
+holds it" (or "expired") is a loss: ``lost`` is set.
 
 Releasing never waits on a Redis that is not answering: the release is queued write-behind (and the
 TTL bounds the lease or slot even if the queued release were lost). A stream slot's release is always
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Protocol
 
@@ -31,6 +33,11 @@ class LeaseKeeper(Protocol):
     @property
     def available(self) -> bool:
         """Redis answers now (the circuit is closed): a release can be tried at once."""
+        ...
+
+    @property
+    def renewals(self) -> Renewals:
+        """Where its leases and slots are kept alive (one per store)."""
         ...
 
     async def renew_lease(self, lease: OwnershipLease) -> int: ...
@@ -50,20 +57,133 @@ class LeaseKeeper(Protocol):
         ...
 
 
+RETRY_SOON_S = 0.25  # a renewal Redis could not take is tried again this soon, not a period later
+
+
+class Renewals:
+    """A store's leases and slots kept alive by one task. Each renews every `every` seconds (its TTL/3);
+    a renewal may come up to `early` of its period sooner, so that those falling due within that window
+    go to `renew_batch` (the store: one pipeline) together. Coming early only shortens a period; the TTL
+    that bounds a dead holder is unchanged."""
+
+    def __init__(self, renew_batch: Callable[[Sequence[_KeptAlive]], Awaitable[Sequence[object]]],
+                 early: float = 0.2) -> None:  # fmt: skip
+        self._renew_batch = renew_batch
+        self._early = early
+        self._due: dict[_KeptAlive, tuple[float, float]] = {}  # held → (next renewal, period), loop clock
+        self._in_flight: set[_KeptAlive] = set()
+        self._batch_done = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def add(self, held: _KeptAlive, every: float) -> None:
+        """Renew `held` every `every` seconds from now until `remove`d (or lost)."""
+        self._due[held] = (asyncio.get_running_loop().time() + every, every)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="voxgate-renewals")
+        self._wake.set()
+
+    def poke(self, held: _KeptAlive) -> None:
+        """Renew `held` at once (Redis is back)."""
+        if (entry := self._due.get(held)) is not None:
+            self._due[held] = (0.0, entry[1])
+            self._wake.set()
+
+    async def remove(self, held: _KeptAlive) -> None:
+        """No more renewals of `held`; returns once none is under way (a renewal that reached Redis after
+        a release would hold the lease again until its TTL)."""
+        self._due.pop(held, None)
+        if held in self._in_flight and self._task is not asyncio.current_task():
+            with contextlib.suppress(TimeoutError):  # the batch's own call is bounded (the op timeout)
+                async with asyncio.timeout(5.0):
+                    while held in self._in_flight:
+                        await self._batch_done.wait()
+
+    async def close(self) -> None:
+        self._due.clear()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._due:
+            now = loop.time()
+            soonest = min(due for due, _ in self._due.values())
+            if soonest > now:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):  # one timer for every lease and slot
+                    async with asyncio.timeout(soonest - now):
+                        await self._wake.wait()
+                continue
+            batch = [h for h, (due, every) in self._due.items() if due <= now + self._early * every]
+            self._in_flight.update(batch)
+            self._batch_done.clear()
+            try:
+                await self._renew(batch, loop)
+            finally:
+                self._in_flight.clear()
+                self._batch_done.set()
+
+    async def _renew(self, batch: list[_KeptAlive], loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            results: Sequence[object] = await self._renew_batch(batch)
+        except RETRYABLE as e:
+            # Retry sooner than the period: once Redis is back, the lease (and a record Redis lost) should
+            # be restored within a fraction of a second, not a whole period later.
+            log.debug("%d renewals deferred: %s", len(batch), e)
+            results = [e] * len(batch)
+        except Exception as e:
+            log.exception("%d renewals failed; retrying", len(batch))
+            results = [e] * len(batch)
+        now = loop.time()
+        for held, result in zip(batch, results, strict=True):
+            if held not in self._due:
+                continue  # released meanwhile
+            every = self._due[held][1]
+            if isinstance(result, BaseException):
+                if not isinstance(result, RETRYABLE):
+                    log.error("%s renewal failed; retrying: %r", type(held).__name__, result)
+                self._due[held] = (now + min(every, RETRY_SOON_S), every)
+                continue
+            try:
+                kept = await held.renewed(result)
+            except Exception:
+                log.exception("%s renewal's outcome failed; retrying", type(held).__name__)
+                self._due[held] = (now + min(every, RETRY_SOON_S), every)
+                continue
+            if held not in self._due:
+                continue
+            if kept:
+                self._due[held] = (now + every, every)
+            else:
+                del self._due[held]
+                held.lost.set()
+
+
 class _KeptAlive:
     ttl_ms: int
+    _store: LeaseKeeper
 
     def __init__(self) -> None:
         self.lost = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._poke = asyncio.Event()
+        self._kept = False
         self.released = False
 
     def renew_now(self) -> None:
         """Renew at once instead of at the next period (the store calls it when Redis is back)."""
-        self._poke.set()
+        self._store.renewals.poke(self)
 
     async def renew(self) -> bool:
+        """One renewal on its own (not batched): False when it was lost."""
+        raise NotImplementedError
+
+    async def renewed(self, result: object) -> bool:
+        """A batched renewal's answer from Redis (`Renewals`): False when it was lost."""
         raise NotImplementedError
 
     async def _release(self) -> bool:
@@ -71,29 +191,9 @@ class _KeptAlive:
 
     def start_keepalive(self, interval_s: float | None = None) -> None:
         """Renew every ``interval_s`` (default TTL/3) until released or lost."""
-        if self._task is None:
-            every = interval_s if interval_s is not None else self.ttl_ms / 3000
-            self._task = asyncio.create_task(self._keepalive(every), name=f"voxgate-{type(self).__name__}")
-
-    async def _keepalive(self, every: float) -> None:
-        wait = every
-        while not self.released:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), wait)
-            self._poke.clear()
-            try:
-                if not await self.renew():
-                    self.lost.set()
-                    return
-                wait = every
-            except RETRYABLE as e:
-                # Retry sooner than the period: once Redis is back, the lease (and a record Redis lost)
-                # should be restored within a fraction of a second, not a whole period later.
-                log.debug("%s renewal deferred: %s", type(self).__name__, e)
-                wait = min(every, 0.25)
-            except Exception:
-                log.exception("%s renewal failed; retrying", type(self).__name__)
-                wait = min(every, 0.25)
+        if not self._kept and not self.released:
+            self._kept = True
+            self._store.renewals.add(self, interval_s if interval_s is not None else self.ttl_ms / 3000)
 
     async def release(self) -> bool:
         raise NotImplementedError
@@ -103,10 +203,8 @@ class _KeptAlive:
         if self.released:
             return False
         self.released = True
-        if self._task is not None and self._task is not asyncio.current_task():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        if self._kept:
+            await self._store.renewals.remove(self)
         return True
 
     async def __aexit__(
@@ -135,7 +233,10 @@ class OwnershipLease(_KeptAlive):
         self.on_record_missing: Callable[[], Awaitable[object]] | None = None
 
     async def renew(self) -> bool:
-        state = await self._store.renew_lease(self)
+        return await self.renewed(await self._store.renew_lease(self))
+
+    async def renewed(self, result: object) -> bool:
+        state = int(result)  # type: ignore[call-overload]
         if state == 2 and self.on_record_missing is not None:
             await self.on_record_missing()
         return state != 0
@@ -179,6 +280,12 @@ class StreamSlot(_KeptAlive):
 
     async def renew(self) -> bool:
         return await self._store.renew_stream(self)
+
+    async def renewed(self, result: object) -> bool:
+        if self.local:  # the batch entered it into Redis (the acquire script's answer is not a renewal's)
+            self.local = False
+            return True
+        return bool(result)
 
     async def _release(self) -> bool:
         return await self._store.release_stream(self)

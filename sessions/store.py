@@ -21,13 +21,14 @@ import socket
 import time
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import fakeredis
 import redis.asyncio as aioredis
 from msgspec.structs import replace
+from redis.exceptions import NoScriptError
 
 from . import keys, metrics, scripts
 from .attached import AttachedSession
@@ -43,7 +44,7 @@ from .errors import (
     StreamLimitExceeded,
 )
 from .gate import ConnectionGate
-from .leases import OwnershipLease, StreamSlot
+from .leases import OwnershipLease, Renewals, StreamSlot
 from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo, now_ms
 from .store_settings import StoreHealth, StoreSettings, TakeoverPolicy
 from .voices import VoiceShelf
@@ -69,6 +70,14 @@ EMBEDDED_OP_TIMEOUT_S = 5.0
 RESERVED_CONNECTIONS = 2
 #: The bound on each step of `SessionStore.close` past the write-behind's drain.
 CLOSE_STEP_S = 2.0
+
+
+async def _outcome(op: Awaitable[object]) -> object:
+    """`op`'s result, or the exception it raised (a batch of renewals answers one outcome each)."""
+    try:
+        return await op
+    except Exception as e:
+        return e
 
 
 async def _within(step: Awaitable[None], what: str) -> None:
@@ -111,6 +120,7 @@ class SessionStore:
         # closes, or the control bus reconnects), so a record lost in a restart is restored in
         # milliseconds rather than a renewal period later.
         self._kept_alive: weakref.WeakSet[OwnershipLease | StreamSlot] = weakref.WeakSet()
+        self._renewals = Renewals(self._renew_batch, early=s.renew_early)
         self.control.on_reconnect = self._renew_all_now
         self.breaker.on_close.append(self._renew_all_now)
         # Stream slots this replica holds per tenant: the limit it enforces alone while Redis is away.
@@ -170,6 +180,7 @@ class SessionStore:
 
     async def close(self) -> None:
         """Write what is queued (for at most a second, while Redis answers), then let go of everything."""
+        await self._renewals.close()
         await self.write_behind.close(drain_s=1.0)  # bounded by itself: what is left unwritten is failed
         await _within(self.breaker.close(), "heartbeat")
         if self._following is not None:
@@ -439,12 +450,45 @@ class SessionStore:
         self._kept_alive.add(lease)
         return lease
 
+    @property
+    def renewals(self) -> Renewals:
+        return self._renewals
+
     async def renew_lease(self, lease: OwnershipLease) -> int:
+        return int(await self._call(self._renew_lease_s(**self._lease_renewal(lease, now_ms()))))
+
+    def _lease_renewal(self, lease: OwnershipLease, now: int) -> dict[str, list[Any]]:
         t, sid = lease.tenant, lease.session_id
-        return int(await self._call(self._renew_lease_s(
-            keys=[keys.lease(t, sid), keys.session(t, sid), keys.spoken(t, sid)],
-            args=[lease.token, lease.ttl_ms, self._session_ttl_ms, now_ms()],
-        )))
+        return {"keys": [keys.lease(t, sid), keys.session(t, sid), keys.spoken(t, sid)],
+                "args": [lease.token, lease.ttl_ms, self._session_ttl_ms, now]}  # fmt: skip
+
+    async def _renew_batch(self, batch: Sequence[OwnershipLease | StreamSlot]) -> Sequence[object]:
+        """The renewals of `batch` (`Renewals`), in one pipeline: each one's answer from Redis, or the
+        exception its script raised. A cluster's keys live on several nodes: one call each there."""
+        if self._backend is not None and self._backend.kind == "cluster":
+            return await asyncio.gather(*(_outcome(held.renew()) for held in batch))
+        # EVALSHA itself, not the scripts' pipeline calls: those ask SCRIPT EXISTS first, a second round
+        # trip every time. A Redis that lost its scripts (restarted empty) is given them, then the batch
+        # once more (renewals are idempotent).
+        for _ in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            now = now_ms()
+            for held in batch:
+                if isinstance(held, OwnershipLease):
+                    script, call = self._renew_lease_s, self._lease_renewal(held, now)
+                elif held.local:  # granted while Redis was away: entered now, above the limit if need be
+                    script, call = self._acquire_stream_s, {"keys": [keys.streams(held.tenant)],
+                                                           "args": [held.slot_id, held.ttl_ms, 2**53]}  # fmt: skip
+                else:
+                    script, call = self._renew_stream_s, {"keys": [keys.streams(held.tenant)],
+                                                         "args": [held.slot_id, held.ttl_ms]}  # fmt: skip
+                pipe.evalsha(script.sha, len(call["keys"]), *call["keys"], *call["args"])
+            results = list(await self._call(pipe.execute(raise_on_error=False)))
+            if not any(isinstance(r, NoScriptError) for r in results):
+                break
+            for script in (self._renew_lease_s, self._acquire_stream_s, self._renew_stream_s):
+                await self._call(self.client.script_load(script.script))
+        return results
 
     async def release_lease(self, lease: OwnershipLease) -> bool:
         t, sid = lease.tenant, lease.session_id
@@ -539,6 +583,7 @@ class SessionStore:
         return int(await self._call(self._count_streams(keys=[keys.streams(tenant)])))
 
     async def renew_stream(self, slot: StreamSlot) -> bool:
+        """One slot's renewal on its own (`Renewals` batches them: `_renew_batch`)."""
         if slot.local:  # granted while Redis was away: enter it now, above the limit if need be
             await self._call(self._acquire_stream_s(keys=[keys.streams(slot.tenant)],
                                                     args=[slot.slot_id, slot.ttl_ms, 2**53]))  # fmt: skip

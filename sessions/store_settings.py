@@ -16,6 +16,10 @@ class StoreSettings:
     session_ttl_s: float = 3600.0  # how long an idle, unowned session stays resumable
     lease_ttl_s: float = 15.0  # a dead owner blocks a 'refuse' resume at most this long
     stream_ttl_s: float = 30.0  # a crashed replica's stream slots count at most this long
+    # Share of a renewal period (TTL/3) a lease's or slot's renewal may come early, to join the renewals
+    # due within that window in one pipeline: hundreds of sessions cost about one call a second, not
+    # hundreds (sessions/leases.py `Renewals`). Early only shortens a period; the TTL is unchanged.
+    renew_early: float = 0.2
     spoken_log_max: int = 20  # utterances kept in the spoken-text log
     takeover: TakeoverPolicy = "takeover"
     max_voices_per_tenant: int = 1000

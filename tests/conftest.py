@@ -75,6 +75,40 @@ class RedisServer:
         self.proc = None
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Under xdist, files go to the workers in the order the workers collected them (support/schedule.py),
+    # not re-sorted by their test count.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Only an xdist worker's collection feeds the scheduler; a one-process run keeps pytest's order.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from support.schedule import heaviest_files_first
+
+        heaviest_files_first(items)
+
+
+_CPU_AT_LAST_REPORT = [time.process_time()]  # this process's CPU seconds at the previous phase's report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """VOXGATE_TEST_TIMES=PATH appends a line per test phase to PATH as it ends: nodeid, phase, wall seconds,
+    xdist worker, and this process's CPU seconds since the previous phase (the in-process servers' threads
+    count; a loaded box inflates the wall time, hardly the CPU). Tab-separated, one small O_APPEND write
+    each, so workers share PATH and a run cut short still leaves its data (--durations prints at the end).
+    support/schedule.py turns it into the files' weights."""
+    path = os.environ.get("VOXGATE_TEST_TIMES")
+    if path and getattr(report, "node", None) is None:  # not xdist's controller's copy of a worker's report
+        now = time.process_time()
+        cpu, _CPU_AT_LAST_REPORT[0] = now - _CPU_AT_LAST_REPORT[0], now
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
+        with open(path, "a") as f:
+            f.write(f"{report.nodeid}\t{report.when}\t{report.duration:.3f}\t{worker}\t{cpu:.3f}\n")
+
+
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path)

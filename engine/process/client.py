@@ -48,6 +48,10 @@ State = Literal["warming", "ready", "restarting", "failed", "closed"]
 RESTARTING = "engine_restarting"  # an open stream's end when its engine process died
 MAX_OUTBOX = 50_000  # commands queued for the child and not yet on its socket
 RECV_BATCH = 256  # messages read per wake-up before the thread looks at its timers again
+# Plain ints: the I/O thread tests these per wake-up and per message, and zmq's enum.Flag operators are
+# Python calls.
+POLLIN, POLLOUT = int(zmq.POLLIN), int(zmq.POLLOUT)
+STREAM_MESSAGES = (wire.Audio, wire.Codec, wire.WordsMsg, wire.Wait)  # by far the most frequent: tested first
 
 
 def _on_event_loop() -> bool:
@@ -101,6 +105,10 @@ class ProcessEngine:
         self._ctx = zmq.Context()
         self._child: Child | None = None
         self._sock: zmq.Socket | None = None
+        # The I/O thread's poller, kept while its socket and child are the same (a restart makes a new one).
+        self._poller: zmq.Poller | None = None
+        self._polled: tuple[zmq.Socket | None, Child | None] = (None, None)
+        self._sock_flags = 0
         self._thread = threading.Thread(target=self._run, name=f"engine-client-{spec}", daemon=True)
         self._thread.start()
 
@@ -321,14 +329,27 @@ class ProcessEngine:
         finally:
             self._shutdown()
 
+    def _poller_for(self, sock: zmq.Socket | None, child: Child | None) -> zmq.Poller:
+        """The poller of this socket and child: built once per child, not once per wake-up."""
+        poller = self._poller
+        if poller is None or self._polled[0] is not sock or self._polled[1] is not child:
+            poller = zmq.Poller()
+            poller.register(self._wake_r, POLLIN)
+            if sock is not None:
+                poller.register(sock, POLLIN)
+            if child is not None:
+                poller.register(child.sentinel, POLLIN)
+            self._poller, self._polled, self._sock_flags = poller, (sock, child), POLLIN
+        return poller
+
     def _cycle(self, wait_s: float) -> None:
-        poller = zmq.Poller()
-        poller.register(self._wake_r, zmq.POLLIN)
         sock, child = self._sock, self._child
+        poller = self._poller_for(sock, child)
         if sock is not None:
-            poller.register(sock, zmq.POLLIN | (zmq.POLLOUT if self._outbox else 0))
-        if child is not None:
-            poller.register(child.sentinel, zmq.POLLIN)
+            flags = POLLIN | (POLLOUT if self._outbox else 0)
+            if flags != self._sock_flags:  # POLLOUT only while commands wait for room
+                poller.register(sock, flags)
+                self._sock_flags = flags
         ready = dict(poller.poll(wait_s * 1000))
         if self._wake_r in ready:
             with self._lock:
@@ -336,7 +357,7 @@ class ProcessEngine:
             with contextlib.suppress(BlockingIOError):
                 os.read(self._wake_r, 4096)
         if sock is not None:
-            if ready.get(sock, 0) & zmq.POLLIN:
+            if ready.get(sock, 0) & POLLIN:
                 self._receive(sock)
             self._flush(sock)
 
@@ -387,14 +408,14 @@ class ProcessEngine:
             log.error("engine %r: %s; it is killed", self.spec, self._broken)
 
     def _dispatch(self, msg: wire.Event, payload: bytes) -> None:
-        if isinstance(msg, wire.Hello):
+        if isinstance(msg, STREAM_MESSAGES):
+            self._deliver(msg, payload)
+        elif isinstance(msg, wire.Hello):
             if msg.version != wire.VERSION:
                 self._mismatch(msg)
         elif isinstance(msg, wire.Beat):
             self._memory, self._telemetry = msg.memory, msg.telemetry
             self._capacity = None if msg.capacity is None else Capacity(*msg.capacity)
-        elif isinstance(msg, wire.Audio | wire.Codec | wire.WordsMsg | wire.Wait):
-            self._deliver(msg, payload)
         elif isinstance(msg, wire.End | wire.Refused):
             self._ended(msg)
         elif isinstance(msg, wire.Checked):

@@ -89,11 +89,7 @@ class ProcessStream:
 
     def put(self, event: AudioChunk | CodecFrames | Words | Waiting) -> bool:
         """Hand the consumer one event from the child; False when it overran the credit window."""
-        try:
-            self._bridge.put(event, timeout=0)  # never blocks: the credit window bounds what comes
-        except TimeoutError:
-            return False
-        return True
+        return self._bridge.offer(event) is not None  # never blocks: the credit window bounds what comes
 
     def end(self, reason: str, message: str = "", code: str = "") -> None:
         self._bridge.end(reason, message, code)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from engine.fair_queue import FairQueue, FairQueueConfig, Refused, Waiter
+from engine.listening import ListenerTimeline
 
 
 class Clock:
@@ -58,6 +59,20 @@ def test_a_box_running_at_half_speed_refuses_what_it_can_no_longer_start_within_
         q.push("b", 1.0, 4)  # beside three: its own 1.75 s, or waiting for room and then 1.5 s
     assert e.value.bound == "slo" and e.value.predicted_s is not None and e.value.predicted_s > 1.5
     assert q.waiting == 0  # refused as it asked, not after waiting
+
+
+def test_continuations_keep_the_engines_whole_capacity_where_the_slo_shrinks_a_leaders_room() -> None:
+    # The SLO's room is for leaders: a reply already heard needs its next sentence in time, or it has a
+    # gap (a continuation refused, or let wait for a room only leaders are judged by, cuts the reply).
+    clock = Clock()
+    q = queue(clock)
+    measure_alone(q, clock, 1.0, 1.0, 1.0, 1.0)  # a leader's room: 3 of 4
+    admit_at_once(q, 3)
+    with pytest.raises(Refused):
+        q.push("b", 1.0, 4)  # a leader
+    player = object()
+    nxt = q.push("c", 1.0, 4, timeline=ListenerTimeline(clock.now + 0.5), listener=player)
+    assert nxt.state == "admitted"  # its listener hears speech: the engine's fourth slot
 
 
 def test_one_slow_outlier_does_not_close_the_door_but_the_box_slowing_down_does() -> None:

@@ -44,3 +44,25 @@ async def test_a_full_outbox_refuses_past_its_timeout() -> None:
         await box.put(Outgoing(b"y", utterance=0))
     getter = asyncio.create_task(box.get())
     assert (await asyncio.wait_for(getter, 1)).data == b"x"
+
+
+async def test_get_nowait_takes_what_waits_and_frees_its_room() -> None:
+    box = Outbox(1, 0.5)
+    assert box.get_nowait() is None
+    await box.put(Outgoing(b"x", utterance=0))
+    waiting = asyncio.create_task(box.put(Outgoing(b"y", utterance=0)))  # full: waits for room
+    await asyncio.sleep(0)
+    item = box.get_nowait()
+    assert item is not None and item.data == b"x"
+    await asyncio.wait_for(waiting, 1)  # the room it freed let the waiting put in
+    assert [box.get_nowait().data, box.get_nowait()] == [b"y", None]  # type: ignore[union-attr]
+
+
+def test_the_audio_bytes_counter_is_exported_as_a_counter() -> None:
+    from gateway import metrics
+
+    before = REGISTRY.get_sample_value("voxgate_audio_bytes_total")
+    assert before is not None
+    metrics.AUDIO_BYTES.inc(4800)
+    assert REGISTRY.get_sample_value("voxgate_audio_bytes_total") == before + 4800
+    assert REGISTRY.get_sample_value("voxgate_audio_bytes_created") is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
@@ -88,10 +89,11 @@ async def test_crashed_owner_lease_expires(make_store: MakeStore) -> None:
 
 
 async def test_renewal_keeps_the_session_record_alive(make_store: MakeStore) -> None:
-    store = await make_store(session_ttl_s=0.4)
+    # The record's TTL is three renewal periods (0.2 s): a loaded box's late timer must not lose it.
+    store = await make_store(session_ttl_s=0.6)
     rec = await store.create_session("acme", {})
     async with await store.acquire_lease("acme", rec.session_id):
-        await asyncio.sleep(0.8)
+        await asyncio.sleep(1.2)
         assert await store.load_session("acme", rec.session_id) is not None
 
 
@@ -112,3 +114,39 @@ async def test_renewal_reports_a_lost_record_and_restores_it(store: SessionStore
     got = await store.load_session("acme", rec.session_id)
     assert got is not None and got.config == {"k": "v"} and got.owner_replica == "replica-a"
     assert await store.client.pttl(keys.lease("acme", rec.session_id)) > 0
+
+
+async def test_a_stores_renewals_go_together(make_store: MakeStore) -> None:
+    store = await make_store("replica-a", lease_ttl_s=1.5)  # renewed every 0.5 s: a loaded box's late timer
+    batches: list[int] = []
+    renew_batch = store.renewals._renew_batch
+
+    async def counted(batch: Sequence[object]) -> Sequence[object]:
+        batches.append(len(batch))
+        return await renew_batch(batch)  # type: ignore[arg-type]
+
+    store.renewals._renew_batch = counted  # type: ignore[method-assign]
+    recs = [await store.create_session("acme", {}) for _ in range(4)]
+    leases = [await store.acquire_lease("acme", rec.session_id) for rec in recs]
+    for lease in leases:  # started within well under a period of one another
+        lease.start_keepalive()
+    await asyncio.sleep(1.7)  # > the TTL
+    assert [await store.lease_holder("acme", r.session_id) for r in recs] == [lease.token for lease in leases]
+    assert sum(batches) >= 8 and len(batches) < sum(batches)  # renewed, and fewer calls than renewals
+    for lease in leases:
+        assert await lease.release()
+    assert len(store.renewals) == 0
+
+
+async def test_renewals_survive_a_redis_that_lost_its_scripts(make_store: MakeStore) -> None:
+    store = await make_store("replica-a", lease_ttl_s=1.5, stream_ttl_s=1.5)
+    rec = await store.create_session("acme", {})
+    async with await store.acquire_lease("acme", rec.session_id) as lease:
+        slot = await store.acquire_stream("acme", 2)
+        slot.start_keepalive()
+        await store.client.script_flush()  # as after a restart: NOSCRIPT, then loaded and sent again
+        await asyncio.sleep(1.7)  # > both TTLs
+        assert await store.lease_holder("acme", rec.session_id) == lease.token
+        assert await store.active_streams("acme") == 1
+        assert not lease.lost.is_set() and not slot.lost.is_set()
+        await slot.release()
