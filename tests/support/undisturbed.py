@@ -6,7 +6,7 @@ from __future__ import annotations
 from attack import Result
 
 WAIT_S = 5.0  # the canary's worst wait for the server within an utterance (1–2 s here; 20–35 s before)
-HEALTH_S = 1.5  # the worst /health latency (≤ 0.3 s here; 3–35 s before)
+HEALTH_S = 2.5  # the worst /health latency (≤ 0.3 s here, 1.5 s on a box at load 15; 3–35 s before)
 
 
 def assert_undisturbed(r: Result, rss_mb: float = 150.0) -> None:
