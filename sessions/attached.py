@@ -123,7 +123,8 @@ class AttachedSession:
         self.record = replace(r, next_utterance=max(r.next_utterance, utterance_index + 1),
                               spoken=[*r.spoken, entry][-self.store.spoken_log_max:])  # fmt: skip
         store, tenant, sid = self.store, self.tenant, self.session_id
-        store.later(self._key, "utterance start", lambda: store.begin_utterance(tenant, sid, utterance_index))
+        store.later(self._key, "utterance start", lambda: store.begin_utterance(tenant, sid, utterance_index),
+                    call=store.begin_utterance_call(tenant, sid, utterance_index))  # fmt: skip
 
     def record_utterance(self, utterance_index: int, spoken_text: str, *, cancelled: bool = False) -> None:
         """A finished (or cancelled) utterance: in the local copy at once (in place of its started entry),
@@ -143,7 +144,9 @@ class AttachedSession:
         store, tenant, sid = self.store, self.tenant, self.session_id
         store.later(self._key, "utterance record", lambda: store.record_utterance(
             tenant, sid, utterance_index, spoken_text, cancelled=cancelled, at_ms=t,
-        ), len(spoken_text.encode()))  # fmt: skip
+        ), len(spoken_text.encode()), call=store.record_utterance_call(
+            tenant, sid, utterance_index, spoken_text, cancelled=cancelled, at_ms=t,
+        ))  # fmt: skip
 
     async def close(self) -> None:
         """Release the lease and the subscription; the record stays resumable until its TTL. Waits at
