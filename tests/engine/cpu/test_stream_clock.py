@@ -158,3 +158,25 @@ async def test_a_continuations_first_audio_is_not_held_past_the_audio_its_listen
         release.set()
     rest = [ev async for ev in events]
     assert rest[-1] == StreamEnd("done")
+
+
+async def test_first_audio_held_for_text_still_to_come_goes_once_that_text_is_made_with_no_clock_move(
+        clocked: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Kokoro's first piece ("我们的系统", 1.3 s) was out before the rest of its sentence had come; with nothing
+    # cut after it, the first audio went at once, and its listener heard 0.9-1.5 s of silence after it.
+    # Held for the text still to come, it goes on an event, the next piece made: no timer, no poll.
+    engine, clock = clocked
+    slow_box(engine, monkeypatch)
+    stream = engine.open_stream("joe", "en")
+    stream.append("Hi there.")
+    events = stream.events()
+    first = asyncio.ensure_future(events.__anext__())
+    await until(lambda: stream.status is StreamStatus.HELD, "its first audio is made and held")
+    await asyncio.sleep(QUIET_S)
+    assert not first.done(), "let go with text still to come and its clock standing still"
+    stream.append("Then more.")
+    stream.finish()
+    assert isinstance(await asyncio.wait_for(first, 30), AudioChunk)
+    rest = [ev async for ev in events]
+    assert rest[-1] == StreamEnd("done")
+    assert stream.first_audio_at == clock()  # the clock never moved: the release was the event's
