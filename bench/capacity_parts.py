@@ -17,6 +17,11 @@ Parts:
   check), against the `websocket.send` event to the state-checking send directly;
 - `counter`: `voxgate_audio_bytes_total` per frame: prometheus_client's `Counter.inc` (a lock) against the
   loop-thread counter;
+- `tick`: one open utterance's idle-commit check per wake-up, 256 sockets at once: each its own
+  `asyncio.sleep(poll_interval)` against all waiting on the process's one `Ticker` (gateway/ticker.py);
+- `idle`: a socket between turns, per wake-up of its poller: the 1 s backstop (`asyncio.timeout` around an
+  `Event.wait` that times out) against none (it waits on the event alone, no timer: the new cost is the
+  loop's bookkeeping of a pending wait, nothing per second) — multiply the old by 1/s per idle socket;
 - `renewal`: one lease renewal against a real redis-server: its own EVALSHA call through the breaker (the
   old per-lease keep-alive), against its share of one pipeline of 64 (`Renewals`).
 """
@@ -143,6 +148,49 @@ def counter_parts() -> tuple[Timed, Timed]:
     return old, new
 
 
+def tick_parts() -> tuple[Timed, Timed]:
+    from gateway.ticker import Ticker
+
+    sockets, interval = 256, 1e-4
+    loop = asyncio.new_event_loop()
+    ticker = Ticker(interval, loop)
+
+    async def own(k: int) -> None:
+        for _ in range(k):
+            await asyncio.sleep(interval)
+
+    async def shared(k: int) -> None:
+        for _ in range(k):
+            await ticker.wait()
+
+    def run(one: Callable[[int], Awaitable[None]]) -> Timed:
+        async def many(n: int) -> None:
+            await asyncio.gather(*(one(max(1, n // sockets)) for _ in range(sockets)))
+
+        return lambda n: loop.run_until_complete(many(n))
+
+    return run(own), run(shared)
+
+
+def idle_parts() -> tuple[Timed, Timed]:
+    import contextlib
+
+    loop = asyncio.new_event_loop()
+    event = asyncio.Event()
+
+    async def backstop(n: int) -> None:
+        for _ in range(n):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0):
+                    await event.wait()
+
+    async def none(n: int) -> None:
+        for _ in range(n):
+            pass
+
+    return (lambda n: loop.run_until_complete(backstop(n))), (lambda n: loop.run_until_complete(none(n)))
+
+
 def renewal_parts(work: Path) -> tuple[Timed, Timed, Callable[[], None]]:
     from bench.capacity import Redis
     from sessions import SessionStore
@@ -183,6 +231,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "capacity_parts_s24"))
+    p.add_argument("--only", default="", help="comma-separated part names (default: all)")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="capacity-parts-"))
     stop: Callable[[], None] = lambda: None  # noqa: E731
@@ -191,14 +240,21 @@ def main() -> int:
         "poller": (*poller_parts(), 5_000),
         "send": (*send_parts(), 20_000),
         "counter": (*counter_parts(), 50_000),
+        "tick": (*tick_parts(), 25_600),
+        "idle": (*idle_parts(), 20_000),
     }
+    only = set(filter(None, args.only.split(",")))
     try:
+        if only and "renewal" not in only:
+            raise RuntimeError("not asked for")
         old, new, stop = renewal_parts(work)
         parts["renewal"] = (old, new, 640)
     except Exception as e:  # no redis-server here: the other parts still stand
         print(f"renewal: not measured ({e})", file=sys.stderr)
     rows = {}
     for name, (old, new, n) in parts.items():
+        if only and name not in only:
+            continue
         old(n // 10), new(n // 10)  # warm
         olds, news = [], []
         for _ in range(args.rounds):

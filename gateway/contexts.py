@@ -21,6 +21,7 @@ from gateway.intake import TextIntake
 from gateway.protocol import ProtocolError, ServerEvent, quote
 from gateway.seams import Emitter, PlayOrder, SessionView
 from gateway.settings import Limits
+from gateway.ticker import shared_ticker
 from gateway.utterance import Utterance
 
 
@@ -45,7 +46,8 @@ class Contexts:
         self._named: dict[str, TextIntake] = {}
         self._context_of: dict[int, str] = {}  # utterance index → context_id, the most recent ones
         self._tagged = tagged_bound(view.limits)
-        self._text_came = asyncio.Event()  # set by `open` (every input.text and input.done): wakes the poller
+        # Set by `tag`, which every utterance's making passes through (TextIntake._new): wakes the poller.
+        self._began = asyncio.Event()
 
     def _intake(self, context_id: str | None) -> TextIntake:
         return TextIntake(self._view, self._out, self._order, self.tag, context_id)
@@ -59,7 +61,6 @@ class Contexts:
 
     def open(self, context_id: str | None, rejected_chars: int = 0) -> TextIntake:
         """The context's intake, opened if needed; past `max_contexts` open ones: `too_many_contexts`."""
-        self._text_came.set()
         intake = self.get(context_id)
         if intake is not None:
             return intake
@@ -85,7 +86,9 @@ class Contexts:
                 del self._named[cid]
 
     def tag(self, utt: Utterance) -> None:
-        """`utt` belongs to its context: its events will say so."""
+        """`utt` belongs to its context: its events will say so. Every utterance is tagged as it is made,
+        before any intake holds it as `current`: the poller wakes to check it."""
+        self._began.set()
         if utt.context_id is None:
             return
         self._context_of[utt.index] = utt.context_id
@@ -131,17 +134,17 @@ class Contexts:
                     await intake.finish()
 
     async def poller(self) -> None:
-        """Idle commits of every context's open utterance, every `poll_interval` while one is open. With
-        none open it sleeps until text comes (`open`), at most `poll_idle_s`: a socket between turns costs
-        no timer every 100 ms (256 such sockets spent 0.1 ms of CPU per session-second on it)."""
+        """Idle commits of every context's open utterance, every `poll_interval` while one is open (the
+        process's one timer for them all: gateway/ticker.py). With none open it sleeps until one begins
+        (`tag`), with no timer: a socket between turns costs nothing (a 1 s backstop timer per socket was
+        256 timers a second at 256 sockets; bench/results/capacity_s24.md)."""
+        ticker = shared_ticker(self._limits.poll_interval)
         while True:
             if all(intake.current is None for intake in self):
-                self._text_came.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._limits.poll_idle_s):
-                        await self._text_came.wait()
+                self._began.clear()
+                await self._began.wait()
                 continue
-            await asyncio.sleep(self._limits.poll_interval)
+            await ticker.wait()
             now = time.monotonic()
             for intake in self:
                 await intake.tick(now)

@@ -51,8 +51,6 @@ class Limits:
     max_open_utterances: int = 8
     max_contexts: int = 5  # named contexts open at once on one socket (ElevenLabs allows 5)
     poll_interval: float = 0.1  # seconds between idle commits' checks while an utterance is open
-    # ... and the longest the check sleeps with none open (text wakes it at once; this is its backstop).
-    poll_idle_s: float = 1.0
     # An open utterance (text, no input.done) quiet this long is finished: its text is spoken and the
     # engine capacity it holds comes back.
     utterance_idle_timeout: float = 30.0
