@@ -22,6 +22,11 @@ Parts:
 - `idle`: a socket between turns, per wake-up of its poller: the 1 s backstop (`asyncio.timeout` around an
   `Event.wait` that times out) against none (it waits on the event alone, no timer: the new cost is the
   loop's bookkeeping of a pending wait, nothing per second) — multiply the old by 1/s per idle socket;
+- `deadline`: one `with Deadline` around an await (the writer's per frame, the reader's per message): with
+  the one-task check (`asyncio.current_task()`) per `with` (a subclass adding it back) against without it
+  (now only in asyncio debug mode and where an await expires);
+- `record`: one utterance record written behind against a real redis-server: its own acknowledged script
+  call through the breaker (`record_utterance`), against its share of one pipeline of 64 (`_write_batch`);
 - `renewal`: one lease renewal against a real redis-server: its own EVALSHA call through the breaker (the
   old per-lease keep-alive), against its share of one pipeline of 64 (`Renewals`).
 """
@@ -191,7 +196,32 @@ def idle_parts() -> tuple[Timed, Timed]:
     return (lambda n: loop.run_until_complete(backstop(n))), (lambda n: loop.run_until_complete(none(n)))
 
 
-def renewal_parts(work: Path) -> tuple[Timed, Timed, Callable[[], None]]:
+def deadline_parts() -> tuple[Timed, Timed]:
+    from gateway.deadline import Deadline
+
+    class Checked(Deadline):
+        def __enter__(self) -> Deadline:
+            if self._task is not None:
+                assert self._task is asyncio.current_task(), "a Deadline bounds one task's awaits"
+            return super().__enter__()
+
+    loop = asyncio.new_event_loop()
+    old_d, new_d = Checked(60.0), Deadline(60.0)
+
+    def run(d: Deadline) -> Timed:
+        async def many(n: int) -> None:
+            d._task = asyncio.current_task()  # each run is a new task: bind it (a connection's is one task)
+            for _ in range(n):
+                with d:
+                    pass
+
+        return lambda n: loop.run_until_complete(many(n))
+
+    return run(old_d), run(new_d)
+
+
+def renewal_parts(work: Path, records: list[Timed]) -> tuple[Timed, Timed, Callable[[], None]]:
+    """The `renewal` part's old and new, and a stop; the `record` part's appended to `records`."""
     from bench.capacity import Redis
     from sessions import SessionStore
     from sessions.store_settings import StoreSettings
@@ -219,11 +249,23 @@ def renewal_parts(work: Path) -> tuple[Timed, Timed, Callable[[], None]]:
         for _ in range(n // batch):
             await store._renew_batch(leases)
 
+    async def record_one(n: int) -> None:
+        for i in range(n):
+            lease = leases[i % batch]
+            await store.record_utterance("acme", lease.session_id, i, "Hello there.", at_ms=1)
+
+    async def record_batched(n: int) -> None:
+        for j in range(n // batch):
+            calls = [store.record_utterance_call("acme", lease.session_id, j, "Hello there.", at_ms=1)
+                     for lease in leases]  # fmt: skip
+            await store._write_batch(calls)
+
     def stop() -> None:
         loop.run_until_complete(store.close())
         redis.stop()
 
     run: Callable[[Callable[[int], Awaitable[None]]], Timed] = lambda f: lambda n: loop.run_until_complete(f(n))  # noqa: E731
+    records.extend((run(record_one), run(record_batched)))
     return run(one_by_one), run(batched), stop
 
 
@@ -242,13 +284,16 @@ def main() -> int:
         "counter": (*counter_parts(), 50_000),
         "tick": (*tick_parts(), 25_600),
         "idle": (*idle_parts(), 20_000),
+        "deadline": (*deadline_parts(), 100_000),
     }
     only = set(filter(None, args.only.split(",")))
     try:
-        if only and "renewal" not in only:
+        if only and not only & {"renewal", "record"}:
             raise RuntimeError("not asked for")
-        old, new, stop = renewal_parts(work)
+        records: list[Timed] = []
+        old, new, stop = renewal_parts(work, records)
         parts["renewal"] = (old, new, 640)
+        parts["record"] = (records[0], records[1], 640)
     except Exception as e:  # no redis-server here: the other parts still stand
         print(f"renewal: not measured ({e})", file=sys.stderr)
     rows = {}

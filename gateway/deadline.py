@@ -32,12 +32,18 @@ class Deadline:
         self._since: float | None = None  # when the await under way began; None: none is
         self._expired = False
         self._cancelling = 0  # the task's cancel requests before this await (asyncio.timeout's rule)
+        self._checked = False  # every `with` checks it is the bound task's (asyncio debug mode)
 
     def __enter__(self) -> Deadline:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
             self._task = asyncio.current_task()
-        assert self._task is asyncio.current_task(), "a Deadline bounds one task's awaits"
+            self._checked = self._loop.get_debug()
+        elif self._checked:
+            # Per await only in asyncio's debug mode: `current_task` is a third of a `with`'s cost, paid
+            # per frame. Otherwise a second task is caught where it does harm: an await that expires
+            # under it (its `__exit__`, below) would have cancelled the first task instead.
+            self._one_task()
         self._cancelling = self._task.cancelling() if self._task is not None else 0
         self._since = now = self._loop.time()
         due = now + self.seconds
@@ -52,10 +58,14 @@ class Deadline:
         self._since = None
         if self._expired:
             self._expired = False
+            self._one_task()
             assert self._task is not None
             # Ours, unless someone else asked for a cancel meanwhile: then theirs goes on.
             if self._task.uncancel() <= self._cancelling and kind is asyncio.CancelledError:
                 raise TimeoutError from exc
+
+    def _one_task(self) -> None:
+        assert self._task is asyncio.current_task(self._loop), "a Deadline bounds one task's awaits"
 
     def close(self) -> None:
         """The task is done with it: its timer goes."""

@@ -23,6 +23,7 @@ from .control import ControlSubscription
 from .errors import RETRYABLE
 from .leases import OwnershipLease
 from .records import ControlMessage, SessionRecord, SpokenEntry
+from .writebehind import Call
 
 
 class SessionWriter(Protocol):
@@ -32,7 +33,8 @@ class SessionWriter(Protocol):
     @property
     def spoken_log_max(self) -> int: ...
 
-    def later(self, key: str, what: str, run: Callable[[], Awaitable[object]], size: int = 0) -> object: ...
+    def later(self, key: str, what: str, run: Callable[[], Awaitable[object]], size: int = 0, *,
+              call: Call | None = None) -> object: ...  # fmt: skip
 
     async def settled(self, key: str) -> None:
         """Read-your-writes on this replica: queued writes of ``key`` land first (bounded)."""
@@ -48,6 +50,15 @@ class SessionWriter(Protocol):
         self, tenant: str, session_id: str, utterance_index: int, spoken_text: str, *,
         cancelled: bool = False, at_ms: int | None = None,
     ) -> int: ...
+
+    def begin_utterance_call(self, tenant: str, session_id: str, utterance_index: int) -> Call:
+        """`begin_utterance`'s write as a script call, for `later` to batch."""
+        ...
+
+    def record_utterance_call(self, tenant: str, session_id: str, utterance_index: int, spoken_text: str, *,
+                              cancelled: bool = False, at_ms: int | None = None) -> Call:  # fmt: skip
+        """`record_utterance`'s write as a script call, for `later` to batch."""
+        ...
 
     async def restore_session(self, record: SessionRecord, lease: OwnershipLease | None = None) -> bool: ...
 
@@ -123,7 +134,8 @@ class AttachedSession:
         self.record = replace(r, next_utterance=max(r.next_utterance, utterance_index + 1),
                               spoken=[*r.spoken, entry][-self.store.spoken_log_max:])  # fmt: skip
         store, tenant, sid = self.store, self.tenant, self.session_id
-        store.later(self._key, "utterance start", lambda: store.begin_utterance(tenant, sid, utterance_index))
+        store.later(self._key, "utterance start", lambda: store.begin_utterance(tenant, sid, utterance_index),
+                    call=store.begin_utterance_call(tenant, sid, utterance_index))  # fmt: skip
 
     def record_utterance(self, utterance_index: int, spoken_text: str, *, cancelled: bool = False) -> None:
         """A finished (or cancelled) utterance: in the local copy at once (in place of its started entry),
@@ -143,7 +155,9 @@ class AttachedSession:
         store, tenant, sid = self.store, self.tenant, self.session_id
         store.later(self._key, "utterance record", lambda: store.record_utterance(
             tenant, sid, utterance_index, spoken_text, cancelled=cancelled, at_ms=t,
-        ), len(spoken_text.encode()))  # fmt: skip
+        ), len(spoken_text.encode()), call=store.record_utterance_call(
+            tenant, sid, utterance_index, spoken_text, cancelled=cancelled, at_ms=t,
+        ))  # fmt: skip
 
     async def close(self) -> None:
         """Release the lease and the subscription; the record stays resumable until its TTL. Waits at

@@ -48,7 +48,7 @@ from .leases import OwnershipLease, Renewals, StreamSlot
 from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo, now_ms
 from .store_settings import StoreHealth, StoreSettings, TakeoverPolicy
 from .voices import VoiceShelf
-from .writebehind import WriteBehind
+from .writebehind import Call, WriteBehind
 
 log = logging.getLogger("voxgate.sessions")
 T = TypeVar("T")
@@ -113,7 +113,7 @@ class SessionStore:
             gate=self.gate, busy_grace_s=s.busy_grace_s,
         )
         self.write_behind = WriteBehind(self.breaker, max_entries=s.write_behind_max,
-                                        max_bytes=s.write_behind_max_bytes)  # fmt: skip
+                                        max_bytes=s.write_behind_max_bytes, run_batch=self._write_batch)  # fmt: skip
         pubsub = backend.pubsub if backend is not None else client.pubsub
         self.control = ControlBus(pubsub, confirm_timeout_s=s.op_timeout_s, breaker=self.breaker)
         # Leases and slots held through this store: renewed at once when Redis is back (the breaker
@@ -275,9 +275,41 @@ class SessionStore:
                         s.replica_ack_timeout_s)  # fmt: skip
         return result
 
-    def later(self, key: str, what: str, run: Callable[[], Awaitable[object]], size: int = 0) -> asyncio.Future[bool]:
-        """Queue an idempotent write of ``key`` (write-behind); returns at once."""
-        return self.write_behind.put(key, what, run, size)
+    def later(self, key: str, what: str, run: Callable[[], Awaitable[object]], size: int = 0, *,
+              call: Call | None = None) -> asyncio.Future[bool]:  # fmt: skip
+        """Queue an idempotent write of ``key`` (write-behind); returns at once. ``call``: the same write
+        as an acknowledged script call answering ``next_utterance`` (below 0: the session is gone), which
+        may go in one pipeline with those queued next to it (`_write_batch`)."""
+        batchable = self._backend is None or self._backend.kind != "cluster"
+        return self.write_behind.put(key, what, run, size, call=call if batchable else None)
+
+    async def _write_batch(self, calls: Sequence[Call]) -> Sequence[object]:
+        """Queued script writes (`later`'s ``call``), in order, in one pipeline, acknowledged as `_acked`
+        does it one by one: where the primary has a replica, one WAIT after them all (on the same
+        connection, so it covers every one). Each one's answer, or its error (`SessionNotFound` where the
+        session is gone). Not for a cluster: its keys live on several nodes (`later` queues no call)."""
+        s = self.settings
+        wait = self._backend is not None and self._backend.has_replica(calls[0][1][0])
+        for _ in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for script, ks, args in calls:
+                pipe.evalsha(script.sha, len(ks), *ks, *args)
+            if wait:
+                pipe.execute_command("WAIT", 1, int(s.replica_ack_timeout_s * 1000))
+            timeout = s.op_timeout_s + (s.replica_ack_timeout_s if wait else 0.0)
+            results = list(await self.breaker.call(pipe.execute(raise_on_error=False), timeout=timeout))
+            if not any(isinstance(r, NoScriptError) for r in results):
+                break
+            for script in {id(c[0]): c[0] for c in calls}.values():  # a Redis restarted empty: given them again
+                await self._call(self.client.script_load(script.script))
+        if wait:
+            acks = results.pop()
+            if not isinstance(acks, int) or acks == 0:
+                metrics.WRITES_UNREPLICATED.inc(len(calls))
+                log.warning("session store: no replica acknowledged %d writes from %s within %.2f s", len(calls),
+                            calls[0][1][0], s.replica_ack_timeout_s)  # fmt: skip
+        return [SessionNotFound(f"session of {c[1][0]} not found") if isinstance(r, int) and r < 0 else r
+                for c, r in zip(calls, results, strict=True)]  # fmt: skip
 
     async def settled(self, key: str) -> None:
         """Read-your-writes on this replica: let queued writes of ``key`` land first (bounded)."""
@@ -370,17 +402,18 @@ class SessionStore:
     async def begin_utterance(self, tenant: str, session_id: str, utterance_index: int) -> int:
         """Mark an utterance as started (an unfinished log entry) and move ``next_utterance`` past it;
         returns ``next_utterance``. Idempotent."""
-        t = now_ms()
-        entry = SpokenEntry(utterance_index, "", False, t, finished=False)
-        nxt = await self._acked(
-            self._begin_utt,
-            keys=[keys.session(tenant, session_id), keys.spoken(tenant, session_id)],
-            args=[self._session_ttl_ms, t, utterance_index, entry.to_json(), self.settings.spoken_log_max,
-                  SpokenEntry.prefix(utterance_index)],
-        )
+        nxt = await self._acked(*self.begin_utterance_call(tenant, session_id, utterance_index))
         if nxt < 0:
             raise SessionNotFound(f"session {session_id} not found")
         return int(nxt)
+
+    def begin_utterance_call(self, tenant: str, session_id: str, utterance_index: int) -> Call:
+        """`begin_utterance`'s write as a script call (for `later`)."""
+        t = now_ms()
+        entry = SpokenEntry(utterance_index, "", False, t, finished=False)
+        return (self._begin_utt, [keys.session(tenant, session_id), keys.spoken(tenant, session_id)],
+                [self._session_ttl_ms, t, utterance_index, entry.to_json(), self.settings.spoken_log_max,
+                 SpokenEntry.prefix(utterance_index)])  # fmt: skip
 
     async def record_utterance(
         self, tenant: str, session_id: str, utterance_index: int, spoken_text: str, *,
@@ -389,17 +422,21 @@ class SessionStore:
         """Log a finished (or cancelled) utterance and what of it was spoken, in place of its started
         entry; returns ``next_utterance``. The log keeps the last ``spoken_log_max`` entries. Idempotent:
         an utterance already logged as finished is left as it is."""
-        t = at_ms or now_ms()
-        entry = SpokenEntry(utterance_index, spoken_text, cancelled, t)
-        nxt = await self._acked(
-            self._record_utt,
-            keys=[keys.session(tenant, session_id), keys.spoken(tenant, session_id)],
-            args=[self._session_ttl_ms, t, utterance_index, entry.to_json(), int(cancelled),
-                  self.settings.spoken_log_max, SpokenEntry.prefix(utterance_index)],
-        )
+        call = self.record_utterance_call(tenant, session_id, utterance_index, spoken_text, cancelled=cancelled,
+                                          at_ms=at_ms)  # fmt: skip
+        nxt = await self._acked(*call)
         if nxt < 0:
             raise SessionNotFound(f"session {session_id} not found")
         return int(nxt)
+
+    def record_utterance_call(self, tenant: str, session_id: str, utterance_index: int, spoken_text: str, *,
+                              cancelled: bool = False, at_ms: int | None = None) -> Call:  # fmt: skip
+        """`record_utterance`'s write as a script call (for `later`)."""
+        t = at_ms or now_ms()
+        entry = SpokenEntry(utterance_index, spoken_text, cancelled, t)
+        return (self._record_utt, [keys.session(tenant, session_id), keys.spoken(tenant, session_id)],
+                [self._session_ttl_ms, t, utterance_index, entry.to_json(), int(cancelled),
+                 self.settings.spoken_log_max, SpokenEntry.prefix(utterance_index)])  # fmt: skip
 
     async def restore_session(self, record: SessionRecord, lease: OwnershipLease | None = None) -> bool:
         """Write a local copy back where Redis lost it (restart without persistence). No-op (False) when

@@ -54,3 +54,32 @@ async def test_a_cancel_from_outside_stays_a_cancel() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     deadline.close()
+
+
+async def test_a_second_task_using_it_is_caught_per_await_in_debug_mode_and_else_where_it_expires() -> None:
+    async def bind(deadline: Deadline) -> None:
+        with deadline:
+            await asyncio.sleep(0)
+
+    async def await_under(deadline: Deadline, seconds: float) -> None:
+        with deadline:
+            await asyncio.sleep(seconds)
+
+    loop = asyncio.get_running_loop()
+    loop.set_debug(True)
+    try:
+        checked = Deadline(10.0)
+        await asyncio.create_task(bind(checked))
+        with pytest.raises(AssertionError, match="one task"):
+            await asyncio.create_task(await_under(checked, 0))
+        checked.close()
+    finally:
+        loop.set_debug(False)
+    # Outside debug mode an await that ends within its limit is not checked (the per-frame path); one that
+    # expires is, as the cancel went to the bound task, not the one awaiting.
+    deadline = Deadline(0.05)
+    await asyncio.create_task(bind(deadline))
+    await asyncio.create_task(await_under(deadline, 0))
+    with pytest.raises(AssertionError, match="one task"):
+        await asyncio.create_task(await_under(deadline, 0.3))
+    deadline.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -83,3 +84,41 @@ async def test_update_is_applied_at_once_and_written_behind(make_store: MakeStor
         assert await a.write_behind.flush(2.0)
         got = await b.load_session("acme", s.session_id)
         assert got is not None and (got.config, got.voice) == ({"language": "zh"}, "mei")
+
+
+async def test_records_falling_due_together_go_in_one_pipeline_in_order_and_a_gone_session_is_refused_alone(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store("a", lease_ttl_s=60.0)  # no renewal restores the deleted record meanwhile
+    batches: list[int] = []
+    run = store.write_behind._run_batch
+    assert run is not None
+
+    async def counted(calls: Any) -> Any:
+        batches.append(len(calls))
+        return await run(calls)
+
+    store.write_behind._run_batch = counted
+    sessions = [await store.attach("acme") for _ in range(4)]
+    await store.write_behind.flush(5.0)
+    gone = sessions[1]
+    assert await store.delete_session("acme", gone.session_id)
+    dropped = store.write_behind.dropped
+    for i, s in enumerate(sessions):  # queued all at once: the flusher runs after
+        s.begin_utterance(0)
+        s.record_utterance(0, f"Hello {i}.")
+        s.begin_utterance(1)
+    assert await store.write_behind.flush(5.0)
+    if store.backend != "cluster":  # a cluster's keys live on several nodes: one call each there
+        assert batches == [12], batches
+    assert store.write_behind.dropped - dropped == 3  # the gone session's three writes, refused; no others
+    for i, s in enumerate(sessions):
+        if s is gone:
+            continue
+        rec = await store.load_session("acme", s.session_id)
+        assert rec is not None
+        logged = [(e.utterance_index, e.text, e.finished) for e in rec.spoken]
+        assert logged == [(0, f"Hello {i}.", True), (1, "", False)], logged
+        assert rec.next_utterance == 2
+    for s in sessions:
+        await s.close()
