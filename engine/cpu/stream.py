@@ -14,6 +14,12 @@ streams of its listener (the one before it, `_after`: when its audio ends, wheth
 cut; the one behind it, `_next`, in the first-audio hold: its pieces) it reads from their published
 `snapshot` (engine/cpu/policy.py `StreamSnapshot`, immutable), which each stream renews as it lets its
 lock go (`StreamLock`, engine/cpu/stream_host.py). tests/engine/cpu/test_stream_locks.py holds that.
+
+Time: the driver carries out its plan (`policy.stream_plan`: release the held first audio, send a
+`Waiting`, and when to look again) and sleeps on its lock's bell until the plan's `wake_at` or a ring
+(its own state changed, a neighbour's snapshot did: `nudge`, a pool event while its first audio is
+held: `UrgencyPool.watch`). Every `now` is its engine's clock (`StreamHost.clock`), so a fake clock
+drives it in tests (tests/engine/cpu/test_stream_clock.py).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import pytest
 import soundfile
 from attack import run
 from support.servers import serve
+from support.undisturbed import HEALTH_S
 from support.wsclient import call
 
 from engine import Engine, Stream, StreamEnd, StreamEvent
@@ -311,6 +312,8 @@ async def test_a_flood_of_batches_is_queued_or_refused_per_item_and_the_canary_k
     assert {k for k in r.seen if k.startswith("error:")} <= {"error:queue_full:tenant", "error:queue_full:model"}
     c = r.canary
     assert c.failure is None and not c.errors, c
-    assert c.worst_wait_s < 6.0, c  # one batch item's synthesis at most, on a shared 2-core box
-    assert r.health_worst_s < 1.0 and set(r.health_statuses) == {"ok"}, r
+    # One batch item's synthesis at most (6.6 s on a 2-core box at load 15); a canary starved by the flood
+    # would wait behind the 8 queued items.
+    assert c.worst_wait_s < 10.0, c
+    assert r.health_worst_s < HEALTH_S and set(r.health_statuses) == {"ok"}, r
     assert r.rss_growth_mb < 200, r

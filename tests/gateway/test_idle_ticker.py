@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from support.http import free_port
+from support.servers import running
 from support.wsclient import open_session
 
 from engine import Engine
@@ -51,15 +51,8 @@ def served(cpu_engine: Engine) -> Iterator[tuple[str, asyncio.AbstractEventLoop]
     config = Settings(limits=Limits(config_timeout=60.0), port=port, model="piper", admin_open_loopback=True,
                       first_audio_slo_s=0.0)  # fmt: skip
     server = GatewayServer(server_config(create_app(config, engine=cpu_engine), config, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.02)
-    yield f"127.0.0.1:{port}", server.servers[0].get_loop()
-    server.should_exit = True
-    thread.join(10)
+    with running(server):
+        yield f"127.0.0.1:{port}", server.servers[0].get_loop()
 
 
 async def test_text_left_open_is_committed_after_the_idle_time(served: tuple[str, asyncio.AbstractEventLoop]) -> None:

