@@ -27,6 +27,10 @@ Parts:
   (now only in asyncio debug mode and where an await expires);
 - `record`: one utterance record written behind against a real redis-server: its own acknowledged script
   call through the breaker (`record_utterance`), against its share of one pipeline of 64 (`_write_batch`);
+- `piece`: the per-piece work `input.text` no longer does: the refusal message made on every admit (`quote`
+  of the text), the segmenter's pending text copied to take its length (~200 characters pending), and an
+  empty `commit` coroutine awaited for a piece that ended no segment; against their replacements (the
+  message made only for a refusal, `pending_chars`, no call);
 - `renewal`: one lease renewal against a real redis-server: its own EVALSHA call through the breaker (the
   old per-lease keep-alive), against its share of one pipeline of 64 (`Renewals`).
 """
@@ -220,6 +224,43 @@ def deadline_parts() -> tuple[Timed, Timed]:
     return run(old_d), run(new_d)
 
 
+def piece_parts() -> tuple[Timed, Timed]:
+    from gateway.protocol import quote
+    from segmentation import StreamSegmenter
+
+    seg = StreamSegmenter("en", "sentence")
+    seg.feed("word " * 40)  # pending, no sentence end yet
+    piece = " hello"
+    loop = asyncio.new_event_loop()
+
+    async def commit(segments: list[object]) -> None:
+        unspoken: list[object] = []
+        for _ in segments:
+            pass
+        if unspoken:
+            raise AssertionError
+
+    async def old_many(n: int) -> None:
+        for _ in range(n):
+            refused = f"{len(piece)} characters of input.text ({quote(piece, 40)}) were not accepted"
+            pending = len(seg.pending)
+            await commit([])
+        del refused, pending
+
+    async def new_many(n: int) -> None:
+        for _ in range(n):
+            def refused() -> str:
+                return f"{len(piece)} characters of input.text ({quote(piece, 40)}) were not accepted"
+
+            pending = seg.pending_chars
+            segments: list[object] = []
+            if segments:
+                await commit(segments)
+        del refused, pending
+
+    return (lambda n: loop.run_until_complete(old_many(n))), (lambda n: loop.run_until_complete(new_many(n)))
+
+
 def renewal_parts(work: Path, records: list[Timed]) -> tuple[Timed, Timed, Callable[[], None]]:
     """The `renewal` part's old and new, and a stop; the `record` part's appended to `records`."""
     from bench.capacity import Redis
@@ -285,6 +326,7 @@ def main() -> int:
         "tick": (*tick_parts(), 25_600),
         "idle": (*idle_parts(), 20_000),
         "deadline": (*deadline_parts(), 100_000),
+        "piece": (*piece_parts(), 100_000),
     }
     only = set(filter(None, args.only.split(",")))
     try:

@@ -23,27 +23,30 @@ class Backlog:
         """Refuse text past the utterance's length bound or the backlog ahead of the listener: an
         explicit refusal naming what was not taken."""
         lim, n = self.limits, len(text)
-        refused = f"{n} characters of input.text ({quote(text, 40)}) were not accepted"
+
+        def refused() -> str:  # its words made only for a refusal: admit runs for every piece of text
+            return f"{n} characters of input.text ({quote(text, 40)}) were not accepted"
+
         if utt.chars + n > lim.max_utterance_chars:
             raise ProtocolError(
                 "utterance_too_long",
-                f"{refused}: an utterance holds at most {lim.max_utterance_chars} characters; send input.done",
+                f"{refused()}: an utterance holds at most {lim.max_utterance_chars} characters; send input.done",
                 utterance_index=utt.index, rejected_chars=n,
             )  # fmt: skip
         # What is already pending decides, so one big message is taken whole (it is bounded by the
         # message limit) and the backlog never exceeds the bound by more than one message.
-        pending = self.chars + len(utt.segmenter.pending)
+        pending = self.chars + utt.segmenter.pending_chars
         if pending > lim.max_backlog_chars or self.listener.ahead_s() > lim.max_audio_ahead_s:
             raise ProtocolError(
                 "backlog_full",
-                f"{refused}: the listener is too far behind ({pending} characters not yet spoken, "
+                f"{refused()}: the listener is too far behind ({pending} characters not yet spoken, "
                 f"{self.listener.ahead_s():.0f} s of audio not yet played); send it again later",
                 utterance_index=utt.index, rejected_chars=n,
             )  # fmt: skip
         if self.file_s >= lim.max_file_audio_s:
             raise ProtocolError(
                 "backlog_full",
-                f"{refused}: {self.file_s:.0f} s of audio are held for a file not yet sent (max_file_audio_s "
+                f"{refused()}: {self.file_s:.0f} s of audio are held for a file not yet sent (max_file_audio_s "
                 f"{lim.max_file_audio_s:g} s); send it again once that file has come",
                 utterance_index=utt.index, rejected_chars=n, bound="max_file_audio_s",
             )  # fmt: skip

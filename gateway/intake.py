@@ -66,7 +66,8 @@ class TextIntake:
                 segments = utt.segmenter.feed(text[i : i + FEED_SLICE])
             except ValueError as e:
                 raise ProtocolError("invalid_text", str(e), utterance_index=utt.index) from None
-            await self.commit(utt, segments)
+            if segments:  # most pieces end no segment: no coroutine to make and await for nothing
+                await self.commit(utt, segments)
 
     def _begin(self, rejected_chars: int) -> Utterance:
         """A new utterance, opened by its first text (`rejected_chars` of it, named if it is refused)."""

@@ -131,6 +131,11 @@ class StreamSegmenter:
     def pending(self) -> str:
         return self._buf[self._start :]
 
+    @property
+    def pending_chars(self) -> int:
+        """`len(pending)` without copying it (asked per piece of text)."""
+        return len(self._buf) - self._start
+
     def feed(self, delta: str) -> list[Segment]:
         chars.check_text(delta)
         self._last_input = self._clock()
