@@ -50,11 +50,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
-from engine.fair_queue_records import Bound, FairQueueConfig, Refused, State, Waiter
+from engine.fair_queue_records import Bound, FairQueueConfig, KeyState, ListenerState, Refused, State, Waiter
 from engine.listening import ListenerTimeline
 from engine.start_forecast import StartForecast
 
@@ -63,42 +62,13 @@ __all__ = ["Bound", "FairQueue", "FairQueueConfig", "Refused", "State", "Waiter"
 _EPS = 1e-9  # costs are sums of floats: what fits exactly must not be refused by a rounding error
 
 
-@dataclass(eq=False)
-class _Key:
-    weight: float
-    service: float  # audio seconds served / weight
-    mean_s: float  # the audio seconds a stream of this key is expected to be served
-    waiting: deque[Waiter] = field(default_factory=deque)
-    admitted: dict[Waiter, None] = field(default_factory=dict)  # in flight, in order (bounded by the capacity)
-
-    @property
-    def in_flight(self) -> int:
-        return len(self.admitted)
-
-    @property
-    def held(self) -> float:
-        """The cost of its admitted streams, less those riding another of their listener: a listener's
-        two streams hold one slot (a rider's cost is the slot's once it holds it). Summed when asked, so
-        a cost re-read or a slot passed on needs no bookkeeping."""
-        return sum(w.cost for w in self.admitted if w.rides is None)
-
-
-@dataclass(eq=False)
-class _Listener:
-    """A listener's open streams: admitted (at most two where they ride) and waiting, in arrival order."""
-
-    token: object  # kept, so its id() names it while it is here
-    held: list[Waiter] = field(default_factory=list)
-    waiting: list[Waiter] = field(default_factory=list)
-
-
 class FairQueue:
     def __init__(self, config: FairQueueConfig, clock: Callable[[], float]) -> None:
         self.config = config
         self._clock = clock
-        self._keys: dict[str, _Key] = {}  # active keys only (waiting or in flight): bounded by the tenants
+        self._keys: dict[str, KeyState] = {}  # active keys only (waiting or in flight): bounded by the tenants
         self._idle: OrderedDict[str, float] = OrderedDict()  # an idle key's service, oldest first
-        self._listeners: dict[int, _Listener] = {}  # by the token's id(): identity, not equality
+        self._listeners: dict[int, ListenerState] = {}  # by the token's id(): identity, not equality
         self._floor = 0.0  # the minimum service when no key is active
         self._seq = itertools.count()
         self._waiting = 0
@@ -214,7 +184,7 @@ class FairQueue:
         if k is None:
             # A key entering starts level with the least-served active key: no credit for idle time.
             floor = min((a.service for a in self._keys.values()), default=self._floor)
-            k = self._keys[key] = _Key(weight, max(floor, self._idle.pop(key, floor)), self._stream_s)
+            k = self._keys[key] = KeyState(weight, max(floor, self._idle.pop(key, floor)), self._stream_s)
         k.weight = weight  # the configuration's latest word
         now = self._clock()
         waiter = Waiter(key, now, next(self._seq), timeline=timeline, cost=cost, kind=kind, listener=listener)
@@ -223,7 +193,7 @@ class FairQueue:
         if listener is not None:
             lst = self._listeners.get(id(listener))
             if lst is None:
-                lst = self._listeners[id(listener)] = _Listener(listener)
+                lst = self._listeners[id(listener)] = ListenerState(listener)
             lst.waiting.append(waiter)
             if lst.waiting[0] is waiter:  # only it may start here: the caller hears of no other
                 self._follow(lst, capacity, follows)
@@ -282,7 +252,7 @@ class FairQueue:
         if lst is not None:
             self._follow(lst, capacity, follows)
 
-    def _follow(self, lst: _Listener, capacity: float, follows: bool) -> None:
+    def _follow(self, lst: ListenerState, capacity: float, follows: bool) -> None:
         """Where the engine follows listeners: while `lst` holds one admitted stream, its next waiting
         one starts beside it (`admit_beside`); while it holds none, its next continuation takes the slot
         back (`take_back`). At most two held: the one heard and the next."""
@@ -326,7 +296,7 @@ class FairQueue:
                     passed.append(w)
         return passed
 
-    def _admit(self, k: _Key, waiter: Waiter, now: float) -> None:
+    def _admit(self, k: KeyState, waiter: Waiter, now: float) -> None:
         """`waiter`, out of its key's line (bounded by the per-key bound), takes a slot."""
         waiter.busy = self._busy(self.load)  # before it is counted: what it starts beside
         k.waiting.remove(waiter)
@@ -381,7 +351,7 @@ class FairQueue:
             return False
         return not self._yields(self._keys[holder.key], holder.cost, capacity)
 
-    def _yields(self, k: _Key, riding: float, capacity: float) -> bool:
+    def _yields(self, k: KeyState, riding: float, capacity: float) -> bool:
         """Whether `k` holds its share with its slots but the one being passed on (`riding`) while another
         key waits: then a listener's slot serves its next stream only in fair order."""
         others_wait = any(o.waiting for o in self._keys.values() if o is not k)
@@ -390,14 +360,14 @@ class FairQueue:
     def _total_weight(self) -> float:
         return sum(k.weight for k in self._keys.values())
 
-    def _at_share(self, held: float, k: _Key, capacity: float, total: float | None = None) -> bool:
+    def _at_share(self, held: float, k: KeyState, capacity: float, total: float | None = None) -> bool:
         """Whether holding `held` of the capacity, `k` holds its weighted share among the active keys.
         Counted in streams of one each, a share of 3.3 lets a key hold 4 (or the heavier key would lose
         the fraction): it is below its share while it holds less."""
         total = self._total_weight() if total is None else total
         return held >= capacity * k.weight / total - _EPS
 
-    def _next(self, capacity: float, now: float) -> tuple[_Key, Waiter | None]:
+    def _next(self, capacity: float, now: float) -> tuple[KeyState, Waiter | None]:
         """The key that starts a stream next, and its due continuation (None: its line's head goes)."""
         total = self._total_weight()
         lead = now + self.config.continuation_lead_s
@@ -554,7 +524,7 @@ class FairQueue:
         self.forecast.ended(self._clock() - waiter.started_at)
         self._drop_if_idle(waiter.key, k)
 
-    def _listener(self, token: object) -> _Listener | None:
+    def _listener(self, token: object) -> ListenerState | None:
         """`token`'s open streams (None: a stream of no listener, or none open)."""
         return None if token is None else self._listeners.get(id(token))
 
@@ -578,7 +548,7 @@ class FairQueue:
     def _all_waiting(self) -> Iterator[Waiter]:
         return (w for k in self._keys.values() for w in k.waiting)
 
-    def _drop_if_idle(self, name: str, k: _Key) -> None:
+    def _drop_if_idle(self, name: str, k: KeyState) -> None:
         # An idle key is forgotten: when it comes back it enters at the minimum, as any newcomer.
         if not k.waiting and not k.in_flight:
             del self._keys[name]
@@ -595,7 +565,7 @@ def _check_cost(cost: float) -> float:
     return cost
 
 
-def _due(k: _Key, horizon: float) -> Waiter | None:
+def _due(k: KeyState, horizon: float) -> Waiter | None:
     """The key's waiting continuation whose listener runs dry soonest, if that is before `horizon`."""
     due = [w for w in k.waiting if w.dry_at is not None and w.dry_at <= horizon]
     return min(due, key=lambda w: (w.dry_at, w.seq)) if due else None

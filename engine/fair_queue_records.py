@@ -1,10 +1,12 @@
 """The records admission's policy (engine/fair_queue.py) keeps and answers with: its knobs
-(`FairQueueConfig`), one stream asking to start (`Waiter`) and a refusal (`Refused`). Plain data; the
-rules that move them are all in the policy.
+(`FairQueueConfig`), one stream asking to start (`Waiter`), a refusal (`Refused`), and its own bookkeeping of
+a tenant's streams (`KeyState`) and a listener's (`ListenerState`). Plain data; the rules that move them are
+all in the policy.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -116,3 +118,34 @@ class Waiter:
     @property
     def waited_s(self) -> float:
         return 0.0 if self.started_at is None else self.started_at - self.enqueued_at
+
+
+@dataclass(eq=False)
+class KeyState:
+    """One tenant's (one key's) standing in the queue: its weight, its service so far, its streams."""
+
+    weight: float
+    service: float  # audio seconds served / weight
+    mean_s: float  # the audio seconds a stream of this key is expected to be served
+    waiting: deque[Waiter] = field(default_factory=deque)
+    admitted: dict[Waiter, None] = field(default_factory=dict)  # in flight, in order (bounded by the capacity)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.admitted)
+
+    @property
+    def held(self) -> float:
+        """The cost of its admitted streams, less those riding another of their listener: a listener's
+        two streams hold one slot (a rider's cost is the slot's once it holds it). Summed when asked, so
+        a cost re-read or a slot passed on needs no bookkeeping."""
+        return sum(w.cost for w in self.admitted if w.rides is None)
+
+
+@dataclass(eq=False)
+class ListenerState:
+    """A listener's open streams: admitted (at most two where they ride) and waiting, in arrival order."""
+
+    token: object  # kept, so its id() names it while it is here
+    held: list[Waiter] = field(default_factory=list)
+    waiting: list[Waiter] = field(default_factory=list)

@@ -3,6 +3,7 @@ or segmentation code."""
 
 from .attached import AttachedSession
 from .auth import DEFAULT_TENANT, ApiKeys, Tenant, bind_allowed, hash_api_key, is_loopback, key_from_headers
+from .backends import embedded_server
 from .breaker import CircuitBreaker
 from .control import ControlSubscription
 from .errors import (
@@ -22,7 +23,7 @@ from .errors import (
 )
 from .leases import OwnershipLease, StreamSlot
 from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo
-from .store import SessionStore, StoreHealth, StoreSettings, embedded_server
+from .store import SessionStore, StoreHealth, StoreSettings
 from .writebehind import WriteBehind
 
 __all__ = [

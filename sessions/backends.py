@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote
 
+import fakeredis
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
@@ -39,6 +40,16 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import NoScriptError, ResponseError
 
 log = logging.getLogger("voxgate.sessions")
+
+_embedded_server: fakeredis.FakeServer | None = None
+
+
+def embedded_server() -> fakeredis.FakeServer:
+    """The process's one FakeServer: every embedded store in this process shares its data."""
+    global _embedded_server
+    if _embedded_server is None:
+        _embedded_server = fakeredis.FakeServer()
+    return _embedded_server
 
 BackendKind = Literal["redis", "sentinel", "cluster"]
 SCHEMES: dict[str, tuple[BackendKind, bool]] = {

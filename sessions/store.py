@@ -28,23 +28,16 @@ from typing import Any, Literal, TypeVar
 import fakeredis
 import redis.asyncio as aioredis
 from msgspec.structs import replace
-from redis.exceptions import NoScriptError
 
 from . import keys, metrics, scripts
 from .attached import AttachedSession
-from .backends import Backend, BackendKind, connect, redact
+from .backends import Backend, BackendKind, connect, embedded_server, redact
 from .breaker import UNAVAILABLE, UNAVAILABLE_MESSAGE, CircuitBreaker
 from .control import ControlBus, ControlSubscription
-from .errors import (
-    SessionBusy,
-    SessionExists,
-    SessionNotFound,
-    StateUnavailable,
-    StoreBusy,
-    StreamLimitExceeded,
-)
+from .errors import SessionBusy, SessionExists, SessionNotFound, StateUnavailable, StoreBusy, StreamLimitExceeded
 from .gate import ConnectionGate
 from .leases import OwnershipLease, Renewals, StreamSlot
+from .pipelines import acked_writes, outcome, run_scripts
 from .records import ControlMessage, SessionRecord, SpokenEntry, Voice, VoiceInfo, now_ms
 from .store_settings import StoreHealth, StoreSettings, TakeoverPolicy
 from .voices import VoiceShelf
@@ -53,31 +46,12 @@ from .writebehind import Call, WriteBehind
 log = logging.getLogger("voxgate.sessions")
 T = TypeVar("T")
 
-_embedded_server: fakeredis.FakeServer | None = None
-
-
-def embedded_server() -> fakeredis.FakeServer:
-    """The process's one FakeServer: every embedded store in this process shares its data."""
-    global _embedded_server
-    if _embedded_server is None:
-        _embedded_server = fakeredis.FakeServer()
-    return _embedded_server
-
-
 #: The embedded store's bound on one call (see `SessionStore.from_url`).
 EMBEDDED_OP_TIMEOUT_S = 5.0
 #: Pool connections not given to calls: the control bus's pub/sub connection and the heartbeat's.
 RESERVED_CONNECTIONS = 2
 #: The bound on each step of `SessionStore.close` past the write-behind's drain.
 CLOSE_STEP_S = 2.0
-
-
-async def _outcome(op: Awaitable[object]) -> object:
-    """`op`'s result, or the exception it raised (a batch of renewals answers one outcome each)."""
-    try:
-        return await op
-    except Exception as e:
-        return e
 
 
 async def _within(step: Awaitable[None], what: str) -> None:
@@ -257,6 +231,9 @@ class SessionStore:
     async def _call(self, op: Awaitable[T]) -> T:
         return await self.breaker.call(op)
 
+    async def _guarded(self, op: Awaitable[T], timeout: float | None) -> T:
+        return await self.breaker.call(op, timeout=timeout)
+
     async def _acked(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         """A write the gateway acknowledges (a voice, the spoken log): where the primary has a replica it
         waits (at most ``replica_ack_timeout_s``) for one to hold the write, so a failover of that primary
@@ -288,28 +265,10 @@ class SessionStore:
         does it one by one: where the primary has a replica, one WAIT after them all (on the same
         connection, so it covers every one). Each one's answer, or its error (`SessionNotFound` where the
         session is gone). Not for a cluster: its keys live on several nodes (`later` queues no call)."""
-        s = self.settings
-        wait = self._backend is not None and self._backend.has_replica(calls[0][1][0])
-        for _ in range(2):
-            pipe = self.client.pipeline(transaction=False)
-            for script, ks, args in calls:
-                pipe.evalsha(script.sha, len(ks), *ks, *args)
-            if wait:
-                pipe.execute_command("WAIT", 1, int(s.replica_ack_timeout_s * 1000))
-            timeout = s.op_timeout_s + (s.replica_ack_timeout_s if wait else 0.0)
-            results = list(await self.breaker.call(pipe.execute(raise_on_error=False), timeout=timeout))
-            if not any(isinstance(r, NoScriptError) for r in results):
-                break
-            for script in {id(c[0]): c[0] for c in calls}.values():  # a Redis restarted empty: given them again
-                await self._call(self.client.script_load(script.script))
-        if wait:
-            acks = results.pop()
-            if not isinstance(acks, int) or acks == 0:
-                metrics.WRITES_UNREPLICATED.inc(len(calls))
-                log.warning("session store: no replica acknowledged %d writes from %s within %.2f s", len(calls),
-                            calls[0][1][0], s.replica_ack_timeout_s)  # fmt: skip
-        return [SessionNotFound(f"session of {c[1][0]} not found") if isinstance(r, int) and r < 0 else r
-                for c, r in zip(calls, results, strict=True)]  # fmt: skip
+        s, backend = self.settings, self._backend
+        wait = backend is not None and backend.has_replica(calls[0][1][0])
+        return await acked_writes(self.client, self._guarded, calls, op_timeout_s=s.op_timeout_s,
+                                  replica_ack_s=s.replica_ack_timeout_s if wait else None)  # fmt: skip
 
     async def settled(self, key: str) -> None:
         """Read-your-writes on this replica: let queued writes of ``key`` land first (bounded)."""
@@ -503,29 +462,17 @@ class SessionStore:
         """The renewals of `batch` (`Renewals`), in one pipeline: each one's answer from Redis, or the
         exception its script raised. A cluster's keys live on several nodes: one call each there."""
         if self._backend is not None and self._backend.kind == "cluster":
-            return await asyncio.gather(*(_outcome(held.renew()) for held in batch))
-        # EVALSHA itself, not the scripts' pipeline calls: those ask SCRIPT EXISTS first, a second round
-        # trip every time. A Redis that lost its scripts (restarted empty) is given them, then the batch
-        # once more (renewals are idempotent).
-        for _ in range(2):
-            pipe = self.client.pipeline(transaction=False)
-            now = now_ms()
-            for held in batch:
-                if isinstance(held, OwnershipLease):
-                    script, call = self._renew_lease_s, self._lease_renewal(held, now)
-                elif held.local:  # granted while Redis was away: entered now, above the limit if need be
-                    script, call = self._acquire_stream_s, {"keys": [keys.streams(held.tenant)],
-                                                           "args": [held.slot_id, held.ttl_ms, 2**53]}  # fmt: skip
-                else:
-                    script, call = self._renew_stream_s, {"keys": [keys.streams(held.tenant)],
-                                                         "args": [held.slot_id, held.ttl_ms]}  # fmt: skip
-                pipe.evalsha(script.sha, len(call["keys"]), *call["keys"], *call["args"])
-            results = list(await self._call(pipe.execute(raise_on_error=False)))
-            if not any(isinstance(r, NoScriptError) for r in results):
-                break
-            for script in (self._renew_lease_s, self._acquire_stream_s, self._renew_stream_s):
-                await self._call(self.client.script_load(script.script))
-        return results
+            return await asyncio.gather(*(outcome(held.renew()) for held in batch))
+        now = now_ms()
+        return await run_scripts(self.client, self._guarded, [self._renewal(held, now) for held in batch])
+
+    def _renewal(self, held: OwnershipLease | StreamSlot, now: int) -> Call:
+        if isinstance(held, OwnershipLease):
+            lease = self._lease_renewal(held, now)
+            return self._renew_lease_s, lease["keys"], lease["args"]
+        if held.local:  # granted while Redis was away: entered now, above the limit if need be
+            return self._acquire_stream_s, [keys.streams(held.tenant)], [held.slot_id, held.ttl_ms, 2**53]
+        return self._renew_stream_s, [keys.streams(held.tenant)], [held.slot_id, held.ttl_ms]
 
     async def release_lease(self, lease: OwnershipLease) -> bool:
         t, sid = lease.tenant, lease.session_id
