@@ -53,6 +53,16 @@ async def until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> 
         await asyncio.sleep(0.01)
 
 
+async def goes_at(engine: Any, clock: FakeClock, first: asyncio.Future[Any], at: float, early: str) -> None:
+    """The held first audio (`first`, the events' next) stays held until the stream's clock is 10 ms short
+    of `at` (`early` says what it would mean otherwise), and goes when the clock reaches `at`."""
+    advance(engine, clock, at - 0.01 - clock())
+    await asyncio.sleep(QUIET_S)
+    assert not first.done(), early
+    advance(engine, clock, 0.01)
+    assert isinstance(await asyncio.wait_for(first, 10), AudioChunk)
+
+
 def slow_box(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The RTF the rules weigh, fixed at 3 (runs measure nothing): one more piece is predicted late."""
     monkeypatch.setattr(engine.meter, "backend_rtf", lambda backend: 3.0)
@@ -109,11 +119,7 @@ async def test_first_audio_held_for_text_still_to_come_goes_at_the_cap_of_its_cl
     first = asyncio.ensure_future(events.__anext__())
     try:
         await until(lambda: stream.status is StreamStatus.HELD, "its first audio is made and held")
-        advance(engine, clock, DEFAULT.first_hold_s - 0.01)
-        await asyncio.sleep(QUIET_S)
-        assert not first.done(), "let go before the hold's cap on its clock"
-        advance(engine, clock, 0.01)
-        assert isinstance(await asyncio.wait_for(first, 10), AudioChunk)
+        await goes_at(engine, clock, first, clock() + DEFAULT.first_hold_s, "let go before the hold's cap on its clock")
         await until(lambda: stream.first_audio_at is not None, "its first chunk is out")  # set just after the put
         assert stream.first_audio_at == clock() and stream.status is StreamStatus.PLAYING
     finally:
@@ -150,11 +156,8 @@ async def test_a_continuations_first_audio_is_not_held_past_the_audio_its_listen
     try:
         await until(lambda: stream.status is StreamStatus.HELD, "its first audio is made and held")
         runs_out = opened + 1.0
-        advance(engine, clock, runs_out - DEFAULT.hold_margin_s - 0.01 - clock())
-        await asyncio.sleep(QUIET_S)
-        assert not first.done(), "let go while its listener still had more than the margin to hear"
-        advance(engine, clock, 0.01)
-        assert isinstance(await asyncio.wait_for(first, 10), AudioChunk)
+        await goes_at(engine, clock, first, runs_out - DEFAULT.hold_margin_s,
+                      "let go while its listener still had more than the margin to hear")  # fmt: skip
     finally:
         release.set()
     rest = [ev async for ev in events]
