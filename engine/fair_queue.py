@@ -124,6 +124,11 @@ class FairQueue:
         """A stream's measured start-to-first-audio time alone, at the tail (`StartForecast.alone_s`)."""
         return self.forecast.alone_s(self._clock())
 
+    @property
+    def slo_room(self) -> float:
+        """The room the SLO last left leaders (`slo_capacity`; inf before the first judgement)."""
+        return self._slo_room
+
     def slo_capacity(self, capacity: float) -> float:
         """The room the SLO leaves of `capacity` (the engine's word; remembered, so a start knows how full
         the engine was): a stream of the usual cost starts only beside as much load as lets it be heard

@@ -156,6 +156,17 @@ class Admission:
         """The cost of the admitted streams, in the capacity's units."""
         return self._queue.load
 
+    @property
+    def first_audio_alone_s(self) -> float:
+        """This box's measured start-to-first-audio time of a stream alone, at the tail: what the
+        first-audio SLO's forecast starts from."""
+        return self._queue.first_audio_tail_s()
+
+    @property
+    def slo_room(self) -> float:
+        """The capacity the first-audio SLO last left a listener's first stream (the load's units)."""
+        return self._queue.slo_room
+
     def engine_capacity(self) -> Capacity | None:
         """The engine's own word on its capacity (None: it cannot tell); may raise."""
         return self._engine.capacity()

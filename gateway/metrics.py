@@ -163,6 +163,10 @@ class _Families:
         self.admitted = g("voxgate_admission_admitted", "streams admitted and not ended")
         self.load = g("voxgate_admission_load", "the cost of the streams admitted: streams, or worker-seconds "
                       "per second where the engine tells costs (voxgate_engine_capacity_budget)")  # fmt: skip
+        self.alone = g("voxgate_admission_first_audio_alone_seconds", "this box's measured start-to-first-"
+                       "audio time of a stream alone, at the tail: what the first-audio SLO's forecast starts from")
+        self.slo_room = g("voxgate_admission_slo_room", "the capacity the first-audio SLO last left a listener's "
+                          "first stream, in voxgate_admission_load's units (+Inf before its first judgement)")
         self.budget = g("voxgate_engine_capacity_budget",
                         "the cost of the streams the engine keeps ahead at once, where its streams differ in cost")
         self.capacity = g("voxgate_engine_capacity_streams",
@@ -188,6 +192,8 @@ class _Families:
         self.waiting.add_metric([name], handle.admission.waiting)
         self.admitted.add_metric([name], handle.admission.admitted)
         self.load.add_metric([name], handle.admission.load)
+        self.alone.add_metric([name], handle.admission.first_audio_alone_s)
+        self.slo_room.add_metric([name], handle.admission.slo_room)
         if capacity is not None:
             self.capacity.add_metric([name], capacity.streams)
             self.active.add_metric([name], capacity.active)
@@ -206,8 +212,8 @@ class _Families:
 
     def all(self) -> Iterator[Metric]:
         yield self.state
-        yield from (self.waiting, self.admitted, self.load, self.capacity, self.budget, self.active, self.workers,
-                    self.busy, self.restarts)
+        yield from (self.waiting, self.admitted, self.load, self.alone, self.slo_room, self.capacity, self.budget,
+                    self.active, self.workers, self.busy, self.restarts)
         yield from self.telemetry.values()
 
 

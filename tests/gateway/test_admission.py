@@ -834,5 +834,8 @@ def test_metrics_show_admission_and_the_engines_load(gateway: str) -> None:
         text = r.read().decode()
     for name in ("voxgate_admission_waiting", "voxgate_admission_admitted", "voxgate_engine_capacity_streams",
                  "voxgate_engine_active_streams", "voxgate_engine_workers", "voxgate_engine_busy_seconds_total",
-                 "voxgate_admission_load", "voxgate_engine_capacity_budget"):
+                 "voxgate_admission_load", "voxgate_engine_capacity_budget",
+                 "voxgate_admission_first_audio_alone_seconds", "voxgate_admission_slo_room"):
         assert re.search(rf"^{name}[ {{]", text, re.M), name  # labelled by model
+    alone = re.search(r'^voxgate_admission_first_audio_alone_seconds\{model="piper"\} (\S+)$', text, re.M)
+    assert alone is not None and 0 < float(alone.group(1)) < 60, alone  # the prior, or what this box measured
