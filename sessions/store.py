@@ -451,12 +451,8 @@ class SessionStore:
         return self._renewals
 
     async def renew_lease(self, lease: OwnershipLease) -> int:
-        return int(await self._call(self._renew_lease_s(**self._lease_renewal(lease, now_ms()))))
-
-    def _lease_renewal(self, lease: OwnershipLease, now: int) -> dict[str, list[Any]]:
-        t, sid = lease.tenant, lease.session_id
-        return {"keys": [keys.lease(t, sid), keys.session(t, sid), keys.spoken(t, sid)],
-                "args": [lease.token, lease.ttl_ms, self._session_ttl_ms, now]}  # fmt: skip
+        script, ks, args = self._renewal(lease, now_ms())
+        return int(await self._call(script(keys=ks, args=args)))
 
     async def _renew_batch(self, batch: Sequence[OwnershipLease | StreamSlot]) -> Sequence[object]:
         """The renewals of `batch` (`Renewals`), in one pipeline: each one's answer from Redis, or the
@@ -467,9 +463,11 @@ class SessionStore:
         return await run_scripts(self.client, self._guarded, [self._renewal(held, now) for held in batch])
 
     def _renewal(self, held: OwnershipLease | StreamSlot, now: int) -> Call:
+        """The script call that renews `held`, on its own or in a batch."""
         if isinstance(held, OwnershipLease):
-            lease = self._lease_renewal(held, now)
-            return self._renew_lease_s, lease["keys"], lease["args"]
+            t, sid = held.tenant, held.session_id
+            return (self._renew_lease_s, [keys.lease(t, sid), keys.session(t, sid), keys.spoken(t, sid)],
+                    [held.token, held.ttl_ms, self._session_ttl_ms, now])  # fmt: skip
         if held.local:  # granted while Redis was away: entered now, above the limit if need be
             return self._acquire_stream_s, [keys.streams(held.tenant)], [held.slot_id, held.ttl_ms, 2**53]
         return self._renew_stream_s, [keys.streams(held.tenant)], [held.slot_id, held.ttl_ms]
@@ -568,14 +566,12 @@ class SessionStore:
 
     async def renew_stream(self, slot: StreamSlot) -> bool:
         """One slot's renewal on its own (`Renewals` batches them: `_renew_batch`)."""
-        if slot.local:  # granted while Redis was away: enter it now, above the limit if need be
-            await self._call(self._acquire_stream_s(keys=[keys.streams(slot.tenant)],
-                                                    args=[slot.slot_id, slot.ttl_ms, 2**53]))  # fmt: skip
+        script, ks, args = self._renewal(slot, now_ms())
+        renewed = await self._call(script(keys=ks, args=args))
+        if slot.local:  # it was entered now (acquired, above the limit if need be): held from here on
             slot.local = False
             return True
-        return bool(await self._call(self._renew_stream_s(
-            keys=[keys.streams(slot.tenant)], args=[slot.slot_id, slot.ttl_ms]
-        )))
+        return bool(renewed)
 
     async def release_stream(self, slot: StreamSlot) -> bool:
         return bool(await self._call(self.client.zrem(keys.streams(slot.tenant), slot.slot_id)))
