@@ -77,6 +77,9 @@ class FairQueue:
         self.forecast = StartForecast(config)
         self._capacity: float | None = None  # the engine's capacity at the last call: how full it is
         self._slo_room: float = math.inf  # what the SLO leaves of it to leaders then (`slo_capacity`)
+        # `load` as last summed; None once a stream is admitted or finished or a cost moves. A stream's start
+        # asks it up to four times (try, push, start, busy): one sum instead of four over the streams in flight.
+        self._load: float | None = None
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -95,8 +98,11 @@ class FairQueue:
 
     @property
     def load(self) -> float:
-        """The cost of the streams in flight, in the capacity's units (summed: bounded by the streams)."""
-        return sum(w.cost for k in self._keys.values() for w in k.admitted)
+        """The cost of the streams in flight, in the capacity's units (summed once per change: bounded by
+        the streams)."""
+        if self._load is None:
+            self._load = sum(w.cost for k in self._keys.values() for w in k.admitted)
+        return self._load
 
     def fits(self, cost: float, capacity: float) -> bool:
         """Whether a stream of `cost` has room now: it fits the capacity beside the cost in flight, or
@@ -218,6 +224,13 @@ class FairQueue:
         for k in self._keys.values():
             for w in itertools.chain(k.waiting, k.admitted):
                 w.cost = _check_cost(cost_of(w.kind))
+        self._load = None
+
+    def rekind(self, waiter: Waiter, kind: object, cost: float) -> None:
+        """A stream now speaks as `kind` (an "auto" stream that turned to Han text), costing `cost`: waiting
+        or admitted, it holds that from now on (as `recost` would have it)."""
+        waiter.kind, waiter.cost = kind, _check_cost(cost)
+        self._load = None
 
     def grant(self, capacity: float) -> list[Waiter]:
         """Start waiters while they fit the capacity (what the SLO leaves of it), in fair order; returns them."""
@@ -233,6 +246,8 @@ class FairQueue:
         self.slo_capacity(capacity)
         if timeline_of is not None:
             for lst in self._listeners.values():
+                if not lst.waiting:  # only a waiting stream's listener is asked (most hold their one stream)
+                    continue
                 heard = timeline_of(lst.token)
                 for w in lst.waiting:
                     self.relisten(w, heard)
@@ -308,6 +323,7 @@ class FairQueue:
         self._waiting -= 1
         k.admitted[waiter] = None
         self._in_flight += 1
+        self._load = None
         self.forecast.started(waiter.cost)
         waiter.state, waiter.started_at = "admitted", now
         waiter.charged_s = k.mean_s
@@ -515,6 +531,7 @@ class FairQueue:
         k = self._keys[waiter.key]
         del k.admitted[waiter]
         self._in_flight -= 1
+        self._load = None
         if waiter.rides is not None:  # ended before the stream whose slot it rode
             waiter.rides.rider = None
         elif waiter.rider is not None:  # its rider holds the slot now
