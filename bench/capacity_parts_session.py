@@ -27,6 +27,8 @@ STREAMS = 256
 
 
 def admission_parts() -> tuple[Timed, Timed]:
+    import logging
+
     from engine.fair_queue import FairQueue
     from gateway.admission import Admission
     from gateway.playback import Playback
@@ -60,6 +62,7 @@ def admission_parts() -> tuple[Timed, Timed]:
 
     from engine.synthetic import SyntheticEngine, SyntheticOptions
 
+    logging.getLogger("voxgate.admission").setLevel(logging.ERROR)  # the held tickets die unreleased at exit
     engine = SyntheticEngine(SyntheticOptions(capacity=4096))
     settings = Settings(model="synthetic", max_active_streams=4096, max_waiting_per_tenant=4096,
                         max_waiting_per_model=4096)  # fmt: skip
@@ -74,10 +77,11 @@ def admission_parts() -> tuple[Timed, Timed]:
                 held.append(admission.try_admit("default", 1.0, listener=listener, language="en", voice="synthetic"))
             return held
 
-        loop.run_until_complete(setup())
+        held = loop.run_until_complete(setup())  # kept: a ticket dropped is released (and logged)
         listener = Playback(count_underruns=False)
 
         async def many(n: int) -> None:
+            assert admission.admitted == len(held)
             for _ in range(n):
                 ticket = admission.try_admit("default", 1.0, listener=listener, language="en", voice="synthetic")
                 assert ticket is not None
