@@ -33,13 +33,13 @@ def running(rid: int, *, arrival: float = 0.0, audio_s: float = 0.0, first_audio
 
 def test_a_listener_runs_out_when_the_audio_sent_since_its_first_audio_has_played() -> None:
     clock = FakeClock()
-    r = running(1, audio_s=2.0, first_audio_at=clock.t)
-    assert r.timeline == ListenerTimeline(clock.t + 2.0)
+    heard = running(1, audio_s=2.0, first_audio_at=clock.t).timeline
+    assert heard == ListenerTimeline(clock.t + 2.0)
     clock.advance(0.5)
-    assert r.timeline.ahead_s(clock.t) == pytest.approx(1.5)
+    assert heard.ahead_s(clock.t) == pytest.approx(1.5)
     clock.advance(2.0)
-    assert r.timeline.dry_at - clock.t == pytest.approx(-0.5)  # the listener has been hearing a gap
-    assert r.timeline.ahead_s(clock.t) == 0.0
+    assert heard.dry_at - clock.t == pytest.approx(-0.5)  # the listener has been hearing a gap
+    assert heard.ahead_s(clock.t) == 0.0
     assert running(2).timeline is None  # no audio yet: nothing is playing
 
 
