@@ -89,6 +89,9 @@ class RequestRecord:
     first_frame_at: float | None = None
     frames_left: float = 0.0
     before: ListenerTimeline | None = None  # a continuation: its listener's timeline of the audio before it
+    # `timeline`'s last answer: it changes only when audio goes out, and the rules read it several
+    # times a cycle for every stream
+    _heard: ListenerTimeline | None = field(default=None, init=False, repr=False, compare=False)
 
     def to(self, status: Status, now: float | None = None) -> None:
         """Move to `status` (AssertionError for a move `TRANSITIONS` does not allow); parking records
@@ -131,7 +134,11 @@ class RequestRecord:
         audio runs out `audio_s` after it (None before the first audio: nothing is playing)."""
         if self.first_audio_at is None:
             return None
-        return ListenerTimeline(self.first_audio_at + self.audio_s)
+        runs_out_at = self.first_audio_at + self.audio_s
+        heard = self._heard
+        if heard is None or heard.runs_out_at != runs_out_at:
+            heard = self._heard = ListenerTimeline(runs_out_at)
+        return heard
 
 
 def urgency(rec: RequestRecord) -> tuple[int, float]:
