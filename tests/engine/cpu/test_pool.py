@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from support.waits import until_blocking
 
 from engine.cpu.pool import Preempted, UrgencyPool
 
@@ -37,10 +38,7 @@ def test_owners_counts_those_with_a_job_queued_or_running() -> None:
     gate.set()
     for f in [blocker, *queued]:
         f.result(timeout=5)
-    deadline = time.monotonic() + 5  # a worker sets its job's result, then leaves it
-    while pool.owners() and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert pool.owners() == 0
+    until_blocking(lambda: pool.owners() == 0, "every owner gone", 5)  # a worker sets its job's result, then leaves it
     pool.shutdown()
 
 
@@ -216,10 +214,7 @@ class LookAhead:
         return self.answer
 
     def wait_runs(self, runs: int) -> None:
-        deadline = time.monotonic() + 5
-        while self.runs < runs:
-            assert time.monotonic() < deadline, self.runs
-            time.sleep(0.01)
+        until_blocking(lambda: self.runs >= runs, lambda: f"run {runs} (ran {self.runs})", 5)
 
 
 def pool_with_a_running(job: LookAhead, deadline: float, run_s: float = 3.0) -> tuple[UrgencyPool, list[float]]:
@@ -256,8 +251,8 @@ def test_a_running_job_keeps_its_worker(deadline: float, run_s: float, answer: b
     clock[0] = now
     ran: list[str] = []
     urgent = pool.submit(due, lambda: ran.append("urgent"), run_s=0.3)
-    time.sleep(0.2)  # the watcher looks too
-    assert not urgent.done() and job.runs == 1, why
+    assert pool.settled(5)  # the planner has looked at the urgent job, and decided
+    assert not urgent.done() and job.runs == 1 and job.asks == 0, why
     job.finish.set()
     urgent.result(timeout=5)
     assert job.runs == 1 and job.future.result(timeout=5) == "whole"  # type: ignore[attr-defined]
@@ -282,8 +277,8 @@ def test_a_newcomers_first_audio_gives_its_worker_up_to_a_playing_streams_piece_
         assert urgent.result(timeout=5) == "urgent"  # it ran while the newcomer's run waited
         job.wait_runs(2)  # the newcomer's piece runs again, whole
     else:
-        time.sleep(0.2)  # the watcher looks too
-        assert not urgent.done() and job.runs == 1
+        assert pool.settled(5)  # the planner has looked at the urgent job, and decided
+        assert not urgent.done() and job.runs == 1 and job.asks == 0
     job.finish.set()
     assert urgent.result(timeout=5) == "urgent" and newcomer.result(timeout=5) == "whole"
     pool.shutdown()
@@ -293,8 +288,8 @@ def test_a_job_with_time_to_spare_waits_and_the_watcher_frees_a_worker_once_it_f
     job = LookAhead()
     pool, now = pool_with_a_running(job, deadline=120.0, run_s=10.0)
     later = pool.submit(105.0, lambda: "later", run_s=0.3)  # due in 5 s: it waits its turn
-    time.sleep(0.2)
-    assert not later.done() and job.runs == 1
+    assert pool.settled(5)
+    assert not later.done() and job.runs == 1 and job.asks == 0
     now[0] = 104.5  # now it falls due: the fake clock's move is told (a real one's is the plan's timer)
     pool.wake()
     assert later.result(timeout=1) == "later"
@@ -337,8 +332,8 @@ def test_a_job_throws_away_at_most_half_its_run_in_all(first_ran: float, then_ra
         assert second.result(timeout=5) == "second"
         job.wait_runs(3)
     else:
-        time.sleep(0.2)  # the watcher looks too
-        assert not second.done() and job.runs == 2
+        assert pool.settled(5)  # the planner has looked at the second urgent job, and decided
+        assert not second.done() and job.runs == 2 and job.asks == 1
     job.finish.set()
     assert second.result(timeout=5) == "second" and job.future.result(timeout=5) == "whole"  # type: ignore[attr-defined]
     assert job.runs == (3 if again else 2)
