@@ -110,6 +110,11 @@ class Capacity:
     (gateway/admission.py), not while fewer than `streams` run, so a cheap stream never waits out a
     costly one it fits beside. None: every stream costs one of `streams`.
 
+    `behind_s`: how long until the engine expects to be caught up with its urgent work (a listener's
+    first piece waiting for a worker, a playing stream's piece due now): it starts no newcomer before
+    then, and admission predicts none sooner (0: it is not behind). A moment's strain is not a full
+    engine: a newcomer waits it out rather than for a stream to end.
+
     `first_audio_s`: where its voices differ in speed (the CPU voices: a Piper run is about eight times
     quicker than a Kokoro one), each class of voice's time from a stream's start to its first audio,
     alone on the engine, in seconds, as its cost model puts it now, and which class speaks a language
@@ -124,6 +129,7 @@ class Capacity:
     budget: float | None = None
     costs: tuple[tuple[str, float], ...] = ()
     voice_costs: tuple[tuple[str, float], ...] = ()
+    behind_s: float = 0.0
     first_audio_s: tuple[tuple[str, float], ...] = ()
     language_classes: tuple[tuple[str, str], ...] = ()
     voice_classes: tuple[tuple[str, str], ...] = ()

@@ -143,8 +143,10 @@ class Beat(_Msg, tag="beat"):
     """Alive, with the engine's capacity (None: it cannot tell), memory and telemetry, every `BEAT_S`."""
 
     # engine.types.Capacity's fields, in order: streams, active, busy_s, workers, follows_listener, budget,
-    # costs, voice_costs, first_audio_s, language_classes, voice_classes
-    capacity: tuple[int, int, float | None, int, bool, float | None, Costs, Costs, Costs, Classes, Classes] | None
+    # costs, voice_costs, behind_s, first_audio_s, language_classes, voice_classes
+    capacity: (
+        tuple[int, int, float | None, int, bool, float | None, Costs, Costs, float, Costs, Classes, Classes] | None
+    )
     memory: Memory
     telemetry: Telemetry
 
