@@ -322,8 +322,9 @@ class CpuEngine:
         """How many streams the workers keep ahead of their listeners now, from the measured real-time
         factor (engine/cpu/capacity.py), and how many are open and not ended; the worker-seconds per
         second they promise (`budget`) and what a stream costs of it, by language (its default voice's)
-        and by voice: its voice's backend's RTF (Piper's and Kokoro's differ about tenfold). Cheap, any
-        thread."""
+        and by voice: its voice's backend's RTF (Piper's and Kokoro's differ about tenfold). A voice's
+        class is its backend, and a class's first audio alone its first piece's run (`first_piece_s` at
+        the backend's RTF). Cheap, any thread."""
         active = sum(1 for s in list(self._streams) if not s.ended)
         streams, budget = self.meter.streams(self.workers), self.meter.budget(self.workers)
         # Behind now (`UrgencyPool.strained`): no newcomer until the streams it serves are ahead again,
@@ -332,11 +333,14 @@ class CpuEngine:
         if behind_s > 0:
             streams = min(streams, active)
         cost = {backend: self.rtf(backend) for backend in {v.backend for v in self._voices.values()}}
+        backend = {lang: self._voices[name].backend for lang, name in self._defaults.items()}
         return Capacity(streams, active, self.pool.busy_seconds(), self.workers, follows_listener=True,
-                        budget=budget,
-                        costs=tuple((lang, cost[self._voices[name].backend]) for lang, name in self._defaults.items()),
+                        budget=budget, costs=tuple((lang, cost[b]) for lang, b in backend.items()),
                         voice_costs=tuple((name, cost[v.backend]) for name, v in self._voices.items()),
-                        behind_s=behind_s)
+                        behind_s=behind_s,
+                        first_audio_s=tuple((b, self.config.first_piece_s * rtf) for b, rtf in sorted(cost.items())),
+                        language_classes=tuple(backend.items()),
+                        voice_classes=tuple((name, v.backend) for name, v in self._voices.items()))
 
     def close(self) -> None:
         self._closed = True

@@ -206,7 +206,7 @@ def test_an_engine_behind_for_longer_than_the_slo_allows_refuses_a_newcomer_at_o
     q.engine_behind(1.4)  # 1.4 s to catch up, then its own first audio: past 1.5 s
     with pytest.raises(Refused) as e:
         q.push("b", 1.0, 10)
-    assert e.value.bound == "slo" and e.value.predicted_s == pytest.approx(1.4 + q.forecast.own_s(0.6, clock.now))
+    assert e.value.bound == "slo" and e.value.predicted_s == pytest.approx(1.4 + q.forecast.own_s("", 0.6, clock.now))
 
 
 def test_an_idle_engine_starts_a_stream_alone_whatever_it_says_of_catching_up() -> None:

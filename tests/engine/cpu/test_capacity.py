@@ -130,6 +130,9 @@ async def test_capacity_after_real_synthesis(piper: Any) -> None:
     assert cap.streams == max(1, int(2 / piper.meter.rtf() * 0.8)) and 1 <= cap.streams < 1000
     rtf = piper.meter.backend_rtf("piper")
     assert cap.budget == pytest.approx(2 * 0.8) and cap.costs == (("en", rtf),) and cap.voice_costs == (("joe", rtf),)
+    # Its one class of voice, Piper's, heard a first piece's run after a stream starts alone (admission's prior).
+    assert cap.first_audio_s == (("piper", pytest.approx(piper.config.first_piece_s * rtf)),)
+    assert cap.language_classes == (("en", "piper"),) and cap.voice_classes == (("joe", "piper"),)
     assert piper.pool.guard_s >= 0.5
 
 
@@ -173,6 +176,11 @@ def test_a_stream_costs_its_languages_voice_and_the_budget_is_the_promised_worke
     voices = dict(cap.voice_costs)
     assert voices["joe"] == costs["en"] and voices["jf_alpha"] == costs["zh"]
     assert len(voices) == len(cpu_engine.voices())
+    # A voice's class is its backend, and a class's first audio alone its first piece at the backend's RTF.
+    first_audio_s = dict(cap.first_audio_s)
+    assert first_audio_s == {b: pytest.approx(cpu_engine.config.first_piece_s * cpu_engine.rtf(b))
+                             for b in ("piper", "kokoro")}  # fmt: skip
+    assert cap.voice_class("en") == "piper" and cap.voice_class("zh") == cap.voice_class("en", "jf_alpha") == "kokoro"
     assert cap.budget == pytest.approx(cpu_engine.workers * cpu_engine.meter.headroom)
     # A stream at the mixed cost fits `streams` times: the count an engine without costs would give.
     assert cap.streams == max(1, int(cap.budget / cpu_engine.meter.rtf()))
