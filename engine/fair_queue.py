@@ -77,6 +77,7 @@ class FairQueue:
         self.forecast = StartForecast(config)
         self._capacity: float | None = None  # the engine's capacity at the last call: how full it is
         self._slo_room: float = math.inf  # what the SLO leaves of it to leaders then (`slo_capacity`)
+        self._behind_until = -math.inf  # the engine starts no newcomer before this (`engine_behind`)
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -98,11 +99,20 @@ class FairQueue:
         """The cost of the streams in flight, in the capacity's units (summed: bounded by the streams)."""
         return sum(w.cost for k in self._keys.values() for w in k.admitted)
 
+    def engine_behind(self, seconds: float) -> None:
+        """The engine's word that it is catching up with its urgent work for `seconds` more (0: it is not;
+        `Capacity.behind_s`): no stream starts beside the ones in flight before then, and no start is
+        predicted sooner. Room it has: a moment's strain, not a stream's whole length, to wait out."""
+        self._behind_until = self._clock() + seconds if seconds > 0 else -math.inf
+
     def fits(self, cost: float, capacity: float) -> bool:
         """Whether a stream of `cost` has room now: it fits the capacity beside the cost in flight, or
-        nothing is in flight (one stream always has room: never a deadlock), within `max_in_flight`."""
+        nothing is in flight (one stream always has room: never a deadlock), within `max_in_flight`,
+        and the engine is not catching up (`engine_behind`)."""
         if self._in_flight == 0:
             return True
+        if self._clock() < self._behind_until:
+            return False
         if self.config.max_in_flight is not None and self._in_flight >= self.config.max_in_flight:
             return False
         return self.load + cost <= capacity + _EPS
@@ -163,7 +173,8 @@ class FairQueue:
             free = min(free, (self.config.max_in_flight - count) * load / count)  # slots, at their mean cost
         need = min(cost_ahead + cost - free, cost_ahead + load)
         in_flight = [(w.started_at or 0.0, w.cost) for k in self._keys.values() for w in k.admitted]
-        return self.forecast.start_at(self._clock(), need, in_flight)
+        start = self.forecast.start_at(self._clock(), need, in_flight)
+        return start if not in_flight else max(start, self._behind_until)
 
     # -- transitions ------------------------------------------------------------------------------
 

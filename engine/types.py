@@ -108,7 +108,12 @@ class Capacity:
     by language, spoken with that language's default voice, and `voice_costs` by the voice it names.
     Admission then starts a stream while the cost of those it admitted and its own fit `budget`
     (gateway/admission.py), not while fewer than `streams` run, so a cheap stream never waits out a
-    costly one it fits beside. None: every stream costs one of `streams`."""
+    costly one it fits beside. None: every stream costs one of `streams`.
+
+    `behind_s`: how long until the engine expects to be caught up with its urgent work (a listener's
+    first piece waiting for a worker, a playing stream's piece due now): it starts no newcomer before
+    then, and admission predicts none sooner (0: it is not behind). A moment's strain is not a full
+    engine: a newcomer waits it out rather than for a stream to end."""
 
     streams: int
     active: int
@@ -118,6 +123,7 @@ class Capacity:
     budget: float | None = None
     costs: tuple[tuple[str, float], ...] = ()
     voice_costs: tuple[tuple[str, float], ...] = ()
+    behind_s: float = 0.0
 
     def price(self, language: str | None, voice: str | None = None) -> float:
         """What a stream in `language` (`voice`: None or "default", the language's default) holds of

@@ -186,7 +186,9 @@ class Admission:
     def _measured(self) -> Capacity | None:
         """The engine's word on its capacity; None when it cannot tell or its probe fails (logged once)."""
         try:
-            return self.engine_capacity()
+            measured = self.engine_capacity()
+            self._queue.engine_behind(0.0 if measured is None else measured.behind_s)
+            return measured
         except Exception:  # the engine's estimate is advice: never let it stop admission
             if not self._probe_failed:
                 log.exception("engine.capacity() failed; admitting up to max_active_streams")

@@ -322,13 +322,17 @@ class CpuEngine:
         thread."""
         active = sum(1 for s in list(self._streams) if not s.ended)
         streams, budget = self.meter.streams(self.workers), self.meter.budget(self.workers)
-        if self.pool.strained():  # behind now: no newcomer until the streams it serves are ahead again
-            streams, budget = min(streams, active), 0.0
+        # Behind now (`UrgencyPool.strained`): no newcomer until the streams it serves are ahead again,
+        # which takes the urgent jobs' run time, not a stream's whole length.
+        behind_s = self.pool.behind_s(self.meter.job_s)
+        if behind_s > 0:
+            streams = min(streams, active)
         cost = {backend: self.rtf(backend) for backend in {v.backend for v in self._voices.values()}}
         return Capacity(streams, active, self.pool.busy_seconds(), self.workers, follows_listener=True,
                         budget=budget,
                         costs=tuple((lang, cost[self._voices[name].backend]) for lang, name in self._defaults.items()),
-                        voice_costs=tuple((name, cost[v.backend]) for name, v in self._voices.items()))
+                        voice_costs=tuple((name, cost[v.backend]) for name, v in self._voices.items()),
+                        behind_s=behind_s)
 
     def close(self) -> None:
         self._closed = True

@@ -306,6 +306,22 @@ class UrgencyPool:
         with self._cond:
             return bool(self._first) or bool(self._rest and self._rest[0][0] <= self._clock() + self._guard_s)
 
+    def behind_s(self, job_s: float) -> float:
+        """How long until the pool is caught up with what makes it `strained` (0: it is not): the first
+        pieces waiting and the playing streams' jobs due within the guard run first, shared by the
+        workers, once a worker is free (the soonest running job's expected end, when none is). A job of
+        no stated run time counts `job_s` (the engine's measured long job)."""
+        with self._cond:
+            now = self._clock()
+            urgent = [*self._first, *(e for e in self._rest if e[0] <= now + self._guard_s)]
+            if not urgent:
+                return 0.0
+            work_s = sum(e[2].run_s or job_s for e in urgent)
+            ends = [max(0.0, e[2].started + (e[2].run_s or job_s) - now) for _, e in self._running.values()
+                    if e[2].started is not None and not e[2].yielding]  # fmt: skip
+            free_in = 0.0 if len(ends) < self._workers else min(ends, default=0.0)
+            return max(free_in + work_s / self._workers, 1e-3)  # strained: more than nothing, whatever the estimates
+
     def busy_seconds(self) -> float:
         """Seconds the workers have spent running jobs so far (the jobs running now included)."""
         now = time.perf_counter()

@@ -141,8 +141,9 @@ class Telemetry(msgspec.Struct, frozen=True, omit_defaults=True):
 class Beat(_Msg, tag="beat"):
     """Alive, with the engine's capacity (None: it cannot tell), memory and telemetry, every `BEAT_S`."""
 
-    # engine.types.Capacity's fields: streams, active, busy_s, workers, follows_listener, budget, costs, voice_costs
-    capacity: tuple[int, int, float | None, int, bool, float | None, Costs, Costs] | None
+    # engine.types.Capacity's fields: streams, active, busy_s, workers, follows_listener, budget, costs, voice_costs,
+    # behind_s
+    capacity: tuple[int, int, float | None, int, bool, float | None, Costs, Costs, float] | None
     memory: Memory
     telemetry: Telemetry
 

@@ -135,7 +135,9 @@ async def test_capacity_after_real_synthesis(piper: Any) -> None:
 
 async def test_capacity_admits_nobody_new_while_the_pool_is_behind(piper: Any) -> None:
     # Both workers held: the stream's first audio waits for a worker, so the engine says it can take no
-    # newcomer beyond those it serves, whatever the measured cost says; once it catches up, it can.
+    # newcomer beyond those it serves until it has caught up (`behind_s`), whatever the measured cost
+    # says; its budget stays what it costs, so admission predicts a start after the moment, not after a
+    # whole stream; once it catches up, it can.
     gates = [threading.Event() for _ in range(piper.workers)]
     started = [threading.Event() for _ in range(piper.workers)]
     blockers = [piper.pool.submit(float("-inf"), lambda g=g, s=s: (s.set(), g.wait(10)))
@@ -150,7 +152,7 @@ async def test_capacity_admits_nobody_new_while_the_pool_is_behind(piper: Any) -
         threading.Event().wait(0.01)
     cap = piper.capacity()
     assert cap.active == 1 and cap.streams == 1 and piper.meter.streams(piper.workers) >= 1
-    assert cap.budget == 0.0  # what it costs: nothing new fits
+    assert cap.behind_s > 0 and cap.budget == pytest.approx(piper.meter.budget(piper.workers))
     for g in gates:
         g.set()
     events, end = await collect(stream, 60)
@@ -159,7 +161,7 @@ async def test_capacity_admits_nobody_new_while_the_pool_is_behind(piper: Any) -
         b.result(timeout=5)
     cap = piper.capacity()
     assert cap.streams == piper.meter.streams(piper.workers) and cap.busy_s is not None and cap.busy_s > 0
-    assert cap.budget == pytest.approx(piper.meter.budget(piper.workers))
+    assert cap.budget == pytest.approx(piper.meter.budget(piper.workers)) and cap.behind_s == 0.0
 
 
 def test_a_stream_costs_its_languages_voice_and_the_budget_is_the_promised_worker_time(cpu_engine: Any) -> None:

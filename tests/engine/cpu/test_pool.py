@@ -168,6 +168,31 @@ def test_the_pool_is_strained_while_first_audio_or_a_due_job_waits_and_counts_bu
     pool.shutdown()
 
 
+def test_the_pool_says_how_long_it_takes_to_catch_up_with_its_urgent_work() -> None:
+    # One worker runs a job expected to end in 0.4 s; behind it wait a first piece (0.2 s) and a playing
+    # stream's piece due within the guard (0.3 s): a newcomer could start once all three have run. A job
+    # due after the guard, or a worker free, is not behind anything.
+    now = [100.0]
+    pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
+    gate, started = threading.Event(), threading.Event()
+    blocker = pool.submit(0.0, lambda: (started.set(), gate.wait(10)), run_s=0.5)
+    assert started.wait(5)
+    now[0] += 0.1
+    assert pool.behind_s(job_s=9.0) == 0.0  # nothing waits
+    later = pool.submit(110.0, lambda: None, run_s=0.3)
+    assert pool.behind_s(job_s=9.0) == 0.0  # queued, due well after the guard
+    first = pool.submit(200.0, lambda: None, first_audio=True, run_s=0.2)
+    due = pool.submit(100.5, lambda: None, run_s=0.3)
+    assert pool.strained() and pool.behind_s(job_s=9.0) == pytest.approx(0.4 + 0.2 + 0.3)
+    unknown = pool.submit(100.6, lambda: None)  # no run time stated: the engine's measured long job
+    assert pool.behind_s(job_s=1.0) == pytest.approx(0.4 + 0.2 + 0.3 + 1.0)
+    gate.set()
+    for f in (blocker, later, first, due, unknown):
+        f.result(timeout=5)
+    assert pool.behind_s(job_s=9.0) == 0.0
+    pool.shutdown()
+
+
 class LookAhead:
     """A running job that gives its worker up when asked (as a Kokoro look-ahead run aborts): a run
     asked stops and raises Preempted; one not asked runs whole (until `finish`)."""
