@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import itertools
 import json
 import sys
 import time
@@ -1237,6 +1238,40 @@ async def _unread(ctx: Context, provider: str) -> dict[str, Any]:
 for _provider in _PROVIDER_PATHS:  # elevenlabs_garbage, elevenlabs_unread, …, cartesia_unread
     attack(f"{_provider}_garbage")(functools.partial(_garbage, provider=_provider))
     attack(f"{_provider}_unread")(functools.partial(_unread, provider=_provider))
+
+
+# Follow-up to issue 39: ElevenLabs' multi-stream-input interleaves its contexts, as ElevenLabs does. A socket
+# opens `contexts` contexts at once, each a reply of `chars` characters sent as LiveKit sends it (the text with
+# flush, an empty flush, close_context), then one more past the socket's bound, and reads everything. Seen: the
+# error codes (too_many_contexts for the last, naming it), the contexts that ended (isFinal) and those whose
+# aligned text is all of their text (nothing lost), and how many began their audio before the context opened
+# before them had ended (interleaved: the first waits behind none).
+@attack("elevenlabs_contexts")
+async def elevenlabs_contexts(ctx: Context) -> dict[str, Any]:
+    path, _ = _PROVIDER_PATHS["elevenlabs"]
+    contexts, chars = int(ctx.options.get("contexts", 5)), int(ctx.options.get("chars", 400))
+    texts = {f"c{i}": f"Context {i} speaks. " + huge_prose(chars) for i in range(contexts)}
+    got: list[dict[str, Any]] = []
+    async with websockets.connect(_provider_ws_url(ctx, path), max_size=None, open_timeout=30) as ws:
+        for cid, text in [*texts.items(), ("extra", "One context too many. ")]:
+            await ws.send(json.dumps({"text": text, "context_id": cid, "flush": True}))
+            await ws.send(json.dumps({"text": "", "context_id": cid, "flush": True}))
+            await ws.send(json.dumps({"context_id": cid, "close_context": True}))
+        async with asyncio.timeout(float(ctx.options.get("seconds", 120.0))):
+            while {m.get("contextId") for m in got if m.get("isFinal")} < set(texts):
+                got.append(json.loads(await ws.recv()))
+    first = {cid: next((i for i, m in enumerate(got) if m.get("audio") and m.get("contextId") == cid), None)
+             for cid in texts}  # fmt: skip
+    ended = {m.get("contextId"): i for i, m in enumerate(got) if m.get("isFinal")}
+    order = list(texts)
+    aligned = {cid: "".join(c for m in got if m.get("contextId") == cid and m.get("normalizedAlignment")
+                            for c in m["normalizedAlignment"]["chars"]) for cid in texts}  # fmt: skip
+    return {"codes": sorted({m["error"] for m in got if m.get("error")}),
+            "refused": sorted({m.get("contextId") for m in got if m.get("error") == "too_many_contexts"}),
+            "ended": sorted(cid for cid in ended if cid in texts),
+            "whole": sum(aligned[cid].split() == text.split() for cid, text in texts.items()),
+            "overlapped": sum(first[b] is not None and first[b] < ended.get(a, len(got))
+                              for a, b in itertools.pairwise(order))}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,7 @@ def admission_parts() -> tuple[Timed, Timed]:
             return sum(w.cost for k in self._keys.values() for w in k.admitted)
 
         def look(self, capacity: float, *, follows: bool = False, timeline_of: Any = None) -> list[Any]:
-            self.slo_capacity(capacity)
+            self._capacity = capacity
             if timeline_of is not None:
                 for lst in self._listeners.values():
                     heard = timeline_of(lst.token)

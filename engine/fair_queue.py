@@ -36,7 +36,8 @@ The rules:
 - the first-audio SLO (`first_audio_slo_s`): a stream that leads its listener (no earlier stream of its
   listener open, none of its audio playing) must be heard by `enqueued_at + SLO`. Its forecast
   (engine/start_forecast.py) is its wait for room (the cost ahead of it in fair order) plus its own
-  time to first audio as this box measured it lately, slower the fuller the engine it starts beside.
+  time to first audio as this box measured it lately for its class of voice (from the engine's word on
+  that class before it is measured), slower the fuller the engine it starts beside.
   So the SLO bounds a leader's room too (`slo_capacity`): it starts only beside as much load as still
   lets it be heard in time — a box running slow admits fewer — and one always starts alone (it is how
   the box's speed is measured again). Continuations keep the engine's whole capacity: they are what
@@ -76,10 +77,14 @@ class FairQueue:
         self._stream_s = config.default_stream_s  # every key's streams: a newcomer's first estimate
         self.forecast = StartForecast(config)
         self._capacity: float | None = None  # the engine's capacity at the last call: how full it is
+<<<<<<< HEAD
         self._slo_room: float = math.inf  # what the SLO leaves of it to leaders then (`slo_capacity`)
         # `load` as last summed; None once a stream is admitted or finished or a cost moves. A stream's start
         # asks it up to four times (try, push, start, busy): one sum instead of four over the streams in flight.
         self._load: float | None = None
+=======
+        self._behind_until = -math.inf  # the engine starts no newcomer before this (`engine_behind`)
+>>>>>>> main
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -104,11 +109,20 @@ class FairQueue:
             self._load = sum(w.cost for k in self._keys.values() for w in k.admitted)
         return self._load
 
+    def engine_behind(self, seconds: float) -> None:
+        """The engine's word that it is catching up with its urgent work for `seconds` more (0: it is not;
+        `Capacity.behind_s`): no stream starts beside the ones in flight before then, and no start is
+        predicted sooner. Room it has: a moment's strain, not a stream's whole length, to wait out."""
+        self._behind_until = self._clock() + seconds if seconds > 0 else -math.inf
+
     def fits(self, cost: float, capacity: float) -> bool:
         """Whether a stream of `cost` has room now: it fits the capacity beside the cost in flight, or
-        nothing is in flight (one stream always has room: never a deadlock), within `max_in_flight`."""
+        nothing is in flight (one stream always has room: never a deadlock), within `max_in_flight`,
+        and the engine is not catching up (`engine_behind`)."""
         if self._in_flight == 0:
             return True
+        if self._clock() < self._behind_until:
+            return False
         if self.config.max_in_flight is not None and self._in_flight >= self.config.max_in_flight:
             return False
         return self.load + cost <= capacity + _EPS
@@ -126,30 +140,35 @@ class FairQueue:
         """About when a slot is free for a newcomer (`StartForecast.retry_after_s`)."""
         return self.forecast.retry_after_s(self._waiting, capacity, self.config.max_wait_s)
 
-    def first_audio_tail_s(self) -> float:
-        """A stream's measured start-to-first-audio time alone, at the tail (`StartForecast.alone_s`)."""
-        return self.forecast.alone_s(self._clock())
+    def first_audio_tail_s(self, voice: str = "") -> float:
+        """A stream of class `voice`'s measured start-to-first-audio time alone, at the tail
+        (`StartForecast.alone_s`)."""
+        return self.forecast.alone_s(voice, self._clock())
 
-    @property
-    def slo_room(self) -> float:
-        """The room the SLO last left leaders (`slo_capacity`; inf before the first judgement)."""
-        return self._slo_room
+    def slo_room(self, voice: str = "") -> float:
+        """The room the SLO leaves a leader of class `voice` of the capacity last seen (`slo_capacity`;
+        inf before any)."""
+        return math.inf if self._capacity is None else self._slo_room(self._capacity, voice)
 
-    def slo_capacity(self, capacity: float) -> float:
-        """The room the SLO leaves of `capacity` (the engine's word; remembered, so a start knows how full
-        the engine was): a stream of the usual cost starts only beside as much load as lets it be heard
-        within the SLO (`StartForecast.busy_within`). All of it without an SLO or while the box is fast;
-        room for one alone where not even that one would make it (`fits`: one always starts alone)."""
+    def slo_capacity(self, capacity: float, voice: str = "") -> float:
+        """The room the SLO leaves a leader of class `voice` of `capacity` (the engine's word; remembered,
+        so a start knows how full the engine was)."""
         self._capacity = capacity
+        return self._slo_room(capacity, voice)
+
+    def _slo_room(self, capacity: float, voice: str) -> float:
+        """A stream of the usual cost and of class `voice` starts only beside as much load as lets it be
+        heard within the SLO (`StartForecast.busy_within`): all of `capacity` without an SLO or while
+        that class is fast; room for one alone where not even that one would make it (`fits`: one
+        always starts alone). Each class its own: a slow voice's speed does not close the door to a
+        fast one."""
         slo = self.config.first_audio_slo_s
-        busy = 1.0 if slo is None else self.forecast.busy_within(slo, self._clock())
-        room = capacity if busy >= 1.0 else min(capacity, max(0.0, busy) * capacity + self.forecast.cost)
-        self._slo_room = room
-        return room
+        busy = 1.0 if slo is None else self.forecast.busy_within(voice, slo, self._clock())
+        return capacity if busy >= 1.0 else min(capacity, max(0.0, busy) * capacity + self.forecast.cost)
 
     def _room(self, w: Waiter, capacity: float) -> float:
         """The capacity `w` may start in: what the SLO leaves where it leads its listener, else all of it."""
-        return min(capacity, self._slo_room) if self._leads(w) else capacity
+        return self._slo_room(capacity, w.voice) if self._leads(w) else capacity
 
     def _busy(self, load: float) -> float:
         """The share of the engine's capacity `load` is (0 to 1): what slows a stream's first audio."""
@@ -169,21 +188,24 @@ class FairQueue:
             free = min(free, (self.config.max_in_flight - count) * load / count)  # slots, at their mean cost
         need = min(cost_ahead + cost - free, cost_ahead + load)
         in_flight = [(w.started_at or 0.0, w.cost) for k in self._keys.values() for w in k.admitted]
-        return self.forecast.start_at(self._clock(), need, in_flight)
+        start = self.forecast.start_at(self._clock(), need, in_flight)
+        return start if not in_flight else max(start, self._behind_until)
 
     # -- transitions ------------------------------------------------------------------------------
 
     def push(self, key: str, weight: float, capacity: float, *, timeline: ListenerTimeline | None = None,
-             cost: float = 1.0, kind: object = None, listener: object = None, follows: bool = False) -> Waiter:
+             cost: float = 1.0, kind: object = None, listener: object = None, follows: bool = False,
+             voice: str = "") -> Waiter:
         """A stream for `key` asks to start: admitted at once while there is room and nobody waits (or
         beside its listener's, the module doc), else queued; raises Refused when it would wait past a
         bound or be heard past the SLO. `timeline`: its listener's, while it hears speech (a continuation);
         `cost`: what it holds of `capacity`, `kind` what `recost` re-reads it by; `listener`: whose stream
-        it is; `follows`: the engine makes a listener's next stream due after the one before."""
+        it is; `follows`: the engine makes a listener's next stream due after the one before; `voice`:
+        its class of voice (`Capacity.voice_class`: whose first audio its own is forecast by)."""
         if not weight > 0:
             raise ValueError("a weight must be > 0")
         _check_cost(cost)
-        leader_room = self.slo_capacity(capacity)
+        leader_room = self.slo_capacity(capacity, voice)
         k = self._keys.get(key)
         lst = self._listeners.get(id(listener)) if listener is not None else None
         leads = timeline is None and (lst is None or not (lst.held or lst.waiting))  # `_leads`, as it asks
@@ -198,7 +220,8 @@ class FairQueue:
             k = self._keys[key] = KeyState(weight, max(floor, self._idle.pop(key, floor)), self._stream_s)
         k.weight = weight  # the configuration's latest word
         now = self._clock()
-        waiter = Waiter(key, now, next(self._seq), timeline=timeline, cost=cost, kind=kind, listener=listener)
+        waiter = Waiter(key, now, next(self._seq), timeline=timeline, cost=cost, kind=kind, listener=listener,
+                        voice=voice)
         k.waiting.append(waiter)
         self._waiting += 1
         if listener is not None:
@@ -234,7 +257,7 @@ class FairQueue:
 
     def grant(self, capacity: float) -> list[Waiter]:
         """Start waiters while they fit the capacity (what the SLO leaves of it), in fair order; returns them."""
-        self.slo_capacity(capacity)
+        self._capacity = capacity  # how full the engine is, for the starts decided here
         return self._start(capacity, self._clock())
 
     def look(self, capacity: float, *, follows: bool = False,
@@ -243,7 +266,7 @@ class FairQueue:
         the policy's clock; None while it hears none), the waiters past a bound or the SLO
         refused (returned, expired), a listener holding no slot taking it back (`take_back`), then room
         granted in fair order. Bounded by the waiters."""
-        self.slo_capacity(capacity)
+        self._capacity = capacity  # how full the engine is, for the starts decided here
         if timeline_of is not None:
             for lst in self._listeners.values():
                 if not lst.waiting:  # only a waiting stream's listener is asked (most hold their one stream)
@@ -264,7 +287,7 @@ class FairQueue:
         """A place given up or a slot freed (idempotent). A freed slot stays its listener's: the stream
         riding it holds it now, or the listener's next waiting stream takes it (`hand_over`), before
         anyone else looks; the caller looks next (`look`)."""
-        self.slo_capacity(capacity)
+        self._capacity = capacity  # how full the engine is, for the starts decided here
         lst = self._listener(waiter.listener)
         alone = lst is not None and lst.held == [waiter]
         if not (alone and lst is not None and lst.waiting and self.hand_over(waiter, lst.waiting[0], capacity)):
@@ -405,7 +428,7 @@ class FairQueue:
         """Remove and return the waiters refused while waiting (`Waiter.refused`): past the maximum wait
         (bound "wait"), or, given the `capacity`, predicted to be heard past the SLO (bound "slo")."""
         if capacity is not None:
-            self.slo_capacity(capacity)
+            self._capacity = capacity  # how full the engine is, for the starts decided here
         return self._expire_waits(capacity) + ([] if capacity is None else self._expire_slo(capacity))
 
     def _expire_waits(self, capacity: float | None) -> list[Waiter]:
@@ -470,7 +493,7 @@ class FairQueue:
         wait = self.start_of(w, capacity) - now
         # It starts beside the load now, or, having waited, at most as much as its cost fits beside.
         load = self.load
-        own = self.forecast.own_s(self._busy(load if wait <= _EPS else min(load, capacity - w.cost)), now)
+        own = self.forecast.own_s(w.voice, self._busy(load if wait <= _EPS else min(load, capacity - w.cost)), now)
         heard = now - w.enqueued_at + wait + own
         if heard <= slo + _EPS:
             return None
@@ -520,7 +543,7 @@ class FairQueue:
         waiter.heard = True
         if waiter.leads:
             now = self._clock()
-            self.forecast.heard(now - waiter.started_at, waiter.busy, now)
+            self.forecast.heard(waiter.voice, now - waiter.started_at, waiter.busy, now)
         return waiter.leads
 
     def finish(self, waiter: Waiter) -> None:

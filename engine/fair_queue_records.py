@@ -32,9 +32,14 @@ class FairQueueConfig:
     # s: until streams were seen to end, how long one holds its slot (Retry-After, the prediction).
     default_hold_s: float = 2.0
     default_stream_s: float = 2.0  # audio s: a stream's expected length until some ended (its charge)
-    # s: the prior of a stream's start-to-first-audio time alone (a CPU box's first sentence): a fresh
-    # server's word until it measured its own, and weighed with its measurements after (below).
+    # s: the prior of a stream's start-to-first-audio time alone where the engine tells none for its
+    # voice (`Capacity.first_audio_s`; a CPU box's first sentence): a fresh server's word until it
+    # measured its own, and weighed with its measurements after (below).
     default_first_audio_s: float = 0.5
+    # classes of voice (`Capacity.voice_class`) whose first audio is measured apart: an engine's voices
+    # differ in speed by class (the CPU voices have two: Piper, Kokoro), so a few; bounded, so no engine
+    # can grow the memory. The one heard least lately is forgotten first (back to its prior).
+    first_audio_voices: int = 16
     first_audio_quantile: float = 0.95  # the tail of start-to-first-audio the SLO is kept at
     first_audio_samples: int = 64  # the latest measurements that tail is read from: recent, bounded
     # s: measurements older than this are forgotten: the box's speed now (other work on it comes and
@@ -64,6 +69,8 @@ class FairQueueConfig:
             raise ValueError("first_audio_slo_s must be > 0 (None: off)")
         if not 0 < self.first_audio_quantile <= 1 or self.first_audio_samples < 1 or not 0 < self.smoothing <= 1:
             raise ValueError("first_audio_quantile and smoothing must be in (0, 1], first_audio_samples ≥ 1")
+        if self.first_audio_voices < 1:
+            raise ValueError("first_audio_voices must be ≥ 1")
         if not (self.default_first_audio_s > 0 and self.first_audio_memory_s > 0 and self.first_audio_prior_weight >= 0
                 and self.first_audio_load_slowdown >= 0):  # fmt: skip
             raise ValueError("default_first_audio_s and first_audio_memory_s must be > 0, the prior's weight and "
@@ -99,6 +106,7 @@ class Waiter:
     timeline: ListenerTimeline | None = None
     cost: float = 1.0  # what it holds of the capacity while admitted (the module doc, costs)
     kind: object = None  # what its cost is re-read by (`recost`)
+    voice: str = ""  # its class of voice: whose first audio its own is forecast by (`Capacity.voice_class`)
     listener: object = None  # whose streams it is one of (by identity; None: its own)
     # Admitted beside another stream of its listener (`admit_beside`): it rides that one's slot, until
     # that one ends and it holds the slot itself. `rider` is the reverse link.

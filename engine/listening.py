@@ -3,7 +3,7 @@
 A listener hears the audio sent to it until it runs out; behind that, audio is queued (made or still
 to make). Every scheduling decision is a deadline on this timeline: a piece must come before its
 listener runs dry. `ListenerTimeline` is that quantity, on one monotonic clock, for both engines
-(engine/scheduler.py's Qwen3 streams, engine/cpu/'s CPU voices).
+(engine/qwen3/serving/scheduler.py's Qwen3 streams, engine/cpu/'s CPU voices).
 
 The first-audio hold (`holds_first`): a listener who has started must keep hearing, so a stream's
 first audio waits while the rest is predicted to come after its listener needs it: a later start

@@ -9,19 +9,25 @@ arithmetic it decides with, kept apart so each can be read alone:
   (`alone_s`, each measurement divided by the slowdown of the load it started beside, so measurements
   at every load are one number) times that load's slowdown, 1 + `first_audio_load_slowdown` × the
   share of the capacity in flight. `alone_s` is a tail (`first_audio_quantile`) of the recent
-  measurements (`first_audio_memory_s`), with the prior (`default_first_audio_s`) counted as
-  `first_audio_prior_weight` measurements, and never the single worst of them: a fresh server starts at
-  the prior, one slow outlier does not close the door, and the box slowing down (two slow in a row) does;
+  measurements (`first_audio_memory_s`), with the prior counted as `first_audio_prior_weight`
+  measurements, and never the single worst of them: a fresh server starts at the prior, one slow
+  outlier does not close the door, and the box slowing down (two slow in a row) does;
+- all of it per class of voice (`voice`: the engine's `Capacity.voice_class`, "" where it tells none):
+  where an engine's voices differ in speed (Piper and Kokoro), one's measurements say nothing of
+  another's. A class's prior is the engine's own word on it (`Capacity.first_audio_s`, from its cost
+  model, told at each look: `estimates`), else `default_first_audio_s`. The classes measured are
+  remembered the latest used first, `first_audio_voices` of them: one forgotten starts at its prior;
 - the prediction of a waiting stream's start (`start_at`), and a newcomer's `retry_after_s`.
 
-Pure: no clock of its own (times are passed in), bounded memory (`first_audio_samples`).
+Pure: no clock of its own (times are passed in), bounded memory (`first_audio_samples` per class,
+`first_audio_voices` classes).
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Sequence
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
 
 from engine.fair_queue_records import FairQueueConfig
 
@@ -35,8 +41,9 @@ class StartForecast:
         self.config = config
         self.hold_s = config.default_hold_s  # a running mean of how long an admitted stream holds its slot
         self.cost = 1.0  # a running mean of admitted streams' costs (how many a capacity holds)
-        # (when heard, its time to first audio alone): the latest measurements, bounded
-        self._first_audio: deque[tuple[float, float]] = deque(maxlen=config.first_audio_samples)
+        # per class of voice, the latest used last: (when heard, its time to first audio alone), bounded
+        self._first_audio: OrderedDict[str, deque[tuple[float, float]]] = OrderedDict()
+        self._priors: dict[str, float] = {}  # the engine's word per class (`estimates`), bounded
 
     # -- measurements -----------------------------------------------------------------------------
 
@@ -48,38 +55,68 @@ class StartForecast:
         """An admitted stream ended, having held its slot `held_s`."""
         self.hold_s += self.config.smoothing * (held_s - self.hold_s)
 
-    def heard(self, first_audio_s: float, busy: float, now: float) -> None:
-        """A stream the SLO applies to was heard `first_audio_s` after it started, at `now`, having
-        started beside `busy` (the share of the capacity in flight then, 0 to 1)."""
-        self._first_audio.append((now, first_audio_s / self.slowdown(busy)))
+    def estimates(self, first_audio_s: Iterable[tuple[str, float]]) -> None:
+        """The engine's word now on each class's time to first audio alone (`Capacity.first_audio_s`):
+        those classes' priors from now on, in place of the last word (the first `first_audio_voices`;
+        a value not a positive number of seconds is not believed: `default_first_audio_s`)."""
+        priors: dict[str, float] = {}
+        for voice, s in first_audio_s:
+            if len(priors) >= self.config.first_audio_voices:
+                break
+            if s > 0 and math.isfinite(s):
+                priors[voice] = s
+        self._priors = priors
+
+    def heard(self, voice: str, first_audio_s: float, busy: float, now: float) -> None:
+        """A stream of class `voice` the SLO applies to was heard `first_audio_s` after it started, at
+        `now`, having started beside `busy` (the share of the capacity in flight then, 0 to 1)."""
+        samples = self._first_audio.pop(voice, None)
+        if samples is None:
+            samples = deque(maxlen=self.config.first_audio_samples)
+            while len(self._first_audio) >= self.config.first_audio_voices:
+                self._first_audio.popitem(last=False)  # the class heard least lately: back to its prior
+        samples.append((now, first_audio_s / self.slowdown(busy)))
+        self._first_audio[voice] = samples
 
     @property
-    def samples(self) -> int:
-        """How many start-to-first-audio times are remembered now (recent or not)."""
-        return len(self._first_audio)
+    def voices(self) -> list[str]:
+        """The classes with a word or a measurement (what /metrics shows), bounded by
+        2 × `first_audio_voices`."""
+        return sorted({*self._priors, *self._first_audio})
+
+    def samples(self, voice: str = "") -> int:
+        """How many start-to-first-audio times of class `voice` are remembered now (recent or not)."""
+        return len(self._first_audio.get(voice, ()))
+
+    def prior_s(self, voice: str = "") -> float:
+        """Class `voice`'s time to first audio alone before it is measured: the engine's word, or the default."""
+        return self._priors.get(voice, self.config.default_first_audio_s)
 
     def slowdown(self, busy: float) -> float:
         """How much longer than alone a stream takes to its first audio, started beside `busy` of the
         capacity (0 to 1): its first piece shares the workers with the streams in flight."""
         return 1.0 + self.config.first_audio_load_slowdown * min(1.0, max(0.0, busy))
 
-    def alone_s(self, now: float) -> float:
-        """A stream's start-to-first-audio time alone on this box, at the tail (the module doc)."""
-        recent = [s for at, s in self._first_audio if now - at <= self.config.first_audio_memory_s]
-        values = sorted(recent + [self.config.default_first_audio_s] * self.config.first_audio_prior_weight)
+    def alone_s(self, voice: str, now: float) -> float:
+        """A stream of class `voice`'s start-to-first-audio time alone on this box, at the tail (the
+        module doc)."""
+        memory, prior = self.config.first_audio_memory_s, self.prior_s(voice)
+        recent = [s for at, s in self._first_audio.get(voice, ()) if now - at <= memory]
+        values = sorted(recent + [prior] * self.config.first_audio_prior_weight)
         if not values:
-            return self.config.default_first_audio_s
+            return prior
         rank = math.ceil(self.config.first_audio_quantile * len(values)) - 1
         return values[max(0, min(rank, len(values) - 2))]  # never the single worst: one outlier is not the box
 
-    def own_s(self, busy: float, now: float) -> float:
-        """A stream's start-to-first-audio time, started beside `busy` of the capacity (0 to 1)."""
-        return self.alone_s(now) * self.slowdown(busy)
+    def own_s(self, voice: str, busy: float, now: float) -> float:
+        """A stream of class `voice`'s start-to-first-audio time, started beside `busy` of the capacity
+        (0 to 1)."""
+        return self.alone_s(voice, now) * self.slowdown(busy)
 
-    def busy_within(self, budget_s: float, now: float) -> float:
+    def busy_within(self, voice: str, budget_s: float, now: float) -> float:
         """The most of the capacity (0 to 1, or less than 0: not even alone) that may be in flight as a
-        stream starts for it to be heard within `budget_s` of its start."""
-        alone, k = self.alone_s(now), self.config.first_audio_load_slowdown
+        stream of class `voice` starts for it to be heard within `budget_s` of its start."""
+        alone, k = self.alone_s(voice, now), self.config.first_audio_load_slowdown
         if budget_s >= alone * (1.0 + k) - _EPS:
             return 1.0
         if alone <= _EPS or k <= 0:  # past the budget alone (or a budget below zero): not even alone

@@ -108,7 +108,18 @@ class Capacity:
     by language, spoken with that language's default voice, and `voice_costs` by the voice it names.
     Admission then starts a stream while the cost of those it admitted and its own fit `budget`
     (gateway/admission.py), not while fewer than `streams` run, so a cheap stream never waits out a
-    costly one it fits beside. None: every stream costs one of `streams`."""
+    costly one it fits beside. None: every stream costs one of `streams`.
+
+    `behind_s`: how long until the engine expects to be caught up with its urgent work (a listener's
+    first piece waiting for a worker, a playing stream's piece due now): it starts no newcomer before
+    then, and admission predicts none sooner (0: it is not behind). A moment's strain is not a full
+    engine: a newcomer waits it out rather than for a stream to end.
+
+    `first_audio_s`: where its voices differ in speed (the CPU voices: a Piper run is about eight times
+    quicker than a Kokoro one), each class of voice's time from a stream's start to its first audio,
+    alone on the engine, in seconds, as its cost model puts it now, and which class speaks a language
+    (its default voice: `language_classes`) and a voice (`voice_classes`). Admission forecasts a
+    stream's first audio per class (`voice_class`), starting from this. Empty: one class, unestimated."""
 
     streams: int
     active: int
@@ -118,6 +129,10 @@ class Capacity:
     budget: float | None = None
     costs: tuple[tuple[str, float], ...] = ()
     voice_costs: tuple[tuple[str, float], ...] = ()
+    behind_s: float = 0.0
+    first_audio_s: tuple[tuple[str, float], ...] = ()
+    language_classes: tuple[tuple[str, str], ...] = ()
+    voice_classes: tuple[tuple[str, str], ...] = ()
 
     def price(self, language: str | None, voice: str | None = None) -> float:
         """What a stream in `language` (`voice`: None or "default", the language's default) holds of
@@ -134,6 +149,22 @@ class Capacity:
         if cost is None or not (default or voice in by_voice):
             return costliest
         return cost if default else max(cost, by_voice.get(voice or "", 0.0))
+
+    def voice_class(self, language: str | None, voice: str | None = None) -> str:
+        """Which class of voice speaks a stream in `language` (`voice` as in `price`): its language's
+        default voice's, or the slower of that and its voice's. A language or voice not classed ("auto"
+        among them): the slowest class, as the engine may speak it with its slowest voice (as `price`).
+        "" where the engine tells no classes. Bounded by the voices."""
+        speed = dict(self.first_audio_s)
+        if not speed:
+            return ""
+        by_language, by_voice = dict(self.language_classes), dict(self.voice_classes)
+        named = [by_language.get(language or "")]
+        if voice not in (None, "default", "auto"):
+            named.append(by_voice.get(voice or ""))
+        known = [c for c in named if c is not None and c in speed]
+        candidates = known if len(known) == len(named) else list(speed)
+        return max(candidates, key=lambda c: (speed[c], c))
 
 
 @dataclass(frozen=True, slots=True)

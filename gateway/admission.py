@@ -33,6 +33,7 @@ log = logging.getLogger("voxgate.admission")
 # What a stream speaks, (language, voice), None where unsaid: what its cost is read by (`Waiter.kind`).
 Speaks = tuple[str | None, str | None]
 Price = Callable[[str | None, str | None], float]  # (language, voice) → what such a stream costs
+Classify = Callable[[str | None, str | None], str]  # (language, voice) → its class of voice (`Capacity.voice_class`)
 
 
 class Listener(Protocol):
@@ -51,6 +52,11 @@ def _timeline(listener: object) -> ListenerTimeline | None:
 def _price(measured: Capacity | None) -> Price:
     """What a stream costs by the engine's cost model (`Capacity.price`); one each where it has none."""
     return (lambda language, voice: 1.0) if measured is None else measured.price
+
+
+def _classify(measured: Capacity | None) -> Classify:
+    """Which class of voice a stream's first audio is forecast by (the engine's word); "" where it tells none."""
+    return (lambda language, voice: "") if measured is None else measured.voice_class
 
 
 _UNPRICED = object()
@@ -168,16 +174,23 @@ class Admission:
         """The cost of the admitted streams, in the capacity's units."""
         return self._queue.load
 
-    @property
-    def first_audio_alone_s(self) -> float:
-        """This box's measured start-to-first-audio time of a stream alone, at the tail: what the
-        first-audio SLO's forecast starts from."""
-        return self._queue.first_audio_tail_s()
+    def first_audio_alone_s(self) -> dict[str, float]:
+        """This box's measured start-to-first-audio time of a stream alone, at the tail, per class of voice
+        ("": the engine tells none), from the engine's word now: what the first-audio SLO's forecast starts
+        from. Bounded (`FairQueueConfig.first_audio_voices`)."""
+        self._told(self._measured())
+        return {voice: self._queue.first_audio_tail_s(voice) for voice in self._queue.forecast.voices or [""]}
 
-    @property
-    def slo_room(self) -> float:
-        """The capacity the first-audio SLO last left a listener's first stream (the load's units)."""
-        return self._queue.slo_room
+    def slo_room(self) -> dict[str, float]:
+        """The capacity the first-audio SLO last left a listener's first stream (the load's units), per
+        class of voice as `first_audio_alone_s`."""
+        return {voice: self._queue.slo_room(voice) for voice in self._queue.forecast.voices or [""]}
+
+    def _told(self, measured: Capacity | None) -> None:
+        """The engine's word on each class of voice's first audio: the forecast's priors (a failed probe
+        keeps the last word)."""
+        if measured is not None:
+            self._queue.forecast.estimates(measured.first_audio_s)
 
     def engine_capacity(self) -> Capacity | None:
         """The engine's own word on its capacity (None: it cannot tell); may raise."""
@@ -198,7 +211,9 @@ class Admission:
     def _measured(self) -> Capacity | None:
         """The engine's word on its capacity; None when it cannot tell or its probe fails (logged once)."""
         try:
-            return self.engine_capacity()
+            measured = self.engine_capacity()
+            self._queue.engine_behind(0.0 if measured is None else measured.behind_s)
+            return measured
         except Exception:  # the engine's estimate is advice: never let it stop admission
             if not self._probe_failed:
                 log.exception("engine.capacity() failed; admitting up to max_active_streams")
@@ -212,15 +227,19 @@ class Admission:
             return max(0.0, measured.budget)  # one stream always has room (FairQueue.fits): never a deadlock
         return max(1, min(self._ceiling, measured.streams))
 
-    def _look(self) -> tuple[Price, float, bool]:
-        """The price of a stream, the capacity and whether the engine follows listeners, by its word now,
-        with every stream's cost re-read (one held at its admission cost would let newcomers in on top)."""
+    def _look(self) -> tuple[Price, float, bool, Classify]:
+        """The price of a stream, the capacity, whether the engine follows listeners and a stream's class
+        of voice, by its word now, with every stream's cost re-read when its pricing moved (one held at its
+        admission cost would let newcomers in on top) and its word on each class's first audio (the
+        forecast's priors)."""
         measured = self._measured()
         price = _price(measured)
         if (pricing := _pricing(measured)) != self._priced:  # a stream's kind moving is re-read as it moves (`rekind`)
             self._queue.recost(lambda kind: price(*cast(Speaks, kind)))
             self._priced = pricing
-        return price, self._slots(measured), measured is not None and measured.follows_listener
+        self._told(measured)
+        follows = measured is not None and measured.follows_listener
+        return price, self._slots(measured), follows, _classify(measured)
 
     def rekind(self, waiter: Waiter, kind: Speaks) -> None:
         """A stream now speaks `kind` (an "auto" stream turned to Han text): it costs what such a stream costs,
@@ -232,13 +251,13 @@ class Admission:
         """A ticket at once when there is room (what the first-audio SLO leaves of the capacity) and nobody
         waits who goes first; None otherwise (then `enqueue` decides). `listener`: whose stream it is;
         `language` and `voice`: its cost."""
-        price, capacity, follows = self._look()
-        cost = price(language, voice)
-        if self._queue.waiting or not self._queue.fits(cost, self._queue.slo_capacity(capacity)):
+        price, capacity, follows, classify = self._look()
+        cost, voice_class = price(language, voice), classify(language, voice)
+        if self._queue.waiting or not self._queue.fits(cost, self._queue.slo_capacity(capacity, voice_class)):
             return None
         self._loop = asyncio.get_running_loop()
         waiter = self._queue.push(tenant, weight, capacity, cost=cost, kind=(language, voice), listener=listener,
-                                  follows=follows)  # fmt: skip
+                                  follows=follows, voice=voice_class)  # fmt: skip
         return Ticket(self, waiter)
 
     def enqueue(self, tenant: str, weight: float, *, listener: Listener | None = None,
@@ -247,11 +266,11 @@ class Admission:
         at once, where the policy can). `wait(place)` returns its ticket. Synchronous, so the place is
         known (`ahead`) from the moment the stream asks."""
         self._loop = asyncio.get_running_loop()
-        price, capacity, follows = self._look()
+        price, capacity, follows, classify = self._look()
         try:
             waiter = self._queue.push(tenant, weight, capacity, cost=price(language, voice), kind=(language, voice),
                                       timeline=None if listener is None else _timeline(listener),
-                                      listener=listener, follows=follows)  # fmt: skip
+                                      listener=listener, follows=follows, voice=classify(language, voice))  # fmt: skip
         except Refused as e:
             raise self._refusal(e) from None
         if waiter.state != "waiting":
@@ -285,13 +304,13 @@ class Admission:
         self._release(place.waiter)
 
     def _release(self, waiter: Waiter) -> None:
-        _, capacity, follows = self._look()
+        _, capacity, follows, _ = self._look()
         self._queue.release(waiter, capacity, follows=follows)
         self._tick()
 
     def _tick(self) -> None:
         """A look: the policy decides, the waits it decided are resolved."""
-        _, capacity, follows = self._look()
+        _, capacity, follows, _ = self._look()
         self._queue.look(capacity, follows=follows, timeline_of=_timeline)
         self._settle()
 

@@ -35,12 +35,13 @@ class Backlog:
             )  # fmt: skip
         # What is already pending decides, so one big message is taken whole (it is bounded by the
         # message limit) and the backlog never exceeds the bound by more than one message.
-        pending = self.chars + utt.segmenter.pending_chars
-        if pending > lim.max_backlog_chars or self.listener.ahead_s() > lim.max_audio_ahead_s:
+        # The audio ahead is its listener's (a context's own where contexts interleave: each is heard apart).
+        pending, listener = self.chars + utt.segmenter.pending_chars, utt.listener or self.listener
+        if pending > lim.max_backlog_chars or listener.ahead_s() > lim.max_audio_ahead_s:
             raise ProtocolError(
                 "backlog_full",
                 f"{refused()}: the listener is too far behind ({pending} characters not yet spoken, "
-                f"{self.listener.ahead_s():.0f} s of audio not yet played); send it again later",
+                f"{listener.ahead_s():.0f} s of audio not yet played); send it again later",
                 utterance_index=utt.index, rejected_chars=n,
             )  # fmt: skip
         if self.file_s >= lim.max_file_audio_s:

@@ -30,6 +30,7 @@ from gateway.deadline import Deadline
 from gateway.intake import TextIntake
 from gateway.lexicons import NO_LEXICON, spoken_with
 from gateway.outbox import Outbox, Outgoing, SlowClient
+from gateway.playback import Playback
 from gateway.playout import Playout
 from gateway.protocol import (
     CLOSE_INTERNAL,
@@ -52,6 +53,7 @@ from gateway.protocol import (
     error_event,
     sent_fields,
 )
+from gateway.pump import heard_by
 from gateway.session_state import SessionBinding
 from gateway.settings import Limits
 from gateway.utterance import Utterance
@@ -64,6 +66,7 @@ __all__ = ["Connection", "Limits"]  # Limits lives in gateway.settings; importin
 log = logging.getLogger("voxgate.ws")
 
 Send = Callable[[bytes | str], Awaitable[None]]
+SendAudio = Callable[[bytes, int], Awaitable[None]]  # an audio frame, and the utterance whose it is
 Select = Callable[[str | None], tuple[Engine, Admission | None, str]]
 
 
@@ -71,7 +74,8 @@ class Connection:
     def __init__(self, engine: Engine, limits: Limits, session: SessionBinding,
                  receive: Callable[[], Awaitable[dict]], send: Send, model: str = "default",
                  admission: Admission | None = None, select: Select | None = None,
-                 draining: Callable[[], bool] = lambda: False) -> None:  # fmt: skip
+                 draining: Callable[[], bool] = lambda: False,
+                 interleaved: SendAudio | None = None) -> None:  # fmt: skip
         self.engine = engine
         self.model = model  # the timing histograms' label
         self.admission = admission  # None: streams open at once (no capacity bound, no fairness)
@@ -83,12 +87,18 @@ class Connection:
         self.session = session
         self._receive = receive
         self._send = send
+        # None: the session's utterances play one after another (the native protocol: its binary frames name
+        # no utterance). Given: named contexts interleave, each audio frame sent through it with its utterance
+        # (a provider wire that tags every audio message with its context: gateway/playout.py).
+        self._send_audio = interleaved
         self.outbox = Outbox(limits.outbox_frames, limits.send_timeout)
         self.config: SessionConfig | None = None
         self.session_id = ""
         self.utterance_count = 0
-        self.playout = Playout(self, self, self.detach)  # the utterances whose input is over, their audio in order
-        self.contexts = Contexts(self, self, self.playout)  # their intakes, each owning the utterance taking its text
+        # The utterances whose input is over, their audio in order; their intakes, each owning the utterance
+        # taking its text.
+        self.playout = Playout(self, self, self.detach, interleaved=interleaved is not None)
+        self.contexts = Contexts(self, self, self.playout, interleaved=interleaved is not None)
         self._stopped = asyncio.Event()
         self._quiet = Deadline(self.limits.config_timeout)  # the reader's wait for the client's next message
         self._watch: asyncio.Task[None] | None = None
@@ -166,7 +176,10 @@ class Connection:
                     metrics.AUDIO_BYTES.inc(len(item.data))
                 try:
                     with sending:
-                        await self._send(item.data)
+                        if self._send_audio is not None and isinstance(item.data, bytes) and item.utterance is not None:
+                            await self._send_audio(item.data, item.utterance)
+                        else:
+                            await self._send(item.data)
                 except TimeoutError:
                     raise  # an OSError too, but it says the client stopped reading (run() closes with 1008)
                 except (OSError, WebSocketDisconnect):  # the transport is gone (uvicorn's ClientDisconnected)
@@ -327,15 +340,17 @@ class Connection:
                               word_timings=cfg.word_timestamps)  # fmt: skip
 
     def open_stream(self, cfg: SessionConfig, voice: tuple[str | None, dict[str, Any]],
-                    engine: Engine | None = None) -> Stream:  # fmt: skip
-        """`engine`: the model's the utterance began on (None: the session's now). The engine is told
-        whose it is (`listener`: its streams are heard one after another, so one opened while the one
-        before is still made continues it; `listener_group`: its tenant, within which alone the engine
-        learns from listeners' habits), and, opened while the client still plays this session's
-        earlier audio, how long that audio lasts (`listener_buffer_s`): its first audio is due by then."""
-        request = msgspec.structs.replace(self._request(cfg, voice), listener=self.listener.name,
+                    engine: Engine | None = None, listener: Playback | None = None) -> Stream:  # fmt: skip
+        """`engine`: the model's the utterance began on (None: the session's now); `listener`: who hears it
+        (None: the session's player). The engine is told whose it is (`listener`: its streams are heard one
+        after another, so one opened while the one before is still made continues it; `listener_group`: its
+        tenant, within which alone the engine learns from listeners' habits), and, opened while its listener
+        still plays earlier audio, how long that audio lasts (`listener_buffer_s`): its first audio is due
+        by then."""
+        listener = listener or self.listener
+        request = msgspec.structs.replace(self._request(cfg, voice), listener=listener.name,
                                           listener_group=listener_group(self.session.tenant.name))
-        if (heard := self.listener.timeline()) is not None:
+        if (heard := listener.timeline()) is not None:
             left = min(MAX_LISTENER_BUFFER_S, heard.ahead_s(time.monotonic()))
             request = msgspec.structs.replace(request, listener_buffer_s=left)
         return open_request(self.engine if engine is None else engine, request)
@@ -358,10 +373,11 @@ class Connection:
         for i, utt in enumerate(victims or ([last] if last is not None else [])):
             utt.played_ms = played_ms if i == 0 or played_ms is None else 0.0
         cancelled = await self.playout.cancel(victims, notify)
-        if not self.playout.playing:
-            # A barge-in: the client drops what it was playing. The next utterance starts a listener
-            # afresh, not as the continuation of audio nobody hears (its first audio would wait for that).
-            self.listener.stop()
+        for listener in self.contexts.listeners(context_id):
+            if not any(heard_by(self, utt) is listener for utt in self.playout.playing):
+                # A barge-in: the client drops what it was playing. The next utterance starts a listener
+                # afresh, not as the continuation of audio nobody hears (its first audio would wait for that).
+                listener.stop()
         return cancelled
 
     def _last_of(self, context_id: str | None) -> Utterance | None:

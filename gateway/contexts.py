@@ -3,7 +3,11 @@
 A context is an utterance stream with its own text intake; the default one (no `context_id`) is the
 session as it has always been. Contexts play in the order their utterances began (the next one
 synthesises while the one before plays: gateway/playout.py chains their pumps), a cancel names one
-context and leaves the others alone, and at most `Limits.max_contexts` named contexts are open at once.
+context and leaves the others alone, and at most `Limits.max_contexts` named contexts are open at once
+(a context whose audio is still being sent is open). Where contexts interleave (a provider wire that
+tags each audio message with its context), each named context's audio is sent as it is made and each
+has a listener of its own: the engine and admission see its first utterance as one nobody is hearing
+yet, not as the continuation of another context's (which its client may have dropped).
 Every event about a context's utterance carries its `context_id`: the Connection stamps it on the way
 out (`tag`), so no event built anywhere can forget it.
 """
@@ -18,6 +22,7 @@ from collections.abc import Iterator
 import msgspec
 
 from gateway.intake import TextIntake
+from gateway.playback import Playback
 from gateway.protocol import ProtocolError, ServerEvent, quote
 from gateway.seams import Emitter, PlayOrder, SessionView
 from gateway.settings import Limits
@@ -39,8 +44,9 @@ class Contexts:
     utterance. It sees the session (`view`), the client (`out`) and the playing order (`order`) only to
     hand them to the intakes it opens."""
 
-    def __init__(self, view: SessionView, out: Emitter, order: PlayOrder) -> None:
+    def __init__(self, view: SessionView, out: Emitter, order: PlayOrder, *, interleaved: bool = False) -> None:
         self._view, self._out, self._order = view, out, order
+        self._interleaved = interleaved  # each named context heard apart (see the module doc)
         self._limits = view.limits
         self.default = self._intake(None)
         self._named: dict[str, TextIntake] = {}
@@ -50,7 +56,8 @@ class Contexts:
         self._began = asyncio.Event()
 
     def _intake(self, context_id: str | None) -> TextIntake:
-        return TextIntake(self._view, self._out, self._order, self.tag, context_id)
+        own = Playback(count_underruns=False) if self._interleaved and context_id is not None else None
+        return TextIntake(self._view, self._out, self._order, self.tag, context_id, listener=own)
 
     def __iter__(self) -> Iterator[TextIntake]:
         yield self.default
@@ -118,6 +125,11 @@ class Contexts:
                 victims.append(intake.current)
                 intake.current = None
         return victims
+
+    def listeners(self, context_id: str | None) -> list[Playback]:
+        """Who hears the context named (with no `context_id`: every context's listeners)."""
+        intakes = list(self) if context_id is None else [i for i in (self.get(context_id),) if i is not None]
+        return list({id(i.listener): i.listener for i in intakes}.values()) or [self._view.listener]
 
     def detach(self, utt: Utterance) -> bool:
         return any(intake.detach(utt) for intake in self)

@@ -15,6 +15,7 @@ from gateway import metrics
 from gateway.admission import Ticket
 from gateway.lexicons import Respelled, spoken_text
 from gateway.outbox import SlowClient
+from gateway.playback import Playback
 from gateway.protocol import ProtocolError, SegmentCommitted
 from gateway.queued_stream import QueuedStream
 from gateway.seams import Emitter, PlayOrder, SessionView
@@ -36,14 +37,22 @@ def message_of(e: ProtocolError | EngineError) -> str:
 class TextIntake:
     """One context's intake (gateway/contexts.py); `context_id` None: the session's default one. It reads
     the session through `view`, tells the client through `out`, hands each utterance it begins to the
-    playing `order`, and has `tag` note the utterance's context (so its events are stamped with it)."""
+    playing `order`, and has `tag` note the utterance's context (so its events are stamped with it).
+    `listener`: who hears its utterances, where not the session's player (a context of its own, heard
+    beside the others: interleaved contexts)."""
 
     def __init__(self, view: SessionView, out: Emitter, order: PlayOrder, tag: Callable[[Utterance], None],
-                 context_id: str | None = None) -> None:  # fmt: skip
+                 context_id: str | None = None, listener: Playback | None = None) -> None:  # fmt: skip
         self._view, self._out, self._order, self._tag = view, out, order, tag
         self.context_id = context_id
+        self._listener = listener
         self.current: Utterance | None = None  # the one receiving text
         self.latest: Utterance | None = None  # the last one begun (what a context's late cancel names)
+
+    @property
+    def listener(self) -> Playback:
+        """Who hears this context's utterances."""
+        return self._listener or self._view.listener
 
     async def text(self, text: str) -> None:
         if not isinstance(text, str):
@@ -82,7 +91,8 @@ class TextIntake:
         here (by input.text, by an input.done with nothing open, by session.close), so its bounds hold
         for each of them."""
         self._may_begin(rejected_chars)
-        utt = self.latest = Utterance(self._view.next_utterance_index(), segmenter, context_id=self.context_id)
+        utt = self.latest = Utterance(self._view.next_utterance_index(), segmenter, context_id=self.context_id,
+                                      listener=self.listener)  # fmt: skip
         self._tag(utt)
         self._order.reserve(utt)
         return utt
@@ -171,8 +181,9 @@ class TextIntake:
         # The engine of the model the utterance begins on: a session.config naming another model while it
         # waits for admission must not move it (its admission is this model's).
         cfg, voice, engine, admission = view.config, view.voice, view.engine, view.admission
+        listener = self.listener
         if admission is None:
-            return view.open_stream(cfg, voice, engine)
+            return view.open_stream(cfg, voice, engine, listener)
 
         def admitted(ticket: Ticket) -> None:  # its text goes to the engine now, with no await between
             utt.queue_wait_s = ticket.waited_s
@@ -185,9 +196,10 @@ class TextIntake:
         # A listener still playing this session's audio must not hear a gap before the next utterance:
         # its stream goes before newcomers once that audio runs low (engine/fair_queue.py, continuations),
         # asked while it waits, so one queued before the audio ahead of it began counts once it plays.
-        return QueuedStream(admission, tenant.name, tenant.weight, lambda: view.open_stream(cfg, voice, engine),
+        return QueuedStream(admission, tenant.name, tenant.weight,
+                            lambda: view.open_stream(cfg, voice, engine, listener),
                             on_lost=lambda e, indexes: self._lost(utt, e, indexes), on_admitted=admitted,
-                            frame_rate_hz=frame_rate, listener=view.listener,
+                            frame_rate_hz=frame_rate, listener=listener,
                             language=cfg.language_code, voice=voice[0], text=text)  # fmt: skip
 
     async def _lost(self, utt: Utterance, e: ProtocolError | EngineError, engine_indexes: list[int]) -> None:

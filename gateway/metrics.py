@@ -163,10 +163,13 @@ class _Families:
         self.admitted = g("voxgate_admission_admitted", "streams admitted and not ended")
         self.load = g("voxgate_admission_load", "the cost of the streams admitted: streams, or worker-seconds "
                       "per second where the engine tells costs (voxgate_engine_capacity_budget)")  # fmt: skip
+        by_class = ["model", "voice_class"]  # the engine's classes of voice (Piper, Kokoro): a few, bounded
         self.alone = g("voxgate_admission_first_audio_alone_seconds", "this box's measured start-to-first-"
-                       "audio time of a stream alone, at the tail: what the first-audio SLO's forecast starts from")
+                       "audio time of a stream alone, at the tail, per class of voice (\"\": the engine tells "
+                       "none): what the first-audio SLO's forecast starts from", by_class)
         self.slo_room = g("voxgate_admission_slo_room", "the capacity the first-audio SLO last left a listener's "
-                          "first stream, in voxgate_admission_load's units (+Inf before its first judgement)")
+                          "first stream of the class of voice, in voxgate_admission_load's units (+Inf before "
+                          "its first judgement)", by_class)
         self.budget = g("voxgate_engine_capacity_budget",
                         "the cost of the streams the engine keeps ahead at once, where its streams differ in cost")
         self.capacity = g("voxgate_engine_capacity_streams",
@@ -189,11 +192,7 @@ class _Families:
             self.state.add_metric([name, state], 1.0 if handle.state == state else 0.0)
         if handle.admission is None:
             return
-        self.waiting.add_metric([name], handle.admission.waiting)
-        self.admitted.add_metric([name], handle.admission.admitted)
-        self.load.add_metric([name], handle.admission.load)
-        self.alone.add_metric([name], handle.admission.first_audio_alone_s)
-        self.slo_room.add_metric([name], handle.admission.slo_room)
+        self._admission(name, handle.admission)
         if capacity is not None:
             self.capacity.add_metric([name], capacity.streams)
             self.active.add_metric([name], capacity.active)
@@ -209,6 +208,15 @@ class _Families:
                 family.add_metric([name], found[key])
         if "restarts" in found:
             self.restarts.add_metric([name], found["restarts"])
+
+    def _admission(self, name: str, admission: Any) -> None:
+        self.waiting.add_metric([name], admission.waiting)
+        self.admitted.add_metric([name], admission.admitted)
+        self.load.add_metric([name], admission.load)
+        for voice_class, seconds in admission.first_audio_alone_s().items():
+            self.alone.add_metric([name, voice_class], seconds)
+        for voice_class, room in admission.slo_room().items():
+            self.slo_room.add_metric([name, voice_class], room)
 
     def all(self) -> Iterator[Metric]:
         yield self.state

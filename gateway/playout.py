@@ -1,6 +1,11 @@
 """A connection's utterances from input.done to their last audio: one pump task each, chained so their
 audio leaves in order (the next synthesises while the one before plays), and cancelled together or
 one by one.
+
+The chain is the session's (the native protocol: its binary frames name no utterance, so the order is
+what tells the client whose audio it is), or, where contexts interleave, each context's: a provider wire
+that tags every audio message with its context (ElevenLabs' multi-stream-input) gets each context's audio
+as it is made, as ElevenLabs sends it, and its client picks what to play.
 """
 
 from __future__ import annotations
@@ -29,18 +34,28 @@ class Playout:
     """The playing order (a `PlayOrder`). It reads the session through `view` and tells the client through
     `out`; `detach` ends an utterance's text intake early (the engine ended its stream before input.done)."""
 
-    def __init__(self, view: SessionView, out: Emitter, detach: Callable[[Utterance], bool]) -> None:
+    def __init__(self, view: SessionView, out: Emitter, detach: Callable[[Utterance], bool], *,
+                 interleaved: bool = False) -> None:  # fmt: skip
         self._view, self._out = view, out
         self._audio = Pump(view, out, self.release_slot, detach)
         self.playing: deque[Utterance] = deque()  # finished input, audio still to send, in order
         self.last_utterance: Utterance | None = None  # the last whose pump ended (what a late cancel names)
-        self._last_turn: asyncio.Future[None] | None = None  # the turn of the utterance begun last
+        self.interleaved = interleaved  # each context its own order (see the module doc)
+        # The turn of the utterance begun last: the session's (key None), or each context's when interleaved.
+        self._last_turn: dict[str | None, asyncio.Future[None]] = {}
 
     def reserve(self, utt: Utterance) -> None:
-        """The utterance's place in the order, taken when it begins (contexts play in the order their
-        utterances began, whichever speaks first)."""
-        utt.after, utt.turn = self._last_turn, asyncio.get_running_loop().create_future()
-        self._last_turn = utt.turn
+        """The utterance's place in the order, taken when it begins: after the one begun before it in the
+        session (contexts play in the order their utterances began, whichever speaks first), or, when
+        contexts interleave, in its context."""
+        key = utt.context_id if self.interleaved else None
+        utt.after, utt.turn = self._last_turn.get(key), asyncio.get_running_loop().create_future()
+        if key not in self._last_turn and len(self._last_turn) >= 64:
+            # Contexts come and go: a done turn orders nothing (its successor starts at once), so those go.
+            # Bounded without it too: the live ones are bounded by max_contexts and max_open_utterances.
+            for k in [k for k, turn in self._last_turn.items() if turn.done()]:
+                del self._last_turn[k]
+        self._last_turn[key] = utt.turn
 
     def start(self, utt: Utterance) -> asyncio.Task[None]:
         """The utterance's pump, started when its engine stream opens (or its input is over): it sends the

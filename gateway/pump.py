@@ -275,7 +275,7 @@ class PcmSink:
         data = encode_frames(pcm, self._cfg.response_format)
         self._utt.sent_bytes += len(data)
         self._playback.add(pcm.size / self.rate)
-        self._view.listener.add(pcm.size / self.rate)
+        heard_by(self._view, self._utt).add(pcm.size / self.rate)
         if self._omni:  # the audio as JSON; marked as audio, so a cancel purges it like a binary frame
             msg = AudioChunkMessage(utterance_index=self._utt.index, chunk_id=self._chunk_id,
                                     chunk_start_ms=round(start_ms), chunk_end_ms=round(words.sent_ms),
@@ -359,11 +359,16 @@ class CodecSink:
         if played:
             utt.codec_frames += n
             utt.words.sent_ms += n * 1000 / self._frame_rate  # the utterance's clock: the frames played
-            self._view.listener.add(n / self._frame_rate)
+            heard_by(self._view, self._utt).add(n / self._frame_rate)
         utt.sent_bytes += len(data)
         await self._out.outbox.put(Outgoing(data, utt.index))
         if n and played:
             self.clock.codec(n / self._frame_rate)
+
+
+def heard_by(view: SessionView, utt: Utterance) -> Playback:
+    """The player that hears `utt`: its own (its context's) or the session's."""
+    return utt.listener or view.listener
 
 
 def codec_done(utt: Utterance, *, error: bool, cancelled: bool, timing: Timing | UnsetType = UNSET,

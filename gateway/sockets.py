@@ -15,7 +15,7 @@ from litestar.datastructures import State
 
 from gateway.auth import KEY_FORMS, authenticate
 from gateway.browser import browser_refusal
-from gateway.connection import Connection
+from gateway.connection import Connection, SendAudio
 from gateway.drain import DRAIN_REASON, Drain
 from gateway.models import ModelRegistry
 from gateway.protocol import CLOSE_POLICY, CLOSE_RECONNECT, CLOSE_TRY_LATER, ProtocolError
@@ -57,11 +57,12 @@ def refusal(socket: WebSocket, state: State) -> Refusal | None:
 
 async def serve_connection(state: State, store: SessionStore, settings: Settings, tenant: Tenant, receive: Receive,
                            send: Send, *, made: Callable[[Connection], None] | None = None,
-                           socket: WebSocket | None = None) -> None:  # fmt: skip
+                           socket: WebSocket | None = None, interleaved: SendAudio | None = None) -> None:  # fmt: skip
     """Run one session: a native Connection reading `receive` and writing `send` on the serving model (each
     session.config's `model` may select another: models.select), counted by the drain, with the operator's
     voice aliases. `made` is given the Connection before it runs (a wire that needs it); `socket`, when
-    given, is closed with the Connection's close code and reason at the end."""
+    given, is closed with the Connection's close code and reason at the end; `interleaved`, when given,
+    gets every audio frame with its utterance, and named contexts interleave (gateway/playout.py)."""
     models: ModelRegistry = state.models
     served = models.any_serving()
     if served is None or served.served is None:
@@ -69,7 +70,8 @@ async def serve_connection(state: State, store: SessionStore, settings: Settings
     drain: Drain = state.drain
     binding = SessionBinding(store, tenant, state.aliases)
     conn = Connection(served.served, settings.limits, binding, receive, send, model=served.name,
-                      admission=served.admission, select=models.select, draining=lambda: drain.draining)  # fmt: skip
+                      admission=served.admission, select=models.select, draining=lambda: drain.draining,
+                      interleaved=interleaved)  # fmt: skip
     if made is not None:
         made(conn)
     drain.opened(conn)

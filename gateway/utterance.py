@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine import Stream
+from gateway.playback import Playback
 from gateway.words import UtteranceWords
 from segmentation import Segment, StreamSegmenter, UtteranceLanguage
 from sessions import StreamSlot
@@ -40,6 +41,9 @@ class Utterance:
     codec_seq: int = 0  # codec_tokens mode: the next binary message's sequence number
     codec_frames: int = 0
     context_id: str | None = None  # its context (gateway/contexts.py); None: the session's default one
+    # Who hears it: the session's player, or its context's own where contexts interleave (set when it is made;
+    # None: the session's).
+    listener: Playback | None = None
     # Its place in the playing order (gateway/playout.py): `after` is the turn of the utterance begun before
     # it, `turn` its own, done once its audio is all sent (or it is cancelled) and `after` is done.
     after: asyncio.Future[None] | None = None

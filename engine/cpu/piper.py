@@ -19,17 +19,18 @@ from engine.cpu.espeak import Espeak, Pinned
 from engine.cpu.onnx import make_session
 from engine.cpu.text import sentences, split_long, strip_han
 from engine.cpu.timings import TimedUnit, place, plan
+from engine.cpu.voice_config import VOICE_DEFAULT, VoiceConfig
 from engine.words import words
 
 _BOS, _EOS, _PAD = "^", "$", "_"
-_MAX_PHONEMES = 400  # VITS attention cost grows with length; longer sentences are cut at clauses
 
 
 class PiperVoice:
-    """One Piper voice: `units(text)` → phoneme-id sequences, `run(ids, speed)` → float32 audio."""
+    """One Piper voice: `units(text)` → phoneme-id sequences, `run(ids, speed)` → float32 audio.
+    `voice_config`: how long a run may be (`piper_max_phonemes`) and how its words are aligned."""
 
     def __init__(self, model_path: Path, config_path: Path, espeak: Espeak, threads: int = 1,
-                 cache: Path | None = None) -> None:
+                 cache: Path | None = None, voice_config: VoiceConfig = VOICE_DEFAULT) -> None:
         cfg = json.loads(Path(config_path).read_text(encoding="utf-8"))
         self.sample_rate: int = int(cfg["audio"]["sample_rate"])
         self.espeak_voice: str = cfg.get("espeak", {}).get("voice", "en-us")
@@ -39,6 +40,7 @@ class PiperVoice:
         self._noise_w = float(inf.get("noise_w", 0.8))
         self._id_map: dict[str, list[int]] = cfg["phoneme_id_map"]
         self._espeak = espeak
+        self._voice_config = voice_config
         graph = with_durations(Path(model_path), PIPER_DURATIONS, cache) if cache is not None else Path(model_path)
         self._session = make_session(graph, threads)
         self._inputs = {i.name for i in self._session.get_inputs()}
@@ -60,7 +62,8 @@ class PiperVoice:
         for sentence in sentences(strip_han(text)):
             ipa = self._espeak.phonemize(sentence, self.espeak_voice, pinned)
             groups = [[w] for w in words(sentence)]
-            for unit in plan(ipa, groups, split_long(ipa, _MAX_PHONEMES), self.ids_spans):
+            cut = split_long(ipa, self._voice_config.piper_max_phonemes)
+            for unit in plan(ipa, groups, cut, self.ids_spans, self._voice_config):
                 if len(unit.ids) > 3:  # BOS, PAD, EOS alone would be silence
                     out.append(unit)
         return out

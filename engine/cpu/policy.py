@@ -84,6 +84,13 @@ class CpuPolicyConfig:
     alpha_up: float = 0.5
     # RTF assumed before anything is measured: cold Kokoro on a loaded 2-core box.
     prior_rtf: float = 0.5
+    # Seconds of speech a stream's first piece is taken to be, for the engine's word on how soon a stream
+    # starting alone is heard (`Capacity.first_audio_s`: this times its backend's RTF; admission's prior,
+    # which its own measurements then correct): the first clause goes alone from 2 syllables or words,
+    # Kokoro's first piece is 1-2 s of speech and Piper's took 0.1-0.2 s at RTF 0.05-0.15
+    # (docs/cpu_voices.md, "First audio"). Low rather than high: two slow measurements in a row overrule
+    # a prior below them, only a few dozen a prior above them.
+    first_piece_s: float = 1.5
     # Seconds of audio below which a job is weighed less (mostly per-run overhead).
     short_audio_s: float = 0.5
     # Runs in the overrun window (about a minute at 1 reply/s), the least it answers from, its quantile.

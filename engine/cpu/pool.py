@@ -96,6 +96,9 @@ class UrgencyPool:
         lock = threading.Lock()
         self._cond = threading.Condition(lock)  # workers wait on it for a job
         self._changed = threading.Condition(lock)  # the planning thread waits on it for an event
+        self._settled = threading.Condition(lock)  # `settled` waits on it for the planning thread to sleep
+        self._told = 0  # events told the planning thread so far (`_tell`)
+        self._planned_for = -1  # while it sleeps: the events its last plan saw (-1: it is awake)
         self._shutdown = False
         self._guard_s = guard_s
         self._clock = clock
@@ -124,7 +127,7 @@ class UrgencyPool:
             job = _Job(future, fn, owner, run_s, first_audio, yield_to)
             heapq.heappush(self._first if first_audio else self._rest, (deadline, next(self._seq), job))
             self._cond.notify()
-            self._changed.notify()
+            self._tell()
             self._ring()
         return future
 
@@ -138,7 +141,7 @@ class UrgencyPool:
     def guard_s(self, seconds: float) -> None:
         with self._cond:
             self._guard_s = seconds
-            self._changed.notify()
+            self._tell()
             self._ring()
 
     def watch(self, bell: threading.Event) -> None:
@@ -152,6 +155,20 @@ class UrgencyPool:
         with self._cond:
             self._watchers.discard(bell)
 
+    def _tell(self) -> None:
+        """Under the lock: an event for the planning thread (a job queued, started, over or moved; the
+        guard changed; `wake`; shutdown): it plans again."""
+        self._told += 1
+        self._changed.notify()
+
+    def settled(self, timeout: float) -> bool:
+        """Whether the planning thread has planned for every event told it so far, and sleeps, within
+        `timeout` (wall seconds): what the pool decides of the jobs as they are now is decided (a victim
+        asked to give its worker up, or none). A test's way to check that something does *not* happen,
+        without giving the planner a stretch of wall time to do it in."""
+        with self._cond:
+            return self._settled.wait_for(lambda: self._planned_for == self._told, timeout)
+
     def _ring(self) -> None:
         """Under the lock: an event (`watch`). An Event's own lock is a leaf: setting it takes no other."""
         for bell in self._watchers:
@@ -160,7 +177,7 @@ class UrgencyPool:
     def wake(self) -> None:
         """Plan again now: the clock moved in a way its timer cannot see (a fake clock in tests)."""
         with self._cond:
-            self._changed.notify()
+            self._tell()
             self._ring()
 
     def reschedule(self, future: Future[Any], deadline: float) -> bool:
@@ -174,7 +191,7 @@ class UrgencyPool:
                     if entry[0] != deadline:
                         self._rest[i] = (deadline, *entry[1:])
                         heapq.heapify(self._rest)
-                        self._changed.notify()
+                        self._tell()
                         self._ring()
                     return True
             for i, entry in enumerate(self._first):
@@ -184,7 +201,7 @@ class UrgencyPool:
                     heapq.heapify(self._first)
                     entry[2].first = False
                     heapq.heappush(self._rest, (deadline, *entry[1:]))
-                    self._changed.notify()
+                    self._tell()
                     self._ring()
                     return True
         return False
@@ -220,13 +237,17 @@ class UrgencyPool:
             with self._cond:
                 if self._shutdown:
                     return
+                seen = self._told
                 decided = self._plan()
                 victim = None if decided.victim is None else self._running_entry(decided.victim)
                 if victim is None:
                     wait = None if decided.wake_at is None else max(0.0, decided.wake_at - self._clock())
                     if wait is not None:
                         wait = min(wait, threading.TIMEOUT_MAX)  # a deadline far off: no overflow
+                    self._planned_for = seen
+                    self._settled.notify_all()
                     self._changed.wait(wait)
+                    self._planned_for = -1
                     continue
                 job = victim[2]
                 job.asked = True
@@ -306,6 +327,22 @@ class UrgencyPool:
         with self._cond:
             return bool(self._first) or bool(self._rest and self._rest[0][0] <= self._clock() + self._guard_s)
 
+    def behind_s(self, job_s: float) -> float:
+        """How long until the pool is caught up with what makes it `strained` (0: it is not): the first
+        pieces waiting and the playing streams' jobs due within the guard run first, shared by the
+        workers, once a worker is free (the soonest running job's expected end, when none is). A job of
+        no stated run time counts `job_s` (the engine's measured long job)."""
+        with self._cond:
+            now = self._clock()
+            urgent = [*self._first, *(e for e in self._rest if e[0] <= now + self._guard_s)]
+            if not urgent:
+                return 0.0
+            work_s = sum(e[2].run_s or job_s for e in urgent)
+            ends = [max(0.0, e[2].started + (e[2].run_s or job_s) - now) for _, e in self._running.values()
+                    if e[2].started is not None and not e[2].yielding]  # fmt: skip
+            free_in = 0.0 if len(ends) < self._workers else min(ends, default=0.0)
+            return max(free_in + work_s / self._workers, 1e-3)  # strained: more than nothing, whatever the estimates
+
     def busy_seconds(self) -> float:
         """Seconds the workers have spent running jobs so far (the jobs running now included)."""
         now = time.perf_counter()
@@ -320,7 +357,7 @@ class UrgencyPool:
             self._first.clear()
             self._rest.clear()
             self._cond.notify_all()
-            self._changed.notify()
+            self._tell()
             self._ring()
         for job in queued:  # outside the lock: a future's done-callbacks may take their owner's locks
             if job.future.running():  # it gave its worker up: running, it can no longer be cancelled
@@ -347,7 +384,7 @@ class UrgencyPool:
             with self._cond:
                 job.started = self._clock()
                 self._running[me] = (time.perf_counter(), entry)
-                self._changed.notify()  # a run that may give its worker up to an urgent job
+                self._tell()  # a run that may give its worker up to an urgent job
                 self._ring()
             requeue = False
             try:
@@ -366,7 +403,7 @@ class UrgencyPool:
                     if requeue and not closed:
                         heapq.heappush(self._first if job.first else self._rest, entry)
                         self._cond.notify()
-                    self._changed.notify()
+                    self._tell()
                     self._ring()
             if requeue and closed:  # outside the lock, as in `shutdown`: its done-callbacks take their owner's
                 job.future.set_exception(RuntimeError("the pool is shut down"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from engine.cpu.voice_config import VOICE_DEFAULT
 from engine.languages import HAN, HAN_RE
 
 _RUNS = re.compile(f"([{HAN}][{HAN}\\s，。！？、；：“”‘’（）《》…—·0-9０-９%％]*)|([^{HAN}]+)")
@@ -21,10 +22,9 @@ _SPACE = re.compile(r"\s+")
 # A stream's first piece may end after a Han clause mark (and the closers after it): see `first_clause_end`.
 _HAN_CLAUSE_END = re.compile(r"[，、；：]++[”’」』）)]*+")
 _LATIN_WORD = re.compile(r"[A-Za-z0-9\u00c0-\u024f]+")
-# The shortest first clause that goes alone, in syllables (Han characters, Latin words): "好的，" does,
-# "好，" does not (one syllable is too short a model run to sound like speech). As the segmenter's rule.
-FIRST_CLAUSE_SYLLABLES = 2
-# A Han character is a syllable: spoken, about as long as three Latin letters.
+# Not a knob but the definition of the cost unit (Latin letters; a Han character, a syllable, is spoken
+# about as long as three): every bound stated in it (CpuPolicyConfig's piece costs, the ramp) would change
+# its meaning with it. Tune those bounds, not the unit.
 _HAN_COST = 3
 
 
@@ -85,7 +85,8 @@ def cost(text: str) -> int:
     return len(text) + (_HAN_COST - 1) * len(HAN_RE.findall(text))
 
 
-def pieces(text: str, limit: int, *, first: bool = False) -> Iterator[str]:
+def pieces(text: str, limit: int, *, first: bool = False,
+           min_syllables: int = VOICE_DEFAULT.first_clause_syllables) -> Iterator[str]:
     """Cut one segment into pieces of at most `limit` `cost`, in order, losing nothing but whitespace.
 
     A piece is the work of one synthesis job, so a long segment cannot hold a worker for minutes. Whole
@@ -96,18 +97,20 @@ def pieces(text: str, limit: int, *, first: bool = False) -> Iterator[str]:
 
     `first`: the segment opens a stream, so its first piece is all its listener waits for. A voice
     makes no audio before a whole model run, so that piece ends at its first Han clause
-    (`first_clause_end`): "好的，" runs alone and "我来帮您安排。" follows as the next piece.
+    (`first_clause_end`, from `min_syllables`): "好的，" runs alone and "我来帮您安排。" follows as the
+    next piece.
     """
-    head = first_clause_end(text, limit) if first else 0
+    head = first_clause_end(text, limit, min_syllables) if first else 0
     if head:
         yield text[:head].strip()
         text = text[head:]
     yield from _packed(text, limit)
 
 
-def first_clause_end(text: str, limit: int) -> int:
+def first_clause_end(text: str, limit: int,
+                     min_syllables: int = VOICE_DEFAULT.first_clause_syllables) -> int:
     """Where a stream's first piece may end early: after the first Han clause mark of `text`'s first
-    sentence, when the clause has at least `FIRST_CLAUSE_SYLLABLES` syllables, costs at most `limit`
+    sentence, when the clause has at least `min_syllables` syllables (`VoiceConfig`), costs at most `limit`
     and its sentence goes on after it; else 0. Only Han marks: English keeps whole sentences (Piper's
     first audio is quick anyway). Looks at no more than `limit` characters (a piece's bound)."""
     window = text[:limit]
@@ -120,7 +123,7 @@ def first_clause_end(text: str, limit: int) -> int:
         return 0  # the first sentence has no clause mark: it is short enough to go whole
     head, rest = text[:end], text[end : end + limit]
     syllables = len(HAN_RE.findall(head)) + len(_LATIN_WORD.findall(head))
-    if syllables < FIRST_CLAUSE_SYLLABLES or cost(head) > limit:
+    if syllables < min_syllables or cost(head) > limit:
         return 0
     # Something speakable must follow in the same sentence: "好的，。" is one clause, not two.
     after = _SENTENCE_END.search(rest)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.cpu.voice_config import VOICE_DEFAULT, VoiceConfig
 from engine.languages import HAN_RE
 
 _TOKEN = re.compile(r"\S+")
@@ -47,9 +48,10 @@ class TimedUnit:
 IdsOf = Callable[[str], tuple[list[int], list[tuple[int, int] | None]]]
 
 
-def plan(phonemes: str, groups: list[list[str]], pieces: list[str], ids_of: IdsOf) -> list[TimedUnit]:
+def plan(phonemes: str, groups: list[list[str]], pieces: list[str], ids_of: IdsOf,
+         config: VoiceConfig = VOICE_DEFAULT) -> list[TimedUnit]:
     """The runs of one sentence: `pieces` (substrings of `phonemes`, in order) as ids, each with the
-    words whose speech starts in it."""
+    words whose speech starts in it. `config`: the alignment's knobs (`VoiceConfig.align_*`, `clitic_*`)."""
     tokens = [_core(phonemes, m) for m in _TOKEN.finditer(phonemes)]
     tokens = [t for t in tokens if t is not None]
     units: list[TimedUnit] = []
@@ -71,7 +73,7 @@ def plan(phonemes: str, groups: list[list[str]], pieces: list[str], ids_of: IdsO
             inside = [s for s in spans[max(lead, offset) - offset : min(c1, at) - offset] if s is not None]
             if inside:
                 where[k] = (len(units) - 1, inside[0][0], inside[-1][1])
-    _assign(units, where, [c1 - c0 for _, c0, c1 in tokens], groups)
+    _assign(units, where, [c1 - c0 for _, c0, c1 in tokens], groups, config)
     return units
 
 
@@ -96,30 +98,17 @@ def _core(phonemes: str, m: re.Match[str]) -> tuple[int, int, int] | None:
     return lead, start, end
 
 
-# Local alignment of words to tokens where their counts differ: at most this many words in one token (or
-# tokens for one word), a penalty (in log length ratio) for every step that is not one word to one
-# token, and a bound on the table's size (a sentence is at most ~60 words). The penalty is high: espeak
-# merges or splits rarely, so the fewest uneven steps are right, placed where the lengths fit best
-# (at 0.5, letters read one by one, "a w s" with long names for short words, drew two extra steps).
-_MOST_PER_STEP = 3
-_UNEVEN_STEP_COST = 2.0
-# espeak joins a short unstressed word to the one before it ("for a" → fɚɹə): where the lengths cannot
-# tell which neighbour took it, that one did.
-_CLITIC_LETTERS = 2
-_CLITIC_BONUS = 0.25
-_MAX_CELLS = 40_000
-
-
-def _positions(groups: list[list[str]], lengths: list[int]) -> list[tuple[float, float]]:
+def _positions(groups: list[list[str]], lengths: list[int], cfg: VoiceConfig) -> list[tuple[float, float]]:
     """Each group's [start, end) in token-index space (fractional). One to one where the counts agree;
     else, for Latin words, the alignment of words to tokens that best matches their lengths (letters
     against phoneme characters, at the sentence's own ratio), allowing a few words in one token or one
-    word over a few tokens; otherwise in proportion."""
+    word over a few tokens (`cfg.align_most_per_step`, each such step costing `cfg.align_uneven_step_cost`);
+    otherwise in proportion."""
     n, m = len(groups), len(lengths)
     if n == m:
         return [(g, g + 1) for g in range(n)]
     proportional = [(g * m / n, (g + 1) * m / n) for g in range(n)]
-    if n * m > _MAX_CELLS or any(HAN_RE.search(w) for group in groups for w in group):
+    if n * m > cfg.align_max_cells or any(HAN_RE.search(w) for group in groups for w in group):
         return proportional
     letters = [max(1, sum(len(w) for w in group)) for group in groups]
     ratio = sum(lengths) / sum(letters)
@@ -131,15 +120,15 @@ def _positions(groups: list[list[str]], lengths: list[int]) -> list[tuple[float,
         for k in range(m + 1):
             if cost[g][k] == inf:
                 continue
-            for a in range(1, _MOST_PER_STEP + 1):
-                for b in range(1, _MOST_PER_STEP + 1):
+            for a in range(1, cfg.align_most_per_step + 1):
+                for b in range(1, cfg.align_most_per_step + 1):
                     if (a > 1 and b > 1) or g + a > n or k + b > m:
                         continue
                     said = max(1, sum(lengths[k : k + b]))
                     c = cost[g][k] + abs(math.log(said / (ratio * sum(letters[g : g + a]))))
-                    c += 0.0 if a == b == 1 else _UNEVEN_STEP_COST
-                    if a > 1 and all(count <= _CLITIC_LETTERS for count in letters[g + 1 : g + a]):
-                        c -= _CLITIC_BONUS
+                    c += 0.0 if a == b == 1 else cfg.align_uneven_step_cost
+                    if a > 1 and all(count <= cfg.clitic_letters for count in letters[g + 1 : g + a]):
+                        c -= cfg.clitic_bonus
                     if c < cost[g + a][k + b]:
                         cost[g + a][k + b], step[g + a][k + b] = c, (a, b)
     if cost[n][m] == inf:
@@ -159,11 +148,11 @@ def _positions(groups: list[list[str]], lengths: list[int]) -> list[tuple[float,
 
 
 def _assign(units: list[TimedUnit], where: dict[int, tuple[int, int, int]], lengths: list[int],
-            groups: list[list[str]]) -> None:  # fmt: skip
+            groups: list[list[str]], cfg: VoiceConfig) -> None:  # fmt: skip
     n, m = len(groups), len(lengths)
     if not m or not n:
         return
-    for group, (p0, p1) in zip(groups, _positions(groups, lengths), strict=True):
+    for group, (p0, p1) in zip(groups, _positions(groups, lengths, cfg), strict=True):
         k0 = min(int(p0), m - 1)
         if k0 not in where:
             continue

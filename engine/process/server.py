@@ -243,7 +243,8 @@ class EngineServer:
             with contextlib.suppress(Exception):  # advice only: a failing probe says "cannot tell"
                 if (c := probe()) is not None:
                     capacity = (c.streams, c.active, c.busy_s, c.workers, c.follows_listener, c.budget, c.costs,
-                                c.voice_costs)
+                                c.voice_costs, c.behind_s, c.first_audio_s, c.language_classes,
+                                c.voice_classes)
         if self.outbox.blocked:  # the gateway is not reading: a beat would only queue behind the rest
             return
         now = time.monotonic()

@@ -20,7 +20,7 @@ import msgspec
 
 from engine.types import StreamRequest
 
-VERSION = 2  # of this wire: raised whenever a message changes shape or meaning
+VERSION = 3  # of this wire: raised whenever a message changes shape or meaning
 EXIT_UNREADABLE = 3  # the child's exit status when a command from the gateway could not be read
 WINDOW = 16  # audio events in flight per stream (child → parent, not yet consumed): ≤ 4 s of CPU audio
 CREDIT_BATCH = WINDOW // 2  # the parent gives credit back in batches: one message per 8 events
@@ -29,7 +29,8 @@ HWM = 100_000  # zmq high-water mark, messages, both sockets: far above streams 
 BEAT_S = 0.1  # the child's heartbeat (capacity, telemetry) period
 MEMORY_EVERY_S = 1.0  # the engine's memory() is asked this often (sizes: they change at a load, not a cycle)
 
-Costs = tuple[tuple[str, float], ...]  # engine.types.Capacity's costs and voice_costs
+Costs = tuple[tuple[str, float], ...]  # engine.types.Capacity's costs, voice_costs and first_audio_s
+Classes = tuple[tuple[str, str], ...]  # engine.types.Capacity's language_classes and voice_classes
 
 
 class _Msg(msgspec.Struct, tag_field="t", array_like=True, frozen=True):
@@ -141,8 +142,11 @@ class Telemetry(msgspec.Struct, frozen=True, omit_defaults=True):
 class Beat(_Msg, tag="beat"):
     """Alive, with the engine's capacity (None: it cannot tell), memory and telemetry, every `BEAT_S`."""
 
-    # engine.types.Capacity's fields: streams, active, busy_s, workers, follows_listener, budget, costs, voice_costs
-    capacity: tuple[int, int, float | None, int, bool, float | None, Costs, Costs] | None
+    # engine.types.Capacity's fields, in order: streams, active, busy_s, workers, follows_listener, budget,
+    # costs, voice_costs, behind_s, first_audio_s, language_classes, voice_classes
+    capacity: (
+        tuple[int, int, float | None, int, bool, float | None, Costs, Costs, float, Costs, Classes, Classes] | None
+    )
     memory: Memory
     telemetry: Telemetry
 

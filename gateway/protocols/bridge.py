@@ -17,7 +17,7 @@ import enum
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -87,6 +87,15 @@ class Wire(Protocol):
 
     async def outbound(self, data: bytes | str, event: Event | None) -> None:
         """One native event (`event` decoded; None for a binary audio frame, `data`) → the client."""
+        ...
+
+
+class InterleavedWire(Wire, Protocol):
+    """A wire whose audio messages each name their context: its contexts interleave (gateway/playout.py),
+    so every audio frame comes with the utterance it is of."""
+
+    async def audio(self, data: bytes, utterance: int) -> None:
+        """One audio frame of `utterance` → the client."""
         ...
 
 
@@ -207,6 +216,10 @@ class Bridge:
     async def send(self, data: bytes | str) -> None:
         await self.wire.outbound(data, None if isinstance(data, bytes) else _events.decode(data))
 
+    async def send_audio(self, data: bytes, utterance: int) -> None:
+        """An audio frame and its utterance (an interleaved wire's: `InterleavedWire`)."""
+        await cast(InterleavedWire, self.wire).audio(data, utterance)
+
 
 def close_socket() -> list[msgspec.Struct]:
     """A provider's "close the socket": what is playing is cut (the client is leaving), then the session ends."""
@@ -214,5 +227,5 @@ def close_socket() -> list[msgspec.Struct]:
 
 
 __all__ = ["AudioCancelled", "AudioDone", "AudioStart", "AudioWords", "Bridge", "ContextState", "Contexts", "Error",
-           "Marker", "SessionDone", "Wire", "close_socket", "context_of", "decode", "http_status",
+           "InterleavedWire", "Marker", "SessionDone", "Wire", "close_socket", "context_of", "decode", "http_status",
            "native"]  # fmt: skip

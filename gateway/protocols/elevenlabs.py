@@ -239,7 +239,8 @@ class CharTimeline:
 
 @dataclass
 class _Playing:
-    """The utterance whose audio is being sent (audio flows one utterance at a time, in order)."""
+    """An utterance whose audio is being sent: on multi-stream-input one per context at most (a context's
+    utterances play in order; contexts interleave), on stream-input one."""
 
     index: int
     context_id: str | None
@@ -249,16 +250,17 @@ class _Playing:
 
 
 class ElevenLabsWire:
-    """`multi`: the multi-stream-input socket (contexts by id; `contextId` on every message); else the
-    single-context stream-input one, whose `{"text": ""}` ends the input and, once its audio is out, the
-    socket (`stop`)."""
+    """`multi`: the multi-stream-input socket (contexts by id; `contextId` on every message), whose contexts
+    interleave as ElevenLabs' do: each context's audio is sent as it is made (`audio`, every frame with its
+    utterance), and the client plays the contexts it wants. Else the single-context stream-input one, whose
+    `{"text": ""}` ends the input and, once its audio is out, the socket (`stop`)."""
 
     def __init__(self, send: SendText, fmt: OutputFormat, *, multi: bool, stop: Callable[[], None],
                  max_contexts: int) -> None:  # fmt: skip
         self._send, self.fmt, self.multi, self._stop = send, fmt, multi, stop
         self.contexts = Contexts(4 * max_contexts + 4)
         self._timelines: dict[int, CharTimeline] = {}  # by utterance index, until its audio starts
-        self._playing: _Playing | None = None
+        self._playing: dict[int, _Playing] = {}  # by utterance index, from its audio.start to its audio.done
         self._mp3: dict[str | None, Mp3Stream] = {}
 
     # -- in --
@@ -298,18 +300,15 @@ class ElevenLabsWire:
     # -- out --
 
     async def outbound(self, data: bytes | str, event: Event | None) -> None:
-        if event is None:
+        if event is None:  # a frame of the one utterance playing (stream-input: nothing interleaves)
             assert isinstance(data, bytes)
-            await self._audio(data)
+            await self._audio(data, self._playing[next(reversed(self._playing))] if self._playing else None)
         elif isinstance(event, SegmentCommitted):
             self._timeline(event.utterance_index).segment(event.segment_index, event.text)
         elif isinstance(event, AudioWords):
             self._timeline(event.utterance_index).words(event.words)
         elif isinstance(event, AudioStart):
-            cid = context_of(event.context_id)
-            state = self.contexts.open(cid)
-            self._playing = _Playing(event.utterance_index, cid, state.sent_ms, self._timeline(event.utterance_index))
-            self._timelines.pop(event.utterance_index, None)
+            self._start(event)
         elif isinstance(event, AudioDone):
             await self._audio_done(event.utterance_index)
         elif isinstance(event, SessionDone):
@@ -320,9 +319,21 @@ class ElevenLabsWire:
             await self._error(event)
         # session.ready, audio.mark, audio.waiting: nothing in this protocol
 
+    async def audio(self, data: bytes, utterance: int) -> None:
+        """An audio frame of `utterance` (multi-stream-input: contexts interleave)."""
+        await self._audio(data, self._playing.get(utterance))
+
+    def _start(self, event: AudioStart) -> None:
+        cid, index = context_of(event.context_id), event.utterance_index
+        state = self.contexts.open(cid)
+        while len(self._playing) >= 32:  # those whose audio.done never came (failed): each context plays one
+            del self._playing[next(iter(self._playing))]
+        self._playing[index] = _Playing(index, cid, state.sent_ms, self._timeline(index))
+        self._timelines.pop(index, None)
+
     def _timeline(self, index: int) -> CharTimeline:
-        if self._playing is not None and self._playing.index == index:
-            return self._playing.timeline
+        if (p := self._playing.get(index)) is not None:
+            return p.timeline
         timeline = self._timelines.get(index)
         if timeline is None:
             while len(self._timelines) >= 32:  # those of utterances that never played (cancelled, failed)
@@ -330,8 +341,7 @@ class ElevenLabsWire:
             timeline = self._timelines[index] = CharTimeline()
         return timeline
 
-    async def _audio(self, data: bytes) -> None:
-        p = self._playing
+    async def _audio(self, data: bytes, p: _Playing | None) -> None:
         if p is None:
             return
         state = self.contexts.open(p.context_id)
@@ -353,10 +363,9 @@ class ElevenLabsWire:
         return base64.b64encode(pcm).decode()
 
     async def _audio_done(self, index: int) -> None:
-        p = self._playing
-        if p is None or p.index != index:
+        p = self._playing.pop(index, None)
+        if p is None:
             return
-        self._playing = None
         state = self.contexts.open(p.context_id)
         if state.ended:
             return
@@ -372,8 +381,8 @@ class ElevenLabsWire:
 
     async def _cancelled(self, cid: str | None) -> None:
         state = self.contexts.get(cid)
-        if self._playing is not None and self._playing.context_id == cid:
-            self._playing = None
+        for index in [i for i, p in self._playing.items() if p.context_id == cid]:
+            del self._playing[index]
         if state is not None and state.closing and not state.ended:
             await self._final(cid)
 

@@ -27,8 +27,9 @@ MakeWire = Callable[[Callable[[], Connection]], Wire]  # given the Connection (o
 
 
 async def run_bridge(socket: WebSocket, state: State, store: SessionStore, settings: Settings, wire: MakeWire,
-                     first: list[msgspec.Struct]) -> None:  # fmt: skip
-    """Serve one accepted provider socket: a native Connection, its messages through `wire`."""
+                     first: list[msgspec.Struct], *, interleaved: bool = False) -> None:  # fmt: skip
+    """Serve one accepted provider socket: a native Connection, its messages through `wire`. `interleaved`:
+    the wire tags each audio message with its context (an `InterleavedWire`), and contexts interleave."""
     tenant = authenticate(socket, query=True)
     assert tenant is not None
     holder: list[Connection] = []
@@ -38,7 +39,8 @@ async def run_bridge(socket: WebSocket, state: State, store: SessionStore, setti
         holder.append(conn)
         bridge.conn = conn
 
-    await serve_connection(state, store, settings, tenant, bridge.receive, bridge.send, made=made, socket=socket)
+    await serve_connection(state, store, settings, tenant, bridge.receive, bridge.send, made=made, socket=socket,
+                           interleaved=bridge.send_audio if interleaved else None)  # fmt: skip
 
 
 async def _refuse(socket: WebSocket, text: str, close_code: int, reason: str) -> None:
@@ -67,7 +69,9 @@ async def _elevenlabs(socket: WebSocket, state: State, store: SessionStore, sett
         return elevenlabs.ElevenLabsWire(socket.send_text, fmt, multi=multi, stop=lambda: conn().stop(),
                                          max_contexts=settings.limits.max_contexts)  # fmt: skip
 
-    await run_bridge(socket, state, store, settings, wire, first)
+    # Multi-stream-input interleaves its contexts, as ElevenLabs does: every audio message names its context and
+    # the client plays the ones it wants (docs/elevenlabs.md); stream-input has one context.
+    await run_bridge(socket, state, store, settings, wire, first, interleaved=multi)
 
 
 @websocket("/v1/text-to-speech/{voice_id:str}/stream-input")

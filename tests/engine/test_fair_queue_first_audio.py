@@ -171,3 +171,46 @@ def test_where_the_box_runs_as_measured_every_stream_admitted_after_learning_it_
     learned = [s for at, s in heard_in if at >= 1000.0 + 4.0]  # a few streams measured by then
     assert refused > 0 and len(learned) >= 20
     assert max(learned) <= 1.5 + 1e-9
+
+
+def long_streams_in_flight(q: FairQueue, clock: Clock, n: int, capacity: float, hold_s: float) -> list[Waiter]:
+    """`n` streams admitted together after the queue learnt that streams hold their slots `hold_s`."""
+    for _ in range(6):  # the running mean of how long a stream holds its slot
+        w = q.push("m", 1.0, capacity)
+        clock.now += hold_s
+        q.finish(w)
+    return admit_at_once(q, n, capacity)
+
+
+def test_a_newcomer_waits_out_an_engine_catching_up_instead_of_being_refused() -> None:
+    # The engine has room (4 of 10) but is a moment behind its urgent work (a first piece waiting for a
+    # worker): the newcomer cannot start now, and will once that moment (0.3 s) has passed, long before
+    # any of the 6 s streams in flight ends. Judged by those ends, it would be refused at once.
+    clock = Clock()
+    q = queue(clock)
+    long_streams_in_flight(q, clock, 6, 10, hold_s=6.0)
+    q.engine_behind(0.3)
+    assert not q.fits(1.0, 10)
+    w = q.push("b", 1.0, 10)
+    assert w.state == "waiting"  # not refused: its start is predicted at 0.3 s
+    assert q.start_of(w, 10) == pytest.approx(clock.now + 0.3)
+    clock.now += 0.3
+    q.engine_behind(0.0)
+    assert q.look(10) == [] and w.state == "admitted"
+
+
+def test_an_engine_behind_for_longer_than_the_slo_allows_refuses_a_newcomer_at_once() -> None:
+    clock = Clock()
+    q = queue(clock)
+    long_streams_in_flight(q, clock, 6, 10, hold_s=6.0)
+    q.engine_behind(1.4)  # 1.4 s to catch up, then its own first audio: past 1.5 s
+    with pytest.raises(Refused) as e:
+        q.push("b", 1.0, 10)
+    assert e.value.bound == "slo" and e.value.predicted_s == pytest.approx(1.4 + q.forecast.own_s("", 0.6, clock.now))
+
+
+def test_an_idle_engine_starts_a_stream_alone_whatever_it_says_of_catching_up() -> None:
+    clock = Clock()
+    q = queue(clock)
+    q.engine_behind(5.0)  # nothing in flight: nothing to catch up with that a stream alone would wait for
+    assert q.push("a", 1.0, 4).state == "admitted"

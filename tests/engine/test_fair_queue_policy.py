@@ -842,7 +842,7 @@ def test_only_first_audio_the_slo_applies_to_is_measured() -> None:
     q.heard(first)
     q.heard(nxt)
     q.heard(first)  # once each
-    assert q.forecast.samples == 1
+    assert q.forecast.samples() == 1
 
 
 def test_a_stream_with_room_is_admitted_whatever_the_slo_says() -> None:

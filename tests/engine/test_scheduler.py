@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.listening import ListenerTimeline
 from engine.qwen3.serving.scheduler import (
     TRANSITIONS,
     RequestRecord,
@@ -30,14 +31,16 @@ def running(rid: int, *, arrival: float = 0.0, audio_s: float = 0.0, first_audio
                          first_audio_at=first_audio_at, pending_frames=pending, chunks_sent=chunks_sent)
 
 
-def test_buffer_is_audio_sent_minus_wall_time_since_first_audio() -> None:
+def test_a_listener_runs_out_when_the_audio_sent_since_its_first_audio_has_played() -> None:
     clock = FakeClock()
-    r = running(1, audio_s=2.0, first_audio_at=clock.t)
+    heard = running(1, audio_s=2.0, first_audio_at=clock.t).timeline
+    assert heard == ListenerTimeline(clock.t + 2.0)
     clock.advance(0.5)
-    assert r.buffer_s(clock.t) == pytest.approx(1.5)
+    assert heard.ahead_s(clock.t) == pytest.approx(1.5)
     clock.advance(2.0)
-    assert r.buffer_s(clock.t) == pytest.approx(-0.5)  # the listener has been hearing a gap
-    assert running(2).buffer_s(clock.t) == float("inf")
+    assert heard.dry_at - clock.t == pytest.approx(-0.5)  # the listener has been hearing a gap
+    assert heard.ahead_s(clock.t) == 0.0
+    assert running(2).timeline is None  # no audio yet: nothing is playing
 
 
 def test_at_most_one_prefill_per_cycle_oldest_first() -> None:
@@ -70,7 +73,7 @@ def test_streams_without_audio_first_then_shortest_buffer() -> None:
     plan = s.plan_talker(recs, now=clock.t, free_slots=0)
     assert plan.step == (5, 3, 2)  # the batch is full: streams 4 and 1 (comfortable buffers) wait
     assert plan.bucket == 3
-    assert sorted(recs, key=lambda r: urgency(r, clock.t))[-1].rid == 1
+    assert sorted(recs, key=urgency)[-1].rid == 1
 
 
 def test_prefill_takes_one_row_of_the_batch() -> None:
@@ -334,10 +337,60 @@ def test_a_continuations_first_audio_counts_the_audio_before_it_and_goes_before_
     alone = held(2, 50)  # 5 s to make, 4.16 s to play: held, as above
     assert s.holds_first(alone, now=1.0, cycle_s=0.0, stream_rate=10.0)
     behind = held(2, 50)
-    behind.continues_at = 2.0  # its listener hears 1 s more of the sentence before it
+    behind.before = ListenerTimeline(2.0)  # its listener hears 1 s more of the sentence before it
     assert not s.holds_first(behind, now=1.0, cycle_s=0.0, stream_rate=10.0)
     much = held(2, 100)  # 10 s to make, 8.16 s to play, 1 s ahead: held, but not once its listener runs dry
-    much.continues_at = 2.0
+    much.before = ListenerTimeline(2.0)
     assert s.holds_first(much, now=1.0, cycle_s=0.0, stream_rate=10.0)
     assert s.holds_first(much, now=1.94, cycle_s=0.0, stream_rate=10.0)
     assert not s.holds_first(much, now=1.96, cycle_s=0.0, stream_rate=10.0)
+
+
+# ---- a listener already hearing a gap (its timeline's end is past): the rules read `ListenerTimeline`,
+# whose `ahead_s` is never below zero, so these hold the cases where that could have changed a decision.
+
+def test_the_listener_who_has_heard_a_gap_longest_is_the_most_urgent() -> None:
+    clock = FakeClock()
+    s = Scheduler(SchedulerConfig(max_batch=1, buckets=(1,)))
+    short_gap = running(1, audio_s=1.0, first_audio_at=clock.t)
+    long_gap = running(2, audio_s=0.5, first_audio_at=clock.t)
+    clock.advance(3.0)  # both ran dry: 2 s and 2.5 s ago
+    assert s.plan_talker([short_gap, long_gap], now=clock.t, free_slots=0).step == (2,)
+    plan = s.plan_codec([running(3, pending=2, chunks_sent=3, audio_s=1.0, first_audio_at=clock.t - 3.0),
+                         running(4, pending=2, chunks_sent=3, audio_s=0.5, first_audio_at=clock.t - 3.0)],
+                        now=clock.t, talker_pressing=False, cycle_s=0.0)
+    assert [rid for rid, _ in plan.chunks] == [4, 3]
+
+
+def test_a_listener_hearing_a_gap_is_pressing_and_never_deferred() -> None:
+    clock = FakeClock()
+    s = Scheduler(SchedulerConfig(ramp=(2,), low_water_s=1.0, defer_s=0.0))
+    dry = running(1, pending=2, chunks_sent=3, audio_s=1.0, first_audio_at=clock.t)
+    clock.advance(5.0)
+    assert s.plan_talker([dry], now=clock.t, free_slots=0).pressing
+    assert s.plan_codec([dry], now=clock.t, talker_pressing=True).chunks == ((1, 2),)
+
+
+def test_a_partial_chunk_of_a_listener_hearing_a_gap_decodes_at_once_even_with_no_margin() -> None:
+    clock = FakeClock()
+    s = Scheduler(SchedulerConfig(ramp=(2, 8), flush_margin_s=0.0))
+    r = running(1, pending=3, chunks_sent=1, audio_s=0.5, first_audio_at=clock.t)  # next chunk: 8
+    assert s.plan_codec([r], now=clock.t, talker_pressing=False, cycle_s=0.0).chunks == ()  # 0.5 s ahead
+    clock.advance(0.5)  # runs dry now: the decode had to start by now
+    assert s.plan_codec([r], now=clock.t, talker_pressing=False, cycle_s=0.0).chunks == ()
+    clock.advance(0.01)
+    assert s.plan_codec([r], now=clock.t, talker_pressing=False, cycle_s=0.0).chunks == ((1, 3),)
+
+
+def test_a_continuation_whose_earlier_audio_has_run_out_is_not_held() -> None:
+    s = Scheduler(SchedulerConfig(ramp=(2,), hold_error=0.0, flush_margin_s=0.0, first_hold_s=10.0))
+    late = held(2, 100)  # 10 s to make, 8.16 s to play: a newcomer's first audio would be held
+    assert s.holds_first(late, now=3.0, cycle_s=0.0, stream_rate=10.0)
+    late.before = ListenerTimeline(2.0)  # its listener heard the audio before it run out 1 s ago
+    assert not s.holds_first(late, now=3.0, cycle_s=0.0, stream_rate=10.0)
+
+
+@pytest.mark.parametrize("bad", [{"low_water_s": 0.0}, {"defer_s": -1.0}, {"flush_margin_s": -0.01}])
+def test_bounds_on_seconds_ahead_that_could_never_be_crossed_are_refused(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        SchedulerConfig(**bad)  # type: ignore[arg-type]

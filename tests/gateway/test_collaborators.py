@@ -144,7 +144,7 @@ class FakeView:
     def codec_mode(self) -> bool:
         return False
 
-    def open_stream(self, cfg: SessionConfig, voice: Voice, engine: Any = None) -> FakeStream:
+    def open_stream(self, cfg: SessionConfig, voice: Voice, engine: Any = None, listener: Any = None) -> FakeStream:
         self.streams.append(FakeStream())
         return self.streams[-1]
 
@@ -283,12 +283,13 @@ async def test_a_cancel_takes_one_context_and_leaves_the_others() -> None:
 # -- Playout and Pump --------------------------------------------------------------------------------
 
 
-def collaborators(**config: Any) -> tuple[FakeView, FakeOut, Playout, Contexts]:
+def collaborators(*, interleaved: bool = False, **config: Any) -> tuple[FakeView, FakeOut, Playout, Contexts]:
     """The real intake, order and pump over the fakes, wired as the Connection wires them."""
     view, out = FakeView(**config), FakeOut()
     contexts: Contexts | None = None
-    playout = Playout(view, out, detach=lambda utt: contexts is not None and contexts.detach(utt))
-    contexts = Contexts(view, out, playout)
+    playout = Playout(view, out, detach=lambda utt: contexts is not None and contexts.detach(utt),
+                      interleaved=interleaved)  # fmt: skip
+    contexts = Contexts(view, out, playout, interleaved=interleaved)
     return view, out, playout, contexts
 
 
@@ -321,6 +322,41 @@ async def test_utterances_play_in_the_order_they_began_whichever_the_engine_make
     assert audio and audio == sorted(audio)  # every frame of 0 before any of 1
     assert [(i, cancelled) for i, _, cancelled in view.session.log] == [(0, False), (1, False)]
     assert not playout.playing and playout.last_utterance is not None and playout.last_utterance.index == 1
+
+
+async def test_interleaved_contexts_each_play_in_order_beside_the_others_each_heard_apart() -> None:
+    """Where contexts interleave (a provider wire that tags audio with its context), a context's audio is
+    sent as it is made, whatever another context still has to send; within a context the order holds. Each
+    named context has a listener of its own, so its first stream is nobody's continuation."""
+    view, out, playout, contexts = collaborators(interleaved=True)
+    a, b = contexts.open("a"), contexts.open("b")
+    await a.text("One.")
+    await a.finish()
+    a1 = a.latest
+    await a.text("Two.")
+    await a.finish()
+    a2 = a.latest
+    await b.text("Three.")
+    await b.finish()
+    b1 = b.latest
+    assert a1 and a2 and b1 and a1.stream and a2.stream and b1.stream
+    s_a1, s_a2, s_b1 = a1.stream, a2.stream, b1.stream
+    assert isinstance(s_a1, FakeStream) and isinstance(s_a2, FakeStream) and isinstance(s_b1, FakeStream)
+    s_a2.feed(loud(0.3), StreamEnd("done"))  # a's second, made first, waits for a's first ...
+    s_b1.feed(loud(0.3), StreamEnd("done"))  # ... b's goes out while a's first has sent nothing
+    async with asyncio.timeout(WAIT_S):
+        while not out.of(SessionDone):
+            await asyncio.sleep(0.01)
+    assert [ev.utterance_index for ev in out.of(AudioStart)] == [b1.index]
+    s_a1.feed(loud(0.3), StreamEnd("done"))
+    async with asyncio.timeout(WAIT_S):
+        await playout.wait()
+    assert [ev.utterance_index for ev in out.of(AudioStart)] == [b1.index, a1.index, a2.index]
+    audio = [f.utterance for f in await frames(out.outbox) if f.is_audio]
+    assert [i for i in audio if i != b1.index] == sorted(i for i in audio if i != b1.index)  # a's in order
+    assert a1.listener is a2.listener and a1.listener is not b1.listener
+    assert view.listener not in (a1.listener, b1.listener)  # the session's player hears neither
+    assert a1.listener is not None and a1.listener.queued > 0  # a's audio counted as a's listener's
 
 
 async def test_a_cancel_stops_the_stream_purges_its_audio_and_names_it() -> None:

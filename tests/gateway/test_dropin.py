@@ -163,6 +163,76 @@ async def test_livekit_sentence_flushes_then_empty_flush_and_close(gateway: str)
     assert starts == sorted(starts) and starts[-1] > 500  # the context's clock, not each message's
 
 
+# A reply of ~460 characters (~25 s of audio): long enough to be still sending when the next context begins.
+LONG_REPLY = "This reply goes on for a long while, sentence after sentence, so that it outlasts the next. " * 5
+
+
+def sent_as(client: str, context_id: str, text: str) -> list[str]:
+    """A reply's messages as each plugin sends them, all its text then its graceful close_context."""
+    cid = context_id
+    if client == "pipecat":  # the context's opening " ", the text, then flush + close_context at the turn's end
+        msgs = [{"text": " ", "context_id": cid}, {"text": text, "context_id": cid}, {"context_id": cid, "flush": True}]
+    else:  # LiveKit: its text with flush (one chunk of its tokenizer's here: see below), then an empty flush
+        msgs = [{"text": text, "context_id": cid, "flush": True}, {"text": "", "context_id": cid, "flush": True}]
+    return [json.dumps(m) for m in [*msgs, {"context_id": cid, "close_context": True}]]
+
+
+def words_of(got: list[Message], context_id: str) -> list[str]:
+    """The context's words as its normalizedAlignment spells them (LiveKit's reading)."""
+    return "".join(c for m in got if m.get("contextId") == context_id and m.get("normalizedAlignment")
+                   for c in m["normalizedAlignment"]["chars"]).split()  # fmt: skip
+
+
+@pytest.mark.parametrize("client", ["livekit", "pipecat"])
+async def test_a_context_begun_while_a_closed_one_still_sends_speaks_beside_it_and_neither_loses_speech(
+    gateway: str, client: str
+) -> None:
+    """Contexts interleave, as ElevenLabs' do: context b, begun while a (its text all sent, closed gracefully)
+    is still being sent, gets its first audio before a ends, which LiveKit needs (interrupted after its
+    text was all sent, it tells the server nothing and drops a's audio itself); and all of a is sent, which
+    Pipecat needs (a second reply in the same turn follows the first's flush + close_context, and Pipecat
+    plays a, then b). Each context keeps its own clock.
+
+    a is one utterance here. Sent a sentence a message with flush, as LiveKit's tokenizer may, a is five
+    utterances, each an engine stream opened at once: on this box (capacity 4–5 streams) b's stream then
+    waits in admission, where a slot freed by a's stream passes to a's next (FairQueue.hand_over), and
+    b's first audio came after a's end (8.2 s against 6.0 s): that wait is admission's, not the wire's."""
+    b_text = "And this is the next turn. "
+    loop = asyncio.get_running_loop()
+    async with websockets.connect(el_url(gateway)) as ws:
+        for m in sent_as(client, "a", LONG_REPLY):
+            await ws.send(m)
+        got = await until(ws, lambda got: any(m.get("audio") for m in got))
+        for m in sent_as(client, "b", b_text):
+            await ws.send(m)
+        b_sent, seen = loop.time(), len(got)
+        at: dict[str, float] = {}
+
+        def both_final(more: list[Message]) -> bool:  # noting when b's first audio and each end came (printed)
+            last = more[-1] if more else {}
+            if "b" not in at and last.get("audio") and last.get("contextId") == "b":
+                at["b"] = loop.time()
+            if last.get("isFinal"):
+                at.setdefault(f"{last.get('contextId')} final", loop.time())
+            return "a final" in at and "b final" in at
+
+        got += await until(ws, both_final, timeout=120)
+    print(f"{client}: after b's text, b's first audio {at.get('b', b_sent) - b_sent:.2f} s, "
+          f"a's isFinal {at.get('a final', b_sent) - b_sent:.2f} s")
+    assert not [m for m in got if m.get("error")], [m for m in got if m.get("error")]
+    b_first = next(i for i, m in enumerate(got) if m.get("audio") and m.get("contextId") == "b")
+    a_end = next(i for i, m in enumerate(got) if m.get("isFinal") and m.get("contextId") == "a")
+    assert seen <= b_first < a_end, (b_first, a_end)  # b spoke while a was still being sent
+    assert words_of(got, "a") == LONG_REPLY.split()  # all of a: nothing cut
+    assert len(audio_of(got, "a")) > 15 * 32000  # > 15 s of its ~25 s at 16 kHz s16le (the words say "all")
+    assert words_of(got, "b") == b_text.split()
+    assert [w for w, _ in heard_words(got, "b")] == b_text.split()  # Pipecat's reading too
+    for cid in ("a", "b"):  # each context's normalizedAlignment is on its own clock, from 0
+        starts = [t for m in got if m.get("contextId") == cid and m.get("normalizedAlignment")
+                  for t in m["normalizedAlignment"]["charStartTimesMs"]]  # fmt: skip
+        assert starts == sorted(starts) and starts[0] < 1000, (cid, starts[:5])
+
+
 @pytest.mark.parametrize(("fmt", "check"), [
     ("ulaw_8000", lambda audio, ms: abs(len(audio) - ms * 8) < 400),
     ("pcm_24000", lambda audio, ms: len(audio) % 2 == 0 and abs(len(audio) - ms * 48) < 2400),
@@ -264,6 +334,24 @@ def test_malformed_and_oversized_messages_get_stable_errors_in_each_protocols_sh
 def test_sockets_that_never_read_leave_the_canary_undisturbed(gateway: str, name: str) -> None:
     r = asyncio.run(run(f"http://{gateway}", name, sockets=3, seconds=2.0))
     assert_undisturbed(r)
+
+
+@pytest.fixture(scope="module")
+def three_contexts_gateway(cpu_engine: Engine) -> Iterator[str]:
+    # Three contexts a socket: each reply here is two utterances (its text's, and the bare one its close_context
+    # ends), so three stay within max_open_utterances (8) and max_contexts is the bound the extra one meets.
+    yield from serve(cpu_engine, Limits(config_timeout=30.0, max_contexts=3))
+
+
+def test_interleaved_contexts_and_one_past_the_bound_leave_the_canary_undisturbed(three_contexts_gateway: str) -> None:
+    """A socket opens as many contexts as it may at once, each a reply sent as LiveKit sends it, and one more:
+    the contexts speak beside each other, each in full; the one past the bound is refused by a stable code
+    naming it (too_many_contexts), never dropped silently; a canary session beside it keeps speaking."""
+    r = asyncio.run(run(f"http://{three_contexts_gateway}", "elevenlabs_contexts", contexts=3, chars=300))
+    assert_undisturbed(r)
+    assert r.seen["codes"] == ["too_many_contexts"] and r.seen["refused"] == ["extra"], r.seen
+    assert r.seen["ended"] == ["c0", "c1", "c2"] and r.seen["whole"] == 3, r.seen
+    assert r.seen["overlapped"] >= 1, r.seen  # a context's first audio came before the one before it ended
 
 
 # -- Cartesia: /tts/websocket ----------------------------------------------------------------------------

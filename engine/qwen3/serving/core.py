@@ -300,7 +300,7 @@ class EngineCore:
                         rec.to(Status.RUNNING if rec.parked else Status.PARKED, now)
                 rec.has_text = self.track.can_admit(s)
                 rec.paused = bool(s.outbox)
-                rec.arrival, rec.continues_at, rec.chunks_sent = s.arrival, s.continues_at, s.chunks_sent
+                rec.arrival, rec.before, rec.chunks_sent = s.arrival, s.before, s.chunks_sent
                 if s.first_audio_at is None and talk is not None and talk.slot is not None:
                     rec.frames_left = self.track.frames_left(s, self.pace.frames_per_row)
             rec.audio_s, rec.first_audio_at, rec.first_frame_at = s.audio_s, s.first_audio_at, s.first_frame_at

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 import torch
 
+from engine.listening import ListenerTimeline
 from engine.qwen3.serving.scheduler import DEFAULT_RAMP, RequestRecord, Status
 from engine.resample import Resampler
 from engine.types import AudioChunk, CodecFrames, Waiting
@@ -103,7 +104,8 @@ class StreamOptions:
     codec_tokens: bool = False  # stream the talker's frames; no code2wav for this stream
     reference: tuple[bytes, str | None] | None = None  # a cloned voice: its clip's file bytes, transcript
     # A continuation: the seconds of earlier audio its listener has still to hear when it opens
-    # (`StreamRequest.listener_buffer_s`); the first-audio hold lets go before they run out.
+    # (`StreamRequest.listener_buffer_s`; the core makes it `CoreStream.before` on its clock as the
+    # stream opens); the first-audio hold lets go before they run out.
     listener_buffer_s: float | None = None
 
 
@@ -242,7 +244,7 @@ class CoreStream:
     waiting_told: bool = False  # a Waiting notice went out for the current wait
     # ---- facts the record mirrors (EngineCore._records)
     arrival: float = 0.0  # when it queued for a slot: opened, or an evicted stream queuing again
-    continues_at: float | None = None  # a continuation: when its listener runs out of the audio before it
+    before: ListenerTimeline | None = None  # a continuation: its listener's timeline of the audio before it
     chunks_sent: int = 0  # code2wav chunks since it last queued (position on the ramp)
     audio_s: float = 0.0
     first_audio_at: float | None = None
@@ -343,8 +345,7 @@ class CoreStats:
 def open_stream(cmd: Open, now: float, model_rate: int, voices: VoiceMaker[ClonedVoice]) -> CoreStream:
     opts = cmd.opts
     stream = CoreStream(cmd.rid, opts, cmd.bridge, RequestRecord(cmd.rid, now), ledger=cmd.ledger, arrival=now)
-    if opts.listener_buffer_s is not None:
-        stream.continues_at = now + opts.listener_buffer_s
+    stream.before = ListenerTimeline.from_buffer(now, opts.listener_buffer_s)
     if opts.sample_rate != model_rate:
         stream.resampler = Resampler(model_rate, opts.sample_rate)
     if opts.reference is not None:

@@ -2,10 +2,11 @@
 streams to decode, decided from plain request records and a clock (vLLM v1's split: this module
 decides, engine/qwen3/serving/core.py executes). No torch here, so every rule is tested with a fake clock.
 
-Urgency is the listener's point of view. A stream with no audio yet is waiting on its first audio
-(time to first audio), the most urgent kind. A stream with audio has a simulated client playback
-buffer: the seconds of audio sent minus the wall time since its first audio; the smallest buffer
-runs dry first. Negative means the listener is already hearing a gap.
+Urgency is the listener's point of view, on its timeline (`ListenerTimeline`, engine/listening.py,
+the one both engines read). A stream with no audio yet is waiting on its first audio (time to first
+audio), the most urgent kind. A stream with audio has a simulated client player that starts at its
+first audio (`RequestRecord.timeline`): it runs out `audio_s` after it, and the listener who runs dry
+first is the most urgent; one whose `dry_at` is past is already hearing a gap.
 
 A stream's first audio is held while it is made slower than it plays and the rest of its text would
 come after its listener needs it (`Scheduler.holds_first`): a later start instead of a gap.
@@ -25,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from engine.listening import HoldRule, holds_first
+from engine.listening import HoldRule, ListenerTimeline, holds_first
 
 #: First code2wav chunk small (time to first audio), then larger ones (a decode has a fixed cost).
 DEFAULT_RAMP = (2, 4, 8, 16, 25)
@@ -87,7 +88,10 @@ class RequestRecord:
     # made, and the frames its known text is expected to take past those made (the core's estimate).
     first_frame_at: float | None = None
     frames_left: float = 0.0
-    continues_at: float | None = None  # a continuation: when its listener runs out of the audio before it
+    before: ListenerTimeline | None = None  # a continuation: its listener's timeline of the audio before it
+    # `timeline`'s last answer: it changes only when audio goes out, and the rules read it several
+    # times a cycle for every stream
+    _heard: ListenerTimeline | None = field(default=None, init=False, repr=False, compare=False)
 
     def to(self, status: Status, now: float | None = None) -> None:
         """Move to `status` (AssertionError for a move `TRANSITIONS` does not allow); parking records
@@ -124,18 +128,25 @@ class RequestRecord:
     def ended(self) -> bool:
         return self.status is Status.ENDED
 
-    def buffer_s(self, now: float) -> float:
-        """The simulated client playback buffer (inf before the first audio: nothing is playing)."""
+    @property
+    def timeline(self) -> ListenerTimeline | None:
+        """Its listener's timeline of the audio sent: a simulated client player that starts at the first
+        audio runs out `audio_s` after it (None before the first audio: nothing is playing)."""
         if self.first_audio_at is None:
-            return float("inf")
-        return self.audio_s - (now - self.first_audio_at)
+            return None
+        runs_out_at = self.first_audio_at + self.audio_s
+        heard = self._heard
+        if heard is None or heard.runs_out_at != runs_out_at:
+            heard = self._heard = ListenerTimeline(runs_out_at)
+        return heard
 
 
-def urgency(rec: RequestRecord, now: float) -> tuple[int, float]:
-    """Sort key, most urgent first: no audio yet (oldest first), then the shortest playback buffer."""
-    if rec.first_audio_at is None:
+def urgency(rec: RequestRecord) -> tuple[int, float]:
+    """Sort key, most urgent first: no audio yet (oldest first), then the listener who runs dry first."""
+    heard = rec.timeline
+    if heard is None:
         return (0, rec.arrival)
-    return (1, rec.buffer_s(now))
+    return (1, heard.dry_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +155,10 @@ class SchedulerConfig:
     buckets: tuple[int, ...] = DEFAULT_BUCKETS
     ramp: tuple[int, ...] = DEFAULT_RAMP
     max_codec_rows: int = 32  # most streams per batched decode; a cycle decodes that many full chunks' frames
-    low_water_s: float = 1.0  # a buffer below this is pressing (VoxServe's rule)
-    defer_s: float = 2.0  # a chunk of a stream with more buffered than this can wait for pressing talker work
-    flush_margin_s: float = 0.05  # decode a partial chunk when the buffer lasts less than 2 cycles + this
+    low_water_s: float = 1.0  # s: a listener with less than this ahead is pressing (VoxServe's rule)
+    defer_s: float = 2.0  # s: a chunk of a stream whose listener has more ahead can wait for pressing talker work
+    # s: a partial chunk decodes once its listener runs dry within 2 cycles + this (the decode must start by then)
+    flush_margin_s: float = 0.05
     park_evict_s: float = 1.0  # a request parked this long gives its slot to a stream waiting for one
     frames_per_s: float = FRAMES_PER_S  # frames a listener plays per second
     # The first-audio hold (`Scheduler.holds_first`): at most this long past a stream's first frame, and
@@ -161,6 +173,11 @@ class SchedulerConfig:
             raise ValueError(f"max_batch {self.max_batch} exceeds the largest bucket {self.buckets[-1]}")
         if not self.ramp or min(self.ramp) < 1:
             raise ValueError(f"the chunk ramp needs positive sizes, got {self.ramp}")
+        # Seconds ahead of a listener are never negative (`ListenerTimeline.ahead_s`): a bound at or below
+        # zero would never be crossed, and a margin below zero would decode after the listener ran dry.
+        if not (self.low_water_s > 0 and self.defer_s >= 0 and self.flush_margin_s >= 0):
+            raise ValueError(f"need low_water_s > 0, defer_s >= 0 and flush_margin_s >= 0, got {self.low_water_s}, "
+                             f"{self.defer_s}, {self.flush_margin_s}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +254,7 @@ class Scheduler:
         blocked = tuple((r.rid, i) for i, r in enumerate(line) if i >= max(free_slots, 0))
         runnable = [r for r in recs if r.admitted and r.generating and not r.paused
                     and (not r.parked or r.rid in evicting)]
-        runnable.sort(key=lambda r: (urgency(r, now), r.rid))
+        runnable.sort(key=lambda r: (urgency(r), r.rid))
         room = self.config.max_batch - (1 if prefill is not None else 0)
         chosen = runnable[:room]
         rows = len(chosen) + (1 if prefill is not None else 0)
@@ -275,9 +292,9 @@ class Scheduler:
             n = self.ready_frames(r, now, cycle_s, stream_rate)
             if n == 0:
                 continue
-            if talker_pressing and r.first_audio_at is not None and r.buffer_s(now) > self.config.defer_s:
+            if talker_pressing and (heard := r.timeline) is not None and heard.ahead_s(now) > self.config.defer_s:
                 continue
-            ready.append((urgency(r, now), r.rid, n))
+            ready.append((urgency(r), r.rid, n))
         ready.sort()
         budget = self.config.max_codec_rows * max(self.config.ramp)
         chosen: list[tuple[int, int]] = []
@@ -291,11 +308,11 @@ class Scheduler:
     def ready_frames(self, rec: RequestRecord, now: float, cycle_s: float, stream_rate: float | None = None) -> int:
         """Frames to decode now (0: keep waiting). 0 while the first audio is held (`holds_first`).
         Then the next ramp size once it is pending; everything pending when no more frames are coming
-        soon (the talker is done, or parked on text); and everything pending when the listener's buffer
-        would run dry within two cycles (this one and the decode's). Waiting until then, not until the
-        full chunk, keeps the partial chunks as large as the buffer allows: a stream near capacity that
-        decoded a frame or two every cycle would spend its time in per-call codec overhead and fall
-        further behind."""
+        soon (the talker is done, or parked on text); and everything pending when the listener would run
+        dry within two cycles (this one and the decode's): a decode that takes them must start by now
+        (`ListenerTimeline.start_by`). Waiting until then, not until the full chunk, keeps the partial
+        chunks as large as the listener's timeline allows: a stream near capacity that decoded a frame
+        or two every cycle would spend its time in per-call codec overhead and fall further behind."""
         if self.holds_first(rec, now, cycle_s, stream_rate):
             return 0
         need = self.chunk_size(rec)
@@ -303,7 +320,8 @@ class Scheduler:
             return need
         if not rec.generating or rec.parked:
             return rec.pending_frames
-        if rec.first_audio_at is not None and rec.buffer_s(now) < 2 * cycle_s + self.config.flush_margin_s:
+        heard = rec.timeline
+        if heard is not None and heard.start_by(2 * cycle_s + self.config.flush_margin_s) < now:
             return rec.pending_frames
         return 0
 
@@ -315,24 +333,27 @@ class Scheduler:
         Let go now, the listener plays the `n` frames made and then each later one as it comes; made at
         `stream_rate` r (taken `hold_error` too fast) the last of the `left` still to come is the latest
         against its need: it comes `left / r` from now and is needed `(n + left) / fps` from now, or
-        from when a continuation's listener has heard the audio before it (`continues_at`). The hold
-        ends once that is `2 cycles + flush_margin_s` early (its decode and the cycle that runs it), and
-        for a continuation that margin before its listener runs dry. Only while the talker makes frames
-        for it: a stream parked on text or done speaks what it has (its text's pace is not the engine's
-        to hide)."""
+        from when a continuation's listener has heard the audio before it (`before`; the timeline's
+        `after`). The hold ends once that is `2 cycles + flush_margin_s` early (its decode and the cycle
+        that runs it), and for a continuation that margin before its listener runs dry. Only while the
+        talker makes frames for it: a stream parked on text or done speaks what it has (its text's pace
+        is not the engine's to hide)."""
         if (rec.first_audio_at is not None or rec.first_frame_at is None or not rec.generating or rec.parked
                 or not stream_rate or stream_rate <= 0):
             return False
         margin = 2 * cycle_s + self.config.flush_margin_s
-        ahead = 0.0 if rec.continues_at is None else rec.continues_at - now
+        # Let go now, its listener hears every frame from now on, or from when the audio before it runs out.
+        heard = ListenerTimeline(now, (rec.pending_frames + rec.frames_left) / self.config.frames_per_s)
         rate = stream_rate / (1.0 + self.config.hold_error)
-        late = rec.frames_left / rate - ahead - (rec.pending_frames + rec.frames_left) / self.config.frames_per_s
+        late = now + rec.frames_left / rate - heard.after(rec.before).dry_at
         # The one hold rule (engine/listening.py); it must be `margin` early, not merely on time.
-        return holds_first(now, rec.first_frame_at, late, rec.continues_at,
+        return holds_first(now, rec.first_frame_at, late, None if rec.before is None else rec.before.dry_at,
                            HoldRule(self.config.first_hold_s, margin, -margin))
 
     def _pressing(self, rec: RequestRecord, now: float) -> bool:
-        return rec.first_audio_at is None or rec.buffer_s(now) < self.config.low_water_s
+        """No audio yet, or its listener has less than `low_water_s` ahead."""
+        heard = rec.timeline
+        return heard is None or heard.ahead_s(now) < self.config.low_water_s
 
 
 def bucket_sizes(max_batch: int, buckets: Sequence[int] = DEFAULT_BUCKETS, min_bucket: int = 1) -> tuple[int, ...]:

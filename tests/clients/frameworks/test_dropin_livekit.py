@@ -93,11 +93,11 @@ async def test_an_agent_session_interrupted_keeps_what_played_and_speaks_on(lk: 
     assert out.played_after - out.played_at_interrupt < 0.25  # at most the frame that was playing
     assert out.interrupted
     assert 0 < len(words(out.said)) < len(words(LONG)) // 2 and words(LONG)[: len(words(out.said))] == words(out.said)
-    # The next turns speak their own words. Their first audio can wait behind the interrupted reply: say()
-    # sent all of it, and LiveKit's ElevenLabs closes nothing at an interruption once its input is all sent
-    # (it drops the context's audio), so voxgate, whose contexts play in the order they began, synthesises the
-    # rest of LONG first (0.3–2.6 s measured on 2 loaded cores; ElevenLabs would interleave the contexts).
-    # LiveKit gives a stream 10 s.
+    # The next turns speak their own words. say() sent all of LONG, and LiveKit's ElevenLabs closes nothing at
+    # an interruption once its input is all sent (it drops the context's audio itself): the rest of LONG is
+    # still made and sent, interleaved with the next turn's context as ElevenLabs does (docs/elevenlabs.md),
+    # so the next turn does not wait behind it (it did while contexts played in order: 0.3–5.3 s on 2 loaded
+    # cores). LiveKit gives a stream 10 s.
     for first, text in out.next_turns:
         assert words(text) == words(SHORT) and first < 8.0, out.next_turns
     # One socket; for Cartesia two where the interruption came before its audio had all arrived (above).

@@ -130,12 +130,17 @@ async def test_capacity_after_real_synthesis(piper: Any) -> None:
     assert cap.streams == max(1, int(2 / piper.meter.rtf() * 0.8)) and 1 <= cap.streams < 1000
     rtf = piper.meter.backend_rtf("piper")
     assert cap.budget == pytest.approx(2 * 0.8) and cap.costs == (("en", rtf),) and cap.voice_costs == (("joe", rtf),)
+    # Its one class of voice, Piper's, heard a first piece's run after a stream starts alone (admission's prior).
+    assert cap.first_audio_s == (("piper", pytest.approx(piper.config.first_piece_s * rtf)),)
+    assert cap.language_classes == (("en", "piper"),) and cap.voice_classes == (("joe", "piper"),)
     assert piper.pool.guard_s >= 0.5
 
 
 async def test_capacity_admits_nobody_new_while_the_pool_is_behind(piper: Any) -> None:
     # Both workers held: the stream's first audio waits for a worker, so the engine says it can take no
-    # newcomer beyond those it serves, whatever the measured cost says; once it catches up, it can.
+    # newcomer beyond those it serves until it has caught up (`behind_s`), whatever the measured cost
+    # says; its budget stays what it costs, so admission predicts a start after the moment, not after a
+    # whole stream; once it catches up, it can.
     gates = [threading.Event() for _ in range(piper.workers)]
     started = [threading.Event() for _ in range(piper.workers)]
     blockers = [piper.pool.submit(float("-inf"), lambda g=g, s=s: (s.set(), g.wait(10)))
@@ -150,7 +155,7 @@ async def test_capacity_admits_nobody_new_while_the_pool_is_behind(piper: Any) -
         threading.Event().wait(0.01)
     cap = piper.capacity()
     assert cap.active == 1 and cap.streams == 1 and piper.meter.streams(piper.workers) >= 1
-    assert cap.budget == 0.0  # what it costs: nothing new fits
+    assert cap.behind_s > 0 and cap.budget == pytest.approx(piper.meter.budget(piper.workers))
     for g in gates:
         g.set()
     events, end = await collect(stream, 60)
@@ -159,7 +164,7 @@ async def test_capacity_admits_nobody_new_while_the_pool_is_behind(piper: Any) -
         b.result(timeout=5)
     cap = piper.capacity()
     assert cap.streams == piper.meter.streams(piper.workers) and cap.busy_s is not None and cap.busy_s > 0
-    assert cap.budget == pytest.approx(piper.meter.budget(piper.workers))
+    assert cap.budget == pytest.approx(piper.meter.budget(piper.workers)) and cap.behind_s == 0.0
 
 
 def test_a_stream_costs_its_languages_voice_and_the_budget_is_the_promised_worker_time(cpu_engine: Any) -> None:
@@ -171,6 +176,11 @@ def test_a_stream_costs_its_languages_voice_and_the_budget_is_the_promised_worke
     voices = dict(cap.voice_costs)
     assert voices["joe"] == costs["en"] and voices["jf_alpha"] == costs["zh"]
     assert len(voices) == len(cpu_engine.voices())
+    # A voice's class is its backend, and a class's first audio alone its first piece at the backend's RTF.
+    first_audio_s = dict(cap.first_audio_s)
+    assert first_audio_s == {b: pytest.approx(cpu_engine.config.first_piece_s * cpu_engine.rtf(b))
+                             for b in ("piper", "kokoro")}  # fmt: skip
+    assert cap.voice_class("en") == "piper" and cap.voice_class("zh") == cap.voice_class("en", "jf_alpha") == "kokoro"
     assert cap.budget == pytest.approx(cpu_engine.workers * cpu_engine.meter.headroom)
     # A stream at the mixed cost fits `streams` times: the count an engine without costs would give.
     assert cap.streams == max(1, int(cap.budget / cpu_engine.meter.rtf()))

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.waits import until
 
 from engine import EngineError, load_engine
 from engine.types import AudioChunk, Engine, Stream, StreamEnd
@@ -145,9 +146,7 @@ async def test_cancel_mid_stream_ends_cancelled_and_frees_work(cpu_engine: Any) 
     assert stream.join(timeout=5)
     for job in jobs:
         assert job.handle is not None
-        while not job.handle.done() and time.perf_counter() - t0 < 5:
-            await asyncio.sleep(0.01)
-        assert job.handle.done()
+        await until(job.handle.done, "the cancelled stream's job is over", 5)
     assert time.perf_counter() - t0 < 3.0
     # Nothing of the stream outlives it: the text not yet spoken and the pieces in flight are dropped.
     after = stream.snapshot
@@ -175,18 +174,14 @@ async def test_cancel_aborts_a_model_run_in_progress(cpu_engine: Any, monkeypatc
     text = ", ".join(["the quick brown fox jumps over the lazy dog"] * 6) + "."
     stream = cpu_engine.open_stream("jf_gongitsune", "en")
     stream.append(text)
-    deadline = time.perf_counter() + 10
-    while not stream.snapshot.pieces and time.perf_counter() < deadline:  # the driver cuts and submits it
-        await asyncio.sleep(0.005)
+    await until(lambda: stream.snapshot.pieces, "the driver cuts and submits its piece", 10)
     job = stream.snapshot.pieces[0].handle  # its future
-    while not (job is not None and (job.running() or job.done())) and time.perf_counter() < deadline:
-        await asyncio.sleep(0.01)
-    assert job is not None and job.running()
+    assert job is not None
+    await until(lambda: job.running() or job.done(), "its job takes a worker", 10)
+    assert job.running()
     await asyncio.sleep(0.2)  # past phonemisation (milliseconds), inside the model run (over a second)
     stream.cancel()
-    while not job.done() and time.perf_counter() < deadline:
-        await asyncio.sleep(0.005)
-    assert job.done()
+    await until(job.done, "the cancelled run is over", 10)
     # The run in progress was stopped by its terminate flag, not run to its end; no audio came of it. (A run
     # may also have given its worker up to another test's urgent job before: aborted the same way, rerun.)
     assert outcomes and all("terminate" in o for o in outcomes), outcomes

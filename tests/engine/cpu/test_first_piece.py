@@ -18,6 +18,7 @@ from support.wsclient import open_session
 
 from engine.cpu.policy import DEFAULT
 from engine.cpu.text import cost, first_clause_end, pieces
+from engine.cpu.voice_config import VOICE_DEFAULT, VoiceConfig
 
 REPLY = "好的，我来帮您安排。您周五晚上七点半在海港餐厅的四人桌已经订好了。"
 
@@ -68,6 +69,13 @@ def test_english_corpus_pieces_are_unchanged() -> None:
     for case in load_cases():
         if case.lang == "en":
             assert list(pieces(case.text, 120, first=True)) == list(pieces(case.text, 120)), case.id
+
+
+def test_the_shortest_first_clause_is_the_voice_configs() -> None:
+    assert first_clause_end(REPLY, 90, VoiceConfig(first_clause_syllables=3).first_clause_syllables) == 0
+    assert first_clause_end(REPLY, 90, VOICE_DEFAULT.first_clause_syllables) == 3  # "好的，"
+    with pytest.raises(ValueError, match="first_clause_syllables"):
+        VoiceConfig(first_clause_syllables=-1)
 
 
 def test_the_cut_looks_only_at_a_piece_bound_of_a_huge_segment() -> None:

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from attack import huge_prose
 from support.streams import collect
+from support.waits import until
 
 from engine import EngineError, load_engine
 from engine.cpu import policy
@@ -68,10 +69,7 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[CpuStream, Any, float
 async def no_listener_heard(engine: Any) -> None:
     """Until every stream has left the engine's listeners: a driver leaves them just after its stream's
     end went out, so a stream opened then follows nothing."""
-    deadline = time.monotonic() + 5
-    while engine.listeners():
-        assert time.monotonic() < deadline, engine.listeners()
-        await asyncio.sleep(0.01)
+    await until(lambda: not engine.listeners(), lambda: f"{engine.listeners()} listeners left", 5)
 
 
 async def _read(stream: Any, heard: list[float]) -> None:
@@ -90,10 +88,7 @@ async def test_a_new_stream_gets_a_worker_between_the_pieces_of_two_huge_segment
         stream.finish()
     readers = [asyncio.create_task(_read(s, h)) for s, h in zip(big, heard, strict=True)]
     try:
-        deadline = time.monotonic() + 60
-        while not all(heard) and time.monotonic() < deadline:  # both are speaking, both workers busy
-            await asyncio.sleep(0.01)
-        assert all(heard), "the long streams never started"
+        await until(lambda: all(heard), "the long streams start speaking", 60)  # both workers busy
         small = piper2.open_stream("joe", "en")
         t0 = time.monotonic()
         small.append("The canary keeps singing.")
@@ -153,14 +148,11 @@ async def test_a_stream_nobody_reads_holds_bounded_work_and_pauses(
     stream = piper2.open_stream("joe", "en")
     for i in range(10_000):
         stream.append(f"Item {i}. ")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        snap = stream.snapshot
-        paused = stream.queued_events >= piper2.queue_size and all(p.made_s is not None for p in snap.pieces)
-        if paused:
-            break
-        await asyncio.sleep(0.05)
-    assert paused, "the bridge never filled"
+
+    def paused() -> bool:
+        return stream.queued_events >= piper2.queue_size and all(p.made_s is not None for p in stream.snapshot.pieces)
+
+    await until(paused, "the bridge fills and the look-ahead is made", 60)
     ran = len(started)
     await asyncio.sleep(1.0)
     assert len(started) == ran, "synthesis went on for a consumer that reads nothing"
@@ -248,9 +240,7 @@ async def test_a_piece_is_cut_to_the_streams_part_of_the_workers_when_many_strea
             stream.append("Hi there.")
             stream.append(long)
             stream.finish()
-            deadline = time.monotonic() + 10
-            while len(stream.snapshot.pieces) < 2 and time.monotonic() < deadline:  # its look-ahead is cut
-                await asyncio.sleep(0.005)
+            await until(lambda: len(stream.snapshot.pieces) >= 2, "its look-ahead is cut", 10)
             assert piper2.pool.owners() == others + 3  # the two playing, the others, and it
         finally:
             gate.set()
@@ -304,10 +294,8 @@ async def test_a_queued_piece_is_due_by_the_audio_before_it_not_by_that_audios_e
         stream.finish()
         heard: list[float] = []
         reader = asyncio.create_task(_read(stream, heard))
-        deadline = time.monotonic() + 30
-        while not moves:  # the first piece's audio is out; the second still queued (both workers held)
-            assert time.monotonic() < deadline, "nothing was rescheduled"
-            await asyncio.sleep(0.01)
+        # the first piece's audio is out; the second still queued (both workers held)
+        await until(lambda: moves, "the second piece is rescheduled", 30)
         future, due, moved = moves[0]
         snap = stream.snapshot
         second = snap.pieces[0]
@@ -385,10 +373,7 @@ async def test_a_continuations_first_piece_is_due_by_its_listeners_audio_not_by_
         continuation = piper2.open_stream("joe", "en", listener_buffer_s=buffer_s)
         continuation.append("And one more thing.")
         continuation.finish()
-        deadline = time.monotonic() + 10
-        while len(pool.queued()) < 2:
-            assert time.monotonic() < deadline, "the first pieces were not queued"
-            await asyncio.sleep(0.01)
+        await until(lambda: len(pool.queued()) >= 2, "both first pieces are queued", 10)
         assert [s for s in (newcomer, continuation) if s.snapshot.pieces] == [newcomer, continuation]
         # the newcomer's first audio; the continuation's is due by its listener
         assert len([q for q in pool.queued() if q.first]) == 1
@@ -477,10 +462,8 @@ async def test_a_stream_opened_behind_another_of_its_listener_is_made_to_be_hear
         await asyncio.sleep(0.3)  # the stream before it is still open to text: nothing of it is queued
         assert not [q for q in pool.queued() if q.owner is behind]
         heard.finish()
-        deadline = time.monotonic() + 10
-        while not [q for q in pool.queued() if q.owner is behind and not q.first]:
-            assert time.monotonic() < deadline, "the stream behind never queued its piece"
-            await asyncio.sleep(0.01)
+        await until(lambda: [q for q in pool.queued() if q.owner is behind and not q.first],
+                    "the stream behind queues its piece", 10)
         queued = pool.queued()
         # not a newcomer: its listener hears "heard" first
         assert not [q for q in queued if q.owner is behind and q.first]
@@ -564,18 +547,15 @@ async def test_a_stream_behind_another_is_due_by_that_ones_real_audio_not_its_es
         heard, behind = sentence_after_sentence(piper2, "Doctor Smith.", "Will see you at three.")
         heard.finish()
         readers = [asyncio.create_task(_read(s, [])) for s in (heard, behind)]
-        deadline = time.monotonic() + 30
-        while not (mine := [q for q in pool.queued() if q.owner is behind and not q.first]):
-            assert time.monotonic() < deadline, "the stream behind never queued its piece"
-            await asyncio.sleep(0.01)
+        await until(lambda: [q for q in pool.queued() if q.owner is behind and not q.first],
+                    "the stream behind queues its piece", 30)
+        mine = [q for q in pool.queued() if q.owner is behind and not q.first]
         future, due0 = mine[0].future, mine[0].deadline  # behind "Doctor Smith." at its estimate, 10 s long
         first_gate.set()  # now "Doctor Smith." runs, and its audio is out
         # Moved by about the 10 s the estimate was long, less how long "Doctor Smith." waited to be heard
         # (its first audio may be held up to FIRST_HOLD_S, 2 s, and plays from its release).
-        while not [d for f, d in moves if f is future and d <= due0 - 6.0]:
-            assert time.monotonic() < deadline, ("the piece behind was never moved", due0,
-                                                 [d for f, d in moves if f is future])
-            await asyncio.sleep(0.01)
+        await until(lambda: [d for f, d in moves if f is future and d <= due0 - 6.0],
+                    lambda: ("the piece behind is moved", due0, [d for f, d in moves if f is future]), 30)
         assert behind.snapshot.pieces[0].started_at is None  # it was moved while still queued (both workers held)
         gate.set()
         await asyncio.wait_for(asyncio.gather(*readers), 60)
@@ -712,20 +692,18 @@ async def _next_piece_behind_a_long_run(engine: Any, monkeypatch: pytest.MonkeyP
         stream.finish()
 
     async def rest_of_the_reply() -> None:  # still being written when the first piece is made
-        while "Hi there." not in made:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.005)
-        await asyncio.sleep(0.1)
+        await until(lambda: "Hi there." in made, "the first piece is made", 10)
+        await asyncio.sleep(0.1)  # an LLM's next sentence, 0.1 s on: the client's pace, not the engine's
         stream.append("Then more.")
         stream.finish()
 
-    deadline = time.monotonic() + 10
-    while not ((pieces := stream.snapshot.pieces) and pieces[0].started_at is not None):
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.002)
+    await until(lambda: (pieces := stream.snapshot.pieces) and pieces[0].started_at is not None,
+                "the first piece runs", 10, every=0.002)
     long_run = engine.pool.submit(float("-inf"), lambda: time.sleep(1.5), run_s=1.5)  # goes next: due
-    rest = rest_of_the_reply() if text_to_come else asyncio.sleep(0)
-    (events, end), _ = await asyncio.gather(collect(stream, timeout=60), rest)
+    if text_to_come:
+        (events, end), _ = await asyncio.gather(collect(stream, timeout=60), rest_of_the_reply())
+    else:
+        events, end = await collect(stream, timeout=60)
     long_run.result(timeout=10)
     assert end == StreamEnd("done")
     first_s = sum(e.pcm.size for e in events if isinstance(e, AudioChunk) and e.segment == 0) / stream.sample_rate
@@ -752,14 +730,9 @@ async def test_a_streams_pieces_wait_behind_its_own_first(piper2: Any, started: 
                 for g, h in zip(gates, held, strict=True)]
     assert all(h.wait(5) for h in held)  # every worker is busy: the stream's pieces queue
     stream = three_sentences(piper2)
-    deadline = time.monotonic() + 10
-    while len(stream.snapshot.pieces) < piper2.workers:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    await until(lambda: len(stream.snapshot.pieces) >= piper2.workers, "its look-ahead is queued", 10)
     gates[0].set()  # one worker frees: it takes the piece the listener needs first
-    while not [job for s, job, _ in started if s is stream]:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.005)
+    await until(lambda: [job for s, job, _ in started if s is stream], "one of its pieces starts", 10)
     gates[1].set()
     for b in blockers:
         b.result(timeout=10)
@@ -784,10 +757,8 @@ async def test_first_audio_waits_for_every_piece_after_it_not_just_the_next(pipe
 
     monkeypatch.setattr(piper2, "synthesise", timed)
     stream = three_sentences(piper2)
-    deadline = time.monotonic() + 10
-    while not (len(pieces := stream.snapshot.pieces) == 2 and all(p.started_at is not None for p in pieces)):
-        assert time.monotonic() < deadline, "its first two pieces never ran together"
-        await asyncio.sleep(0.002)
+    await until(lambda: len(pieces := stream.snapshot.pieces) == 2 and all(p.started_at is not None for p in pieces),
+                "its first two pieces run together", 10, every=0.002)
     long_runs = [piper2.pool.submit(float("-inf"), lambda: time.sleep(1.5), run_s=1.5) for _ in range(2)]
     _, end = await collect(stream, timeout=60)
     for run in long_runs:
@@ -844,10 +815,8 @@ async def test_first_audio_waits_for_no_text_a_next_piece_would_be_made_in_time_
     # played, so the first audio goes at once, though the rest of the reply is still being written.
     stream = piper2.open_stream("joe", "en")
     stream.append("Hi there, how are you?")
-    deadline = time.monotonic() + 10
-    while stream.first_audio_at is None:
-        assert time.monotonic() < deadline, "the first audio was held for text still to come"
-        await asyncio.sleep(0.01)
+    await until(lambda: stream.first_audio_at is not None,
+                "its first audio goes, not held for text still to come", 10)
     stream.finish()
     _, end = await collect(stream, timeout=60)
     assert end == StreamEnd("done")
@@ -878,10 +847,7 @@ async def test_text_that_comes_while_the_first_audio_is_held_is_made_meanwhile(
     stream = piper2.open_stream("joe", "en")
     stream.append("Hi there.")
     stream.append("This sentence follows.")
-    deadline = time.monotonic() + 10
-    while stream.snapshot.held_s is None:  # the first audio is held
-        assert time.monotonic() < deadline, "the first audio was not held"
-        await asyncio.sleep(0.005)
+    await until(lambda: stream.snapshot.held_s is not None, "its first audio is held", 10)
     stream.append("And this one came while it waited.")
     stream.finish()
     _, end = await collect(stream, timeout=60)

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from support.waits import until_blocking
 
 from engine.cpu.pool import Preempted, UrgencyPool
 
@@ -37,10 +38,7 @@ def test_owners_counts_those_with_a_job_queued_or_running() -> None:
     gate.set()
     for f in [blocker, *queued]:
         f.result(timeout=5)
-    deadline = time.monotonic() + 5  # a worker sets its job's result, then leaves it
-    while pool.owners() and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert pool.owners() == 0
+    until_blocking(lambda: pool.owners() == 0, "every owner gone", 5)  # a worker sets its job's result, then leaves it
     pool.shutdown()
 
 
@@ -168,6 +166,31 @@ def test_the_pool_is_strained_while_first_audio_or_a_due_job_waits_and_counts_bu
     pool.shutdown()
 
 
+def test_the_pool_says_how_long_it_takes_to_catch_up_with_its_urgent_work() -> None:
+    # One worker runs a job expected to end in 0.4 s; behind it wait a first piece (0.2 s) and a playing
+    # stream's piece due within the guard (0.3 s): a newcomer could start once all three have run. A job
+    # due after the guard, or a worker free, is not behind anything.
+    now = [100.0]
+    pool = UrgencyPool(1, guard_s=1.0, clock=lambda: now[0])
+    gate, started = threading.Event(), threading.Event()
+    blocker = pool.submit(0.0, lambda: (started.set(), gate.wait(10)), run_s=0.5)
+    assert started.wait(5)
+    now[0] += 0.1
+    assert pool.behind_s(job_s=9.0) == 0.0  # nothing waits
+    later = pool.submit(110.0, lambda: None, run_s=0.3)
+    assert pool.behind_s(job_s=9.0) == 0.0  # queued, due well after the guard
+    first = pool.submit(200.0, lambda: None, first_audio=True, run_s=0.2)
+    due = pool.submit(100.5, lambda: None, run_s=0.3)
+    assert pool.strained() and pool.behind_s(job_s=9.0) == pytest.approx(0.4 + 0.2 + 0.3)
+    unknown = pool.submit(100.6, lambda: None)  # no run time stated: the engine's measured long job
+    assert pool.behind_s(job_s=1.0) == pytest.approx(0.4 + 0.2 + 0.3 + 1.0)
+    gate.set()
+    for f in (blocker, later, first, due, unknown):
+        f.result(timeout=5)
+    assert pool.behind_s(job_s=9.0) == 0.0
+    pool.shutdown()
+
+
 class LookAhead:
     """A running job that gives its worker up when asked (as a Kokoro look-ahead run aborts): a run
     asked stops and raises Preempted; one not asked runs whole (until `finish`)."""
@@ -191,10 +214,7 @@ class LookAhead:
         return self.answer
 
     def wait_runs(self, runs: int) -> None:
-        deadline = time.monotonic() + 5
-        while self.runs < runs:
-            assert time.monotonic() < deadline, self.runs
-            time.sleep(0.01)
+        until_blocking(lambda: self.runs >= runs, lambda: f"run {runs} (ran {self.runs})", 5)
 
 
 def pool_with_a_running(job: LookAhead, deadline: float, run_s: float = 3.0) -> tuple[UrgencyPool, list[float]]:
@@ -231,8 +251,8 @@ def test_a_running_job_keeps_its_worker(deadline: float, run_s: float, answer: b
     clock[0] = now
     ran: list[str] = []
     urgent = pool.submit(due, lambda: ran.append("urgent"), run_s=0.3)
-    time.sleep(0.2)  # the watcher looks too
-    assert not urgent.done() and job.runs == 1, why
+    assert pool.settled(5)  # the planner has looked at the urgent job, and decided
+    assert not urgent.done() and job.runs == 1 and job.asks == 0, why
     job.finish.set()
     urgent.result(timeout=5)
     assert job.runs == 1 and job.future.result(timeout=5) == "whole"  # type: ignore[attr-defined]
@@ -257,8 +277,8 @@ def test_a_newcomers_first_audio_gives_its_worker_up_to_a_playing_streams_piece_
         assert urgent.result(timeout=5) == "urgent"  # it ran while the newcomer's run waited
         job.wait_runs(2)  # the newcomer's piece runs again, whole
     else:
-        time.sleep(0.2)  # the watcher looks too
-        assert not urgent.done() and job.runs == 1
+        assert pool.settled(5)  # the planner has looked at the urgent job, and decided
+        assert not urgent.done() and job.runs == 1 and job.asks == 0
     job.finish.set()
     assert urgent.result(timeout=5) == "urgent" and newcomer.result(timeout=5) == "whole"
     pool.shutdown()
@@ -268,8 +288,8 @@ def test_a_job_with_time_to_spare_waits_and_the_watcher_frees_a_worker_once_it_f
     job = LookAhead()
     pool, now = pool_with_a_running(job, deadline=120.0, run_s=10.0)
     later = pool.submit(105.0, lambda: "later", run_s=0.3)  # due in 5 s: it waits its turn
-    time.sleep(0.2)
-    assert not later.done() and job.runs == 1
+    assert pool.settled(5)
+    assert not later.done() and job.runs == 1 and job.asks == 0
     now[0] = 104.5  # now it falls due: the fake clock's move is told (a real one's is the plan's timer)
     pool.wake()
     assert later.result(timeout=1) == "later"
@@ -312,8 +332,8 @@ def test_a_job_throws_away_at_most_half_its_run_in_all(first_ran: float, then_ra
         assert second.result(timeout=5) == "second"
         job.wait_runs(3)
     else:
-        time.sleep(0.2)  # the watcher looks too
-        assert not second.done() and job.runs == 2
+        assert pool.settled(5)  # the planner has looked at the second urgent job, and decided
+        assert not second.done() and job.runs == 2 and job.asks == 1
     job.finish.set()
     assert second.result(timeout=5) == "second" and job.future.result(timeout=5) == "whole"  # type: ignore[attr-defined]
     assert job.runs == (3 if again else 2)

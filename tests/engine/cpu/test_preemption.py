@@ -4,9 +4,9 @@ listener hears all of it."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
+
+from support.waits import until
 
 SENTENCE = "我们的系统会自动根据您的使用习惯推荐最合适的套餐方案。"
 
@@ -36,10 +36,8 @@ async def test_a_piece_that_gives_its_worker_up_runs_again_whole(cpu_engine: Any
     stream = cpu_engine.open_stream("jf_gongitsune", "zh")
     stream.append(SENTENCE)
     stream.finish()
-    deadline = time.monotonic() + 20
-    while not ((pieces := stream.snapshot.pieces) and pieces[0].started_at is not None):
-        assert time.monotonic() < deadline, "its piece never started"
-        await asyncio.sleep(0.005)
+    await until(lambda: (pieces := stream.snapshot.pieces) and pieces[0].started_at is not None,
+                "its piece starts", 20)
     yield_to = hooks[0]
     job = yield_to.args[0]  # the hook is `CpuStream.yield_worker` of its job
     assert yield_to()  # a Kokoro run puts its audio out only at its end: it can

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from support.waits import until
 
 from engine.stream import EventBridge
 from engine.types import AudioChunk, StreamEnd
@@ -101,11 +102,9 @@ async def test_leaving_the_loop_early_cancels_the_stream() -> None:
         bridge.put(chunk(i))
     async for _ in bridge.events():
         break
-    for _ in range(5):  # the loop's async-generator finaliser runs the cleanup as a task
-        if bridge.cancelled:
-            break
-        await asyncio.sleep(0.01)
-    assert bridge.cancelled
+    # the loop's async-generator finaliser runs the cleanup as a task, a loop turn or two on (the bound is
+    # a hang's, in wall seconds: a loaded box can take longer than the 50 ms the old 5 turns took)
+    await until(lambda: bridge.cancelled, "the stream is cancelled", 5)
     assert bridge.put(chunk(5)) is False
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.waits import until  # wall clock, bounded: a real model run makes the first audio
 
 from engine import load_engine
 from engine.cpu.policy import DEFAULT, StreamStatus
@@ -42,15 +43,6 @@ def clocked() -> Iterator[tuple[Any, FakeClock]]:
 def advance(engine: Any, clock: FakeClock, seconds: float) -> None:
     clock.now += seconds
     engine.wake()
-
-
-async def until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Until `check()` holds (wall clock, bounded): a real model run makes the first audio."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        assert loop.time() < deadline, what
-        await asyncio.sleep(0.01)
 
 
 async def goes_at(engine: Any, clock: FakeClock, first: asyncio.Future[Any], at: float, early: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from support.streams import collect
+from support.waits import until
 
 import engine.cpu.stream as stream_module
 import engine.cpu.stream_runs as runs_module
@@ -88,8 +89,8 @@ async def test_a_listeners_streams_never_take_each_others_locks(piper: Any, reco
     for stream in streams[:-1]:
         stream.finish()
     reads = [asyncio.create_task(collect(s, timeout=60)) for s in streams[:-1]]
-    await asyncio.sleep(0.2)
-    streams[-1].cancel()
+    await until(lambda: streams[0].first_audio_at is not None, "the first sentence plays", 30)
+    streams[-1].cancel()  # barged in on while the others play
     results = await asyncio.gather(*reads)
     assert [end for _, end in results] == [StreamEnd("done")] * 3
     assert all(events for events, _ in results)

@@ -111,6 +111,9 @@ async def test_the_child_declares_what_the_engine_declares(tiny_pair: dict[str, 
     assert told is not None and told.follows_listener and told.budget == own.budget
     assert [lang for lang, _ in told.costs] == ["en"] and [name for name, _ in told.voice_costs] == ["joe"]
     assert all(isinstance(c, float) for _, c in told.costs + told.voice_costs)
+    # And the class of voice each stream's first audio is forecast by, with the engine's word on it.
+    assert [c for c, _ in told.first_audio_s] == ["piper"] and told.voice_classes == (("joe", "piper"),)
+    assert told.language_classes == (("en", "piper"),) and told.first_audio_s[0][1] > 0
 
 
 @pytest.mark.parametrize(("voice", "language", "options", "code"), [
