@@ -77,14 +77,10 @@ class FairQueue:
         self._stream_s = config.default_stream_s  # every key's streams: a newcomer's first estimate
         self.forecast = StartForecast(config)
         self._capacity: float | None = None  # the engine's capacity at the last call: how full it is
-<<<<<<< HEAD
-        self._slo_room: float = math.inf  # what the SLO leaves of it to leaders then (`slo_capacity`)
+        self._behind_until = -math.inf  # the engine starts no newcomer before this (`engine_behind`)
         # `load` as last summed; None once a stream is admitted or finished or a cost moves. A stream's start
         # asks it up to four times (try, push, start, busy): one sum instead of four over the streams in flight.
         self._load: float | None = None
-=======
-        self._behind_until = -math.inf  # the engine starts no newcomer before this (`engine_behind`)
->>>>>>> main
 
     # -- state ------------------------------------------------------------------------------------
 
