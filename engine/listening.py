@@ -63,12 +63,13 @@ class HoldRule:
     tolerance_s: float  # predicted lateness accepted (negative: must be early by that much)
 
 
-def holds_first(now: float, ready_at: float, late_s: float, before_ends_at: float | None, rule: HoldRule) -> bool:
+def holds_first(now: float, ready_at: float, late_s: float, before: ListenerTimeline | None, rule: HoldRule) -> bool:
     """Whether a stream's first audio, ready since `ready_at`, stays held at `now`: the rest is predicted
     `late_s` late against its listener's need (past `tolerance_s`), it has not waited `cap_s`, and a
-    continuation's listener (hearing until `before_ends_at`) has more than `margin_s` left."""
+    continuation's listener (hearing the audio before it, `before`, until that runs dry) has more than
+    `margin_s` left."""
     if now - ready_at >= rule.cap_s:
         return False
-    if before_ends_at is not None and before_ends_at - now <= rule.margin_s:
+    if before is not None and before.dry_at - now <= rule.margin_s:
         return False
     return late_s > rule.tolerance_s

@@ -427,13 +427,13 @@ def first_audio_late(now: float, runs_out_at: float, pending: Iterable[PendingPi
     return late
 
 
-def hold_until(now: float, before_ends_at: float | None, cfg: CpuPolicyConfig = DEFAULT) -> float:
+def hold_until(now: float, before: ListenerTimeline | None, cfg: CpuPolicyConfig = DEFAULT) -> float:
     """The latest the first audio is held: `first_hold_s` from now, and for a continuation whose
-    listener still hears the audio before it, until that ends (less `hold_margin_s`): held past it, it
-    would make a gap heard now for one that may come later."""
+    listener still hears the audio before it (`before`), until that runs dry (less `hold_margin_s`):
+    held past it, it would make a gap heard now for one that may come later."""
     until = now + cfg.first_hold_s
-    if before_ends_at is not None and before_ends_at > now:
-        until = min(until, before_ends_at - cfg.hold_margin_s)
+    if before is not None and before.dry_at > now:
+        until = min(until, before.dry_at - cfg.hold_margin_s)
     return until
 
 
@@ -445,7 +445,7 @@ class HeldAudio:
     """A stream's held first audio, and what the hold rule weighs against it at one look."""
 
     ready_at: float  # when it was made: the hold's cap (`first_hold_s`) runs from here
-    before_ends_at: float | None  # a continuation's: when the audio before it ends (None: nothing plays)
+    before: ListenerTimeline | None  # a continuation's: the audio before it (None: nothing plays)
     runs_out_at: float  # when its listener runs out of it, were it let go now
     pending: tuple[PendingPiece, ...]  # the pieces after it (`first_audio_late`)
     more_text: bool  # text still to come or to cut: one more piece of `next_run_s`
@@ -474,8 +474,8 @@ def release_at(held: HeldAudio, now: float, late: float, cfg: CpuPolicyConfig = 
     (a piece that starts later than now comes no later for the wait; one that starts now, or text still
     to come, comes later by as much, and waits for an event or the cap; so does a continuation's, whose
     listener hears the audio before it meanwhile)."""
-    until = hold_until(held.ready_at, held.before_ends_at, cfg)
-    if held.before_ends_at is None:
+    until = hold_until(held.ready_at, held.before, cfg)
+    if held.before is None:
         at = now + late - cfg.hold_margin_s
         if at < until and held.late(now, at - now) <= cfg.hold_margin_s + 1e-9:
             return at
@@ -494,7 +494,7 @@ def stream_plan(now: float, notice_at: float | None, held: HeldAudio | None,
     release = True
     if held is not None:
         late = held.late(now)
-        if holds_first(now, held.ready_at, late, held.before_ends_at, hold_rule(cfg)):
+        if holds_first(now, held.ready_at, late, held.before, hold_rule(cfg)):
             release = False
             wakes.append(release_at(held, now, late, cfg))
     return StreamPlan(release, notice, min(wakes, default=None))

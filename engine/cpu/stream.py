@@ -493,9 +493,9 @@ class CpuStream(StreamRuns):
         start = self._clock()
         cfg = self._engine.config
         with self._cond:
-            before_ends = self._sent().runs_out_at if self._before_counts() else None  # a continuation's, once
-            if before_ends is not None and before_ends <= start:
-                before_ends = None  # that audio has played: held as a new listener's
+            before = self._sent() if self._before_counts() else None  # a continuation's: the audio before it
+            if before is not None and before.dry_at <= start:
+                before = None  # that audio has played: held as a new listener's
             self._held_s = have  # the pieces after it are cut and due by this audio's end
             if self._status is not StreamStatus.ENDED:  # cancelled meanwhile: the next look returns
                 self._to(StreamStatus.HELD)
@@ -506,7 +506,7 @@ class CpuStream(StreamRuns):
         try:
             while True:
                 self._fill(head)  # the look-ahead runs on while the first audio waits, on text that comes too
-                looked = self._hold_look(head, have, next_run_s, start, before_ends)
+                looked = self._hold_look(head, have, next_run_s, start, before)
                 if looked is None:
                     return
                 decided = policy.stream_plan(looked[1], None, looked[0], cfg)
@@ -517,7 +517,7 @@ class CpuStream(StreamRuns):
             pool.unwatch(bell)
 
     def _hold_look(self, head: PieceJob, have: float, next_run_s: float, ready_at: float,
-                   before_ends: float | None) -> tuple[policy.HeldAudio, float] | None:
+                   before: ListenerTimeline | None) -> tuple[policy.HeldAudio, float] | None:
         """One look of the hold: the held audio and what comes after it, as `policy.stream_plan` weighs
         them, and the time of the look (None: cancelled). The pool's predictions are asked outside the
         stream's lock."""
@@ -548,7 +548,7 @@ class CpuStream(StreamRuns):
             if all_cut:  # then its listener's next stream's, which play once it has
                 pending += policy.following_pending(following, next_starts, self._engine.rtf, errors)
             more_text = not all_cut or not following_cut
-            return policy.HeldAudio(ready_at, before_ends, self._sent(now).runs_out_at, tuple(pending), more_text,
+            return policy.HeldAudio(ready_at, before, self._sent(now).runs_out_at, tuple(pending), more_text,
                                     free_at, next_run_s), now
 
     def _following(self) -> tuple[tuple[PieceSnapshot, ...], bool]:

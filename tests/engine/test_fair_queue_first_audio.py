@@ -8,21 +8,14 @@ import pytest
 
 from engine.fair_queue import FairQueue, FairQueueConfig, Refused, Waiter
 from engine.listening import ListenerTimeline
+from tests.support.clocks import ManualClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def queue(clock: Clock, **knobs: float) -> FairQueue:
+def queue(clock: ManualClock, **knobs: float) -> FairQueue:
     return FairQueue(FairQueueConfig(first_audio_slo_s=1.5, **knobs), clock)  # type: ignore[arg-type]
 
 
-def measure_alone(q: FairQueue, clock: Clock, *heard_after_s: float) -> None:
+def measure_alone(q: FairQueue, clock: ManualClock, *heard_after_s: float) -> None:
     """Streams started one at a time on an idle engine, each heard after the given seconds, then ended."""
     for s in heard_after_s:
         w = q.push("m", 1.0, 4)
@@ -39,7 +32,7 @@ def admit_at_once(q: FairQueue, n: int, capacity: float = 4, key: str = "a") -> 
 
 
 def test_a_fresh_server_uses_the_prior_and_admits_up_to_the_engines_capacity() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     assert q.first_audio_tail_s() == pytest.approx(0.5)  # nothing measured: the prior
     assert q.slo_capacity(4) == 4  # 0.5 s alone, 1.0 s beside a full engine: within 1.5 s
@@ -49,7 +42,7 @@ def test_a_fresh_server_uses_the_prior_and_admits_up_to_the_engines_capacity() -
 def test_a_box_running_at_half_speed_refuses_what_it_can_no_longer_start_within_the_slo() -> None:
     # Streams alone are heard in 1.0 s, twice the prior: beside half the capacity a stream takes 1.5 s,
     # beside more it would miss. The engine's own word (4 streams) no longer says what fits.
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     measure_alone(q, clock, 1.0, 1.0, 1.0, 1.0)
     assert q.first_audio_tail_s() == pytest.approx(1.0)
@@ -64,7 +57,7 @@ def test_a_box_running_at_half_speed_refuses_what_it_can_no_longer_start_within_
 def test_continuations_keep_the_engines_whole_capacity_where_the_slo_shrinks_a_leaders_room() -> None:
     # The SLO's room is for leaders: a reply already heard needs its next sentence in time, or it has a
     # gap (a continuation refused, or let wait for a room only leaders are judged by, cuts the reply).
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     measure_alone(q, clock, 1.0, 1.0, 1.0, 1.0)  # a leader's room: 3 of 4
     admit_at_once(q, 3)
@@ -76,7 +69,7 @@ def test_continuations_keep_the_engines_whole_capacity_where_the_slo_shrinks_a_l
 
 
 def test_one_slow_outlier_does_not_close_the_door_but_the_box_slowing_down_does() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     measure_alone(q, clock, *[0.3] * 10, 5.0)  # one stream stalled (a page fault, a GC pause)
     assert q.first_audio_tail_s() <= 0.5 and q.slo_capacity(4) == 4
@@ -86,7 +79,7 @@ def test_one_slow_outlier_does_not_close_the_door_but_the_box_slowing_down_does(
 
 
 def test_one_slow_stream_on_a_fresh_server_does_not_close_the_door() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     measure_alone(q, clock, 4.0)  # weighed against the prior's two: not yet the box's speed
     assert q.first_audio_tail_s() == pytest.approx(0.5) and q.slo_capacity(4) == 4
@@ -94,7 +87,7 @@ def test_one_slow_stream_on_a_fresh_server_does_not_close_the_door() -> None:
 
 def test_a_box_too_slow_for_any_stream_still_starts_one_alone_and_refuses_the_rest_at_once() -> None:
     # Refusing the lone stream too would refuse everything and never measure the box again.
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     measure_alone(q, clock, 3.0, 3.0, 3.0)
     alone = q.push("a", 1.0, 4)
@@ -106,7 +99,7 @@ def test_a_box_too_slow_for_any_stream_still_starts_one_alone_and_refuses_the_re
 
 
 def test_a_box_that_sped_up_reopens_as_its_slow_measurements_age() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     measure_alone(q, clock, 3.0, 3.0, 3.0)
     assert q.slo_capacity(4) < 2
@@ -117,7 +110,7 @@ def test_a_box_that_sped_up_reopens_as_its_slow_measurements_age() -> None:
 
 def test_first_audio_measured_beside_a_full_engine_is_not_taken_for_the_speed_alone() -> None:
     # Two streams each started beside three of four were heard in 1.75 s: 1.0 s alone, not 1.75 s.
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     for _ in range(2):
         *others, last = admit_at_once(q, 4)
@@ -129,7 +122,7 @@ def test_first_audio_measured_beside_a_full_engine_is_not_taken_for_the_speed_al
 
 
 def test_without_an_slo_the_measured_speed_does_not_shrink_the_room() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = FairQueue(FairQueueConfig(), clock)
     measure_alone(q, clock, 3.0, 3.0, 3.0)
     assert q.slo_capacity(4) == 4
@@ -140,7 +133,7 @@ def test_where_the_box_runs_as_measured_every_stream_admitted_after_learning_it_
     # A box twice as slow as the prior (1.0 s alone, 2.0 s beside a full engine), streams holding their
     # slot 2 s, one asking every 0.25 s (twice what four slots serve). Once its speed is measured, every
     # stream admitted is heard within 1.5 s; the rest are refused as they ask. Exact binary times.
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     step, running, waited = 0.0625, [], []
     heard_in: list[tuple[float, float]] = []  # (started at, heard after asking)
@@ -173,7 +166,7 @@ def test_where_the_box_runs_as_measured_every_stream_admitted_after_learning_it_
     assert max(learned) <= 1.5 + 1e-9
 
 
-def long_streams_in_flight(q: FairQueue, clock: Clock, n: int, capacity: float, hold_s: float) -> list[Waiter]:
+def long_streams_in_flight(q: FairQueue, clock: ManualClock, n: int, capacity: float, hold_s: float) -> list[Waiter]:
     """`n` streams admitted together after the queue learnt that streams hold their slots `hold_s`."""
     for _ in range(6):  # the running mean of how long a stream holds its slot
         w = q.push("m", 1.0, capacity)
@@ -186,7 +179,7 @@ def test_a_newcomer_waits_out_an_engine_catching_up_instead_of_being_refused() -
     # The engine has room (4 of 10) but is a moment behind its urgent work (a first piece waiting for a
     # worker): the newcomer cannot start now, and will once that moment (0.3 s) has passed, long before
     # any of the 6 s streams in flight ends. Judged by those ends, it would be refused at once.
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     long_streams_in_flight(q, clock, 6, 10, hold_s=6.0)
     q.engine_behind(0.3)
@@ -200,7 +193,7 @@ def test_a_newcomer_waits_out_an_engine_catching_up_instead_of_being_refused() -
 
 
 def test_an_engine_behind_for_longer_than_the_slo_allows_refuses_a_newcomer_at_once() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     long_streams_in_flight(q, clock, 6, 10, hold_s=6.0)
     q.engine_behind(1.4)  # 1.4 s to catch up, then its own first audio: past 1.5 s
@@ -210,7 +203,7 @@ def test_an_engine_behind_for_longer_than_the_slo_allows_refuses_a_newcomer_at_o
 
 
 def test_an_idle_engine_starts_a_stream_alone_whatever_it_says_of_catching_up() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     q.engine_behind(5.0)  # nothing in flight: nothing to catch up with that a stream alone would wait for
     assert q.push("a", 1.0, 4).state == "admitted"

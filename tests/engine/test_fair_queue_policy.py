@@ -11,23 +11,16 @@ import pytest
 from engine.fair_queue import FairQueue, FairQueueConfig, Refused, Waiter
 from engine.listening import ListenerTimeline
 from engine.start_forecast import StartForecast
+from tests.support.clocks import ManualClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def queue(clock: Clock, *, per_key: int = 100, total: int = 1000, max_wait_s: float = 1e9) -> FairQueue:
+def queue(clock: ManualClock, *, per_key: int = 100, total: int = 1000, max_wait_s: float = 1e9) -> FairQueue:
     return FairQueue(FairQueueConfig(max_waiting_per_key=per_key, max_waiting=total, max_wait_s=max_wait_s), clock)
 
 
 def saturate(
     q: FairQueue,
-    clock: Clock,
+    clock: ManualClock,
     weights: dict[str, float],
     lengths: dict[str, float | list[float]],
     capacity: int,
@@ -76,7 +69,7 @@ MIXED = {"a": [_rng.uniform(0.3, 8.0) for _ in range(50)], "b": [_rng.uniform(0.
 @pytest.mark.parametrize("lengths", [{"a": 3.0, "b": 3.0}, {"a": 1.5, "b": 6.0}, {"a": 6.0, "b": 1.0}, MIXED])
 @pytest.mark.parametrize("capacity", [1, 2, 5])
 def test_weights_2_to_1_give_service_2_to_1(lengths: dict[str, float | list[float]], capacity: int) -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     served = saturate(q, clock, {"a": 2.0, "b": 1.0}, lengths, capacity, seconds=1200)
     ratio = served["a"] / served["b"]
@@ -85,7 +78,7 @@ def test_weights_2_to_1_give_service_2_to_1(lengths: dict[str, float | list[floa
 
 
 def test_equal_weights_share_equally_between_three_keys() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     served = saturate(q, clock, dict.fromkeys("abc", 1.0), {"a": 2.0, "b": 4.0, "c": 1.0}, 3, seconds=900)
     for key in "abc":
@@ -93,7 +86,7 @@ def test_equal_weights_share_equally_between_three_keys() -> None:
 
 
 def test_a_lone_key_gets_all_capacity() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     waiters = [q.push("a", 0.5, 4) for _ in range(10)]
     assert [w.state for w in waiters[:4]] == ["admitted"] * 4  # room: started at once, past its share
@@ -103,7 +96,7 @@ def test_a_lone_key_gets_all_capacity() -> None:
 
 
 def test_a_key_at_its_share_takes_capacity_nobody_else_wants() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     q.push("big", 9.0, 4)  # in flight, and active with a huge share
     small = [q.push("small", 1.0, 4) for _ in range(5)]
@@ -113,7 +106,7 @@ def test_a_key_at_its_share_takes_capacity_nobody_else_wants() -> None:
 
 
 def test_a_key_below_its_share_goes_first() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     a = [q.push("a", 1.0, 2) for _ in range(2)]  # both slots
     b = q.push("b", 1.0, 2)
@@ -125,7 +118,7 @@ def test_a_key_below_its_share_goes_first() -> None:
 
 
 def test_fifo_within_a_key() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     first = q.push("a", 1.0, 1)
     rest = [q.push("a", 1.0, 1) for _ in range(3)]
@@ -139,7 +132,7 @@ def test_fifo_within_a_key() -> None:
 
 
 def test_a_new_key_enters_at_the_current_minimum() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     running = q.push("a", 1.0, 1)
     q.served(running, 100.0)  # a long history
@@ -158,7 +151,7 @@ def test_a_new_key_enters_at_the_current_minimum() -> None:
 
 
 def test_an_idle_key_banks_no_credit() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     b = q.push("b", 1.0, 2)
     q.served(b, 5.0)
@@ -173,7 +166,7 @@ def test_an_idle_key_banks_no_credit() -> None:
 
 
 def test_a_key_back_from_a_moment_idle_keeps_a_lead_it_had() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     a = q.push("a", 1.0, 2)
     b = q.push("b", 1.0, 2)
@@ -186,7 +179,7 @@ def test_a_key_back_from_a_moment_idle_keeps_a_lead_it_had() -> None:
 
 
 def test_the_per_key_bound_refuses_with_bound_tenant() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock, per_key=2, total=10)
     q.push("a", 1.0, 1)  # in flight
     q.push("a", 1.0, 1)
@@ -199,7 +192,7 @@ def test_the_per_key_bound_refuses_with_bound_tenant() -> None:
 
 
 def test_the_model_bound_refuses_with_bound_model() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock, per_key=5, total=3)
     q.push("a", 1.0, 1)
     for key in "abc":
@@ -210,7 +203,7 @@ def test_the_model_bound_refuses_with_bound_model() -> None:
 
 
 def test_a_zero_bound_still_starts_a_stream_that_has_room() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock, per_key=0, total=0)
     assert q.push("a", 1.0, 2).state == "admitted"
     assert q.push("a", 1.0, 2).state == "admitted"
@@ -219,7 +212,7 @@ def test_a_zero_bound_still_starts_a_stream_that_has_room() -> None:
 
 
 def test_past_the_maximum_wait_a_waiter_is_refused_not_started_late() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock, max_wait_s=5.0)
     running = q.push("a", 1.0, 1)
     old = q.push("a", 1.0, 1)
@@ -235,7 +228,7 @@ def test_past_the_maximum_wait_a_waiter_is_refused_not_started_late() -> None:
 
 
 def test_a_withdrawn_waiter_frees_its_place_and_an_admitted_one_its_slot() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock, per_key=1)
     running = q.push("a", 1.0, 1)
     waiting = q.push("a", 1.0, 1)
@@ -251,7 +244,7 @@ def test_a_withdrawn_waiter_frees_its_place_and_an_admitted_one_its_slot() -> No
 
 
 def test_finish_is_idempotent_and_served_after_it_is_ignored() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     a = q.push("a", 1.0, 1)
     q.push("a", 1.0, 1)
@@ -262,7 +255,7 @@ def test_finish_is_idempotent_and_served_after_it_is_ignored() -> None:
 
 
 def test_retry_after_follows_the_measured_hold_within_bounds() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock, max_wait_s=30.0)
     for _ in range(20):
         w = q.push("a", 1.0, 1)
@@ -276,7 +269,7 @@ def test_retry_after_follows_the_measured_hold_within_bounds() -> None:
 
 
 def test_bad_weights_and_bounds_are_refused() -> None:
-    clock = Clock()
+    clock = ManualClock()
     with pytest.raises(ValueError):
         queue(clock).push("a", 0.0, 1)
     with pytest.raises(ValueError):
@@ -287,7 +280,7 @@ def test_bad_weights_and_bounds_are_refused() -> None:
 
 
 def test_a_due_continuation_goes_first_in_its_key_and_its_key_first_among_equals() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     holder = q.push("a", 1.0, 2)
     q.push("b", 1.0, 2)
@@ -303,7 +296,7 @@ def test_a_due_continuation_goes_first_in_its_key_and_its_key_first_among_equals
 
 
 def test_a_continuation_with_time_to_spare_waits_its_fair_turn_until_it_is_due() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     holder = q.push("a", 1.0, 1)
     early = q.push("a", 1.0, 1)
@@ -320,7 +313,7 @@ def test_a_slot_passes_to_the_next_stream_of_its_listener_due_or_not() -> None:
     # Sentence by sentence: a sentence's stream ends (its audio is made) while its listener still plays
     # it for seconds, and the next sentence already waits. Given to whoever came first, the slot left
     # the continuation none when its listener ran low. It passes on instead, at any capacity.
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     holder = q.push("a", 1.0, 1)
     newcomer = q.push("b", 1.0, 1)  # waiting first, another tenant
@@ -338,7 +331,7 @@ def test_a_slot_passes_to_the_next_stream_of_its_listener_due_or_not() -> None:
 
 
 def test_a_handed_over_slot_keeps_the_key_active_and_its_account() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     holder = q.push("a", 1.0, 1)
     nxt = q.push("a", 1.0, 1)
@@ -353,7 +346,7 @@ def test_a_handed_over_slot_keeps_the_key_active_and_its_account() -> None:
 
 
 def test_a_waiter_whose_listener_begins_hearing_becomes_a_continuation_and_stays_one() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     holder = q.push("a", 1.0, 1)
     early = q.push("a", 1.0, 1)
@@ -371,7 +364,7 @@ def test_a_waiter_whose_listener_begins_hearing_becomes_a_continuation_and_stays
 def test_a_due_continuation_does_not_take_a_slot_past_its_keys_share() -> None:
     # Nor is a slot passed on to it (`hand_over`) past that share while another key waits; it is at any
     # capacity once nobody else waits (the listener keeps hearing: newcomers wait for the capacity).
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     a1, a2 = q.push("a", 1.0, 2), q.push("a", 1.0, 2)  # "a" holds both slots: past its share of one
     b = q.push("b", 1.0, 2)
@@ -391,7 +384,7 @@ def test_a_due_continuation_does_not_take_a_slot_past_its_keys_share() -> None:
 def test_a_listeners_next_stream_starts_beside_the_one_it_hears_within_its_keys_share() -> None:
     # A client sending sentence by sentence: the next sentence waits while the one before is made. It
     # starts at once beside it, past the capacity: the two are one listener's, heard one after the other.
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     heard = q.push("a", 1.0, 1)
     newcomer = q.push("b", 1.0, 1)
@@ -413,7 +406,7 @@ def test_a_listeners_next_stream_starts_beside_the_one_it_hears_within_its_keys_
 
 
 def test_a_listeners_next_stream_waits_in_fair_order_past_its_keys_share() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     heard, elsewhere = q.push("a", 1.0, 2), q.push("a", 1.0, 2)  # "a" holds both slots: its share is one
     newcomer = q.push("b", 1.0, 2)
@@ -428,7 +421,7 @@ def test_a_listener_whose_streams_ended_takes_its_slot_back_for_its_next() -> No
     # Sentence by sentence on the CPU voices: a Piper sentence is made in a tenth of the time it plays, so
     # its stream ends long before its listener has heard it. The next sentence then found no slot of its
     # listener's to ride, and waited for room behind a costly stream past the capacity: a gap (issue 14).
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     mandarin = q.push("a", 1.0, BUDGET, cost=2.0)  # costlier than the whole capacity: it starts alone
     # its listener hears 5 s more
@@ -446,7 +439,7 @@ def test_a_listener_whose_streams_ended_takes_its_slot_back_for_its_next() -> No
 
 
 def test_a_listener_takes_no_slot_back_past_its_keys_share() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     held = q.push("a", 1.0, 2)
     other = q.push("b", 1.0, 2)
@@ -459,7 +452,7 @@ def test_a_listener_takes_no_slot_back_past_its_keys_share() -> None:
 
 
 def test_due_continuations_start_most_urgent_first_and_expire_like_others() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock, max_wait_s=5.0)
     holder = q.push("a", 1.0, 1)
     later = q.push("a", 1.0, 1, timeline=ListenerTimeline(clock.now + 1.5))
@@ -474,7 +467,7 @@ def test_due_continuations_start_most_urgent_first_and_expire_like_others() -> N
 
 
 def test_continuations_count_against_the_per_key_bound() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock, per_key=1)
     q.push("x", 1.0, 1)
     q.push("a", 1.0, 1, timeline=ListenerTimeline(clock.now + 1.0))
@@ -487,7 +480,7 @@ def test_continuations_count_against_the_per_key_bound() -> None:
 def test_back_to_back_continuations_keep_the_weights(capacity: int) -> None:
     """Sessions that send their next response while the last still plays (every one a continuation,
     due by the time it could start) are still served 2:1 by weight under saturation."""
-    clock = Clock()
+    clock = ManualClock()
     served = saturate(queue(clock), clock, {"a": 2.0, "b": 1.0}, {"a": 3.0, "b": 3.0}, capacity, seconds=600,
                       continue_in_s=1.0)
     assert served["a"] / served["b"] == pytest.approx(2.0, rel=0.05), served
@@ -501,7 +494,7 @@ KOKORO, PIPER, BUDGET = 1.2, 0.1, 1.6
 
 
 def test_a_cheap_stream_starts_beside_a_costly_one_where_a_second_costly_one_waits() -> None:
-    q = queue(Clock())
+    q = queue(ManualClock())
     mandarin = q.push("a", 1.0, BUDGET, cost=KOKORO)
     english = q.push("b", 1.0, BUDGET, cost=PIPER)
     assert mandarin.state == english.state == "admitted" and q.load == pytest.approx(KOKORO + PIPER)
@@ -515,7 +508,7 @@ def test_a_cheap_stream_starts_beside_a_costly_one_where_a_second_costly_one_wai
 
 def test_a_cheaper_stream_passes_the_next_in_fair_order_only_in_the_room_it_leaves() -> None:
     # 1.1 of the capacity is free now, but the waiting stream will need 1.5 of it: one 0.1 may pass.
-    q = queue(Clock())
+    q = queue(ManualClock())
     held = q.push("a", 1.0, BUDGET, cost=0.5)
     costly = q.push("b", 1.0, BUDGET, cost=1.5)
     cheap = [q.push("c", 1.0, BUDGET, cost=PIPER) for _ in range(3)]
@@ -530,7 +523,7 @@ def test_a_cheaper_stream_passes_the_next_in_fair_order_only_in_the_room_it_leav
 def test_cheap_streams_passing_without_end_never_starve_the_costly_one() -> None:
     # Passing freely, replies of 0.1 would fill each 0.6 the two held streams free as they end, and hold
     # the Mandarin one (1.2) back for as long as they came. In the room it leaves, they take 0.4 in all.
-    q = queue(Clock())
+    q = queue(ManualClock())
     held = [q.push("a", 1.0, BUDGET, cost=0.6) for _ in range(2)]
     costly = q.push("b", 1.0, BUDGET, cost=KOKORO)
     running: list[Waiter] = []
@@ -549,7 +542,7 @@ def test_cheap_streams_passing_without_end_never_starve_the_costly_one() -> None
 
 
 def test_a_key_at_its_share_passes_nobody_while_another_key_waits() -> None:
-    q = queue(Clock())
+    q = queue(ManualClock())
     q.push("a", 1.0, BUDGET, cost=KOKORO)  # "a" holds more than half: its share of two keys
     costly = q.push("b", 1.0, BUDGET, cost=KOKORO)
     mine = q.push("a", 1.0, BUDGET, cost=PIPER)
@@ -559,7 +552,7 @@ def test_a_key_at_its_share_passes_nobody_while_another_key_waits() -> None:
 
 
 def test_the_room_a_passer_took_stays_counted_when_its_slot_is_handed_on() -> None:
-    q = queue(Clock())
+    q = queue(ManualClock())
     q.push("a", 1.0, BUDGET, cost=0.6)
     q.push("b", 1.0, BUDGET, cost=KOKORO)  # it leaves 0.4
     passer = q.push("c", 1.0, BUDGET, cost=0.4)
@@ -572,7 +565,7 @@ def test_the_room_a_passer_took_stays_counted_when_its_slot_is_handed_on() -> No
 
 def test_a_stream_costlier_than_the_whole_capacity_starts_alone() -> None:
     # One stream always has room: an engine measured slower than real time still speaks, one at a time.
-    q = queue(Clock())
+    q = queue(ManualClock())
     alone = q.push("a", 1.0, 0.5, cost=KOKORO)
     after = q.push("a", 1.0, 0.5, cost=PIPER)
     assert alone.state == "admitted" and after.state == "waiting"
@@ -582,7 +575,8 @@ def test_a_stream_costlier_than_the_whole_capacity_starts_alone() -> None:
 
 
 def test_max_in_flight_bounds_the_count_whatever_the_streams_cost() -> None:
-    q = FairQueue(FairQueueConfig(max_waiting_per_key=10, max_waiting=10, max_wait_s=60, max_in_flight=2), Clock())
+    config = FairQueueConfig(max_waiting_per_key=10, max_waiting=10, max_wait_s=60, max_in_flight=2)
+    q = FairQueue(config, ManualClock())
     streams = [q.push("a", 1.0, BUDGET, cost=0.01) for _ in range(3)]
     assert [w.state for w in streams] == ["admitted", "admitted", "waiting"]
     q.finish(streams[0])
@@ -596,7 +590,7 @@ def test_max_in_flight_bounds_the_count_whatever_the_streams_cost() -> None:
 def test_a_share_is_a_share_of_the_cost() -> None:
     # Counted in streams, a key holding one Mandarin stream is below a half share of two; it holds most of
     # the engine, so the other key's stream goes first although it came later.
-    q = queue(Clock())
+    q = queue(ManualClock())
     q.push("a", 1.0, BUDGET, cost=KOKORO)
     blocker = q.push("b", 1.0, BUDGET, cost=KOKORO)
     a_next = q.push("a", 1.0, BUDGET, cost=PIPER)
@@ -606,7 +600,7 @@ def test_a_share_is_a_share_of_the_cost() -> None:
 
 
 def test_a_slot_handed_on_holds_the_cost_of_the_stream_that_holds_it() -> None:
-    q = queue(Clock())
+    q = queue(ManualClock())
     heard = q.push("a", 1.0, BUDGET, cost=KOKORO)
     other = q.push("b", 1.0, BUDGET, cost=KOKORO)
     rider = q.push("a", 1.0, BUDGET, cost=PIPER)
@@ -623,7 +617,7 @@ def test_a_slot_handed_on_holds_the_cost_of_the_stream_that_holds_it() -> None:
 def test_costs_are_reread_for_the_streams_in_flight_too() -> None:
     # A cost is measured and moves: held at what it cost when admitted, a Mandarin stream whose voice got
     # slower on a busier box would let an English one in on top of it that no longer fits.
-    q = queue(Clock())
+    q = queue(ManualClock())
     cost = {"zh": KOKORO, "en": PIPER}
     mandarin = q.push("a", 1.0, BUDGET, cost=cost["zh"], kind="zh")
     waiting = q.push("b", 1.0, BUDGET, cost=cost["zh"], kind="zh")
@@ -652,7 +646,7 @@ class Equal:
 
 
 def test_a_listener_is_known_by_identity_not_by_equality() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     one, other = Equal(), Equal()
     held = q.push("a", 1.0, 1, listener=one, follows=True)
@@ -664,7 +658,7 @@ def test_a_listener_is_known_by_identity_not_by_equality() -> None:
 
 
 def test_a_listeners_next_stream_rides_its_slot_as_it_asks_where_the_engine_follows_listeners() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     player = object()
     held = q.push("a", 1.0, 1, listener=player, follows=True)
@@ -678,7 +672,7 @@ def test_a_listeners_next_stream_rides_its_slot_as_it_asks_where_the_engine_foll
 
 
 def test_where_the_engine_does_not_follow_listeners_the_next_stream_takes_the_slot_when_the_one_before_ends() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     player = object()
     held = q.push("a", 1.0, 1, listener=player)
@@ -693,7 +687,7 @@ def test_where_the_engine_does_not_follow_listeners_the_next_stream_takes_the_sl
 
 
 def test_a_listener_whose_streams_ended_while_it_hears_them_takes_the_slot_back_at_the_next_look() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     player = object()
     first = q.push("a", 1.0, 1, listener=player, follows=True)
@@ -706,7 +700,7 @@ def test_a_listener_whose_streams_ended_while_it_hears_them_takes_the_slot_back_
 
 
 def test_a_listeners_slot_yields_to_fairness_past_its_keys_share() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     player = object()
     held = q.push("a", 1.0, 2, listener=player, follows=True)
@@ -721,14 +715,14 @@ def test_a_listeners_slot_yields_to_fairness_past_its_keys_share() -> None:
 # -- the first-audio SLO ------------------------------------------------------------------------------
 
 
-def slo_queue(clock: Clock, slo: float | None = 1.5, **knobs: float) -> FairQueue:
+def slo_queue(clock: ManualClock, slo: float | None = 1.5, **knobs: float) -> FairQueue:
     """A queue whose streams are heard the prior 0.5 s after they start whatever the load (slowdown 0):
     the tests of the wait's arithmetic. The load's slowdown has its own tests (`slow_box`)."""
     knobs = {"first_audio_load_slowdown": 0.0, **knobs}
     return FairQueue(FairQueueConfig(max_wait_s=10.0, first_audio_slo_s=slo, **knobs), clock)  # type: ignore[arg-type]
 
 
-def staggered(q: FairQueue, clock: Clock, capacity: float, n: int = 4, every_s: float = 0.5, cost: float = 1.0,
+def staggered(q: FairQueue, clock: ManualClock, capacity: float, n: int = 4, every_s: float = 0.5, cost: float = 1.0,
               key: str = "x") -> list[Waiter]:  # fmt: skip
     """`n` streams admitted `every_s` apart (the last now): with the default 2 s hold they end 2 s after
     each started, so the first slot frees in 2 - (n - 1) * every_s."""
@@ -742,7 +736,7 @@ def staggered(q: FairQueue, clock: Clock, capacity: float, n: int = 4, every_s: 
 
 
 def test_without_an_slo_a_stream_waits_its_turn_up_to_the_longest_wait() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock, slo=None)
     q.push("a", 1.0, 1)
     waiter = q.push("a", 1.0, 1)  # 2 s of hold ahead: late, but waits (today's rule)
@@ -753,7 +747,7 @@ def test_without_an_slo_a_stream_waits_its_turn_up_to_the_longest_wait() -> None
 
 
 def test_a_stream_predicted_to_be_heard_past_the_slo_is_refused_at_once_with_its_prediction() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock)
     q.push("a", 1.0, 1)  # holds the one slot: slots free every 2 s (the default hold)
     with pytest.raises(Refused) as e:
@@ -764,7 +758,7 @@ def test_a_stream_predicted_to_be_heard_past_the_slo_is_refused_at_once_with_its
 
 
 def test_a_stream_predicted_to_make_the_slo_waits_for_its_room() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock)
     staggered(q, clock, 4)  # one of four slots frees every 0.5 s, the first in 0.5 s
     waiter = q.push("b", 1.0, 4)  # heard in 0.5 s + the 0.5 s tail
@@ -778,7 +772,7 @@ def test_streams_admitted_together_free_nothing_until_they_end() -> None:
     # A burst's four streams started at once: no slot frees for a whole hold (2 s), so a fifth cannot be
     # heard within 1.5 s. Spread evenly over the hold, a slot would seem to free every 0.5 s: that
     # prediction admitted streams to the line that were refused a second later.
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock)
     for _ in range(4):
         q.push("a", 1.0, 4)
@@ -788,7 +782,7 @@ def test_streams_admitted_together_free_nothing_until_they_end() -> None:
 
 
 def test_the_prediction_counts_the_cost_waiting_ahead_not_the_number_of_streams() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock)
     staggered(q, clock, 1.0, cost=0.25)  # a quarter of the capacity frees every 0.5 s, the first in 0.5 s
     cheap = [q.push("b", 1.0, 1.0, cost=0.05) for _ in range(4)]  # 0.2 ahead: in the first quarter freed
@@ -798,7 +792,7 @@ def test_the_prediction_counts_the_cost_waiting_ahead_not_the_number_of_streams(
 
 
 def test_a_waiting_stream_is_refused_as_soon_as_its_wait_alone_means_it_will_miss() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock)
     staggered(q, clock, 4)
     waiter = q.push("b", 1.0, 4)  # heard in 1.0 s, had the first slot freed in 0.5 s
@@ -810,7 +804,7 @@ def test_a_waiting_stream_is_refused_as_soon_as_its_wait_alone_means_it_will_mis
 
 
 def test_a_waiting_stream_is_refused_as_soon_as_the_capacity_it_was_promised_shrinks() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock)
     staggered(q, clock, 4)
     waiter = q.push("b", 1.0, 4)
@@ -819,7 +813,7 @@ def test_a_waiting_stream_is_refused_as_soon_as_the_capacity_it_was_promised_shr
 
 
 def test_the_tail_of_first_audio_not_its_mean_sets_the_wait_allowed() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock, smoothing=0.001)  # the hold stays about 2 s: this test is of the tail alone
     for i in range(20):  # eighteen heard in 0.1 s, two in 1.2 s: mean 0.21 s, the 95th percentile 1.2 s
         w = q.push("a", 1.0, 100)
@@ -833,7 +827,7 @@ def test_the_tail_of_first_audio_not_its_mean_sets_the_wait_allowed() -> None:
 
 
 def test_only_first_audio_the_slo_applies_to_is_measured() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock)
     player = object()
     first = q.push("a", 1.0, 2, listener=player, follows=True)
@@ -846,7 +840,7 @@ def test_only_first_audio_the_slo_applies_to_is_measured() -> None:
 
 
 def test_a_stream_with_room_is_admitted_whatever_the_slo_says() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock, slo=0.1)  # shorter than the engine's own time to first audio
     assert q.push("a", 1.0, 1).state == "admitted"
 
@@ -854,7 +848,7 @@ def test_a_stream_with_room_is_admitted_whatever_the_slo_says() -> None:
 def test_continuations_and_a_listeners_later_streams_are_not_refused_by_the_slo() -> None:
     # Their first audio is not a reply's: refused, a reply would lose its middle. They wait, within
     # the longest wait, and go first when their listener is about to run dry.
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock)
     player = object()
     q.push("x", 1.0, 1)
@@ -868,7 +862,7 @@ def test_continuations_and_a_listeners_later_streams_are_not_refused_by_the_slo(
 
 
 def test_a_refused_leader_leaves_the_listeners_next_stream_to_lead() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock)
     player = object()
     staggered(q, clock, 4)
@@ -888,7 +882,7 @@ def test_the_slo_and_every_other_knob_are_checked_in_the_config() -> None:
 
 def test_one_tenants_burst_refuses_its_own_streams_not_another_tenants() -> None:
     # The prediction is in fair order: a tenant below its share goes before a flooding one's line.
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock)
     staggered(q, clock, 4, key="flood")
     flood = []
@@ -907,7 +901,7 @@ def test_the_prediction_drains_the_cost_in_flight_where_the_count_not_the_budget
     # The CPU voices: a budget far above two Piper streams, but max_in_flight 2. Slots free as the
     # streams in flight end (two per 2 s hold), not at the budget's rate: a budget-rate drain said
     # "at once" and admitted streams that then waited seconds.
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock, max_in_flight=2)
     staggered(q, clock, 100.0, n=2, every_s=1.0, cost=0.1)
     first = q.push("b", 1.0, 100.0, cost=0.1)  # the first slot frees in 1 s: heard by 1.5 s
@@ -920,7 +914,7 @@ def test_the_prediction_drains_the_cost_in_flight_where_the_count_not_the_budget
 def test_continuations_that_fall_due_before_a_leader_starts_count_ahead_of_it() -> None:
     # A due continuation goes first in its key, though it asked later: a leader's prediction counts it,
     # and the leader is refused as the continuation arrives, not when its wait runs out.
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock)
     staggered(q, clock, 4)  # a slot frees every 0.5 s, the first in 0.5 s
     lead = q.push("a", 1.0, 4)  # heard in 0.5 + 0.5 s
@@ -937,7 +931,7 @@ def test_where_streams_hold_as_measured_a_stream_let_wait_is_never_refused_later
     # The promise behind "refused at once": with the engine behaving as measured (each stream holds its
     # slot 2 s and is heard 0.5 s after it starts), the prediction at arrival is right, so every refusal
     # comes as the stream asks and every stream let wait is heard within the SLO. Exact binary times.
-    clock = Clock()
+    clock = ManualClock()
     q = slo_queue(clock)
     running: list[Waiter] = []
     refused_at_once, waited = 0, []

@@ -12,17 +12,10 @@ import pytest
 
 from engine import Capacity
 from engine.fair_queue import FairQueue, FairQueueConfig, Refused, Waiter
+from tests.support.clocks import ManualClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def queue(clock: Clock, **knobs: float) -> FairQueue:
+def queue(clock: ManualClock, **knobs: float) -> FairQueue:
     return FairQueue(FairQueueConfig(first_audio_slo_s=1.5, **knobs), clock)  # type: ignore[arg-type]
 
 
@@ -31,7 +24,7 @@ def engine_says(q: FairQueue, **first_audio_s: float) -> None:
     q.forecast.estimates(first_audio_s.items())
 
 
-def measure_alone(q: FairQueue, clock: Clock, voice: str, *heard_after_s: float, key: str = "m") -> None:
+def measure_alone(q: FairQueue, clock: ManualClock, voice: str, *heard_after_s: float, key: str = "m") -> None:
     """Streams of class `voice` started one at a time on an idle engine, each heard after the given
     seconds, then ended."""
     for s in heard_after_s:
@@ -51,7 +44,7 @@ def admit_at_once(q: FairQueue, n: int, voice: str, key: str = "a") -> list[Wait
 def test_a_slow_voices_measurements_do_not_close_the_door_to_a_fast_voice() -> None:
     # One tenant's Mandarin (Kokoro) replies were heard in 3 s alone: the box is too slow for a second
     # Kokoro stream beside any load. Another tenant's English (Piper) replies still start four at once.
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     engine_says(q, piper=0.2, kokoro=1.0)
     measure_alone(q, clock, "kokoro", 3.0, 3.0, 3.0, key="acme")
@@ -63,7 +56,7 @@ def test_a_slow_voices_measurements_do_not_close_the_door_to_a_fast_voice() -> N
 def test_a_fast_voices_measurements_do_not_hide_a_slow_voices_slowness() -> None:
     # Sixty English replies heard in 0.1 s and two Mandarin ones in 2 s in a row: Kokoro is slow on this
     # box now, however many fast Piper streams were measured beside it.
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     engine_says(q, piper=0.2, kokoro=1.0)
     measure_alone(q, clock, "piper", *[0.1] * 60)
@@ -80,7 +73,7 @@ def test_a_fresh_server_forecasts_a_kokoro_voice_slower_than_a_piper_voice() -> 
     # Nothing heard yet: the engine's cost model says a Kokoro stream's first piece takes 1.0 s alone
     # and a Piper one's 0.2 s. Beside three of four, a Kokoro stream would be heard in 1.75 s, a Piper
     # one in 0.35 s.
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     engine_says(q, piper=0.2, kokoro=1.0)
     assert q.first_audio_tail_s("kokoro") > q.first_audio_tail_s("piper")
@@ -93,7 +86,7 @@ def test_a_fresh_server_forecasts_a_kokoro_voice_slower_than_a_piper_voice() -> 
 
 
 def test_the_engines_word_on_a_class_moves_its_prior_and_measurements_still_weigh_against_it() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     engine_says(q, kokoro=0.5)
     assert q.first_audio_tail_s("kokoro") == pytest.approx(0.5)
@@ -106,7 +99,7 @@ def test_the_engines_word_on_a_class_moves_its_prior_and_measurements_still_weig
 
 
 def test_a_word_that_is_not_a_time_is_not_believed() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     engine_says(q, zero=0.0, below=-1.0, nan=math.nan, inf=math.inf)
     for voice in ("zero", "below", "nan", "inf"):
@@ -114,7 +107,7 @@ def test_a_word_that_is_not_a_time_is_not_believed() -> None:
 
 
 def test_remembered_voices_are_bounded_and_a_forgotten_one_starts_again_at_its_prior() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock, first_audio_voices=2)
     engine_says(q, **{f"v{i}": 0.3 for i in range(10)})  # an engine telling more classes than remembered
     assert len(q.forecast.voices) == 2
@@ -143,7 +136,7 @@ def test_a_stream_is_forecast_by_the_class_of_voice_that_speaks_it_and_an_unknow
 
 
 def test_without_an_slo_no_class_shrinks_the_room() -> None:
-    clock = Clock()
+    clock = ManualClock()
     q = FairQueue(FairQueueConfig(), clock)
     engine_says(q, kokoro=3.0)
     measure_alone(q, clock, "kokoro", 3.0, 3.0, 3.0)
@@ -158,7 +151,7 @@ def test_where_each_voice_runs_as_measured_every_stream_admitted_after_learning_
     # stream admitted is heard within 1.5 s: Piper's many fast measurements do not let a Kokoro stream
     # start beside a load it cannot be heard beside in time (a tail shared by both did: 1.75 s). Exact
     # binary times.
-    clock = Clock()
+    clock = ManualClock()
     q = queue(clock)
     speed, every = {"piper": 0.25, "kokoro": 1.0}, {"piper": 0.5, "kokoro": 2.0}
     step, running, waited = 0.0625, [], []

@@ -347,7 +347,7 @@ class Scheduler:
         rate = stream_rate / (1.0 + self.config.hold_error)
         late = now + rec.frames_left / rate - heard.after(rec.before).dry_at
         # The one hold rule (engine/listening.py); it must be `margin` early, not merely on time.
-        return holds_first(now, rec.first_frame_at, late, None if rec.before is None else rec.before.dry_at,
+        return holds_first(now, rec.first_frame_at, late, rec.before,
                            HoldRule(self.config.first_hold_s, margin, -margin))
 
     def _pressing(self, rec: RequestRecord, now: float) -> bool:

@@ -176,19 +176,19 @@ def test_the_hold_ends_after_first_hold_s_whatever_the_prediction() -> None:
 
 
 def test_a_continuation_is_not_held_past_the_end_of_the_audio_before_it() -> None:
-    before_ends = policy.hold_until(NOW, NOW + 0.5) + DEFAULT.hold_margin_s
-    assert before_ends == pytest.approx(NOW + 0.5)
-    assert holds_first(NOW + 0.4, NOW, 5.0, before_ends, CPU_HOLD)
-    assert not holds_first(NOW + 0.46, NOW, 5.0, before_ends, CPU_HOLD)
+    before = ListenerTimeline(NOW + 0.5)
+    assert policy.hold_until(NOW, before) + DEFAULT.hold_margin_s == pytest.approx(NOW + 0.5)
+    assert holds_first(NOW + 0.4, NOW, 5.0, before, CPU_HOLD)
+    assert not holds_first(NOW + 0.46, NOW, 5.0, before, CPU_HOLD)
 
 
 # ---- a stream's plan ----
 
 
-def held(pending: list[PendingPiece], *, ready_at: float = NOW, before_ends_at: float | None = None,
+def held(pending: list[PendingPiece], *, ready_at: float = NOW, before: ListenerTimeline | None = None,
          runs_out_at: float = NOW + 1.0, more_text: bool = False, free_at: float = NOW,
          next_run_s: float = 1.0) -> policy.HeldAudio:
-    return policy.HeldAudio(ready_at, before_ends_at, runs_out_at, tuple(pending), more_text, free_at, next_run_s)
+    return policy.HeldAudio(ready_at, before, runs_out_at, tuple(pending), more_text, free_at, next_run_s)
 
 
 def test_a_stream_with_nothing_held_or_due_sleeps_until_an_event() -> None:
@@ -226,7 +226,7 @@ def test_held_first_audio_waits_for_an_event_or_the_cap_when_waiting_does_not_sh
 
 
 def test_a_held_continuation_wakes_no_later_than_the_audio_before_it_ends_less_the_margin() -> None:
-    waits = held([PendingPiece(seconds=3.0, run_s=2.0, start=NOW + 0.5)], before_ends_at=NOW + 0.8)
+    waits = held([PendingPiece(seconds=3.0, run_s=2.0, start=NOW + 0.5)], before=ListenerTimeline(NOW + 0.8))
     plan = policy.stream_plan(NOW, None, waits)
     assert not plan.release and plan.wake_at == pytest.approx(NOW + 0.8 - DEFAULT.hold_margin_s)
     assert policy.stream_plan(plan.wake_at, None, waits).release

@@ -17,35 +17,26 @@ from engine import load_engine
 from engine.cpu.policy import DEFAULT, StreamStatus
 from engine.cpu.splitters import SplitterGroups
 from engine.types import AudioChunk, StreamEnd, Waiting
+from tests.support.clocks import ManualClock
 
 QUIET_S = 0.3  # wall seconds a stream is given to act wrongly while its clock stands still
 
 
-class FakeClock:
-    """Monotonic seconds that move only when the test moves them (`advance`, then `engine.wake()`)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture(scope="module")
-def clocked() -> Iterator[tuple[Any, FakeClock]]:
+def clocked() -> Iterator[tuple[Any, ManualClock]]:
     pytest.importorskip("onnxruntime", reason="CPU voices need the cpu extra")
-    clock = FakeClock()
+    clock = ManualClock()
     engine = load_engine("piper", workers=2, clock=clock)
     yield engine, clock
     engine.close()
 
 
-def advance(engine: Any, clock: FakeClock, seconds: float) -> None:
+def advance(engine: Any, clock: ManualClock, seconds: float) -> None:
     clock.now += seconds
     engine.wake()
 
 
-async def goes_at(engine: Any, clock: FakeClock, first: asyncio.Future[Any], at: float, early: str) -> None:
+async def goes_at(engine: Any, clock: ManualClock, first: asyncio.Future[Any], at: float, early: str) -> None:
     """The held first audio (`first`, the events' next) stays held until the stream's clock is 10 ms short
     of `at` (`early` says what it would mean otherwise), and goes when the clock reaches `at`."""
     advance(engine, clock, at - 0.01 - clock())
