@@ -158,7 +158,7 @@ class Settings:
     header_timeout: float = 10.0  # a request's headers must arrive within this (slowloris)
     keep_alive_timeout: float = 5.0  # an idle kept-alive HTTP connection is closed after this
     # The event loop: "uvloop" (libuv's, the `fast` extra), "asyncio" (the standard library's), or "auto":
-    # uvloop where it is installed. Per audio second at 256 sessions uvloop took about a fifth off the
+    # uvloop where it is installed. Per audio second at 256 sessions uvloop took 11-18 % off the
     # gateway's CPU (bench/results/capacity_s25.md): the loop's own wake-ups and socket writes are most of
     # what a chunk costs beside the gateway's code.
     event_loop: str = "auto"
