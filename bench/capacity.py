@@ -490,8 +490,20 @@ def pause_summary(before: dict[str, float], after: dict[str, float]) -> dict[str
     over_50ms = total - next((n for le, n in lag if le == 0.05), total)
     gc_s = sum(n for k, n in delta.items() if k.startswith("voxgate_gc_pause_seconds") and k.endswith(" sum"))
     gen2 = delta.get("voxgate_gc_pause_seconds2 +Inf", 0.0)
-    return {"loop_lag_p99_ms": None if p99 is None or p99 == float("inf") else round(1000 * p99, 1),
-            "loop_lags_over_50ms": int(over_50ms), "gc_s": round(gc_s, 3), "gc2_passes": int(gen2)}  # fmt: skip
+    longest = None  # the longest collection: per generation, the lowest bucket bound holding all of them
+    for gen in ("0", "1", "2"):
+        buckets = sorted((float(k.split()[1]), n) for k, n in delta.items()
+                         if k.split()[0] == f"voxgate_gc_pause_seconds{gen}" and "sum" not in k)  # fmt: skip
+        if buckets and buckets[-1][1] > 0:
+            bound = next(le for le, n in buckets if n >= buckets[-1][1])
+            longest = bound if longest is None else max(longest, bound)
+    return {"loop_lag_p99_ms": _bound_ms(p99), "loop_lags_over_50ms": int(over_50ms), "gc_s": round(gc_s, 3),
+            "gc2_passes": int(gen2), "gc_longest_ms": _bound_ms(longest)}  # fmt: skip
+
+
+def _bound_ms(seconds: float | None) -> float | None:
+    """A histogram bucket's bound in ms (None: none, or past the last bound)."""
+    return None if seconds is None or seconds == float("inf") else round(1000 * seconds, 1)
 
 
 def summarize(n: int, convs: list[Conversation], sample: dict[str, Any]) -> dict[str, Any]:
@@ -515,7 +527,8 @@ def summarize(n: int, convs: list[Conversation], sample: dict[str, Any]) -> dict
         "rss_per_idle_session_kb": round(1024 * (idle - before) / ready, 1) if idle and before and ready else None,
         "rss_per_playing_session_kb": round(1024 * (peak - before) / ready, 1) if peak and before and ready else None,
     }  # fmt: skip
-    out |= {k: sample[k] for k in ("loop_lag_p99_ms", "loop_lags_over_50ms", "gc_s", "gc2_passes") if k in sample}
+    out |= {k: sample[k] for k in ("loop_lag_p99_ms", "loop_lags_over_50ms", "gc_s", "gc2_passes", "gc_longest_ms")
+            if k in sample}  # fmt: skip
     if took:
         out["connect_all_s"] = round(max(took), 3)
     if "rss_marks" in sample:
@@ -546,7 +559,7 @@ COLUMNS = [("sessions", "sessions"), ("ready", "ready"), ("cpu_ms_per_audio_s", 
            ("overhead_p99_ms", "overhead p99"), ("deficit_max_ms", "worst deficit ms"),
            ("rss_per_idle_session_kb", "RSS/idle kB"), ("rss_per_playing_session_kb", "RSS/playing kB"),
            ("loop_lag_p99_ms", "loop lag p99 ≤ ms"), ("loop_lags_over_50ms", "lags > 50 ms"), ("gc_s", "GC s"),
-           ("gc2_passes", "GC gen-2"), ("refusals", "refusals")]  # fmt: skip
+           ("gc2_passes", "GC gen-2"), ("gc_longest_ms", "longest GC ≤ ms"), ("refusals", "refusals")]  # fmt: skip
 
 
 def table(rows: list[dict[str, Any]], label: str = "") -> str:
