@@ -16,6 +16,9 @@ Each session is a conversation: `--turns` replies, each streamed as an LLM strea
 - refusals by code (at the handshake: the HTTP 503 body's code; later: the `error` event's);
 - RSS per idle session (all connected, none speaking) and per playing session (the peak while they
   speak), each over the server's RSS before the level;
+- what held the gateway's event loop while the level ran (its /metrics, read by this loopback client):
+  the loop lag's p99, wake-ups over 50 ms late, garbage collection's seconds and generation-2 passes —
+  whether a first-audio tail is the gateway's loop (and a collection) or the box;
 
 and the first session count where the gateway adds more than 20 ms at p99 (the knee).
 
@@ -141,8 +144,11 @@ class Server:
             f"max_sessions = {max_sessions}\nmax_connections = 8192\nredis_max_connections = 512\n"
             f"[engine_options]\nspeed = {args.speed}\nfirst_audio_s = {args.first_audio_s}\ncapacity = 4096\n"
         )
-        if src != REPO and "max_sessions" not in (src / "gateway" / "settings.py").read_text():
+        settings_py = (src / "gateway" / "settings.py").read_text()
+        if src != REPO and "max_sessions" not in settings_py:
             config.write_text(config.read_text().replace(f"max_sessions = {max_sessions}\n", ""))
+        if "admin_open_loopback" in settings_py:  # /metrics for this loopback client: the loop's lag, GC pauses
+            config.write_text("admin_open_loopback = true\n" + config.read_text())
         self.log = workdir / f"{name}-{self.port}.log"
         cmd = [sys.executable, "-m", "gateway.cli", "serve", "--model", "synthetic", "--port", str(self.port),
                "--redis-url", redis_url, "--config", str(config)]  # fmt: skip
@@ -172,6 +178,32 @@ class Server:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return 0.0
+
+    def pauses(self) -> dict[str, float]:
+        """The gateway's own pause histograms so far (`voxgate_event_loop_lag_seconds`, and
+        `voxgate_gc_pause_seconds` by generation), as cumulative counts keyed "name le" and sums keyed
+        "name sum"; {} where the tree has no /metrics for a loopback caller."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        try:
+            with urllib.request.urlopen(f"http://{self.addr}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return {}
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            if family.name not in PAUSES:
+                continue
+            for s in family.samples:
+                gen = s.labels.get("generation", "")
+                if s.name.endswith("_bucket"):
+                    key = f"{family.name}{gen} {s.labels['le']}"
+                elif s.name.endswith("_sum"):
+                    key = f"{family.name}{gen} sum"
+                else:
+                    continue
+                out[key] = out.get(key, 0.0) + s.value
+        return out
 
     def refusals(self) -> int:
         """Handshakes it refused (uvicorn logs each)."""
@@ -418,6 +450,7 @@ def run_clients(kind: str, n: int, url: str, args: argparse.Namespace, server: S
             sample["rss_idle_mb"] = server.rss_mb()
     if kind != "growth":  # the levels: from when the connected sessions start speaking
         cpu0, t0 = (server.cpu_s() if server else 0.0), time.monotonic()
+    pauses0 = server.pauses() if server and kind != "growth" else {}
     ctrl["go"].set()
     results: list[dict[str, Any]] = []
     peak = sample.get("rss_idle_mb") or 0.0
@@ -432,6 +465,8 @@ def run_clients(kind: str, n: int, url: str, args: argparse.Namespace, server: S
     sample["wall_s"] = time.monotonic() - t0
     sample["cpu_s"] = (server.cpu_s() - cpu0) if server else None
     sample["rss_peak_mb"] = peak
+    if pauses0 and server:
+        sample |= pause_summary(pauses0, server.pauses())
     for w in workers:
         w.join(10)
     convs = [Conversation(c["refused"], [Turn(**t) for t in c["turns"]]) for r in results for c in r]
@@ -439,6 +474,36 @@ def run_clients(kind: str, n: int, url: str, args: argparse.Namespace, server: S
 
 
 # ---- summaries ----
+
+PAUSES = ("voxgate_event_loop_lag_seconds", "voxgate_gc_pause_seconds")
+
+
+def pause_summary(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """What held the gateway's loop while a level ran: the loop lag's p99 (the bound of the histogram
+    bucket it falls in, ms), how many wake-ups came over 50 ms late, and the garbage collections'
+    total seconds and count of generation-2 passes (the long ones)."""
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    lag_name = "voxgate_event_loop_lag_seconds"
+    lag = sorted((float(k.split()[1]), n) for k, n in delta.items() if k.split()[0] == lag_name and "sum" not in k)
+    total = lag[-1][1] if lag else 0.0
+    p99 = next((le for le, n in lag if total and n >= 0.99 * total), None)
+    over_50ms = total - next((n for le, n in lag if le == 0.05), total)
+    gc_s = sum(n for k, n in delta.items() if k.startswith("voxgate_gc_pause_seconds") and k.endswith(" sum"))
+    gen2 = delta.get("voxgate_gc_pause_seconds2 +Inf", 0.0)
+    longest = None  # the longest collection: per generation, the lowest bucket bound holding all of them
+    for gen in ("0", "1", "2"):
+        buckets = sorted((float(k.split()[1]), n) for k, n in delta.items()
+                         if k.split()[0] == f"voxgate_gc_pause_seconds{gen}" and "sum" not in k)  # fmt: skip
+        if buckets and buckets[-1][1] > 0:
+            bound = next(le for le, n in buckets if n >= buckets[-1][1])
+            longest = bound if longest is None else max(longest, bound)
+    return {"loop_lag_p99_ms": _bound_ms(p99), "loop_lags_over_50ms": int(over_50ms), "gc_s": round(gc_s, 3),
+            "gc2_passes": int(gen2), "gc_longest_ms": _bound_ms(longest)}  # fmt: skip
+
+
+def _bound_ms(seconds: float | None) -> float | None:
+    """A histogram bucket's bound in ms (None: none, or past the last bound)."""
+    return None if seconds is None or seconds == float("inf") else round(1000 * seconds, 1)
 
 
 def summarize(n: int, convs: list[Conversation], sample: dict[str, Any]) -> dict[str, Any]:
@@ -462,6 +527,8 @@ def summarize(n: int, convs: list[Conversation], sample: dict[str, Any]) -> dict
         "rss_per_idle_session_kb": round(1024 * (idle - before) / ready, 1) if idle and before and ready else None,
         "rss_per_playing_session_kb": round(1024 * (peak - before) / ready, 1) if peak and before and ready else None,
     }  # fmt: skip
+    out |= {k: sample[k] for k in ("loop_lag_p99_ms", "loop_lags_over_50ms", "gc_s", "gc2_passes", "gc_longest_ms")
+            if k in sample}  # fmt: skip
     if took:
         out["connect_all_s"] = round(max(took), 3)
     if "rss_marks" in sample:
@@ -491,7 +558,8 @@ COLUMNS = [("sessions", "sessions"), ("ready", "ready"), ("cpu_ms_per_audio_s", 
            ("ttfa_p50_ms", "first audio p50 ms"), ("ttfa_p99_ms", "p99 ms"), ("overhead_p50_ms", "overhead p50"),
            ("overhead_p99_ms", "overhead p99"), ("deficit_max_ms", "worst deficit ms"),
            ("rss_per_idle_session_kb", "RSS/idle kB"), ("rss_per_playing_session_kb", "RSS/playing kB"),
-           ("refusals", "refusals")]  # fmt: skip
+           ("loop_lag_p99_ms", "loop lag p99 ≤ ms"), ("loop_lags_over_50ms", "lags > 50 ms"), ("gc_s", "GC s"),
+           ("gc2_passes", "GC gen-2"), ("gc_longest_ms", "longest GC ≤ ms"), ("refusals", "refusals")]  # fmt: skip
 
 
 def table(rows: list[dict[str, Any]], label: str = "") -> str:

@@ -150,6 +150,7 @@ def _lifespan(
         models: ModelRegistry = app.state.models
         models.start(engines, prepare=warm_up)  # the segmenter's first use before the models' loads
         heap.settle(collect=True)  # nothing is served yet: the start-up's heap leaves the full GC passes
+        metrics.watch_gc()
         lag = asyncio.create_task(metrics.watch_loop_lag())
         try:
             yield

@@ -97,6 +97,41 @@ LOOP_LAG = Histogram(
 )
 
 
+GC_PAUSE = Histogram(
+    "voxgate_gc_pause_seconds",
+    "how long each garbage collection held the process (its event loop with it), by generation",
+    ["generation"],
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+
+
+class _GcTimer:
+    """A `gc.callbacks` entry timing each collection into GC_PAUSE. Collections run one at a time (under
+    the GIL), so one start time serves every thread; a generation-2 pass over a large heap holds the loop
+    like any slow callback, and this says which of the loop's lags it was."""
+
+    def __init__(self) -> None:
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started:
+            GC_PAUSE.labels(str(info.get("generation", "?"))).observe(time.perf_counter() - self._started)
+            self._started = 0.0
+
+
+_GC_TIMER = _GcTimer()
+
+
+def watch_gc() -> None:
+    """Time garbage collections from now on (GC_PAUSE); idempotent, for the process's life."""
+    import gc
+
+    if _GC_TIMER not in gc.callbacks:
+        gc.callbacks.append(_GC_TIMER)
+
+
 async def watch_loop_lag(interval: float = 0.02) -> None:
     """Sleep `interval` again and again and record how late each wake-up is (runs for the app's life)."""
     import asyncio

@@ -331,11 +331,16 @@ def plan(queued: Sequence[QueuedJob], running: Sequence[RunningJob], workers: in
 # ---- a stream's pieces ----
 
 
-def piece_deadline(runs_out_at: float, before_s: Iterable[float], run_s: float) -> float:
-    """The latest a piece may start: when its listener runs out of audio without it (the end of what
-    is heard, plus the estimated length of the undelivered pieces before it), less its own expected
-    run (ordering by run-out time alone starts a long piece too late)."""
-    return runs_out_at + sum(before_s) - run_s
+# The rules below take the listener's timeline (what it hears) and answer with a moment (a float): a
+# deadline derived from the timeline is a time on the clock, not a timeline, so it stays a bare float,
+# as `queued_at`, `free_at` and the pool's deadlines do.
+
+
+def piece_deadline(sent: ListenerTimeline, before_s: Iterable[float], run_s: float) -> float:
+    """The latest a piece may start: when its listener runs out of audio without it (the audio `sent`,
+    plus the estimated length of the undelivered pieces before it), less its own expected run (ordering
+    by run-out time alone starts a long piece too late)."""
+    return sent.then(sum(before_s)).start_by(run_s)
 
 
 def ramp_limit(piece_cost: int, piece_s: float, slack_s: float, rtf: float, share: float,
@@ -362,16 +367,16 @@ def hold_error(overrun: float | None, cfg: CpuPolicyConfig = DEFAULT) -> float:
     return min(cfg.hold_error_max, max(cfg.hold_error, overrun - 1.0))
 
 
-def notice_due(queued_at: float, runs_out_at: float, cfg: CpuPolicyConfig = DEFAULT) -> float:
+def notice_due(queued_at: float, sent: ListenerTimeline, cfg: CpuPolicyConfig = DEFAULT) -> float:
     """When a `Waiting` notice is due for a piece queued at `queued_at` and not started: its listener
-    has nothing left, and it has waited `notice_after_s`."""
-    return max(queued_at + cfg.notice_after_s, runs_out_at)
+    has nothing left (the audio `sent` has run dry), and it has waited `notice_after_s`."""
+    return max(queued_at + cfg.notice_after_s, sent.dry_at)
 
 
-def moved(until: float, taken: float | None, cfg: CpuPolicyConfig = DEFAULT) -> bool:
-    """Whether the audio before a continuation now ends far enough (`follow_s`) from what its queued
-    pieces' deadlines took that they must move."""
-    return taken is None or abs(until - taken) > cfg.follow_s
+def moved(before: ListenerTimeline, taken: ListenerTimeline | None, cfg: CpuPolicyConfig = DEFAULT) -> bool:
+    """Whether the audio `before` a continuation now runs dry far enough (`follow_s`) from when it did as
+    its queued pieces' deadlines `taken` it that they must move."""
+    return taken is None or abs(before.dry_at - taken.dry_at) > cfg.follow_s
 
 
 # ---- the first-audio hold ----
@@ -407,14 +412,14 @@ def following_pending(pieces: Iterable[PieceSnapshot], starts: Iterable[float | 
             for p, start in zip(pieces, starts, strict=True)]
 
 
-def first_audio_late(now: float, runs_out_at: float, pending: Iterable[PendingPiece], more_text: bool,
+def first_audio_late(now: float, heard: ListenerTimeline, pending: Iterable[PendingPiece], more_text: bool,
                      free_at: float, next_run_s: float) -> float:
     """How late (seconds; -inf: not at all) the latest of the pieces after the first audio comes against
-    the moment its listener needs it, if the first audio is let go now. Its listener hears until
-    `runs_out_at` (the first audio's end), then each piece in turn; a piece comes at its start plus its
-    run. With `more_text` (text still to come or to cut) one more piece of `next_run_s` comes from when a
+    the moment its listener needs it, if the first audio is let go now. Its listener hears until `heard`
+    runs dry (the first audio's end), then each piece in turn; a piece comes at its start plus its run.
+    With `more_text` (text still to come or to cut) one more piece of `next_run_s` comes from when a
     worker is free (`free_at`), soonest now."""
-    ahead, late = runs_out_at, -math.inf
+    ahead, late = heard.dry_at, -math.inf
     for piece in pending:
         if piece.made_s is not None:
             ahead += piece.made_s
@@ -446,7 +451,7 @@ class HeldAudio:
 
     ready_at: float  # when it was made: the hold's cap (`first_hold_s`) runs from here
     before: ListenerTimeline | None  # a continuation's: the audio before it (None: nothing plays)
-    runs_out_at: float  # when its listener runs out of it, were it let go now
+    heard: ListenerTimeline  # its listener's, were it let go now: it runs dry at the held audio's end
     pending: tuple[PendingPiece, ...]  # the pieces after it (`first_audio_late`)
     more_text: bool  # text still to come or to cut: one more piece of `next_run_s`
     free_at: float  # when a worker is expected to be free
@@ -455,8 +460,8 @@ class HeldAudio:
     def late(self, now: float, later: float = 0.0) -> float:
         """`first_audio_late` at `now`, or were it let go `later` seconds on with nothing else changed
         (its listener's run-out moves with it: nothing plays before it)."""
-        return first_audio_late(now + later, self.runs_out_at + later, self.pending, self.more_text, self.free_at,
-                                self.next_run_s)
+        heard = ListenerTimeline(self.heard.runs_out_at + later, self.heard.queued_s)
+        return first_audio_late(now + later, heard, self.pending, self.more_text, self.free_at, self.next_run_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,7 +96,7 @@ class CpuStream(StreamRuns):
         # until a stream opens behind it, its first audio is held as for text still to come (`_hold_first`).
         self._next_likely = next_likely
         self.listener = listener  # (listener group, listener name), as the engine links its streams
-        self._before_taken: float | None = None  # when the audio before it ends, as its deadlines took it
+        self._before_taken: ListenerTimeline | None = None  # the audio before it, as its deadlines took it
         # Where it is from its listener's side (engine/cpu/policy.py `TRANSITIONS`), under `_cond`.
         self._status = StreamStatus.FOLLOWING if after is not None or before is not None else StreamStatus.NEW
         self._frames_put = 0
@@ -294,7 +294,7 @@ class CpuStream(StreamRuns):
                 return
             deadline = self._deadline(self._jobs, piece)
             if self._before_counts():
-                self._before_taken = self._sent().runs_out_at
+                self._before_taken = self._sent()
             # The pieces after its first are first-audio jobs too while nothing is out: the held first
             # audio waits for them (ranked by a deadline from now, a second piece ran before its first).
             first_audio = self._hears_nothing()
@@ -314,7 +314,7 @@ class CpuStream(StreamRuns):
     def _deadline(self, before: Iterable[PieceJob], piece: Piece) -> float:
         """Under `_cond`: the latest `piece` may start, behind the undelivered jobs `before` it
         (`policy.piece_deadline` on its listener's timeline)."""
-        return self._timeline(before).start_by(self._run_s(piece))
+        return policy.piece_deadline(self._sent(), (j.piece.seconds for j in before), self._run_s(piece))
 
     def _reschedule(self) -> None:
         """Once a piece's audio is out, its real length stands for its estimate: the queued pieces behind
@@ -341,10 +341,10 @@ class CpuStream(StreamRuns):
                 return
             if self._after is not None:
                 self._behind()  # takes that one's end once it has ended, and drops the link
-            until = self._sent().runs_out_at
-            if not policy.moved(until, self._before_taken, self._engine.config):
+            before = self._sent()
+            if not policy.moved(before, self._before_taken, self._engine.config):
                 return
-            self._before_taken = until
+            self._before_taken = before
         self._reschedule()
 
     def _timeline(self, before: Iterable[PieceJob] | None = None) -> ListenerTimeline:
@@ -384,7 +384,7 @@ class CpuStream(StreamRuns):
         of the clock for the whole plan), and no notice went out since the last audio."""
         if self._notified or not self._jobs or self._jobs[0].started:
             return None
-        return policy.notice_due(self._jobs[0].queued_at, self._sent(now).runs_out_at, self._engine.config)
+        return policy.notice_due(self._jobs[0].queued_at, self._sent(now), self._engine.config)
 
     def _notify_waiting(self, head: PieceJob) -> None:
         self._notified = True  # once per wait, even unsent: the driver must not retry at every wake-up
@@ -548,7 +548,7 @@ class CpuStream(StreamRuns):
             if all_cut:  # then its listener's next stream's, which play once it has
                 pending += policy.following_pending(following, next_starts, self._engine.rtf, errors)
             more_text = not all_cut or not following_cut
-            return policy.HeldAudio(ready_at, before, self._sent(now).runs_out_at, tuple(pending), more_text,
+            return policy.HeldAudio(ready_at, before, self._sent(now), tuple(pending), more_text,
                                     free_at, next_run_s), now
 
     def _following(self) -> tuple[tuple[PieceSnapshot, ...], bool]:

@@ -35,4 +35,6 @@ def test_smoke_run_reports_every_column(tmp_path: Path) -> None:
         assert r["turns"] == r["sessions"] and r["audio_s"] > 1.0 * r["sessions"], r
         assert r["ttfa_p99_ms"] is not None and r["cpu_ms_per_audio_s"] > 0, r
         assert r["rss_per_idle_session_kb"] is not None and r["deficit_max_ms"] is not None, r
+        # the gateway's own pauses, read from its /metrics: its loop woke its timer at least once a level
+        assert r["loop_lag_p99_ms"] is not None and r["loop_lags_over_50ms"] >= 0 and r["gc_s"] >= 0, r
     assert out.with_name("capacity_smoke.md").read_text().startswith("## capacity: smoke")

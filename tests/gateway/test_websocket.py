@@ -190,8 +190,24 @@ def test_health_and_metrics(gateway: str) -> None:
         body = r.read().decode()
     for name in ("voxgate_utterances_total", "voxgate_ttfa_seconds_bucket", "voxgate_underruns_total",
                  "voxgate_outbox_frames", "voxgate_cancels_total", 'voxgate_errors_total{code="invalid_json"}',
-                 'voxgate_segments_total{reason="sentence"}', "voxgate_sessions"):  # fmt: skip
+                 'voxgate_segments_total{reason="sentence"}', "voxgate_sessions",
+                 "voxgate_event_loop_lag_seconds_bucket"):  # fmt: skip
         assert name in body, name
+
+
+def test_every_garbage_collection_is_timed_by_generation() -> None:
+    import gc
+
+    from prometheus_client import REGISTRY
+
+    from gateway import metrics
+
+    metrics.watch_gc()
+    metrics.watch_gc()  # once per process, however often the app starts
+    count = lambda: REGISTRY.get_sample_value("voxgate_gc_pause_seconds_count", {"generation": "2"}) or 0.0  # noqa: E731
+    before = count()
+    gc.collect()
+    assert count() == before + 1
 
 
 @pytest.mark.parametrize(("fmt", "width"), [("pcm", 2), ("ulaw", 1), ("alaw", 1)])

@@ -100,7 +100,7 @@ def test_a_run_asked_once_or_without_a_yield_hook_is_not_asked() -> None:
 
 
 def test_a_piece_is_due_when_its_listener_runs_dry_less_its_own_run() -> None:
-    assert policy.piece_deadline(NOW + 2.0, [1.0, 0.5], run_s=0.4) == pytest.approx(NOW + 3.1)
+    assert policy.piece_deadline(ListenerTimeline(NOW + 2.0), [1.0, 0.5], run_s=0.4) == pytest.approx(NOW + 3.1)
 
 
 def test_a_piece_is_left_whole_when_its_listener_has_plenty_ahead() -> None:
@@ -132,14 +132,14 @@ def test_the_holds_error_is_cold_until_measured_then_follows_the_overrun_within_
 
 
 def test_a_waiting_notice_is_due_once_the_listener_is_dry_and_the_piece_waited() -> None:
-    assert policy.notice_due(queued_at=NOW, runs_out_at=NOW - 5) == NOW + DEFAULT.notice_after_s
-    assert policy.notice_due(queued_at=NOW, runs_out_at=NOW + 3) == NOW + 3
+    assert policy.notice_due(queued_at=NOW, sent=ListenerTimeline(NOW - 5)) == NOW + DEFAULT.notice_after_s
+    assert policy.notice_due(queued_at=NOW, sent=ListenerTimeline(NOW + 3)) == NOW + 3
 
 
 def test_a_continuations_deadlines_move_only_when_the_audio_before_it_moved_past_follow_s() -> None:
-    assert policy.moved(NOW, None)
-    assert not policy.moved(NOW + DEFAULT.follow_s / 2, NOW)
-    assert policy.moved(NOW + 2 * DEFAULT.follow_s, NOW)
+    assert policy.moved(ListenerTimeline(NOW), None)
+    assert not policy.moved(ListenerTimeline(NOW + DEFAULT.follow_s / 2), ListenerTimeline(NOW))
+    assert policy.moved(ListenerTimeline(NOW + 2 * DEFAULT.follow_s), ListenerTimeline(NOW))
 
 
 # ---- the first-audio hold ----
@@ -147,27 +147,32 @@ def test_a_continuations_deadlines_move_only_when_the_audio_before_it_moved_past
 
 def test_first_audio_goes_at_once_when_the_rest_is_made_in_time() -> None:
     pending = [PendingPiece(seconds=3.0, run_s=0.5, start=None)]  # made 0.5 s from now, needed in 2 s
-    late = policy.first_audio_late(NOW, NOW + 2.0, pending, more_text=False, free_at=NOW, next_run_s=1.0)
+    late = policy.first_audio_late(NOW, ListenerTimeline(NOW + 2.0),
+                                   pending, more_text=False, free_at=NOW, next_run_s=1.0)
     assert not holds_first(NOW, NOW, late, None, CPU_HOLD)
 
 
 def test_first_audio_is_held_while_the_next_piece_would_come_after_it_has_played() -> None:
     pending = [PendingPiece(seconds=3.0, run_s=2.0, start=NOW + 0.5)]  # waits for a worker, then runs 2 s
-    late = policy.first_audio_late(NOW, NOW + 1.0, pending, more_text=False, free_at=NOW, next_run_s=1.0)
+    late = policy.first_audio_late(NOW, ListenerTimeline(NOW + 1.0),
+                                   pending, more_text=False, free_at=NOW, next_run_s=1.0)
     assert late == pytest.approx(1.5)
     assert holds_first(NOW, NOW, late, None, CPU_HOLD)
 
 
 def test_made_pieces_count_as_audio_the_listener_has() -> None:
     pending = [PendingPiece(3.0, 0.1, None, made_s=3.0), PendingPiece(2.0, 3.5, None)]
-    late = policy.first_audio_late(NOW, NOW + 1.0, pending, more_text=False, free_at=NOW, next_run_s=1.0)
+    late = policy.first_audio_late(NOW, ListenerTimeline(NOW + 1.0),
+                                   pending, more_text=False, free_at=NOW, next_run_s=1.0)
     assert late == pytest.approx(-0.5)  # the 2nd comes at +3.5, needed at +4
 
 
 def test_text_still_to_come_is_taken_as_one_more_piece_from_when_a_worker_is_free() -> None:
-    late = policy.first_audio_late(NOW, NOW + 1.0, [], more_text=True, free_at=NOW + 1.0, next_run_s=0.8)
+    late = policy.first_audio_late(NOW, ListenerTimeline(NOW + 1.0),
+                                   [], more_text=True, free_at=NOW + 1.0, next_run_s=0.8)
     assert late == pytest.approx(0.8)
-    assert policy.first_audio_late(NOW, NOW + 1.0, [], more_text=False, free_at=NOW, next_run_s=0.8) == -math.inf
+    assert policy.first_audio_late(NOW, ListenerTimeline(NOW + 1.0),
+                                   [], more_text=False, free_at=NOW, next_run_s=0.8) == -math.inf
 
 
 def test_the_hold_ends_after_first_hold_s_whatever_the_prediction() -> None:
@@ -188,7 +193,8 @@ def test_a_continuation_is_not_held_past_the_end_of_the_audio_before_it() -> Non
 def held(pending: list[PendingPiece], *, ready_at: float = NOW, before: ListenerTimeline | None = None,
          runs_out_at: float = NOW + 1.0, more_text: bool = False, free_at: float = NOW,
          next_run_s: float = 1.0) -> policy.HeldAudio:
-    return policy.HeldAudio(ready_at, before, runs_out_at, tuple(pending), more_text, free_at, next_run_s)
+    return policy.HeldAudio(ready_at, before, ListenerTimeline(runs_out_at), tuple(pending), more_text, free_at,
+                            next_run_s)
 
 
 def test_a_stream_with_nothing_held_or_due_sleeps_until_an_event() -> None:
@@ -212,7 +218,8 @@ def test_held_first_audio_wakes_when_a_piece_that_starts_later_would_come_in_tim
     plan = policy.stream_plan(NOW, None, waits)
     assert not plan.release
     assert plan.wake_at == pytest.approx(NOW + 1.5 - DEFAULT.hold_margin_s)
-    later = replace(waits, runs_out_at=waits.runs_out_at + (plan.wake_at - NOW))  # nothing else changed
+    runs_out_at = waits.heard.runs_out_at + (plan.wake_at - NOW)
+    later = replace(waits, heard=ListenerTimeline(runs_out_at))  # nothing else changed
     assert policy.stream_plan(plan.wake_at, None, later).release
 
 
