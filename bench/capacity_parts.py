@@ -32,7 +32,10 @@ Parts:
   empty `commit` coroutine awaited for a piece that ended no segment; against their replacements (the
   message made only for a refusal, `pending_chars`, no call);
 - `renewal`: one lease renewal against a real redis-server: its own EVALSHA call through the breaker (the
-  old per-lease keep-alive), against its share of one pipeline of 64 (`Renewals`).
+  old per-lease keep-alive), against its share of one pipeline of 64 (`Renewals`);
+- session 25's (bench/capacity_parts_session.py): `admission` (one utterance's admission and release at 256
+  streams in flight), `chain` (one audio event through the stream layers), and the steps of a text piece
+  alone, with no old/new (`decode`, `feed`, `admit`). bench/capacity_paths.py times the paths whole.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ import numpy as np  # noqa: E402
 import zmq  # noqa: E402
 from prometheus_client import CollectorRegistry, Counter  # noqa: E402
 
+from bench import capacity_parts_session as session  # noqa: E402
 from engine.stream import EventBridge  # noqa: E402
 from engine.types import AudioChunk  # noqa: E402
 from gateway.metrics import _LoopCounter  # noqa: E402
@@ -327,7 +331,10 @@ def main() -> int:
         "idle": (*idle_parts(), 20_000),
         "deadline": (*deadline_parts(), 100_000),
         "piece": (*piece_parts(), 100_000),
+        "admission": (*session.admission_parts(), 2_000),
+        "chain": (*session.chain_parts(), 20_000),
     }
+    steps = {name: (step, 20_000) for name, step in session.piece_kinds().items()}
     only = set(filter(None, args.only.split(",")))
     try:
         if only and not only & {"renewal", "record"}:
@@ -351,6 +358,13 @@ def main() -> int:
         rows[name] = {"old_us": round(statistics.median(olds), 3), "new_us": round(statistics.median(news), 3),
                       "saved_us": round(statistics.median(olds) - statistics.median(news), 3),
                       "new_over_old": round(statistics.median(ratios), 3), "n": n, "rounds": args.rounds}  # fmt: skip
+        print(name, json.dumps(rows[name]), flush=True)
+    for name, (step, n) in steps.items():  # alone: where a text piece's µs go
+        if only and name not in only:
+            continue
+        step(n // 10)
+        us = statistics.median(cpu_us(step, n) for _ in range(args.rounds))
+        rows[name] = {"us": round(us, 3), "n": n, "rounds": args.rounds}
         print(name, json.dumps(rows[name]), flush=True)
     stop()
     load = os.getloadavg()[0]

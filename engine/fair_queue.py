@@ -54,6 +54,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
+from engine import fair_queue_records as records
 from engine.fair_queue_records import Bound, FairQueueConfig, KeyState, ListenerState, Refused, State, Waiter
 from engine.listening import ListenerTimeline
 from engine.start_forecast import StartForecast
@@ -78,6 +79,8 @@ class FairQueue:
         self.forecast = StartForecast(config)
         self._capacity: float | None = None  # the engine's capacity at the last call: how full it is
         self._behind_until = -math.inf  # the engine starts no newcomer before this (`engine_behind`)
+        # `load` as last summed (None: a start, an end or a cost moved since): a start asks it four times.
+        self._load: float | None = None
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -96,8 +99,11 @@ class FairQueue:
 
     @property
     def load(self) -> float:
-        """The cost of the streams in flight, in the capacity's units (summed: bounded by the streams)."""
-        return sum(w.cost for k in self._keys.values() for w in k.admitted)
+        """The cost of the streams in flight, in the capacity's units (summed once per change: bounded by
+        the streams)."""
+        if self._load is None:
+            self._load = sum(w.cost for k in self._keys.values() for w in k.admitted)
+        return self._load
 
     def engine_behind(self, seconds: float) -> None:
         """The engine's word that it is catching up with its urgent work for `seconds` more (0: it is not;
@@ -194,7 +200,7 @@ class FairQueue:
         its class of voice (`Capacity.voice_class`: whose first audio its own is forecast by)."""
         if not weight > 0:
             raise ValueError("a weight must be > 0")
-        _check_cost(cost)
+        records.check_cost(cost)
         leader_room = self.slo_capacity(capacity, voice)
         k = self._keys.get(key)
         lst = self._listeners.get(id(listener)) if listener is not None else None
@@ -236,7 +242,13 @@ class FairQueue:
         load follow). Bounded by the waiters and the streams in flight."""
         for k in self._keys.values():
             for w in itertools.chain(k.waiting, k.admitted):
-                w.cost = _check_cost(cost_of(w.kind))
+                w.cost = records.check_cost(cost_of(w.kind))
+        self._load = None
+
+    def rekind(self, waiter: Waiter, kind: object, cost: float) -> None:
+        """A stream, waiting or admitted, now speaks as `kind`, costing `cost` (as `recost` would have it)."""
+        waiter.kind, waiter.cost = kind, records.check_cost(cost)
+        self._load = None
 
     def grant(self, capacity: float) -> list[Waiter]:
         """Start waiters while they fit the capacity (what the SLO leaves of it), in fair order; returns them."""
@@ -251,7 +263,7 @@ class FairQueue:
         granted in fair order. Bounded by the waiters."""
         self._capacity = capacity  # how full the engine is, for the starts decided here
         if timeline_of is not None:
-            for lst in self._listeners.values():
+            for lst in [x for x in self._listeners.values() if x.waiting]:  # most hold their one stream only
                 heard = timeline_of(lst.token)
                 for w in lst.waiting:
                     self.relisten(w, heard)
@@ -327,6 +339,7 @@ class FairQueue:
         self._waiting -= 1
         k.admitted[waiter] = None
         self._in_flight += 1
+        self._load = None
         self.forecast.started(waiter.cost)
         waiter.state, waiter.started_at = "admitted", now
         waiter.charged_s = k.mean_s
@@ -395,7 +408,7 @@ class FairQueue:
         """The key that starts a stream next, and its due continuation (None: its line's head goes)."""
         total = self._total_weight()
         lead = now + self.config.continuation_lead_s
-        due = {name: _due(k, lead) for name, k in self._keys.items() if k.waiting}
+        due = {name: k.due(lead) for name, k in self._keys.items() if k.waiting}
 
         def order(name: str) -> tuple[bool, bool, float, int]:
             k = self._keys[name]
@@ -534,6 +547,7 @@ class FairQueue:
         k = self._keys[waiter.key]
         del k.admitted[waiter]
         self._in_flight -= 1
+        self._load = None
         if waiter.rides is not None:  # ended before the stream whose slot it rode
             waiter.rides.rider = None
         elif waiter.rider is not None:  # its rider holds the slot now
@@ -582,14 +596,3 @@ class FairQueue:
             if not self._keys:
                 self._floor = k.service  # the last active key's service: the minimum until one comes
 
-
-def _check_cost(cost: float) -> float:
-    if not (cost >= 0 and math.isfinite(cost)):
-        raise ValueError(f"a cost must be finite and ≥ 0, not {cost!r}")
-    return cost
-
-
-def _due(k: KeyState, horizon: float) -> Waiter | None:
-    """The key's waiting continuation whose listener runs dry soonest, if that is before `horizon`."""
-    due = [w for w in k.waiting if w.dry_at is not None and w.dry_at <= horizon]
-    return min(due, key=lambda w: (w.dry_at, w.seq)) if due else None

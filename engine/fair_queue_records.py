@@ -6,6 +6,7 @@ all in the policy.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
@@ -142,6 +143,11 @@ class KeyState:
     def in_flight(self) -> int:
         return len(self.admitted)
 
+    def due(self, horizon: float) -> Waiter | None:
+        """Its waiting continuation whose listener runs dry soonest, if that is before `horizon`."""
+        due = [w for w in self.waiting if w.dry_at is not None and w.dry_at <= horizon]
+        return min(due, key=lambda w: (w.dry_at, w.seq)) if due else None
+
     @property
     def held(self) -> float:
         """The cost of its admitted streams, less those riding another of their listener: a listener's
@@ -157,3 +163,10 @@ class ListenerState:
     token: object  # kept, so its id() names it while it is here
     held: list[Waiter] = field(default_factory=list)
     waiting: list[Waiter] = field(default_factory=list)
+
+
+def check_cost(cost: float) -> float:
+    """`cost`, a stream's hold on the capacity: finite and ≥ 0, or ValueError."""
+    if not (cost >= 0 and math.isfinite(cost)):
+        raise ValueError(f"a cost must be finite and ≥ 0, not {cost!r}")
+    return cost

@@ -59,6 +59,15 @@ def _classify(measured: Capacity | None) -> Classify:
     return (lambda language, voice: "") if measured is None else measured.voice_class
 
 
+_UNPRICED = object()
+
+
+def _pricing(measured: Capacity | None) -> object:
+    """What `Capacity.price` reads: two capacities alike in it price every stream alike."""
+    return None if measured is None or measured.budget is None else (measured.budget, measured.costs,
+                                                                    measured.voice_costs)
+
+
 _BOUNDS = {
     "tenant": "too many streams of this tenant are waiting for the engine",
     "model": "too many streams are waiting for the engine",
@@ -148,6 +157,9 @@ class Admission:
         self._timer: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._probe_failed = False
+        # What the streams' costs were last read by (`_pricing`): re-read only when it moves, not at every look
+        # (each look at 256 streams in flight re-read 256 costs, three looks per stream; bench/results/capacity_s25.md).
+        self._priced: object = _UNPRICED
 
     @property
     def waiting(self) -> int:
@@ -217,14 +229,22 @@ class Admission:
 
     def _look(self) -> tuple[Price, float, bool, Classify]:
         """The price of a stream, the capacity, whether the engine follows listeners and a stream's class
-        of voice, by its word now, with every stream's cost re-read (one held at its admission cost would
-        let newcomers in on top) and its word on each class's first audio (the forecast's priors)."""
+        of voice, by its word now, with every stream's cost re-read when its pricing moved (one held at its
+        admission cost would let newcomers in on top) and its word on each class's first audio (the
+        forecast's priors)."""
         measured = self._measured()
         price = _price(measured)
-        self._queue.recost(lambda kind: price(*cast(Speaks, kind)))
+        if (pricing := _pricing(measured)) != self._priced:  # a stream's kind moving is re-read as it moves (`rekind`)
+            self._queue.recost(lambda kind: price(*cast(Speaks, kind)))
+            self._priced = pricing
         self._told(measured)
         follows = measured is not None and measured.follows_listener
         return price, self._slots(measured), follows, _classify(measured)
+
+    def rekind(self, waiter: Waiter, kind: Speaks) -> None:
+        """A stream now speaks `kind` (an "auto" stream turned to Han text): it costs what such a stream costs,
+        waiting or admitted, from now on."""
+        self._queue.rekind(waiter, kind, self.cost(*kind))
 
     def try_admit(self, tenant: str, weight: float, *, listener: Listener | None = None,
                   language: str | None = None, voice: str | None = None) -> Ticket | None:

@@ -238,11 +238,11 @@ class QueuedStream:
 
     def _read(self, text: str) -> None:
         """An "auto" stream read as English so far that now speaks Han text costs Mandarin's cost, from
-        admission's next look on (it re-reads every stream's cost by its `kind`), waiting or admitted."""
+        now on (`Admission.rekind`), waiting or admitted."""
         if self._reads_text and self._speaks[0] != "zh" and text_language(text) == "zh":
             self._speaks = ("zh", self._speaks[1])
             if self._waiter is not None:
-                self._waiter.kind = self._speaks
+                self._admission.rekind(self._waiter, self._speaks)
 
     def finish(self) -> None:
         self._finished = True
@@ -266,7 +266,14 @@ class QueuedStream:
             if self._place is not None:
                 self._admission.withdraw(self._place)  # ... but a task cancelled before it first ran cannot
 
-    async def events(self) -> AsyncIterator[StreamEvent]:
+    def events(self) -> AsyncIterator[StreamEvent]:
+        """The stream's events. Admitted and open already (as most are by the time their audio is read),
+        the open stream's own: no layer that only passes each event on."""
+        if self.stream is not None and (self._task is None or self._task.done()):
+            return self.stream.events()
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[StreamEvent]:
         await self.settled()
         if self.stream is None:
             # Refused or not opened, it ends only once its utterance does (input.done): text that comes

@@ -103,6 +103,7 @@ def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Con
         # become megabytes. Negotiation is optional, so every client still connects.
         ws_per_message_deflate=False,
         timeout_keep_alive=settings.keep_alive_timeout, limit_concurrency=settings.max_connections,
+        loop=settings.event_loop,  # uvicorn's names: auto (uvloop where installed), asyncio, uvloop
         # Requests still running when the server stops (after the drain) get at most the drain's grace:
         # uvicorn would otherwise wait for them without bound, past any orchestrator's kill.
         timeout_graceful_shutdown=settings.drain_grace_s,

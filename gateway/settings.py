@@ -157,6 +157,11 @@ class Settings:
     max_sessions: int = 0
     header_timeout: float = 10.0  # a request's headers must arrive within this (slowloris)
     keep_alive_timeout: float = 5.0  # an idle kept-alive HTTP connection is closed after this
+    # The event loop: "uvloop" (libuv's, the `fast` extra), "asyncio" (the standard library's), or "auto":
+    # uvloop where it is installed. Per audio second at 256 sessions uvloop took 11-18 % off the
+    # gateway's CPU (bench/results/capacity_s25.md): the loop's own wake-ups and socket writes are most of
+    # what a chunk costs beside the gateway's code.
+    event_loop: str = "auto"
     max_voices_per_tenant: int = 1000  # registered voices a tenant may hold …
     max_voice_bytes_per_tenant: int = 64 * 1024 * 1024  # … and their bytes (a compact 30 s clip is ≤ 1.44 MB)
     # Admission (gateway/admission.py): streams start while fewer than the engine's capacity() — at most
@@ -176,8 +181,7 @@ class Settings:
     drain_grace_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.takeover not in ("takeover", "refuse"):
-            raise ValueError("setting takeover must be 'takeover' or 'refuse'")
+        self._check_choices()
         if self.max_active_streams < 1 or self.max_waiting_per_tenant < 0 or self.max_waiting_per_model < 0:
             raise ValueError("setting max_active_streams must be ≥ 1 and the max_waiting_* settings ≥ 0")
         if not 0 < self.max_queue_wait_s <= 3600:
@@ -199,6 +203,12 @@ class Settings:
             raise ValueError("setting admin_key must be the key's sha256 hex digest (64 characters)")
         self._check_browser_lists()
         self.model_specs()  # names, sources and duplicates are checked here, at start-up
+
+    def _check_choices(self) -> None:
+        if self.takeover not in ("takeover", "refuse"):
+            raise ValueError("setting takeover must be 'takeover' or 'refuse'")
+        if self.event_loop not in ("auto", "asyncio", "uvloop"):
+            raise ValueError("setting event_loop must be 'auto', 'asyncio' or 'uvloop'")
 
     def _check_browser_lists(self) -> None:
         for origin in self.origin_list:

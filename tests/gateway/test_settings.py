@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.settings import load_settings
+from gateway.settings import Settings, load_settings
 
 
 def test_precedence(tmp_path: Path) -> None:
@@ -32,6 +32,7 @@ def test_defaults_without_sources() -> None:
         ("[voxgate]\nprot = 1\n", {}, "unknown setting 'prot'"),
         ("", {"VOXGATE_PORT": "eighty"}, "port"),
         ("[voxgate]\nvoice_aliases = 3\n", {}, "must be a table"),
+        ("[voxgate]\nevent_loop = \"trio\"\n", {}, "event_loop"),
     ],
 )
 def test_bad_settings_are_clear_errors(tmp_path: Path, toml: str, env: dict[str, str], match: str) -> None:
@@ -73,3 +74,10 @@ def test_the_environments_strings_are_converted_and_checked() -> None:
         load_settings(env={"VOXGATE_MAX_QUEUE_WAIT_S": "0"})
     with pytest.raises(ValueError, match="setting insecure"):
         load_settings(env={"VOXGATE_INSECURE": "maybe"})
+
+
+def test_the_event_loop_setting_reaches_uvicorn() -> None:
+    from gateway.server import server_config
+
+    for loop in ("auto", "asyncio"):
+        assert server_config(None, Settings(event_loop=loop)).loop == loop
