@@ -4,7 +4,8 @@ pool and delivers their audio in order (engine/cpu/engine.py opens it; engine/cp
 Threads: each `append`ed segment is cut into pieces of bounded length (whole sentences where they fit,
 engine/cpu/text.py `pieces`), and each piece becomes a job on the worker pool shared by all streams
 (engine/cpu/pool.py), due when this stream's listener would run out of audio without it. Several
-pieces of one stream may synthesise at once, at most `workers` including the one being delivered. A
+pieces of one stream may synthesise at once: at most `workers` behind the one being delivered, which
+may still be running (its first audio held while the look-ahead ran on beside it: `_fill`). A
 small driver thread per stream cuts its segments, submits their pieces and hands their audio, strictly
 in order, to the stream's `EventBridge`; only that driver ever blocks on a slow consumer, never a pool
 worker, and while it blocks its stream synthesises nothing past the look-ahead.
