@@ -33,6 +33,14 @@ class FairQueueConfig:
     # s: until streams were seen to end, how long one holds its slot (Retry-After, the prediction).
     default_hold_s: float = 2.0
     default_stream_s: float = 2.0  # audio s: a stream's expected length until some ended (its charge)
+    # streams: the latest holds (start to end) remembered, to predict when a stream in flight ends from
+    # how long it has held already (`StartForecast.end_of`): a few dozen, so the tail is seen; bounded.
+    hold_samples: int = 64
+    # The quantile of the holds longer than a stream's so far that predicts its end. 0.5: as likely
+    # before as after, so a line is neither refused for ends that come sooner nor let wait for ends that
+    # come later (the mean alone said "any moment now" of every stream past it, and a stream let wait
+    # behind one running long was refused after a wait, not at once: admission_sweep_s26.md).
+    hold_quantile: float = 0.5
     # s: the prior of a stream's start-to-first-audio time alone where the engine tells none for its
     # voice (`Capacity.first_audio_s`; a CPU box's first sentence): a fresh server's word until it
     # measured its own, and weighed with its measurements after (below).
@@ -72,6 +80,8 @@ class FairQueueConfig:
             raise ValueError("first_audio_quantile and smoothing must be in (0, 1], first_audio_samples ≥ 1")
         if self.first_audio_voices < 1:
             raise ValueError("first_audio_voices must be ≥ 1")
+        if self.hold_samples < 1 or not 0 < self.hold_quantile <= 1:
+            raise ValueError("hold_samples must be ≥ 1 and hold_quantile in (0, 1]")
         if not (self.default_first_audio_s > 0 and self.first_audio_memory_s > 0 and self.first_audio_prior_weight >= 0
                 and self.first_audio_load_slowdown >= 0):  # fmt: skip
             raise ValueError("default_first_audio_s and first_audio_memory_s must be > 0, the prior's weight and "

@@ -3,8 +3,10 @@
 The policy (engine/fair_queue.py, `FairQueue`) decides who starts and who is refused; this is only the
 arithmetic it decides with, kept apart so each can be read alone:
 - the measurements: how long an admitted stream holds its slot (`hold_s`, a running mean of start to
-  end), an admitted stream's usual cost, and the measured start-to-first-audio times of the streams the
-  first-audio SLO applies to: how long *this box* takes to make a stream's first audio, now;
+  end: the rate slots turn over at; and the latest holds themselves, from which a stream in flight's end
+  is predicted from how long it has held so far: `end_of`), an admitted stream's usual cost, and the
+  measured start-to-first-audio times of the streams the first-audio SLO applies to: how long *this
+  box* takes to make a stream's first audio, now;
 - a stream's own time to first audio (`own_s`) at a given load of the engine: the measured time alone
   (`alone_s`, each measurement divided by the slowdown of the load it started beside, so measurements
   at every load are one number) times that load's slowdown, 1 + `first_audio_load_slowdown` × the
@@ -20,11 +22,12 @@ arithmetic it decides with, kept apart so each can be read alone:
 - the prediction of a waiting stream's start (`start_at`), and a newcomer's `retry_after_s`.
 
 Pure: no clock of its own (times are passed in), bounded memory (`first_audio_samples` per class,
-`first_audio_voices` classes).
+`first_audio_voices` classes, `hold_samples` holds).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
@@ -40,6 +43,8 @@ class StartForecast:
     def __init__(self, config: FairQueueConfig) -> None:
         self.config = config
         self.hold_s = config.default_hold_s  # a running mean of how long an admitted stream holds its slot
+        self._holds: deque[float] = deque(maxlen=config.hold_samples)  # the latest holds, in the order seen
+        self._holds_sorted: list[float] = []  # the same, sorted (`end_of` bisects it)
         self.cost = 1.0  # a running mean of admitted streams' costs (how many a capacity holds)
         # per class of voice, the latest used last: (when heard, its time to first audio alone), bounded
         self._first_audio: OrderedDict[str, deque[tuple[float, float]]] = OrderedDict()
@@ -54,6 +59,10 @@ class StartForecast:
     def ended(self, held_s: float) -> None:
         """An admitted stream ended, having held its slot `held_s`."""
         self.hold_s += self.config.smoothing * (held_s - self.hold_s)
+        if len(self._holds) == self._holds.maxlen:  # the oldest leaves both (O(hold_samples): per stream end)
+            del self._holds_sorted[bisect.bisect_left(self._holds_sorted, self._holds[0])]
+        self._holds.append(held_s)
+        bisect.insort(self._holds_sorted, held_s)
 
     def estimates(self, first_audio_s: Iterable[tuple[str, float]]) -> None:
         """The engine's word now on each class's time to first audio alone (`Capacity.first_audio_s`):
@@ -132,17 +141,32 @@ class StartForecast:
         estimate = (waiting + 1) * self.hold_s / max(1.0, capacity / self.cost)
         return min(max(1.0, estimate), longest_s)
 
+    def end_of(self, started: float, now: float) -> float:
+        """When a stream in flight since `started` is predicted to end (not before `now`): as the streams
+        that held longer than it has so far did, at their `hold_quantile` (the median: as likely before as
+        after). A fresh stream ends as streams usually do; one that has run long is one of the long ones,
+        not "any moment now". Before any hold is remembered, the running mean (`default_hold_s` at first)
+        after its start; past every hold remembered, any moment now. O(log `hold_samples`)."""
+        holds = self._holds_sorted
+        if not holds:
+            return max(now, started + self.hold_s)
+        longer = bisect.bisect_right(holds, now - started)  # the first hold longer than its own so far
+        if longer == len(holds):
+            return now
+        rank = longer + math.ceil(self.config.hold_quantile * (len(holds) - longer)) - 1
+        return max(now, started + holds[max(longer, rank)])
+
     def start_at(self, now: float, need: float, in_flight: Sequence[tuple[float, float]]) -> float:
         """When a waiting stream starts that needs `need` more of the capacity than is free now (zero or
         less: now), given the streams in flight as (started at, cost).
 
-        Each stream in flight is expected to free its cost a measured hold after it started (at once
-        where it is past that: any moment now), and the streams started in its place to free it again a
-        hold later. So a burst admitted together frees nothing for a whole hold, and a line of staggered
+        Each stream in flight is expected to free its cost when it is predicted to end (`end_of`: from
+        how long it has held already), and the streams started in its place to free it again a hold
+        later. So a burst admitted together frees nothing for a whole hold, and a line of staggered
         streams frees a slot as each ends: the start is the end whose freed cost first covers `need`."""
         if need <= _EPS or not in_flight:
             return now
-        ends = sorted((max(now, started + self.hold_s), cost) for started, cost in in_flight)
+        ends = sorted((self.end_of(started, now), cost) for started, cost in in_flight)
         load = sum(cost for _, cost in ends)
         if load <= _EPS:  # free streams in flight: count them instead (each frees one of `need`'s units)
             ends, load = [(end, 1.0) for end, _ in ends], float(len(ends))

@@ -814,11 +814,13 @@ def test_a_waiting_stream_is_refused_as_soon_as_the_capacity_it_was_promised_shr
 
 def test_the_tail_of_first_audio_not_its_mean_sets_the_wait_allowed() -> None:
     clock = ManualClock()
-    q = slo_queue(clock, smoothing=0.001)  # the hold stays about 2 s: this test is of the tail alone
+    q = slo_queue(clock)
     for i in range(20):  # eighteen heard in 0.1 s, two in 1.2 s: mean 0.21 s, the 95th percentile 1.2 s
         w = q.push("a", 1.0, 100)
-        clock.now += 1.2 if i < 2 else 0.1
+        heard_after = 1.2 if i < 2 else 0.1
+        clock.now += heard_after
         q.heard(w)
+        clock.now += 2.0 - heard_after  # each holds its slot the default 2 s: this test is of the tail alone
         q.finish(w)
     assert q.first_audio_tail_s() == pytest.approx(1.2)
     staggered(q, clock, 4)
@@ -964,3 +966,46 @@ def test_a_start_waits_for_the_ends_that_free_what_it_needs_then_for_the_streams
     assert forecast.start_at(1.0, 0.75, [(0.0, 0.25), (0.5, 0.25)]) == 4.0  # the cost, not the count
     assert forecast.start_at(10.0, 1.0, in_flight) == 10.0  # past their hold: any moment now, not in the past
     assert forecast.start_at(1.0, 1.0, [(0.0, 0.0), (0.5, 0.0)]) == 2.0  # free streams: counted one each
+
+
+def test_a_stream_in_flight_is_predicted_to_end_as_the_streams_that_held_as_long_as_it_did() -> None:
+    forecast = StartForecast(FairQueueConfig())
+    for held in [1.0] * 6 + [5.0] * 4:  # most replies hold 1 s, some 5 s (their mean: about 2.6 s)
+        forecast.ended(held)
+    assert forecast.end_of(10.0, 10.2) == 11.0  # fresh: as streams usually end (the median of all, 1 s)
+    assert forecast.end_of(10.0, 11.5) == 15.0  # past 1 s it is one of the long ones: not "any moment now"
+    assert forecast.end_of(10.0, 16.0) == 16.0  # past every hold remembered: any moment now
+    assert StartForecast(FairQueueConfig(default_hold_s=2.0)).end_of(10.0, 10.5) == 12.0  # none yet: the prior
+
+
+def test_the_holds_remembered_are_the_latest_and_bounded() -> None:
+    forecast = StartForecast(FairQueueConfig(hold_samples=4))
+    for held in [9.0, 9.0, 9.0, 9.0, 1.0, 1.0, 1.0]:  # the 9 s ones age out as newer ones come
+        forecast.ended(held)
+    assert forecast.end_of(0.0, 0.5) == 1.0  # three of 1 s and one of 9 s: the median is 1 s
+    forecast.ended(1.0)
+    assert forecast.end_of(0.0, 1.5) == 1.5  # the last 9 s one left: past every hold remembered
+
+
+def test_a_newcomer_behind_a_stream_running_long_is_refused_at_once_not_after_a_wait() -> None:
+    # The late refusal this prevents (bench/results/admission_sweep_s26.md): replies of mixed lengths, a
+    # stream in flight past the usual hold. Predicted to end "any moment now", it let a newcomer wait, and
+    # ran on: the newcomer was refused once its wait alone was past the SLO, half a second after it asked.
+    clock = ManualClock()
+    q = slo_queue(clock)
+    for held in [5.0] * 4 + [1.0] * 6:  # learn the holds: most streams 1 s, some 5 s (their mean: ~1.7 s)
+        w = q.push("a", 1.0, 1)
+        clock.now += held
+        q.release(w, 1)
+    running = q.push("a", 1.0, 1)
+    clock.now += 0.25
+    fresh = q.push("b", 1.0, 1)  # behind a stream in flight 0.25 s: it ends in 0.75 s, heard 0.5 s after
+    assert fresh.state == "waiting"
+    q.withdraw(fresh)
+    clock.now += 1.25  # 1.5 s in flight: one of the long ones, ending 5 s after it started
+    with pytest.raises(Refused) as e:
+        q.push("c", 1.0, 1)
+    assert e.value.predicted_s == pytest.approx(3.5 + 0.5)
+    clock.now += 3.5
+    q.release(running, 1)  # it ended as predicted
+    assert q.push("d", 1.0, 1).state == "admitted"
