@@ -9,6 +9,7 @@ Each session is a conversation: `--turns` replies, each streamed as an LLM strea
 
 - gateway CPU per audio-second: the server process's CPU (utime + stime from /proc, every thread; the
   engine's child process not included) over the audio seconds delivered, while the conversations ran;
+  and the same by thread (`thread_parts`): the event loop's, the engine client's I/O thread's, libzmq's;
 - first audio (first text of a reply → its first audio frame), p50/p99, and the overhead over one
   session (the same percentile at N minus at 1): what concurrency adds;
 - the worst playback deficit: how late a frame came after a real-time player, started at the reply's
