@@ -9,6 +9,7 @@ Each session is a conversation: `--turns` replies, each streamed as an LLM strea
 
 - gateway CPU per audio-second: the server process's CPU (utime + stime from /proc, every thread; the
   engine's child process not included) over the audio seconds delivered, while the conversations ran;
+  and the same by thread (`thread_parts`): the event loop's, the engine client's I/O thread's, libzmq's;
 - first audio (first text of a reply → its first audio frame), p50/p99, and the overhead over one
   session (the same percentile at N minus at 1): what concurrency adds;
 - the worst playback deficit: how late a frame came after a real-time player, started at the reply's
@@ -172,6 +173,19 @@ class Server:
         """The server process's CPU seconds so far (every thread; not its children)."""
         fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def thread_cpu(self) -> dict[int, tuple[str, float]]:
+        """Each thread's (name, CPU seconds so far), by thread id: the event loop's thread is the process's own
+        id; libzmq names its threads (`ZMQbg/…`); Python 3.11 names none of its own, so the engine client's
+        I/O thread is told apart by what it spends (`thread_parts`)."""
+        out: dict[int, tuple[str, float]] = {}
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                comm, rest = task.joinpath("stat").read_text().rsplit(")", 1)
+                fields = rest.split()
+                ticks = int(fields[11]) + int(fields[12])
+                out[int(task.name)] = (comm.split("(", 1)[1], ticks / os.sysconf("SC_CLK_TCK"))
+        return out
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
@@ -450,6 +464,7 @@ def run_clients(kind: str, n: int, url: str, args: argparse.Namespace, server: S
             sample["rss_idle_mb"] = server.rss_mb()
     if kind != "growth":  # the levels: from when the connected sessions start speaking
         cpu0, t0 = (server.cpu_s() if server else 0.0), time.monotonic()
+        threads0 = server.thread_cpu() if server else {}
     pauses0 = server.pauses() if server and kind != "growth" else {}
     ctrl["go"].set()
     results: list[dict[str, Any]] = []
@@ -465,6 +480,8 @@ def run_clients(kind: str, n: int, url: str, args: argparse.Namespace, server: S
     sample["wall_s"] = time.monotonic() - t0
     sample["cpu_s"] = (server.cpu_s() - cpu0) if server else None
     sample["rss_peak_mb"] = peak
+    if kind != "growth" and server:
+        sample |= thread_parts(server.pid, threads0, server.thread_cpu())
     if pauses0 and server:
         sample |= pause_summary(pauses0, server.pauses())
     for w in workers:
@@ -501,6 +518,21 @@ def pause_summary(before: dict[str, float], after: dict[str, float]) -> dict[str
             "gc2_passes": int(gen2), "gc_longest_ms": _bound_ms(longest)}  # fmt: skip
 
 
+def thread_parts(pid: int, before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, Any]:
+    """The level's CPU seconds by thread: `cpu_loop_s` the event loop's (the main thread: uvicorn, the
+    gateway's own code, websockets framing, transport writes), `cpu_io_s` the busiest other Python thread's
+    (the engine client's I/O thread: zmq receive, decode, hand-off to the streams), `cpu_zmq_s` libzmq's own
+    threads', `cpu_rest_s` every other thread's (asyncio.to_thread workers; threads gone before the level's
+    end are not counted)."""
+    spent = {tid: (name, cpu - before.get(tid, (name, 0.0))[1]) for tid, (name, cpu) in after.items()}
+    loop = spent.pop(pid, ("", 0.0))[1]
+    zmq_s = sum(cpu for name, cpu in spent.values() if name.startswith("ZMQbg"))
+    others = sorted((cpu for name, cpu in spent.values() if not name.startswith("ZMQbg")), reverse=True)
+    io = others[0] if others else 0.0
+    return {"cpu_loop_s": round(loop, 3), "cpu_io_s": round(io, 3), "cpu_zmq_s": round(zmq_s, 3),
+            "cpu_rest_s": round(sum(others[1:]), 3)}  # fmt: skip
+
+
 def _bound_ms(seconds: float | None) -> float | None:
     """A histogram bucket's bound in ms (None: none, or past the last bound)."""
     return None if seconds is None or seconds == float("inf") else round(1000 * seconds, 1)
@@ -527,6 +559,9 @@ def summarize(n: int, convs: list[Conversation], sample: dict[str, Any]) -> dict
         "rss_per_idle_session_kb": round(1024 * (idle - before) / ready, 1) if idle and before and ready else None,
         "rss_per_playing_session_kb": round(1024 * (peak - before) / ready, 1) if peak and before and ready else None,
     }  # fmt: skip
+    if audio_s and "cpu_loop_s" in sample:  # the CPU per audio-second, by thread (thread_parts)
+        for part in ("loop", "io", "zmq", "rest"):
+            out[f"cpu_{part}_ms_per_audio_s"] = round(1000 * sample[f"cpu_{part}_s"] / audio_s, 3)
     out |= {k: sample[k] for k in ("loop_lag_p99_ms", "loop_lags_over_50ms", "gc_s", "gc2_passes", "gc_longest_ms")
             if k in sample}  # fmt: skip
     if took:
@@ -555,6 +590,8 @@ def add_overhead(rows: list[dict[str, Any]]) -> str | None:
 
 
 COLUMNS = [("sessions", "sessions"), ("ready", "ready"), ("cpu_ms_per_audio_s", "CPU ms/audio-s"),
+           ("cpu_loop_ms_per_audio_s", "loop"), ("cpu_io_ms_per_audio_s", "I/O thread"),
+           ("cpu_zmq_ms_per_audio_s", "zmq"), ("cpu_rest_ms_per_audio_s", "rest"),
            ("ttfa_p50_ms", "first audio p50 ms"), ("ttfa_p99_ms", "p99 ms"), ("overhead_p50_ms", "overhead p50"),
            ("overhead_p99_ms", "overhead p99"), ("deficit_max_ms", "worst deficit ms"),
            ("rss_per_idle_session_kb", "RSS/idle kB"), ("rss_per_playing_session_kb", "RSS/playing kB"),
