@@ -146,18 +146,13 @@ class StartForecast:
         that held longer than it has so far did, at their `hold_quantile` (the median: as likely before as
         after). A fresh stream ends as streams usually do; one that has run long is one of the long ones,
         not "any moment now". Before any hold is remembered, the running mean (`default_hold_s` at first)
-        after its start. Past every hold remembered, nothing measured says when it ends: as long again as
-        it has held (the median of what is left of a run known only to have lasted that long). "Any
-        moment now" there let a burst's newcomers wait behind streams that ran past every hold seen at a
-        lighter load, and refused them a second later (tests/gateway/test_overload_slo.py).
-        O(log `hold_samples`)."""
+        after its start; past every hold remembered, any moment now. O(log `hold_samples`)."""
         holds = self._holds_sorted
         if not holds:
             return max(now, started + self.hold_s)
-        held = now - started
-        longer = bisect.bisect_right(holds, held)  # the first hold longer than its own so far
+        longer = bisect.bisect_right(holds, now - started)  # the first hold longer than its own so far
         if longer == len(holds):
-            return now + max(0.0, held)
+            return now
         rank = longer + math.ceil(self.config.hold_quantile * (len(holds) - longer)) - 1
         return max(now, started + holds[max(longer, rank)])
 

@@ -974,7 +974,7 @@ def test_a_stream_in_flight_is_predicted_to_end_as_the_streams_that_held_as_long
         forecast.ended(held)
     assert forecast.end_of(10.0, 10.2) == 11.0  # fresh: as streams usually end (the median of all, 1 s)
     assert forecast.end_of(10.0, 11.5) == 15.0  # past 1 s it is one of the long ones: not "any moment now"
-    assert forecast.end_of(10.0, 16.0) == 22.0  # past every hold remembered: as long again as it has held
+    assert forecast.end_of(10.0, 16.0) == 16.0  # past every hold remembered: any moment now
     assert StartForecast(FairQueueConfig(default_hold_s=2.0)).end_of(10.0, 10.5) == 12.0  # none yet: the prior
 
 
@@ -984,7 +984,7 @@ def test_the_holds_remembered_are_the_latest_and_bounded() -> None:
         forecast.ended(held)
     assert forecast.end_of(0.0, 0.5) == 1.0  # three of 1 s and one of 9 s: the median is 1 s
     forecast.ended(1.0)
-    assert forecast.end_of(0.0, 1.5) == 3.0  # the last 9 s one left: past every hold remembered
+    assert forecast.end_of(0.0, 1.5) == 1.5  # the last 9 s one left: past every hold remembered
 
 
 def test_a_newcomer_behind_a_stream_running_long_is_refused_at_once_not_after_a_wait() -> None:
