@@ -171,8 +171,7 @@ class Server:
 
     def cpu_s(self) -> float:
         """The server process's CPU seconds so far (every thread; not its children)."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return _proc_stat(Path(f"/proc/{self.pid}/stat"))[1]
 
     def thread_cpu(self) -> dict[int, tuple[str, float]]:
         """Each thread's (name, CPU seconds so far), by thread id: the event loop's thread is the process's own
@@ -180,11 +179,8 @@ class Server:
         I/O thread is told apart by what it spends (`thread_parts`)."""
         out: dict[int, tuple[str, float]] = {}
         for task in Path(f"/proc/{self.pid}/task").iterdir():
-            with contextlib.suppress(OSError):
-                comm, rest = task.joinpath("stat").read_text().rsplit(")", 1)
-                fields = rest.split()
-                ticks = int(fields[11]) + int(fields[12])
-                out[int(task.name)] = (comm.split("(", 1)[1], ticks / os.sysconf("SC_CLK_TCK"))
+            with contextlib.suppress(OSError):  # a thread that ended while being read
+                out[int(task.name)] = _proc_stat(task / "stat")
         return out
 
     def rss_mb(self) -> float:
@@ -516,6 +512,14 @@ def pause_summary(before: dict[str, float], after: dict[str, float]) -> dict[str
             longest = bound if longest is None else max(longest, bound)
     return {"loop_lag_p99_ms": _bound_ms(p99), "loop_lags_over_50ms": int(over_50ms), "gc_s": round(gc_s, 3),
             "gc2_passes": int(gen2), "gc_longest_ms": _bound_ms(longest)}  # fmt: skip
+
+
+def _proc_stat(path: Path) -> tuple[str, float]:
+    """A /proc `stat` file's (name, utime + stime in seconds). The name sits in parentheses and may hold
+    any character, so the fields are read after its last ')'."""
+    head, rest = path.read_text().rsplit(")", 1)
+    fields = rest.split()
+    return head.split("(", 1)[1], (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def thread_parts(pid: int, before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, Any]:
