@@ -528,9 +528,11 @@ class FairQueue:
             waiter.charged_s = waiter.served_s
 
     def heard(self, waiter: Waiter) -> bool:
-        """An admitted waiter's first audio came: the time since it started is measured for the SLO's
-        tail (of the streams the SLO applies to: a continuation's audio is made due later, on purpose).
-        True when that moved the measurements (the waiters' predictions)."""
+        """An admitted waiter's first audio came, or was made and is held for pacing (the engine's
+        `Waiting("pacing")`: that hold waits on its client's text as much as on this box, and admission
+        cannot shorten it): the time since it started is measured for the SLO's tail (of the streams the
+        SLO applies to: a continuation's audio is made due later, on purpose). True when that moved the
+        measurements (the waiters' predictions)."""
         if waiter.state != "admitted" or waiter.heard or waiter.started_at is None:
             return False
         waiter.heard = True

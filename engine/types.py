@@ -54,10 +54,16 @@ class StreamEnd:
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """The stream has text to speak but waits for engine capacity (a slot, a worker): sent once when
-    the wait begins (and again if it begins anew), so the gateway can tell its client why audio is late
-    instead of leaving it to guess. `reason` is a stable code (`capacity`); `ahead`: streams waiting
-    before this one, when the engine knows."""
+    """Why the stream's audio is late, sent once when the wait begins (and again if it begins anew), so
+    the gateway can tell its client instead of leaving it to guess. `reason` is a stable code:
+    `capacity` — it has text to speak but waits for engine capacity (a slot, a worker); `pacing` — its
+    first audio is made and the engine holds it until what follows will come in time to play on without
+    a gap (the CPU voices' first-audio hold: the text after it, or its run, is still to come). `ahead`:
+    streams waiting before this one, when the engine knows (`capacity` only).
+
+    `pacing` also marks when the stream's first audio was ready: admission measures this box's speed to
+    first audio up to it (gateway/queued_stream.py), not up to the release, which waits on the client's
+    text as much as on the box."""
 
     reason: str = "capacity"
     ahead: int | None = None

@@ -256,7 +256,11 @@ class Admission:
         if self._queue.waiting or not self._queue.fits(cost, self._queue.slo_capacity(capacity, voice_class)):
             return None
         self._loop = asyncio.get_running_loop()
+        # Where its listener is, as `enqueue` tells it: one still hearing audio is a continuation, not a
+        # leader, whichever way it starts (told none, one admitted at once was measured as a leader, and
+        # its first audio, due by design when that audio runs out, read as this box's speed).
         waiter = self._queue.push(tenant, weight, capacity, cost=cost, kind=(language, voice), listener=listener,
+                                  timeline=None if listener is None else _timeline(listener),
                                   follows=follows, voice=voice_class)  # fmt: skip
         return Ticket(self, waiter)
 

@@ -10,7 +10,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamEvent
+from engine import AudioChunk, CodecFrames, Engine, EngineError, Stream, StreamEnd, StreamEvent, Waiting
 from engine.fair_queue import Waiter
 from engine.languages import canonical_language, text_language
 from gateway.admission import Admission, Listener, Place, QueueFull, Speaks, Ticket
@@ -54,6 +54,10 @@ class TicketedStream:
             elif isinstance(ev, CodecFrames) and not ev.prime:
                 self._ticket.heard()
                 self._ticket.served(ev.codes.shape[0] / self._frame_rate)
+            elif isinstance(ev, Waiting) and ev.reason == "pacing":
+                # Its first audio is made and held for pacing: the box's speed is measured to here (the
+                # hold waits on the client's text as much as on the box; engine/types.py `Waiting`).
+                self._ticket.heard()
             elif isinstance(ev, StreamEnd):
                 self._ticket.release()  # before the consumer, which may not come back to this generator
             yield ev

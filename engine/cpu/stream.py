@@ -504,6 +504,7 @@ class CpuStream(StreamRuns):
         next_run_s = cfg.next_min_s * engine.rtf(backend) * (1 + engine.hold_error(backend))
         pool, bell = engine.pool, self._cond.bell
         pool.watch(bell)
+        told = False
         try:
             while True:
                 self._fill(head)  # the look-ahead runs on while the first audio waits, on text that comes too
@@ -513,6 +514,10 @@ class CpuStream(StreamRuns):
                 decided = policy.stream_plan(looked[1], None, looked[0], cfg)
                 if decided.release:
                     return
+                if not told:  # it waits: say so (and that its first audio is made: admission measures to here)
+                    told = True
+                    with contextlib.suppress(TimeoutError):  # a full bridge: the consumer has events to take
+                        self._bridge.put(Waiting("pacing"), timeout=0)
                 self._sleep(decided.wake_at)
         finally:
             pool.unwatch(bell)

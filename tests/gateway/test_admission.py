@@ -13,21 +13,22 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import openai
 import pytest
 from attack import run
 from support.servers import serve
 from support.wsclient import open_session, until
 
-from engine import Capacity, Engine
+from engine import AudioChunk, Capacity, Engine, StreamEnd, StreamEvent, Waiting
 from gateway.admission import Admission, QueueFull
 from gateway.connection import Limits
 from gateway.playback import Playback
-from gateway.queued_stream import spoken_language
+from gateway.queued_stream import TicketedStream, spoken_language
 from gateway.settings import Settings, load_settings
 from sessions import ApiKeys, hash_api_key
 
@@ -728,6 +729,61 @@ async def test_a_streams_first_audio_is_forecast_by_its_voice_class_as_the_engin
     for t in held:
         assert t is not None
         t.release()
+    await admission.close()
+
+
+class Paced:
+    """An engine stream as admission's ticket sees it, on a fake clock: its first audio made 0.3 s after
+    it opens, then held 3 s for pacing, as the CPU voices hold one whose next text has not come; `says`:
+    the engine says so (`Waiting("pacing")`)."""
+
+    def __init__(self, now: list[float], says: bool) -> None:
+        self._now, self._says = now, says
+
+    async def events(self) -> AsyncIterator[StreamEvent]:
+        self._now[0] += 0.3
+        if self._says:
+            yield Waiting("pacing")
+        self._now[0] += 3.0
+        yield AudioChunk(np.zeros(240, np.int16), 24000, 0, 0)
+        yield StreamEnd("done")
+
+
+@pytest.mark.parametrize(("says", "alone_s"), [(True, 0.3), (False, 3.3)])
+async def test_a_first_audio_held_for_pacing_is_measured_as_it_was_made_not_as_it_was_let_go(
+        says: bool, alone_s: float) -> None:
+    # The CPU voices hold a short first sentence's audio until the client's next sentence has come: a
+    # wait on the client's text, not this box's speed. Counted in, replies of short sentences made a box
+    # heard at 0.3 s read as 3.3 s slow, and admission refused callers it would have served in time.
+    now = [100.0]
+    engine = Judged(4, first_audio_s={"piper": 0.2}, classes={"en": "piper"})
+    admission = Admission(engine, Settings(first_audio_slo_s=1.5), clock=lambda: now[0])  # type: ignore[arg-type]
+    for _ in range(3):
+        ticket = admission.try_admit("a", 1.0, language="en")
+        assert ticket is not None
+        events = [ev async for ev in TicketedStream(Paced(now, says), ticket).events()]  # type: ignore[arg-type]
+        assert isinstance(events[-1], StreamEnd) and (Waiting("pacing") in events) == says
+    assert admission.first_audio_alone_s()["piper"] == pytest.approx(alone_s)
+    await admission.close()
+
+
+async def test_a_stream_admitted_at_once_while_its_listener_hears_audio_is_not_measured_as_a_leader() -> None:
+    # Sentence by sentence: the next sentence's stream is admitted at once while its listener still hears
+    # the one before; its first audio is due when that audio runs out (3 s later here), by design. It was
+    # taken for a leader (its listener's timeline was told only to a stream that waited), and that 3 s
+    # read as this box's time to first audio: the SLO then refused callers the box would serve in time.
+    now = [100.0]
+    engine = Judged(4, first_audio_s={"piper": 0.2}, classes={"en": "piper"})
+    admission = Admission(engine, Settings(first_audio_slo_s=1.5), clock=lambda: now[0])  # type: ignore[arg-type]
+    player = Playback()
+    player.add(10.0)  # ten seconds of audio sent to it: it hears speech
+    for _ in range(3):
+        ticket = admission.try_admit("a", 1.0, listener=player, language="en")
+        assert ticket is not None
+        now[0] += 3.0
+        ticket.heard()
+        ticket.release()
+    assert admission.first_audio_alone_s()["piper"] == pytest.approx(0.2)  # the engine's word: nothing measured
     await admission.close()
 
 

@@ -19,7 +19,7 @@ from attack import huge_prose
 from support.streams import collect
 from support.waits import until
 
-from engine import EngineError, load_engine
+from engine import EngineError, Waiting, load_engine
 from engine.cpu import policy
 from engine.cpu.engine import CpuStream
 from engine.cpu.policy import DEFAULT
@@ -361,12 +361,18 @@ async def _first_audio_on_a_slow_box(piper2: Any, monkeypatch: pytest.MonkeyPatc
     stream.append("Hi there.")
     stream.append("This sentence follows the greeting.")
     stream.finish()
+    paced = 0  # what it said of its wait before its first audio: `Waiting("pacing")`, once, when held
+    heard = False
     async for ev in stream.events():
         if isinstance(ev, StreamEnd):
             assert ev == StreamEnd("done")
+        heard = heard or isinstance(ev, AudioChunk)
+        paced += not heard and ev == Waiting("pacing")
     first = stream.first_audio_at  # the driver's release, not when this loop got round to reading it
     assert first is not None and "Hi there." in ran and len(ran) >= 2, ran  # the rest: one piece or a few
-    return first, min(t for text, t in ran.items() if text != "Hi there.")
+    next_made = min(t for text, t in ran.items() if text != "Hi there.")
+    assert paced == (first >= next_made), paced  # it says so, once, when (and only when) it holds
+    return first, next_made
 
 
 @pytest.mark.parametrize(("buffer_s", "first"), [(0.0, "continuation"), (60.0, "newcomer")])
