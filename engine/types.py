@@ -63,7 +63,7 @@ class Waiting:
 
     `pacing` also marks when the stream's first audio was ready: admission measures this box's speed to
     first audio up to it (gateway/queued_stream.py), not up to the release, which waits on the client's
-    text as much as on the box."""
+    text as much as on the box. The gateway tells its client of `capacity` waits only (`audio.waiting`)."""
 
     reason: str = "capacity"
     ahead: int | None = None

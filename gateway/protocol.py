@@ -329,7 +329,7 @@ class AudioMark(ServerEvent, tag="audio.mark"):
 
 class AudioWaiting(ServerEvent, tag="audio.waiting"):
     utterance_index: int
-    reason: str  # "capacity" (the engine's), "queue" (admission's) or "pacing" (first audio held: engine/types.py)
+    reason: str  # "capacity" (the engine's) or "queue" (admission's)
     ahead: int | None
 
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 from msgspec import UNSET, UnsetType
 
-from engine import AudioChunk, CodecFrames, StreamEnd, Words
+from engine import AudioChunk, CodecFrames, StreamEnd, Waiting, Words
 from gateway import metrics
 from gateway.audio import Resampler, WholeFile, encode_frames
 from gateway.outbox import Outgoing
@@ -100,6 +100,12 @@ class Pump:
         await view.session.record(utt.index, utt.text, cancelled=failed)
         await out.emit(SessionDone(utterance_index=utt.index, total_sentences=len(utt.segments), timing=timing))
 
+    async def _waiting(self, utt: Utterance, ev: Waiting) -> None:
+        """Say why audio is late, not leave a silence: a wait for capacity. A first audio held for pacing
+        is admission's measure (gateway/queued_stream.py), not a wait the client can do anything about."""
+        if ev.reason != "pacing":
+            await self._out.emit(AudioWaiting(utterance_index=utt.index, reason=ev.reason, ahead=ev.ahead))
+
     async def _stream(self, utt: Utterance, sink: Sink) -> StreamEnd | None:
         """The engine stream's audio into `sink`; how the stream ended (None: the utterance was cancelled)."""
         assert utt.stream is not None
@@ -112,8 +118,8 @@ class Pump:
             if isinstance(ev, Words):
                 sink.words(ev)
                 continue
-            if not isinstance(ev, AudioChunk | CodecFrames):  # Waiting: say why audio is late, not leave a silence
-                await self._out.emit(AudioWaiting(utterance_index=utt.index, reason=ev.reason, ahead=ev.ahead))
+            if not isinstance(ev, AudioChunk | CodecFrames):
+                await self._waiting(utt, ev)
                 continue
             if not sink.started:
                 await sink.start(ev)

@@ -130,10 +130,12 @@ async def test_an_overload_burst_is_refused_at_once_by_the_slo_and_the_admitted_
         assert e["code"] == "queue_full" and e["bound"] == "slo", e
         assert e["first_audio_slo_s"] == SLO_S and e["retry_after_s"] >= 1 and "first_audio_slo_s" in e["message"], e
         assert x["answered_s"] < SLO_S + 0.5, x  # never later than the SLO itself (a waiter's budget)
-    # Some at once, as they ask; the rest as soon as their wait says they will miss (above: never later than
-    # the SLO). How soon is a measurement, not an assert: bench/admission_slo.py's sweep reports the answer
-    # time (p95), bench/results/admission_sweep_s26.md; in this burst the median was 0.03–1.1 s.
-    answered = sorted(x["answered_s"] for x in refused)
+    # Some at once, as they ask (WebSocket or HTTP); the rest as soon as their wait says they will miss
+    # (above: never later than the SLO). How soon is a measurement, not an assert: bench/admission_slo.py's
+    # sweep reports the answer time (p95), bench/results/admission_sweep_s27.md. In this burst on a fresh
+    # server no reply has ended when the first callers ask, so their wait is forecast from the streams
+    # ended so far (the canary's short sentences): the WebSocket refusals came 0.3–1.4 s after the ask.
+    answered = sorted([x["answered_s"] for x in refused] + [s["answered_s"] for s in speech if s["status"] == 429])
     assert answered[0] < REFUSED_WITHIN_S, answered
     # The admitted are heard within the SLO at its tail (the prediction's error, on a shared box: a margin).
     assert heard[int(0.95 * (len(heard) - 1))] < SLO_S + 1.0, heard
