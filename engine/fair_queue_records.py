@@ -41,6 +41,10 @@ class FairQueueConfig:
     # come later (the mean alone said "any moment now" of every stream past it, and a stream let wait
     # behind one running long was refused after a wait, not at once: admission_sweep_s26.md).
     hold_quantile: float = 0.5
+    # tenants: whose own holds are remembered (a stream in flight ends as its tenant's streams did; the
+    # least lately ended forgotten first, then predicted from every stream's). Bounds the memory:
+    # `hold_samples` each.
+    hold_keys: int = 256
     # s: the prior of a stream's start-to-first-audio time alone where the engine tells none for its
     # voice (`Capacity.first_audio_s`; a CPU box's first sentence): a fresh server's word until it
     # measured its own, and weighed with its measurements after (below).
@@ -80,8 +84,8 @@ class FairQueueConfig:
             raise ValueError("first_audio_quantile and smoothing must be in (0, 1], first_audio_samples ≥ 1")
         if self.first_audio_voices < 1:
             raise ValueError("first_audio_voices must be ≥ 1")
-        if self.hold_samples < 1 or not 0 < self.hold_quantile <= 1:
-            raise ValueError("hold_samples must be ≥ 1 and hold_quantile in (0, 1]")
+        if self.hold_samples < 1 or self.hold_keys < 0 or not 0 < self.hold_quantile <= 1:
+            raise ValueError("hold_samples must be ≥ 1, hold_keys ≥ 0 and hold_quantile in (0, 1]")
         if not (self.default_first_audio_s > 0 and self.first_audio_memory_s > 0 and self.first_audio_prior_weight >= 0
                 and self.first_audio_load_slowdown >= 0):  # fmt: skip
             raise ValueError("default_first_audio_s and first_audio_memory_s must be > 0, the prior's weight and "

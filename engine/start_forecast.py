@@ -2,9 +2,11 @@
 
 The policy (engine/fair_queue.py, `FairQueue`) decides who starts and who is refused; this is only the
 arithmetic it decides with, kept apart so each can be read alone:
-- the measurements: how long an admitted stream holds its slot (`hold_s`, a running mean of start to
-  end: the rate slots turn over at; and the latest holds themselves, from which a stream in flight's end
-  is predicted from how long it has held so far: `end_of`), an admitted stream's usual cost, and the
+- the measurements: how long an admitted stream holds its slot (`Holds`: a running mean of start to
+  end, the rate slots turn over at, and the latest holds themselves, from which a stream in flight's end
+  is predicted from how long it has held so far: `end_of`; every stream's, `hold_s`, and per tenant,
+  kept by the policy: a stream ends as its own tenant's streams did, since tenants differ in what they
+  send — one speaks sentence by sentence, another whole replies), an admitted stream's usual cost, and the
   measured start-to-first-audio times of the streams the first-audio SLO applies to: how long *this
   box* takes to make a stream's first audio, now;
 - a stream's own time to first audio (`own_s`) at a given load of the engine: the measured time alone
@@ -22,7 +24,7 @@ arithmetic it decides with, kept apart so each can be read alone:
 - the prediction of a waiting stream's start (`start_at`), and a newcomer's `retry_after_s`.
 
 Pure: no clock of its own (times are passed in), bounded memory (`first_audio_samples` per class,
-`first_audio_voices` classes, `hold_samples` holds).
+`first_audio_voices` classes, `hold_samples` holds per `Holds`).
 """
 
 from __future__ import annotations
@@ -37,14 +39,51 @@ from engine.fair_queue_records import FairQueueConfig
 _EPS = 1e-9  # costs are sums of floats: what fits exactly must not be refused by a rounding error
 
 
+class Holds:
+    """How long streams held their slots (start to end, s): a running mean (`default_hold_s` before any
+    ended) and the latest `hold_samples` holds, from which a stream in flight's end is predicted."""
+
+    def __init__(self, config: FairQueueConfig) -> None:
+        self.config = config
+        self.mean_s = config.default_hold_s
+        self._latest: deque[float] = deque(maxlen=config.hold_samples)  # in the order seen
+        self._sorted: list[float] = []  # the same, sorted (`end_of` bisects it)
+
+    def ended(self, held_s: float) -> None:
+        """A stream ended, having held its slot `held_s`. O(hold_samples): per stream end."""
+        self.mean_s += self.config.smoothing * (held_s - self.mean_s)
+        if len(self._latest) == self._latest.maxlen:  # the oldest leaves both
+            del self._sorted[bisect.bisect_left(self._sorted, self._latest[0])]
+        self._latest.append(held_s)
+        bisect.insort(self._sorted, held_s)
+
+    def end_of(self, started: float, now: float) -> float:
+        """When a stream in flight since `started` is predicted to end (not before `now`): as the streams
+        that held longer than it has so far did, at their `hold_quantile` (the median: as likely before as
+        after). A fresh stream ends as streams usually do; one that has run long is one of the long ones,
+        not "any moment now". Before any hold is remembered, the running mean (`default_hold_s` at first)
+        after its start; past every hold remembered, any moment now. O(log `hold_samples`)."""
+        holds = self._sorted
+        if not holds:
+            return max(now, started + self.mean_s)
+        longer = bisect.bisect_right(holds, now - started)  # the first hold longer than its own so far
+        if longer == len(holds):
+            return now
+        rank = longer + math.ceil(self.config.hold_quantile * (len(holds) - longer)) - 1
+        return max(now, started + holds[max(longer, rank)])
+
+
+# A stream in flight, as a start is predicted behind it: when it started, its cost, and the holds its
+# end is predicted from (its tenant's; None: every stream's).
+InFlight = tuple[float, float, Holds | None]
+
+
 class StartForecast:
     """The running measurements admission predicts with (unit: seconds, and the capacity's cost units)."""
 
     def __init__(self, config: FairQueueConfig) -> None:
         self.config = config
-        self.hold_s = config.default_hold_s  # a running mean of how long an admitted stream holds its slot
-        self._holds: deque[float] = deque(maxlen=config.hold_samples)  # the latest holds, in the order seen
-        self._holds_sorted: list[float] = []  # the same, sorted (`end_of` bisects it)
+        self.holds = Holds(config)  # every stream's: the rate slots turn over at
         self.cost = 1.0  # a running mean of admitted streams' costs (how many a capacity holds)
         # per class of voice, the latest used last: (when heard, its time to first audio alone), bounded
         self._first_audio: OrderedDict[str, deque[tuple[float, float]]] = OrderedDict()
@@ -56,13 +95,14 @@ class StartForecast:
         """A stream of `cost` was admitted."""
         self.cost += self.config.smoothing * (cost - self.cost)
 
+    @property
+    def hold_s(self) -> float:
+        """A running mean of how long an admitted stream (of any tenant) holds its slot."""
+        return self.holds.mean_s
+
     def ended(self, held_s: float) -> None:
         """An admitted stream ended, having held its slot `held_s`."""
-        self.hold_s += self.config.smoothing * (held_s - self.hold_s)
-        if len(self._holds) == self._holds.maxlen:  # the oldest leaves both (O(hold_samples): per stream end)
-            del self._holds_sorted[bisect.bisect_left(self._holds_sorted, self._holds[0])]
-        self._holds.append(held_s)
-        bisect.insort(self._holds_sorted, held_s)
+        self.holds.ended(held_s)
 
     def estimates(self, first_audio_s: Iterable[tuple[str, float]]) -> None:
         """The engine's word now on each class's time to first audio alone (`Capacity.first_audio_s`):
@@ -142,31 +182,22 @@ class StartForecast:
         return min(max(1.0, estimate), longest_s)
 
     def end_of(self, started: float, now: float) -> float:
-        """When a stream in flight since `started` is predicted to end (not before `now`): as the streams
-        that held longer than it has so far did, at their `hold_quantile` (the median: as likely before as
-        after). A fresh stream ends as streams usually do; one that has run long is one of the long ones,
-        not "any moment now". Before any hold is remembered, the running mean (`default_hold_s` at first)
-        after its start; past every hold remembered, any moment now. O(log `hold_samples`)."""
-        holds = self._holds_sorted
-        if not holds:
-            return max(now, started + self.hold_s)
-        longer = bisect.bisect_right(holds, now - started)  # the first hold longer than its own so far
-        if longer == len(holds):
-            return now
-        rank = longer + math.ceil(self.config.hold_quantile * (len(holds) - longer)) - 1
-        return max(now, started + holds[max(longer, rank)])
+        """When a stream in flight since `started` is predicted to end, from every stream's holds
+        (`Holds.end_of`)."""
+        return self.holds.end_of(started, now)
 
-    def start_at(self, now: float, need: float, in_flight: Sequence[tuple[float, float]]) -> float:
+    def start_at(self, now: float, need: float, in_flight: Sequence[InFlight]) -> float:
         """When a waiting stream starts that needs `need` more of the capacity than is free now (zero or
-        less: now), given the streams in flight as (started at, cost).
+        less: now), given the streams in flight (`InFlight`: started at, cost, its tenant's holds).
 
-        Each stream in flight is expected to free its cost when it is predicted to end (`end_of`: from
-        how long it has held already), and the streams started in its place to free it again a hold
-        later. So a burst admitted together frees nothing for a whole hold, and a line of staggered
-        streams frees a slot as each ends: the start is the end whose freed cost first covers `need`."""
+        Each stream in flight is expected to free its cost when it is predicted to end (`Holds.end_of`:
+        from how long it has held already, as its own tenant's streams did), and the streams started in
+        its place to free it again a (mean, every stream's) hold later. So a burst admitted together frees
+        nothing for a whole hold, and a line of staggered streams frees a slot as each ends: the start is
+        the end whose freed cost first covers `need`."""
         if need <= _EPS or not in_flight:
             return now
-        ends = sorted((self.end_of(started, now), cost) for started, cost in in_flight)
+        ends = sorted(((holds or self.holds).end_of(started, now), cost) for started, cost, holds in in_flight)
         load = sum(cost for _, cost in ends)
         if load <= _EPS:  # free streams in flight: count them instead (each frees one of `need`'s units)
             ends, load = [(end, 1.0) for end, _ in ends], float(len(ends))

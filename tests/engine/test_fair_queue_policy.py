@@ -10,7 +10,7 @@ import pytest
 
 from engine.fair_queue import FairQueue, FairQueueConfig, Refused, Waiter
 from engine.listening import ListenerTimeline
-from engine.start_forecast import StartForecast
+from engine.start_forecast import InFlight, StartForecast
 from tests.support.clocks import ManualClock
 
 
@@ -961,11 +961,11 @@ def test_where_streams_hold_as_measured_a_stream_let_wait_is_never_refused_later
 
 def test_a_start_waits_for_the_ends_that_free_what_it_needs_then_for_the_streams_started_in_their_place() -> None:
     forecast = StartForecast(FairQueueConfig(default_hold_s=2.0))
-    in_flight = [(0.0, 1.0), (0.5, 1.0)]  # end at 2.0 and 2.5
+    in_flight: list[InFlight] = [(0.0, 1.0, None), (0.5, 1.0, None)]  # end at 2.0 and 2.5
     assert [forecast.start_at(1.0, need, in_flight) for need in (0.0, 1.0, 2.0, 3.0, 4.0)] == [1.0, 2.0, 2.5, 4.0, 4.5]
-    assert forecast.start_at(1.0, 0.75, [(0.0, 0.25), (0.5, 0.25)]) == 4.0  # the cost, not the count
+    assert forecast.start_at(1.0, 0.75, [(0.0, 0.25, None), (0.5, 0.25, None)]) == 4.0  # the cost, not the count
     assert forecast.start_at(10.0, 1.0, in_flight) == 10.0  # past their hold: any moment now, not in the past
-    assert forecast.start_at(1.0, 1.0, [(0.0, 0.0), (0.5, 0.0)]) == 2.0  # free streams: counted one each
+    assert forecast.start_at(1.0, 1.0, [(0.0, 0.0, None), (0.5, 0.0, None)]) == 2.0  # free streams: one each
 
 
 def test_a_stream_in_flight_is_predicted_to_end_as_the_streams_that_held_as_long_as_it_did() -> None:
@@ -1009,3 +1009,56 @@ def test_a_newcomer_behind_a_stream_running_long_is_refused_at_once_not_after_a_
     clock.now += 3.5
     q.release(running, 1)  # it ended as predicted
     assert q.push("d", 1.0, 1).state == "admitted"
+
+
+def test_a_stream_in_flight_ends_as_its_own_tenants_streams_did_not_as_anothers() -> None:
+    # The overload burst's late refusals (tests/gateway/test_overload_slo.py): a canary tenant's short
+    # sentences were the holds remembered, so another tenant's whole replies in flight were past every
+    # one of them, due "any moment now"; its callers waited, then were refused near the SLO itself.
+    clock = ManualClock()
+    q = slo_queue(clock, hold_samples=8)
+    for tenant, held in [("short", 0.5)] * 8 + [("long", 4.0)] * 2:  # each tenant's own kind of stream
+        w = q.push(tenant, 1.0, 1)
+        clock.now += held
+        q.release(w, 1)
+    for tenant, held in [("short", 0.5)] * 8:  # the latest holds of every stream: all short ones
+        w = q.push(tenant, 1.0, 1)
+        clock.now += held
+        q.release(w, 1)
+    running = q.push("long", 1.0, 1)
+    clock.now += 1.0  # past every short hold: only its own tenant's say it runs 3 s more
+    with pytest.raises(Refused) as e:
+        q.push("newcomer", 1.0, 1)  # a tenant none of whose streams ended: it starts when "long"'s ends
+    assert e.value.predicted_s == pytest.approx(3.0 + 0.5)
+    q.release(running, 1)
+
+
+def test_a_tenant_none_of_whose_streams_ended_is_predicted_by_the_prior_not_by_another_tenants() -> None:
+    clock = ManualClock()
+    q = slo_queue(clock)  # default_hold_s 2.0
+    for _ in range(8):  # another tenant's short streams
+        w = q.push("short", 1.0, 1)
+        clock.now += 0.25
+        q.release(w, 1)
+    running = q.push("burst", 1.0, 1)
+    clock.now += 0.5
+    with pytest.raises(Refused) as e:  # "burst"'s stream ends at its start + 2 s (the prior): 1.5 s more
+        q.push("burst", 1.0, 1)
+    assert e.value.predicted_s == pytest.approx(1.5 + 0.5)
+    q.release(running, 1)
+
+
+def test_the_tenants_whose_holds_are_remembered_are_bounded() -> None:
+    clock = ManualClock()
+    q = slo_queue(clock, hold_keys=2)
+    for tenant in ("a", "b", "c"):  # each ends one 4 s stream; "a" least lately: forgotten
+        w = q.push(tenant, 1.0, 1)
+        clock.now += 4.0
+        q.release(w, 1)
+    for tenant, end_s in (("a", 2.0), ("c", 4.0)):  # "a" by the prior (default_hold_s), "c" by its own
+        running = q.push(tenant, 1.0, 1)
+        clock.now += 0.5
+        with pytest.raises(Refused) as e:
+            q.push("newcomer", 1.0, 1)
+        assert e.value.predicted_s == pytest.approx(end_s - 0.5 + 0.5), tenant
+        q.release(running, 1)
