@@ -43,7 +43,6 @@ The rules:
   the box's speed is measured again). Continuations keep the engine's whole capacity: they are what
   keeps the replies already admitted gap-free. One predicted to miss is refused at once (bound "slo", with
   when a newcomer would make it); a waiting one as soon as its prediction says it will miss.
-
 This module is the policy; engine/start_forecast.py is the arithmetic it predicts with.
 """
 
@@ -57,7 +56,7 @@ from collections.abc import Callable, Iterator
 from engine import fair_queue_records as records
 from engine.fair_queue_records import Bound, FairQueueConfig, KeyState, ListenerState, Refused, State, Waiter
 from engine.listening import ListenerTimeline
-from engine.start_forecast import Holds, InFlight, StartForecast
+from engine.start_forecast import InFlight, StartForecast
 
 __all__ = ["Bound", "FairQueue", "FairQueueConfig", "Refused", "State", "Waiter"]
 
@@ -77,12 +76,6 @@ class FairQueue:
         self._in_flight = 0
         self._stream_s = config.default_stream_s  # every key's streams: a newcomer's first estimate
         self.forecast = StartForecast(config)
-        # Per key, its own streams' holds (a stream in flight ends as its tenant's did), the least lately
-        # ended first: bounded by `hold_keys`. A key none of whose streams ended yet: the prior
-        # (`default_hold_s`), not another tenant's streams (one speaking short sentences made a burst of
-        # another's whole replies look due any moment, and its callers wait, then be refused).
-        self._holds: OrderedDict[str, Holds] = OrderedDict()
-        self._unmeasured = Holds(config)  # never fed: the prior
         self._capacity: float | None = None  # the engine's capacity at the last call: how full it is
         self._behind_until = -math.inf  # the engine starts no newcomer before this (`engine_behind`)
         # `load` as last summed (None: a start, an end or a cost moved since): a start asks it four times.
@@ -189,8 +182,8 @@ class FairQueue:
         if self.config.max_in_flight is not None and count:
             free = min(free, (self.config.max_in_flight - count) * load / count)  # slots, at their mean cost
         need = min(cost_ahead + cost - free, cost_ahead + load)
-        in_flight: list[InFlight] = [(w.started_at or 0.0, w.cost, self._holds.get(name, self._unmeasured))
-                                     for name, k in self._keys.items() for w in k.admitted]  # fmt: skip
+        in_flight: list[InFlight] = [(w.started_at or 0.0, w.cost, self.forecast.holds_of(n))  # its tenant's holds
+                                     for n, k in self._keys.items() for w in k.admitted]  # fmt: skip
         start = self.forecast.start_at(self._clock(), need, in_flight)
         return start if not in_flight else max(start, self._behind_until)
 
@@ -568,22 +561,8 @@ class FairQueue:
         k.mean_s += smoothing * (waiter.served_s - k.mean_s)
         self._stream_s += smoothing * (waiter.served_s - self._stream_s)
         assert waiter.started_at is not None
-        held_s = self._clock() - waiter.started_at
-        self.forecast.ended(held_s)
-        self._key_ended(waiter.key, held_s)
+        self.forecast.ended(self._clock() - waiter.started_at, waiter.key)
         self._drop_if_idle(waiter.key, k)
-
-    def _key_ended(self, key: str, held_s: float) -> None:
-        """A stream of `key` ended, having held its slot `held_s`: into its key's holds (bounded by `hold_keys`)."""
-        holds = self._holds.pop(key, None)
-        if holds is None:
-            if self.config.hold_keys <= 0:
-                return
-            holds = Holds(self.config)
-            while len(self._holds) >= self.config.hold_keys:
-                self._holds.popitem(last=False)
-        holds.ended(held_s)
-        self._holds[key] = holds
 
     def _listener(self, token: object) -> ListenerState | None:
         """`token`'s open streams (None: a stream of no listener, or none open)."""

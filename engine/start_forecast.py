@@ -84,6 +84,12 @@ class StartForecast:
     def __init__(self, config: FairQueueConfig) -> None:
         self.config = config
         self.holds = Holds(config)  # every stream's: the rate slots turn over at
+        # Per tenant (key), its own streams' holds, the least lately ended first: bounded by `hold_keys`.
+        # A key none of whose streams ended yet has the prior (`default_hold_s`), not another tenant's
+        # holds (one speaking short sentences made a burst of another's whole replies look due any
+        # moment, and its callers wait, then be refused: tests/gateway/test_overload_slo.py).
+        self._by_key: OrderedDict[str, Holds] = OrderedDict()
+        self._unmeasured = Holds(config)  # never fed: the prior
         self.cost = 1.0  # a running mean of admitted streams' costs (how many a capacity holds)
         # per class of voice, the latest used last: (when heard, its time to first audio alone), bounded
         self._first_audio: OrderedDict[str, deque[tuple[float, float]]] = OrderedDict()
@@ -100,9 +106,22 @@ class StartForecast:
         """A running mean of how long an admitted stream (of any tenant) holds its slot."""
         return self.holds.mean_s
 
-    def ended(self, held_s: float) -> None:
-        """An admitted stream ended, having held its slot `held_s`."""
+    def ended(self, held_s: float, key: str | None = None) -> None:
+        """An admitted stream (of tenant `key`) ended, having held its slot `held_s`."""
         self.holds.ended(held_s)
+        if key is None or self.config.hold_keys <= 0:
+            return
+        holds = self._by_key.pop(key, None)
+        if holds is None:
+            holds = Holds(self.config)
+            while len(self._by_key) >= self.config.hold_keys:
+                self._by_key.popitem(last=False)
+        holds.ended(held_s)
+        self._by_key[key] = holds
+
+    def holds_of(self, key: str) -> Holds:
+        """Tenant `key`'s holds: its streams' in flight end as its streams did (none ended: the prior)."""
+        return self._by_key.get(key, self._unmeasured)
 
     def estimates(self, first_audio_s: Iterable[tuple[str, float]]) -> None:
         """The engine's word now on each class's time to first audio alone (`Capacity.first_audio_s`):
