@@ -42,8 +42,8 @@ class FairQueueConfig:
     # behind one running long was refused after a wait, not at once: admission_sweep_s26.md).
     hold_quantile: float = 0.5
     # tenants: whose own holds are remembered (a stream in flight ends as its tenant's streams did; the
-    # least lately ended forgotten first, then predicted from every stream's). Bounds the memory:
-    # `hold_samples` each.
+    # least lately ended forgotten first, and predicted by `default_hold_s` again, as a tenant none of
+    # whose streams ended). Bounds the memory: `hold_samples` each.
     hold_keys: int = 256
     # s: the prior of a stream's start-to-first-audio time alone where the engine tells none for its
     # voice (`Capacity.first_audio_s`; a CPU box's first sentence): a fresh server's word until it

@@ -5,8 +5,8 @@ arithmetic it decides with, kept apart so each can be read alone:
 - the measurements: how long an admitted stream holds its slot (`Holds`: a running mean of start to
   end, the rate slots turn over at, and the latest holds themselves, from which a stream in flight's end
   is predicted from how long it has held so far: `end_of`; every stream's, `hold_s`, and per tenant,
-  kept by the policy: a stream ends as its own tenant's streams did, since tenants differ in what they
-  send — one speaks sentence by sentence, another whole replies), an admitted stream's usual cost, and the
+  `holds_of`: a stream ends as its own tenant's streams did, since tenants differ in what they send —
+  one speaks sentence by sentence, another whole replies), an admitted stream's usual cost, and the
   measured start-to-first-audio times of the streams the first-audio SLO applies to: how long *this
   box* takes to make a stream's first audio, now;
 - a stream's own time to first audio (`own_s`) at a given load of the engine: the measured time alone
