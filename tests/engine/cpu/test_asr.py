@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import word_timing  # bench/: the recognisers assembled from their PyPI wheels, shared with the timing bench
 
-from engine.types import StreamEnd
+from engine.types import AudioChunk, StreamEnd
 
 pytestmark = pytest.mark.asr
 
@@ -64,7 +64,8 @@ async def speak(engine: Any, voice: str, language: str, texts: list[str]) -> lis
         if isinstance(ev, StreamEnd):
             assert ev.reason == "done"
             break
-        parts[ev.segment].append(ev.pcm)
+        if isinstance(ev, AudioChunk):  # not a `Waiting` (a worker, the first-audio hold)
+            parts[ev.segment].append(ev.pcm)
     return [np.concatenate(p).astype(np.float32) / 32768.0 for p in parts]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,14 @@ def speech_rms(pcm: np.ndarray, rate: int = 24000) -> float:
     frames = pcm[: pcm.size // n * n].reshape(-1, n).astype(np.float64)
     rms = np.sqrt((frames**2).mean(axis=1))
     return float(np.sqrt((rms[rms > 300] ** 2).mean()))
+
+
+async def next_audio(events: AsyncIterator[Any]) -> Any:
+    """The stream's next event that is not a `Waiting` (a worker, the first-audio hold: why audio is late)."""
+    async for ev in events:
+        if not isinstance(ev, Waiting):
+            return ev
+    raise AssertionError("events() ended")
 
 
 async def run(engine: Any, collect: Collect, texts: list[str], voice: str | None = None,
@@ -136,7 +144,7 @@ async def test_cancel_mid_stream_ends_cancelled_and_frees_work(cpu_engine: Any) 
     for i in range(8):
         stream.append(f"This is sentence number {i + 1} of a long answer that the caller interrupts. ")
     events = stream.events()
-    first = await asyncio.wait_for(events.__anext__(), timeout=30)
+    first = await asyncio.wait_for(next_audio(events), timeout=30)
     assert isinstance(first, AudioChunk)
     jobs = stream.snapshot.pieces
     # The look-ahead: at most `workers` pieces in flight behind the one being delivered. That one may still
@@ -313,7 +321,7 @@ async def test_a_synthesis_fault_ends_the_stream_with_error_after_earlier_audio(
 async def _first_then_rest(stream: Any, more: list[str], armed: threading.Event) -> tuple[list[AudioChunk], StreamEnd]:
     out: list[AudioChunk] = []
     events = stream.events()
-    first = await events.__anext__()
+    first = await next_audio(events)
     assert isinstance(first, AudioChunk), first
     out.append(first)
     armed.set()
