@@ -111,7 +111,11 @@ class CircuitBreaker:
         self.latency_ms: float | None = None  # of the last answered heartbeat or probe
         self.on_close: list[Callable[[], None]] = []
         self._consecutive = 0
-        self._answered_at = float("-inf")  # monotonic time Redis last answered a call or a ping
+        # When the latest call or ping Redis answered was sent (monotonic): a call that times out while
+        # Redis answered one sent after it was late here, not at Redis. Not when the answer came: at a
+        # stall's onset the answer to a call sent before it would blame a call stalled at Redis on this
+        # replica (a canary's segment refused as "busy" while Redis stalled).
+        self._answered_sent = float("-inf")
         self._closed = asyncio.Event()
         self._closed.set()
         self._changed = asyncio.Event()
@@ -154,18 +158,18 @@ class CircuitBreaker:
         except MaxConnectionsError as e:  # the pool ran out: local demand, not Redis (never counted)
             raise StoreBusy("every connection to the session store is in use; retry shortly") from e
         except UNAVAILABLE as e:
-            if isinstance(e, _TIMEOUTS) and ((limit is not None and limit.local) or self._answered_at > began):
+            if isinstance(e, _TIMEOUTS) and ((limit is not None and limit.local) or self._answered_sent > began):
                 raise StoreBusy("the session store's answer came too late on a busy replica; retry shortly") from e
             self.failure(e)
             raise StateUnavailable(UNAVAILABLE_MESSAGE) from e
         self._consecutive = 0
-        self._answered_at = time.monotonic()
+        self._answered_sent = max(self._answered_sent, began)
         return result
 
     def local(self, began: float, late_s: float) -> bool:
-        """Whether a call's timeout was this process's doing, not Redis's: Redis answered another call
-        since `began`, or the timeout fired `late_s` after it was due, more than `loop_late_s`."""
-        return late_s > self.loop_late_s or self._answered_at > began
+        """Whether a call's timeout was this process's doing, not Redis's: Redis answered a call sent
+        after `began`, or the timeout fired `late_s` after it was due, more than `loop_late_s`."""
+        return late_s > self.loop_late_s or self._answered_sent > began
 
     def _turn(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self._gate.turn() if self._gate is not None else contextlib.nullcontext()
@@ -228,7 +232,7 @@ class CircuitBreaker:
                 return True  # the ping was late here, not at Redis
             self.reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             return False
-        self._answered_at = time.monotonic()
+        self._answered_sent = max(self._answered_sent, began)
         self.latency_ms = (time.perf_counter() - t0) * 1000
         return True
 

@@ -80,6 +80,26 @@ async def test_a_timeout_while_redis_answers_others_is_busy_not_unavailable() ->
     await b.close()
 
 
+async def test_a_timeout_at_a_stalls_onset_is_unavailable_though_an_earlier_call_was_answered_after_it_began() -> None:
+    """Redis stalls just after answering a call sent before this one: that answer came after this call
+    began, but says nothing of this call's fate. Read as "Redis answered others", a call stalled at Redis
+    was refused as this replica's business (a canary's segment refused, tests/gateway/test_stalled_store.py)."""
+    redis = FakeRedis()
+    b = breaker(redis, heartbeat_s=None, busy_grace_s=0.3)
+
+    async def answered_late() -> object:
+        await asyncio.sleep(0.05)  # sent first, answered after the next call was sent
+        return "ok"
+
+    earlier = asyncio.create_task(b.call(answered_late()))
+    await asyncio.sleep(0.01)
+    redis.mode = "hang"  # the stall: this call's answer never comes
+    with pytest.raises(StateUnavailable):
+        await b.call(redis.op())
+    assert await earlier == "ok" and b.trips == 1
+    await b.close()
+
+
 async def test_an_answer_slowed_by_a_busy_loop_is_awaited_within_the_grace() -> None:
     """The loop held past the op timeout (a burst of connects on a busy replica): the timeout fires late,
     and the call gets a fresh op timeout instead of a refusal — its answer, on its way, is returned."""
