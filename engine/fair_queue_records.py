@@ -34,7 +34,7 @@ class FairQueueConfig:
     default_hold_s: float = 2.0
     default_stream_s: float = 2.0  # audio s: a stream's expected length until some ended (its charge)
     # streams: the latest holds (start to end) remembered, to predict when a stream in flight ends from
-    # how long it has held already (`StartForecast.end_of`): a few dozen, so the tail is seen; bounded.
+    # how long it has held already (`Holds.end_of`): a few dozen, so the tail is seen; bounded.
     hold_samples: int = 64
     # The quantile of the holds longer than a stream's so far that predicts its end. 0.5: as likely
     # before as after, so a line is neither refused for ends that come sooner nor let wait for ends that

@@ -74,8 +74,8 @@ class Holds:
 
 
 # A stream in flight, as a start is predicted behind it: when it started, its cost, and the holds its
-# end is predicted from (its tenant's; None: every stream's).
-InFlight = tuple[float, float, Holds | None]
+# end is predicted from (its tenant's: `StartForecast.holds_of`).
+InFlight = tuple[float, float, Holds]
 
 
 class StartForecast:
@@ -200,11 +200,6 @@ class StartForecast:
         estimate = (waiting + 1) * self.hold_s / max(1.0, capacity / self.cost)
         return min(max(1.0, estimate), longest_s)
 
-    def end_of(self, started: float, now: float) -> float:
-        """When a stream in flight since `started` is predicted to end, from every stream's holds
-        (`Holds.end_of`)."""
-        return self.holds.end_of(started, now)
-
     def start_at(self, now: float, need: float, in_flight: Sequence[InFlight]) -> float:
         """When a waiting stream starts that needs `need` more of the capacity than is free now (zero or
         less: now), given the streams in flight (`InFlight`: started at, cost, its tenant's holds).
@@ -216,7 +211,7 @@ class StartForecast:
         the end whose freed cost first covers `need`."""
         if need <= _EPS or not in_flight:
             return now
-        ends = sorted(((holds or self.holds).end_of(started, now), cost) for started, cost, holds in in_flight)
+        ends = sorted((holds.end_of(started, now), cost) for started, cost, holds in in_flight)
         load = sum(cost for _, cost in ends)
         if load <= _EPS:  # free streams in flight: count them instead (each frees one of `need`'s units)
             ends, load = [(end, 1.0) for end, _ in ends], float(len(ends))

@@ -961,30 +961,31 @@ def test_where_streams_hold_as_measured_a_stream_let_wait_is_never_refused_later
 
 def test_a_start_waits_for_the_ends_that_free_what_it_needs_then_for_the_streams_started_in_their_place() -> None:
     forecast = StartForecast(FairQueueConfig(default_hold_s=2.0))
-    in_flight: list[InFlight] = [(0.0, 1.0, None), (0.5, 1.0, None)]  # end at 2.0 and 2.5
+    holds = forecast.holds
+    in_flight: list[InFlight] = [(0.0, 1.0, holds), (0.5, 1.0, holds)]  # end at 2.0 and 2.5
     assert [forecast.start_at(1.0, need, in_flight) for need in (0.0, 1.0, 2.0, 3.0, 4.0)] == [1.0, 2.0, 2.5, 4.0, 4.5]
-    assert forecast.start_at(1.0, 0.75, [(0.0, 0.25, None), (0.5, 0.25, None)]) == 4.0  # the cost, not the count
+    assert forecast.start_at(1.0, 0.75, [(0.0, 0.25, holds), (0.5, 0.25, holds)]) == 4.0  # the cost, not the count
     assert forecast.start_at(10.0, 1.0, in_flight) == 10.0  # past their hold: any moment now, not in the past
-    assert forecast.start_at(1.0, 1.0, [(0.0, 0.0, None), (0.5, 0.0, None)]) == 2.0  # free streams: one each
+    assert forecast.start_at(1.0, 1.0, [(0.0, 0.0, holds), (0.5, 0.0, holds)]) == 2.0  # free streams: one each
 
 
 def test_a_stream_in_flight_is_predicted_to_end_as_the_streams_that_held_as_long_as_it_did() -> None:
     forecast = StartForecast(FairQueueConfig())
     for held in [1.0] * 6 + [5.0] * 4:  # most replies hold 1 s, some 5 s (their mean: about 2.6 s)
         forecast.ended(held)
-    assert forecast.end_of(10.0, 10.2) == 11.0  # fresh: as streams usually end (the median of all, 1 s)
-    assert forecast.end_of(10.0, 11.5) == 15.0  # past 1 s it is one of the long ones: not "any moment now"
-    assert forecast.end_of(10.0, 16.0) == 16.0  # past every hold remembered: any moment now
-    assert StartForecast(FairQueueConfig(default_hold_s=2.0)).end_of(10.0, 10.5) == 12.0  # none yet: the prior
+    assert forecast.holds.end_of(10.0, 10.2) == 11.0  # fresh: as streams usually end (the median of all, 1 s)
+    assert forecast.holds.end_of(10.0, 11.5) == 15.0  # past 1 s it is one of the long ones: not "any moment now"
+    assert forecast.holds.end_of(10.0, 16.0) == 16.0  # past every hold remembered: any moment now
+    assert StartForecast(FairQueueConfig(default_hold_s=2.0)).holds.end_of(10.0, 10.5) == 12.0  # none yet: the prior
 
 
 def test_the_holds_remembered_are_the_latest_and_bounded() -> None:
     forecast = StartForecast(FairQueueConfig(hold_samples=4))
     for held in [9.0, 9.0, 9.0, 9.0, 1.0, 1.0, 1.0]:  # the 9 s ones age out as newer ones come
         forecast.ended(held)
-    assert forecast.end_of(0.0, 0.5) == 1.0  # three of 1 s and one of 9 s: the median is 1 s
+    assert forecast.holds.end_of(0.0, 0.5) == 1.0  # three of 1 s and one of 9 s: the median is 1 s
     forecast.ended(1.0)
-    assert forecast.end_of(0.0, 1.5) == 1.5  # the last 9 s one left: past every hold remembered
+    assert forecast.holds.end_of(0.0, 1.5) == 1.5  # the last 9 s one left: past every hold remembered
 
 
 def test_a_newcomer_behind_a_stream_running_long_is_refused_at_once_not_after_a_wait() -> None:
