@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 from engine.types import StreamEnd, Waiting
@@ -22,3 +23,15 @@ async def collect(stream: Any, timeout: float = 60.0, *, waiting: bool = False) 
         raise AssertionError("events() ended without a StreamEnd")
 
     return events, await asyncio.wait_for(run(), timeout)
+
+
+async def next_audio(events: AsyncIterator[Any], skip: tuple[str, ...] = ("capacity", "pacing")) -> Any:
+    """The stream's next event that is not a `Waiting` of a reason in `skip` (a worker; the first-audio
+    hold, which says `Waiting("pacing")` once, before the audio it holds)."""
+    paced = 0
+    async for ev in events:
+        if not isinstance(ev, Waiting) or ev.reason not in skip:
+            return ev
+        paced += ev.reason == "pacing"
+        assert paced <= 1, "the hold is told once"
+    raise AssertionError("events() ended")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from support.streams import next_audio
 from support.waits import until
 
 from engine import EngineError, Waiting, load_engine
@@ -49,14 +50,6 @@ def speech_rms(pcm: np.ndarray, rate: int = 24000) -> float:
     frames = pcm[: pcm.size // n * n].reshape(-1, n).astype(np.float64)
     rms = np.sqrt((frames**2).mean(axis=1))
     return float(np.sqrt((rms[rms > 300] ** 2).mean()))
-
-
-async def next_audio(events: AsyncIterator[Any]) -> Any:
-    """The stream's next event that is not a `Waiting` (a worker, the first-audio hold: why audio is late)."""
-    async for ev in events:
-        if not isinstance(ev, Waiting):
-            return ev
-    raise AssertionError("events() ended")
 
 
 async def run(engine: Any, collect: Collect, texts: list[str], voice: str | None = None,

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.streams import next_audio
 from support.waits import until  # wall clock, bounded: a real model run makes the first audio
 
 from engine import load_engine
@@ -34,18 +35,6 @@ def clocked() -> Iterator[tuple[Any, ManualClock]]:
 def advance(engine: Any, clock: ManualClock, seconds: float) -> None:
     clock.now += seconds
     engine.wake()
-
-
-async def first_audio(events: AsyncIterator[Any]) -> Any:
-    """The stream's first event that is not its hold's notice: a held first audio says `Waiting("pacing")`
-    once, before it (admission's measure of when it was made; the wire's clients are not told)."""
-    paced = 0
-    async for ev in events:
-        if ev != Waiting("pacing"):
-            return ev
-        paced += 1
-        assert paced == 1, "the hold is told once"
-    raise AssertionError("events() ended")
 
 
 async def goes_at(engine: Any, clock: ManualClock, first: asyncio.Future[Any], at: float, early: str) -> None:
@@ -111,7 +100,7 @@ async def test_first_audio_held_for_text_still_to_come_goes_at_the_cap_of_its_cl
     stream = engine.open_stream("joe", "en")
     stream.append("Hi there.")
     events = stream.events()
-    first = asyncio.ensure_future(first_audio(events))
+    first = asyncio.ensure_future(next_audio(events, skip=("pacing",)))
     try:
         await until(lambda: stream.status is StreamStatus.HELD, "its first audio is made and held")
         await goes_at(engine, clock, first, clock() + DEFAULT.first_hold_s, "let go before the hold's cap on its clock")
@@ -147,7 +136,7 @@ async def test_a_continuations_first_audio_is_not_held_past_the_audio_its_listen
     stream.append("This sentence follows the greeting.")
     stream.finish()
     events = stream.events()
-    first = asyncio.ensure_future(first_audio(events))
+    first = asyncio.ensure_future(next_audio(events, skip=("pacing",)))
     try:
         await until(lambda: stream.status is StreamStatus.HELD, "its first audio is made and held")
         runs_out = opened + 1.0
@@ -169,7 +158,7 @@ async def test_first_audio_held_for_text_still_to_come_goes_once_that_text_is_ma
     stream = engine.open_stream("joe", "en")
     stream.append("Hi there.")
     events = stream.events()
-    first = asyncio.ensure_future(first_audio(events))
+    first = asyncio.ensure_future(next_audio(events, skip=("pacing",)))
     await until(lambda: stream.status is StreamStatus.HELD, "its first audio is made and held")
     await asyncio.sleep(QUIET_S)
     assert not first.done(), "let go with text still to come and its clock standing still"
@@ -218,7 +207,7 @@ async def test_a_turns_first_sentence_is_held_for_the_next_when_its_client_sends
     well.append("Well...")
     well.finish()
     events = well.events()
-    first = asyncio.ensure_future(first_audio(events))
+    first = asyncio.ensure_future(next_audio(events, skip=("pacing",)))
     if seen == "whole":  # nothing holds it
         assert isinstance(await asyncio.wait_for(first, 30), AudioChunk)
         assert await asyncio.wait_for(drain(events), 30) == StreamEnd("done")
