@@ -35,11 +35,15 @@ The rules:
 - bounds: waiters per key, waiters in all, and the longest wait (bound "wait");
 - the first-audio SLO (`first_audio_slo_s`): a stream that leads its listener (no earlier stream of its
   listener open, none of its audio playing) must be heard by `enqueued_at + SLO`. Its forecast
-  (engine/start_forecast.py, all measured on this box) is its wait for room (the cost ahead of it in fair
-  order) plus its own time to first audio, moved by how far off such forecasts were lately. The SLO
-  bounds a leader's room too (`slo_capacity`: one always starts alone); continuations keep the whole
-  capacity (they keep admitted replies gap-free). One predicted to miss is refused at once (bound "slo",
-  with when a newcomer would make it); a waiting one as soon as its prediction says it will miss.
+  (engine/start_forecast.py) is its wait for room (the cost ahead of it in fair order) plus its own
+  time to first audio as this box measured it lately for its class of voice (from the engine's word on
+  that class before it is measured), slower the fuller the engine it starts beside.
+  So the SLO bounds a leader's room too (`slo_capacity`): it starts only beside as much load as still
+  lets it be heard in time — a box running slow admits fewer — and one always starts alone (it is how
+  the box's speed is measured again). Continuations keep the engine's whole capacity: they are what
+  keeps the replies already admitted gap-free. One predicted to miss is refused at once (bound "slo", with
+  when a newcomer would make it); a waiting one as soon as its prediction says it will miss.
+This module is the policy; engine/start_forecast.py is the arithmetic it predicts with.
 """
 
 from __future__ import annotations
@@ -132,7 +136,8 @@ class FairQueue:
         return self.forecast.retry_after_s(self._waiting, capacity, self.config.max_wait_s)
 
     def first_audio_tail_s(self, voice: str = "") -> float:
-        """A stream of class `voice`'s measured time to first audio alone, at the tail (`StartForecast.alone_s`)."""
+        """A stream of class `voice`'s measured start-to-first-audio time alone, at the tail
+        (`StartForecast.alone_s`)."""
         return self.forecast.alone_s(voice, self._clock())
 
     def slo_room(self, voice: str = "") -> float:
@@ -480,11 +485,8 @@ class FairQueue:
         capacity = self._room(w, capacity)  # a leader starts in what the SLO leaves
         wait = self.start_of(w, capacity) - now
         # It starts beside the load now, or, having waited, at most as much as its cost fits beside.
-        busy = self._busy(self.load if wait <= _EPS else min(self.load, capacity - w.cost))
-        own = self.forecast.own_s(w.voice, busy, now)
-        if w.forecast_s is None:  # its first forecast: how far off it was is measured as it is heard
-            w.forecast_s = now - w.enqueued_at + wait + own
-        own = max(0.0, own + self.forecast.error_s(w.voice, now))  # as far off as the forecasts were lately
+        load = self.load
+        own = self.forecast.own_s(w.voice, self._busy(load if wait <= _EPS else min(load, capacity - w.cost)), now)
         heard = now - w.enqueued_at + wait + own
         if heard <= slo + _EPS:
             return None
@@ -537,8 +539,6 @@ class FairQueue:
         if waiter.leads:
             now = self._clock()
             self.forecast.heard(waiter.voice, now - waiter.started_at, waiter.busy, now)
-            if waiter.forecast_s is not None:
-                self.forecast.erred(waiter.voice, now - waiter.enqueued_at - waiter.forecast_s, now)
         return waiter.leads
 
     def finish(self, waiter: Waiter) -> None:

@@ -77,14 +77,6 @@ class FairQueueConfig:
     # times alone): past it the less loaded half's first audio says nothing of its time alone. A box
     # that slow refuses nearly every leader beside any load at the default SLO anyway.
     first_audio_slowdown_most: float = 10.0
-    # The chance (0-1) a leader let wait must have of being heard within the SLO: its forecast is moved by
-    # the forecasts' measured errors (heard minus first forecast, of the leaders let wait lately, with
-    # the prior error 0 counted as `first_audio_prior_weight` of them) at this quantile. The forecast
-    # adds a median wait to a tail (`first_audio_quantile`) of its own time, and measured as it was it
-    # proved 0.3-0.7 s pessimistic at Piper's knee: callers it refused would have been heard in about
-    # 1.1 s (admission_sweep_s28.md). 0.75: a caller let wait has three chances in four at worst, most
-    # far better, so the admitted replies' tail keeps within the SLO.
-    first_audio_forecast_quantile: float = 0.75
     max_idle_keys: int = 4096  # idle keys whose service is remembered (keys are configured tenants: few)
     smoothing: float = 0.2  # the newest value's weight in the running means (about the last 5 count)
     # s: while anyone waits, how often the caller looks again (capacity moves as the engine measures its
@@ -98,10 +90,8 @@ class FairQueueConfig:
             raise ValueError("max_in_flight must be ≥ 1")
         if self.first_audio_slo_s is not None and not self.first_audio_slo_s > 0:
             raise ValueError("first_audio_slo_s must be > 0 (None: off)")
-        if (not 0 < self.first_audio_quantile <= 1 or not 0 < self.first_audio_forecast_quantile <= 1
-                or self.first_audio_samples < 1 or not 0 < self.smoothing <= 1):  # fmt: skip
-            raise ValueError("first_audio_quantile, first_audio_forecast_quantile and smoothing must be in (0, 1], "
-                             "first_audio_samples ≥ 1")
+        if not 0 < self.first_audio_quantile <= 1 or self.first_audio_samples < 1 or not 0 < self.smoothing <= 1:
+            raise ValueError("first_audio_quantile and smoothing must be in (0, 1], first_audio_samples ≥ 1")
         if self.first_audio_voices < 1:
             raise ValueError("first_audio_voices must be ≥ 1")
         if self.hold_samples < 1 or self.hold_keys < 0 or not 0 < self.hold_quantile <= 1:
@@ -152,9 +142,6 @@ class Waiter:
     leads: bool = False  # the first-audio SLO applied to it as it started (the module doc)
     busy: float = 0.0  # the share of the capacity in flight as it started: what slowed its first audio
     heard: bool = False  # its first audio was reported (`heard`)
-    # s from asking: when it was first forecast to be heard, if it was forecast (a leader let wait): how
-    # far off that was is measured as it is heard (`StartForecast.erred`).
-    forecast_s: float | None = None
     refused: Refused | None = None  # why it expired
 
     @property

@@ -76,14 +76,12 @@ def _median(values: list[float]) -> float:
 
 class FirstAudio:
     """One class of voice's measured starts to first audio: `(when heard, seconds, busy)`, the latest
-    `first_audio_samples`, the load's slowdown `k` fitted to the recent ones as each comes, and how far
-    off the forecasts of leaders let wait were: `(when heard, heard minus forecast, s)`, as many."""
+    `first_audio_samples`, and the load's slowdown `k` fitted to the recent ones as each comes."""
 
     def __init__(self, config: FairQueueConfig) -> None:
         self.config = config
         self.samples: deque[tuple[float, float, float]] = deque(maxlen=config.first_audio_samples)
         self.k = config.first_audio_load_slowdown
-        self.errors: deque[tuple[float, float]] = deque(maxlen=config.first_audio_samples)
 
     def recent(self, now: float) -> list[tuple[float, float, float]]:
         return [m for m in self.samples if now - m[0] <= self.config.first_audio_memory_s]
@@ -202,24 +200,6 @@ class StartForecast:
                 self._first_audio.popitem(last=False)  # the class heard least lately: back to its prior
         measured.add(first_audio_s, busy, now)
         self._first_audio[voice] = measured
-
-    def erred(self, voice: str, error_s: float, now: float) -> None:
-        """A leader of class `voice` let wait was heard `error_s` later than first forecast (below 0:
-        sooner), at `now` (after its `heard`)."""
-        measured = self._first_audio.get(voice)
-        if measured is not None:
-            measured.errors.append((now, error_s))
-
-    def error_s(self, voice: str, now: float) -> float:
-        """What to add to a forecast of when a leader of class `voice` let wait is heard: the recent
-        forecasts' errors at `first_audio_forecast_quantile`, the prior 0 counted as
-        `first_audio_prior_weight` of them (none measured: 0, the forecast as it is)."""
-        measured, cfg = self._first_audio.get(voice), self.config
-        recent = [] if measured is None else [e for at, e in measured.errors if now - at <= cfg.first_audio_memory_s]
-        values = sorted(recent + [0.0] * cfg.first_audio_prior_weight)
-        if not values:
-            return 0.0
-        return values[max(0, math.ceil(cfg.first_audio_forecast_quantile * len(values)) - 1)]
 
     @property
     def voices(self) -> list[str]:
