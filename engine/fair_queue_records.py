@@ -61,22 +61,12 @@ class FairQueueConfig:
     # measurements: the prior counts as this many, so one fast or slow stream does not move a fresh
     # server's forecast by itself, and a few dozen of its own outweigh it.
     first_audio_prior_weight: int = 2
-    # ×: the prior of how much longer than alone a stream takes to its first audio with the capacity
-    # full (1 + this, linear in between): its first piece shares the workers with the pieces of the
-    # streams in flight. Measured as streams are heard (`start_forecast.load_slowdown`) and weighed with
-    # this. 1.0: about one other piece ahead of it at full load (the engine runs first pieces first); on
-    # a loaded box admitted first audio grew about twofold from one stream to a full engine
-    # (bench/results/admission_sweep_s23.md, run 2), on a quiet one not at all (admission_sweep_s27.md).
+    # ×: how much longer than alone a stream takes to its first audio with the capacity full (1 + this,
+    # linear in between): its first piece shares the workers with the pieces of the streams in flight.
+    # 1.0: about one other piece ahead of it at full load (the engine runs first pieces first); measured
+    # on the loaded box, admitted first audio grew about twofold from one stream to a full engine
+    # (bench/results/admission_sweep_s23.md, run 2). 0: first audio does not depend on the load.
     first_audio_load_slowdown: float = 1.0
-    # measurements: what the prior slowdown counts as against the measured one, whose worth is the
-    # number of measurements in each half (by load) times the square of the halves' difference in load:
-    # 4 = two dozen measurements split between an idle and a full engine (difference ~0.8) are worth
-    # about three times the prior; a server that only ever ran at one load keeps the prior.
-    first_audio_slowdown_prior_weight: float = 4.0
-    # ×: the most slowdown a measurement is believed to show (first audio beside a full engine 1 + this
-    # times alone): past it the less loaded half's first audio says nothing of its time alone. A box
-    # that slow refuses nearly every leader beside any load at the default SLO anyway.
-    first_audio_slowdown_most: float = 10.0
     max_idle_keys: int = 4096  # idle keys whose service is remembered (keys are configured tenants: few)
     smoothing: float = 0.2  # the newest value's weight in the running means (about the last 5 count)
     # s: while anyone waits, how often the caller looks again (capacity moves as the engine measures its
@@ -97,10 +87,9 @@ class FairQueueConfig:
         if self.hold_samples < 1 or self.hold_keys < 0 or not 0 < self.hold_quantile <= 1:
             raise ValueError("hold_samples must be ≥ 1, hold_keys ≥ 0 and hold_quantile in (0, 1]")
         if not (self.default_first_audio_s > 0 and self.first_audio_memory_s > 0 and self.first_audio_prior_weight >= 0
-                and self.first_audio_load_slowdown >= 0 and self.first_audio_slowdown_prior_weight > 0
-                and self.first_audio_slowdown_most >= self.first_audio_load_slowdown):  # fmt: skip
-            raise ValueError("default_first_audio_s, first_audio_memory_s and first_audio_slowdown_prior_weight must "
-                             "be > 0, the prior's weight and the load's slowdown ≥ 0, its most ≥ the slowdown")
+                and self.first_audio_load_slowdown >= 0):  # fmt: skip
+            raise ValueError("default_first_audio_s and first_audio_memory_s must be > 0, the prior's weight and "
+                             "the load's slowdown ≥ 0")
         if not self.recheck_s > 0:
             raise ValueError("recheck_s must be > 0")
 

@@ -11,16 +11,11 @@ arithmetic it decides with, kept apart so each can be read alone:
   box* takes to make a stream's first audio, now;
 - a stream's own time to first audio (`own_s`) at a given load of the engine: the measured time alone
   (`alone_s`, each measurement divided by the slowdown of the load it started beside, so measurements
-  at every load are one number) times that load's slowdown, 1 + k × the share of the capacity in
-  flight. `alone_s` is a tail (`first_audio_quantile`) of the recent measurements
-  (`first_audio_memory_s`), with the prior counted as `first_audio_prior_weight` measurements, and
-  never the single worst of them: a fresh server starts at the prior, one slow outlier does not close
-  the door, and the box slowing down (two slow in a row) does. k is measured too (`load_slowdown`:
-  how much slower the more loaded half of the recent measurements was than the less loaded half),
-  weighed with the configured `first_audio_load_slowdown` by how many measurements there are and how
-  far apart in load: boxes differ (on a two-core box Piper's first audio did not slow with load at
-  all, where the configured 1.0 doubled it and refused callers the box would have served in time:
-  bench/results/admission_sweep_s28.md), and a server that has seen one load only keeps the prior;
+  at every load are one number) times that load's slowdown, 1 + `first_audio_load_slowdown` × the
+  share of the capacity in flight. `alone_s` is a tail (`first_audio_quantile`) of the recent
+  measurements (`first_audio_memory_s`), with the prior counted as `first_audio_prior_weight`
+  measurements, and never the single worst of them: a fresh server starts at the prior, one slow
+  outlier does not close the door, and the box slowing down (two slow in a row) does;
 - all of it per class of voice (`voice`: the engine's `Capacity.voice_class`, "" where it tells none):
   where an engine's voices differ in speed (Piper and Kokoro), one's measurements say nothing of
   another's. A class's prior is the engine's own word on it (`Capacity.first_audio_s`, from its cost
@@ -29,7 +24,7 @@ arithmetic it decides with, kept apart so each can be read alone:
 - the prediction of a waiting stream's start (`start_at`), and a newcomer's `retry_after_s`.
 
 Pure: no clock of its own (times are passed in), bounded memory (`first_audio_samples` per class,
-`first_audio_voices` classes, `hold_samples` holds per `Holds`, `hold_keys` tenants).
+`first_audio_voices` classes, `hold_samples` holds per `Holds`).
 """
 
 from __future__ import annotations
@@ -42,56 +37,6 @@ from collections.abc import Iterable, Sequence
 from engine.fair_queue_records import FairQueueConfig
 
 _EPS = 1e-9  # costs are sums of floats: what fits exactly must not be refused by a rounding error
-
-
-def load_slowdown(samples: Sequence[tuple[float, float]], prior: float, prior_weight: float, most: float) -> float:
-    """How much longer than alone first audio takes beside a full engine (k in `1 + k × busy`), from
-    measurements `(busy, first_audio_s)`: the line `alone × (1 + k × busy)` through the less and the
-    more loaded half's medians at their mean loads (medians: one stream held long is not the box), at
-    most `most`. Weighed with `prior` (the configured k) as `prior_weight` measurements against the
-    halves' size times the square of their difference in load (what a slope's estimate is worth grows
-    so: halves at nearly one load say nothing of how load slows). Never below 0. O(n log n)."""
-    by_load = sorted(samples)
-    half = len(by_load) // 2
-    if half == 0:
-        return prior
-    low, high = by_load[:half], by_load[-half:]
-    at_low, at_high = sum(b for b, _ in low) / half, sum(b for b, _ in high) / half
-    quick = _median([s for _, s in low])
-    if at_high - at_low <= _EPS or quick <= _EPS:
-        return prior
-    ratio = _median([s for _, s in high]) / quick  # = (1 + k × at_high) / (1 + k × at_low)
-    slower = ratio - 1.0
-    over = at_high - ratio * at_low  # k × over = slower; at or below 0: steeper than any line through 0 s
-    measured = 0.0 if slower <= 0 else most if over <= slower / most else slower / over
-    weight = half * (at_high - at_low) ** 2
-    return (weight * measured + prior_weight * prior) / (weight + prior_weight)
-
-
-def _median(values: list[float]) -> float:
-    values.sort()
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-
-
-class FirstAudio:
-    """One class of voice's measured starts to first audio: `(when heard, seconds, busy)`, the latest
-    `first_audio_samples`, and the load's slowdown `k` fitted to the recent ones as each comes."""
-
-    def __init__(self, config: FairQueueConfig) -> None:
-        self.config = config
-        self.samples: deque[tuple[float, float, float]] = deque(maxlen=config.first_audio_samples)
-        self.k = config.first_audio_load_slowdown
-
-    def recent(self, now: float) -> list[tuple[float, float, float]]:
-        return [m for m in self.samples if now - m[0] <= self.config.first_audio_memory_s]
-
-    def add(self, first_audio_s: float, busy: float, now: float) -> None:
-        """O(`first_audio_samples` log): per leader heard."""
-        self.samples.append((now, first_audio_s, min(1.0, max(0.0, busy))))
-        cfg = self.config
-        self.k = load_slowdown([(b, s) for _, s, b in self.recent(now)], cfg.first_audio_load_slowdown,
-                               cfg.first_audio_slowdown_prior_weight, cfg.first_audio_slowdown_most)  # fmt: skip
 
 
 class Holds:
@@ -146,8 +91,8 @@ class StartForecast:
         self._by_key: OrderedDict[str, Holds] = OrderedDict()
         self._unmeasured = Holds(config)  # never fed: the prior
         self.cost = 1.0  # a running mean of admitted streams' costs (how many a capacity holds)
-        # per class of voice, the latest used last: its measurements and its load's slowdown, bounded
-        self._first_audio: OrderedDict[str, FirstAudio] = OrderedDict()
+        # per class of voice, the latest used last: (when heard, its time to first audio alone), bounded
+        self._first_audio: OrderedDict[str, deque[tuple[float, float]]] = OrderedDict()
         self._priors: dict[str, float] = {}  # the engine's word per class (`estimates`), bounded
 
     # -- measurements -----------------------------------------------------------------------------
@@ -193,13 +138,13 @@ class StartForecast:
     def heard(self, voice: str, first_audio_s: float, busy: float, now: float) -> None:
         """A stream of class `voice` the SLO applies to was heard `first_audio_s` after it started, at
         `now`, having started beside `busy` (the share of the capacity in flight then, 0 to 1)."""
-        measured = self._first_audio.pop(voice, None)
-        if measured is None:
-            measured = FirstAudio(self.config)
+        samples = self._first_audio.pop(voice, None)
+        if samples is None:
+            samples = deque(maxlen=self.config.first_audio_samples)
             while len(self._first_audio) >= self.config.first_audio_voices:
                 self._first_audio.popitem(last=False)  # the class heard least lately: back to its prior
-        measured.add(first_audio_s, busy, now)
-        self._first_audio[voice] = measured
+        samples.append((now, first_audio_s / self.slowdown(busy)))
+        self._first_audio[voice] = samples
 
     @property
     def voices(self) -> list[str]:
@@ -209,30 +154,22 @@ class StartForecast:
 
     def samples(self, voice: str = "") -> int:
         """How many start-to-first-audio times of class `voice` are remembered now (recent or not)."""
-        measured = self._first_audio.get(voice)
-        return 0 if measured is None else len(measured.samples)
+        return len(self._first_audio.get(voice, ()))
 
     def prior_s(self, voice: str = "") -> float:
         """Class `voice`'s time to first audio alone before it is measured: the engine's word, or the default."""
         return self._priors.get(voice, self.config.default_first_audio_s)
 
-    def load_slowdown(self, voice: str = "") -> float:
-        """Class `voice`'s k: first audio beside a full engine takes 1 + k times as long as alone, as
-        measured (`load_slowdown`; the configured `first_audio_load_slowdown` before)."""
-        measured = self._first_audio.get(voice)
-        return self.config.first_audio_load_slowdown if measured is None else measured.k
-
-    def slowdown(self, voice: str, busy: float) -> float:
-        """How much longer than alone a stream of class `voice` takes to its first audio, started beside
-        `busy` of the capacity (0 to 1): its first piece shares the workers with the streams in flight."""
-        return 1.0 + self.load_slowdown(voice) * min(1.0, max(0.0, busy))
+    def slowdown(self, busy: float) -> float:
+        """How much longer than alone a stream takes to its first audio, started beside `busy` of the
+        capacity (0 to 1): its first piece shares the workers with the streams in flight."""
+        return 1.0 + self.config.first_audio_load_slowdown * min(1.0, max(0.0, busy))
 
     def alone_s(self, voice: str, now: float) -> float:
         """A stream of class `voice`'s start-to-first-audio time alone on this box, at the tail (the
         module doc)."""
-        prior, measured = self.prior_s(voice), self._first_audio.get(voice)
-        k = self.load_slowdown(voice)
-        recent = [] if measured is None else [s / (1.0 + k * b) for _, s, b in measured.recent(now)]
+        memory, prior = self.config.first_audio_memory_s, self.prior_s(voice)
+        recent = [s for at, s in self._first_audio.get(voice, ()) if now - at <= memory]
         values = sorted(recent + [prior] * self.config.first_audio_prior_weight)
         if not values:
             return prior
@@ -242,12 +179,12 @@ class StartForecast:
     def own_s(self, voice: str, busy: float, now: float) -> float:
         """A stream of class `voice`'s start-to-first-audio time, started beside `busy` of the capacity
         (0 to 1)."""
-        return self.alone_s(voice, now) * self.slowdown(voice, busy)
+        return self.alone_s(voice, now) * self.slowdown(busy)
 
     def busy_within(self, voice: str, budget_s: float, now: float) -> float:
         """The most of the capacity (0 to 1, or less than 0: not even alone) that may be in flight as a
         stream of class `voice` starts for it to be heard within `budget_s` of its start."""
-        alone, k = self.alone_s(voice, now), self.load_slowdown(voice)
+        alone, k = self.alone_s(voice, now), self.config.first_audio_load_slowdown
         if budget_s >= alone * (1.0 + k) - _EPS:
             return 1.0
         if alone <= _EPS or k <= 0:  # past the budget alone (or a budget below zero): not even alone

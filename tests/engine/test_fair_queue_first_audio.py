@@ -145,7 +145,7 @@ def test_where_the_box_runs_as_measured_every_stream_admitted_after_learning_it_
             except Refused:
                 refused += 1
             else:
-                due = clock.now + (1.0 + w.busy)
+                due = clock.now + 1.0 * q.forecast.slowdown(w.busy)
                 (running if w.state == "admitted" else waited).append((w, due))
         for w, _ in [r for r in running if clock.now - (r[0].started_at or 0.0) >= 2.0]:
             running = [r for r in running if r[0] is not w]
@@ -154,7 +154,7 @@ def test_where_the_box_runs_as_measured_every_stream_admitted_after_learning_it_
         for w, _ in [r for r in waited if r[0].state == "admitted"]:
             waited = [r for r in waited if r[0] is not w]
             assert w.started_at is not None
-            running.append((w, w.started_at + (1.0 + w.busy)))
+            running.append((w, w.started_at + 1.0 * q.forecast.slowdown(w.busy)))
         for w, due in running:
             if clock.now >= due and not w.heard:
                 q.heard(w)

@@ -174,7 +174,7 @@ def test_where_each_voice_runs_as_measured_every_stream_admitted_after_learning_
             running.append(w)
         for w in running:
             assert w.started_at is not None
-            if not w.heard and clock.now >= w.started_at + speed[w.voice] * (1.0 + w.busy):
+            if not w.heard and clock.now >= w.started_at + speed[w.voice] * q.forecast.slowdown(w.busy):
                 q.heard(w)
                 heard_in.append((w.voice, w.started_at, clock.now - w.enqueued_at))
         clock.now += step
