@@ -58,20 +58,17 @@ class Holds:
         bisect.insort(self._sorted, held_s)
 
     def end_of(self, started: float, now: float) -> float:
-        """When a stream in flight since `started` is predicted to end (after `now`): as the streams that
-        held longer than it has so far did, at their `hold_quantile` (the median: as likely before as
+        """When a stream in flight since `started` is predicted to end (not before `now`): as the streams
+        that held longer than it has so far did, at their `hold_quantile` (the median: as likely before as
         after). A fresh stream ends as streams usually do; one that has run long is one of the long ones,
         not "any moment now". Before any hold is remembered, the running mean (`default_hold_s` at first)
-        after its start. Past all that is known (every hold remembered, or the mean), as long again as it
-        has held: a stream that outlasted every one seen says nothing of when it ends but that it runs
-        long (predicted "any moment now", it let a newcomer wait, then was refused once its wait passed
-        the SLO, half a second after it asked: bench/results/admission_sweep_s28.md). O(log `hold_samples`)."""
-        holds, held = self._sorted, now - started
+        after its start; past every hold remembered, any moment now. O(log `hold_samples`)."""
+        holds = self._sorted
         if not holds:
-            return started + self.mean_s if held < self.mean_s else now + held
-        longer = bisect.bisect_right(holds, held)  # the first hold longer than its own so far
+            return max(now, started + self.mean_s)
+        longer = bisect.bisect_right(holds, now - started)  # the first hold longer than its own so far
         if longer == len(holds):
-            return now + held
+            return now
         rank = longer + math.ceil(self.config.hold_quantile * (len(holds) - longer)) - 1
         return max(now, started + holds[max(longer, rank)])
 
