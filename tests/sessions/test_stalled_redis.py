@@ -5,6 +5,7 @@ second, fail fast after that, keep writes queued and replay them in order when R
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -121,17 +122,21 @@ async def test_stream_slots_fall_back_to_this_replicas_count_and_enter_redis_aft
 
 
 async def test_releases_during_a_stall_are_queued_and_land_after_it(
-    redis_server: RedisServer, stores: Callable[[str], SessionStore]
+    redis_server: RedisServer, redis_stores: Callable[[str, StoreSettings], SessionStore]
 ) -> None:
-    store, other = stores("a"), stores("b")
+    # A 2 s op timeout, so "queued" (milliseconds) and "waited it out" (2 s) stay apart on a loaded box
+    # (with 0.5 s, a busy CI worker once took 0.49 s to queue them).
+    slow = dataclasses.replace(SETTINGS, op_timeout_s=2.0)
+    store, other = redis_stores("a", slow), redis_stores("b", slow)
     s = await store.attach("acme")
     slot = await store.acquire_stream("acme", 1)
     redis_server.pause()
-    await _until(lambda: not store.breaker.is_closed, 2.0)
+    await _until(lambda: not store.breaker.is_closed, 5.0)
     t0 = time.monotonic()
     assert await slot.release()
     await s.close()
-    assert time.monotonic() - t0 < 0.25  # queued, not waiting out the 0.5 s op timeout
+    assert time.monotonic() - t0 < 1.0  # queued, not waiting out the 2 s op timeout
+    assert len(store.write_behind) > 0
     redis_server.resume()
     assert await store.write_behind.flush(3.0)
     assert await other.active_streams("acme") == 0
