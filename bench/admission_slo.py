@@ -20,7 +20,10 @@ in turn on a free loopback port with the same flags:
 Reports per model, mode, rate and tree: admitted first audio p95 from the ask (the stream's first
 commit, when it asks admission) and whether it is within the SLO, refusals and their answer time
 p95/max, % of admitted replies gap-free, and, at and below the knee, refusals against the base's.
-`--smoke` runs the smallest sweep (Piper, one rate, `auto`, 2 s) for CI.
+`--smoke` runs the smallest sweep (Piper, one rate, `auto`, 2 s) for CI. `--rounds N` runs every tree N
+times, the order turned each round, and pools them (each round's refusals in brackets): on a shared box
+the knee moves between one tree's runs and the other's (the same code refused 1 to 15 of 39 at Piper's
+knee across runs: bench/results/admission_sweep_s28.md), so one round says little at the knee.
 """
 
 from __future__ import annotations
@@ -60,6 +63,9 @@ def burst(argv: Sequence[str]) -> int:
 
     p = argparse.ArgumentParser()
     p.add_argument("--slo", type=float, default=1.5)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every tree this many times, the order turned each round (base, head; head, base; "
+                        "...), and report the rounds pooled: the box drifts between one tree's runs and the other's")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     engine = load_engine("piper")
@@ -148,6 +154,7 @@ def cell(run: dict[str, Any], slo_s: float) -> dict[str, Any]:
     answers = sorted(m["refused_after_s"] for m in refused if m.get("refused_after_s") is not None)
     p95 = _q(heard, 0.95)
     return {"mode": run["mode"], "rate": run["rate"], "asked": run["started"], "admitted": run["admitted"],
+            "refused_rounds": run.get("refused_rounds"),
             "completed": run["completed"], "refused": len(refused), "failed": run["failed"],
             "first_audio_p50_s": _q(heard, 0.5), "first_audio_p95_s": p95, "admitted_after_a_wait": len(waited),
             "first_audio_max_after_a_wait_s": waited[-1] if waited else None,
@@ -156,6 +163,26 @@ def cell(run: dict[str, Any], slo_s: float) -> dict[str, Any]:
             "gap_free_pct": None if run["gap_free_share"] is None else round(100 * run["gap_free_share"], 1),
             "server_gap_free_pct": None if run["server_gap_free_share"] is None
             else round(100 * run["server_gap_free_share"], 1)}  # fmt: skip
+
+
+def pooled(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One load run of the same mode and rate from several rounds' (their responses together, counts
+    summed, gap-free shares weighted by the replies admitted): the cell's numbers over every round,
+    and each round's refusals (`refused_rounds`: how much the box moved between rounds)."""
+    if len(runs) == 1:
+        return runs[0]
+    admitted = sum(r["admitted"] for r in runs)
+
+    def share(key: str) -> float | None:
+        known = [r for r in runs if r[key] is not None]
+        weight = sum(r["admitted"] for r in known)
+        return None if not known or not weight else sum(r[key] * r["admitted"] for r in known) / weight
+
+    return {"mode": runs[0]["mode"], "rate": runs[0]["rate"], "started": sum(r["started"] for r in runs),
+            "admitted": admitted, "completed": sum(r["completed"] for r in runs),
+            "failed": sum(r["failed"] for r in runs), "responses": [m for r in runs for m in r["responses"]],
+            "gap_free_share": share("gap_free_share"), "server_gap_free_share": share("server_gap_free_share"),
+            "refused_rounds": [r["refused"] for r in runs]}  # fmt: skip
 
 
 def compare_trees(cells: dict[str, list[dict[str, Any]]], knee: float | None) -> list[dict[str, Any]]:
@@ -188,7 +215,9 @@ def sweep_table(result: dict[str, Any]) -> str:
                     continue
                 ok = "" if c["within_slo"] is None or tree == "base" else (" ✓" if c["within_slo"] else " ✗")
                 vs = row.get("refusals_vs_base") if tree == "head" else None
-                lines.append(f"| {model} | {c['mode']} | {c['rate']:g} | {tree} | {c['asked']} | {c['refused']} | "
+                rounds = c.get("refused_rounds")
+                refused = f"{c['refused']}" + (f" ({', '.join(map(str, rounds))})" if rounds else "")
+                lines.append(f"| {model} | {c['mode']} | {c['rate']:g} | {tree} | {c['asked']} | {refused} | "
                              f"{_s(c['first_audio_p50_s'])} / {_s(c['first_audio_p95_s'])}{ok} | "
                              f"{c.get('admitted_after_a_wait', '–')}, {_s(c.get('first_audio_max_after_a_wait_s'))} | "
                              f"{_s(c['refusal_answer_p95_s'])} / {_s(c['refusal_answer_max_s'])} | "
@@ -212,6 +241,9 @@ def sweep(argv: Sequence[str]) -> int:
     p.add_argument("--smoke", action="store_true", help="Piper, one rate, auto, 2 s: the harness works")
     p.add_argument("--out", default=None, help="where the load runs' JSON and server logs go (default: a temp dir)")
     p.add_argument("--from-runs", action="store_true", help="read --out's saved load runs instead of running")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every tree this many times, the order turned each round (base, head; head, base; "
+                        "...), and report the rounds pooled: the box drifts between one tree's runs and the other's")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if args.smoke:
@@ -223,17 +255,23 @@ def sweep(argv: Sequence[str]) -> int:
     trees = {"head": REPO} | ({"base": pathlib.Path(args.base).resolve()} if args.base else {})
     result: dict[str, Any] = {"settings": vars(args), "trees": {k: str(v) for k, v in trees.items()}, "models": {}}
     for model in args.models.split(","):
-        cells: dict[str, list[dict[str, Any]]] = {}
-        for name, tree in sorted(trees.items()):  # base first, then head: the same box, in turn
-            flags = ["--first-audio-slo", str(args.slo)] if name == "head" else []
-            t, saved = time.monotonic(), out / f"load_{model}_{name}.json"
-            if args.from_runs:  # the tables again from a sweep's saved runs: no traffic
-                run = json.loads(saved.read_text())
-            else:
-                with gateway(tree, model, flags, out / f"server_{model}_{name}.log") as url:
-                    run = load_run(url, rates[model], args, saved)
-            cells[name] = [cell(r, args.slo) for r in run["runs"]]
-            print(f"{model} {name}: {len(run['runs'])} runs in {time.monotonic() - t:.0f} s", file=sys.stderr)
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+        for i in range(args.rounds):  # base first, then head: the same box, in turn (turned each round)
+            for name, tree in sorted(trees.items(), reverse=i % 2 == 1):
+                flags = ["--first-audio-slo", str(args.slo)] if name == "head" else []
+                suffix = f"_r{i}" if args.rounds > 1 else ""
+                t, saved = time.monotonic(), out / f"load_{model}_{name}{suffix}.json"
+                if args.from_runs:  # the tables again from a sweep's saved runs: no traffic
+                    run = json.loads(saved.read_text())
+                else:
+                    with gateway(tree, model, flags, out / f"server_{model}_{name}{suffix}.log") as url:
+                        run = load_run(url, rates[model], args, saved)
+                runs[name] += run["runs"]
+                print(f"{model} {name}{suffix}: {len(run['runs'])} runs in {time.monotonic() - t:.0f} s",
+                      file=sys.stderr)  # fmt: skip
+        cells = {name: [cell(pooled([r for r in got if (r["mode"], r["rate"]) == key]), args.slo)
+                        for key in dict.fromkeys((r["mode"], r["rate"]) for r in got)]
+                 for name, got in runs.items()}  # fmt: skip
         result["models"][model] = compare_trees(cells, knees.get(model))
     print(sweep_table(result))
     if args.json:
