@@ -28,10 +28,10 @@ The rules:
 - a listener's streams (`listener`, compared by identity): its slot is its own. When its stream ends
   while its next waits, that one takes the slot (`hand_over`). Where the engine makes a listener's next
   stream due only when the one before has played (`follows`: the CPU voices), the next starts beside
-  the one heard, riding its slot (`admit_beside`: two at most, one slot of the key's share and of the
-  load, at the costlier's cost), and a listener whose streams ended while their audio still plays takes
-  the slot back for its next (`take_back`). All of it yields to fairness: past its key's share while
-  another key waits, the next stream waits in fair order;
+  the one heard, riding its slot (`admit_beside`: two at most, counted as one slot of the key's share),
+  and a listener whose streams ended while their audio still plays takes the slot back for its next
+  continuation (`take_back`). All of it yields to fairness: past its key's share while another key
+  waits, the next stream waits in fair order;
 - bounds: waiters per key, waiters in all, and the longest wait (bound "wait");
 - the first-audio SLO (`first_audio_slo_s`): a stream that leads its listener (no earlier stream of its
   listener open, none of its audio playing) must be heard by `enqueued_at + SLO`. Its forecast
@@ -98,9 +98,10 @@ class FairQueue:
 
     @property
     def load(self) -> float:
-        """The cost of the slots in flight (`Waiter.slot_cost`), in the capacity's units (summed once per change)."""
+        """The cost of the streams in flight, in the capacity's units (summed once per change: bounded by
+        the streams)."""
         if self._load is None:
-            self._load = sum(w.slot_cost for w in self._slots())
+            self._load = sum(w.cost for k in self._keys.values() for w in k.admitted)
         return self._load
 
     def engine_behind(self, seconds: float) -> None:
@@ -123,7 +124,8 @@ class FairQueue:
 
     def service(self, key: str) -> float | None:
         """The key's weighted service, while it is active (None: idle)."""
-        return None if (k := self._keys.get(key)) is None else k.service
+        k = self._keys.get(key)
+        return None if k is None else k.service
 
     def ahead(self, waiter: Waiter) -> int:
         """Waiters that arrived before this one (an estimate of who goes first: fairness may reorder)."""
@@ -134,7 +136,8 @@ class FairQueue:
         return self.forecast.retry_after_s(self._waiting, capacity, self.config.max_wait_s)
 
     def first_audio_tail_s(self, voice: str = "") -> float:
-        """A stream of class `voice`'s measured time to first audio alone, at the tail (`StartForecast.alone_s`)."""
+        """A stream of class `voice`'s measured start-to-first-audio time alone, at the tail
+        (`StartForecast.alone_s`)."""
         return self.forecast.alone_s(voice, self._clock())
 
     def slo_room(self, voice: str = "") -> float:
@@ -179,8 +182,8 @@ class FairQueue:
         if self.config.max_in_flight is not None and count:
             free = min(free, (self.config.max_in_flight - count) * load / count)  # slots, at their mean cost
         need = min(cost_ahead + cost - free, cost_ahead + load)
-        in_flight: list[InFlight] = [((w.rider or w).started_at or 0.0, w.slot_cost, self.forecast.holds_of(w.key))
-                                     for w in self._slots()]  # a slot ends with its rider; its tenant's holds
+        in_flight: list[InFlight] = [(w.started_at or 0.0, w.cost, self.forecast.holds_of(n))  # its tenant's holds
+                                     for n, k in self._keys.items() for w in k.admitted]  # fmt: skip
         start = self.forecast.start_at(self._clock(), need, in_flight)
         return start if not in_flight else max(start, self._behind_until)
 
@@ -313,7 +316,7 @@ class FairQueue:
         """While `head` (the next in fair order) waits for its room: admit those behind it, in fair order
         (a key's line in its order), that fit now and in what `head` leaves of the capacity beside the
         streams that passed before (the module doc, costs). One pass: bounded by the waiters."""
-        room = capacity - head.cost - sum(w.slot_cost for w in self._slots() if w.passed)
+        room = capacity - head.cost - sum(w.cost for k in self._keys.values() for w in k.admitted if w.passed)
         if room <= _EPS:
             return []
         total = self._total_weight()
@@ -581,9 +584,6 @@ class FairQueue:
                 line.remove(waiter)
         if not lst.held and not lst.waiting:
             del self._listeners[id(waiter.listener)]
-
-    def _slots(self) -> Iterator[Waiter]:  # the admitted streams holding a slot (not riding another's)
-        return (w for k in self._keys.values() for w in k.admitted if w.rides is None)
 
     def _all_waiting(self) -> Iterator[Waiter]:
         return (w for k in self._keys.values() for w in k.waiting)

@@ -139,12 +139,6 @@ class Waiter:
         return None if self.timeline is None else self.timeline.dry_at
 
     @property
-    def slot_cost(self) -> float:
-        """What its slot holds of the capacity: its cost, or with a stream of its listener riding it the
-        costlier of the two (the engine makes the next as the one before plays: one listener's work)."""
-        return self.cost if self.rider is None else max(self.cost, self.rider.cost)
-
-    @property
     def waited_s(self) -> float:
         return 0.0 if self.started_at is None else self.started_at - self.enqueued_at
 
