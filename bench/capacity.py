@@ -183,6 +183,15 @@ class Server:
                 out[int(task.name)] = _proc_stat(task / "stat")
         return out
 
+    def event_loop(self) -> str:
+        """The event loop the server runs: "uvloop" where its library is mapped into the process (uvicorn's
+        `loop="auto"`, the gateway's default, picks it wherever the `fast` extra installed it), else "asyncio".
+        Read, not assumed: every figure here depends on it (capacity_s25.md, capacity_s28.md)."""
+        with contextlib.suppress(OSError):
+            if "/uvloop/" in Path(f"/proc/{self.pid}/maps").read_text():
+                return "uvloop"
+        return "asyncio"
+
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -631,6 +640,7 @@ def levels(args: argparse.Namespace, work: Path, redis: Redis) -> dict[str, Any]
     servers = {name: Server(src, redis.url, work, args, name=re.sub(r"\W", "_", name)) for name, src in trees}
     for s in servers.values():
         s.wait_healthy()
+    loops = {name: s.event_loop() for name, s in servers.items()}
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
     try:
         for _ in range(args.warmup):  # each server's first streams are cold (imports, the bank, the pool)
@@ -646,7 +656,8 @@ def levels(args: argparse.Namespace, work: Path, redis: Redis) -> dict[str, Any]
                 done = {name: run_clients("level", n, f"ws://{s.addr}/v1/audio/speech/stream", args, s)
                         for name, s in servers.items()}  # fmt: skip
             for name, (convs, sample) in done.items():
-                row = summarize(n, convs, sample) | ({"tree": name} if args.baseline_ref else {})
+                row = (summarize(n, convs, sample) | ({"tree": name} if args.baseline_ref else {})
+                       | {"event_loop": loops[name]})
                 rows[name].append(row)
                 print(json.dumps(row), flush=True)
     finally:
@@ -763,6 +774,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               "args": {k: v for k, v in vars(args).items() if k != "out"}, "cores": os.cpu_count(),
               "load_avg": os.getloadavg()} | result  # fmt: skip
     where = f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+    loops = sorted({r["event_loop"] for rows in result["rows"].values() for r in rows if "event_loop" in r})
+    if loops:  # the server's loop (uvloop or asyncio's) moves every figure: each table says which it was
+        where += f", the server's event loop: {' and '.join(loops)}"
     text = [f"## capacity: {mode}", "", f"`{result['command']}` ({where})", ""]
     for name, rows in result["rows"].items():
         text += [table(rows, name if len(result["rows"]) > 1 else ""), ""]
