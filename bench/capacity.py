@@ -144,6 +144,7 @@ class Server:
             f"max_active_streams = 4096\nmax_waiting_per_tenant = 4096\nmax_waiting_per_model = 4096\n"
             f"max_sessions = {max_sessions}\nmax_connections = 8192\nredis_max_connections = 512\n"
             f"[engine_options]\nspeed = {args.speed}\nfirst_audio_s = {args.first_audio_s}\ncapacity = 4096\n"
+            + (f"step_s = {args.step_s}\n" if args.step_s else "")
         )
         settings_py = (src / "gateway" / "settings.py").read_text()
         if src != REPO and "max_sessions" not in settings_py:
@@ -725,6 +726,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--procs", type=int, default=4, help="client processes")
     p.add_argument("--speed", type=float, default=4.0, help="the synthetic engine's pace, × real time")
     p.add_argument("--first-audio-s", type=float, default=0.1, help="the synthetic engine's time to first audio")
+    p.add_argument("--step-s", type=float, default=0.0,
+                   help="the synthetic engine's decode step (0: each chunk when due; 0.02: a GPU's step at 4x)")
     p.add_argument("--tokens-per-s", type=float, default=40.0, help="the LLM's pace: word pieces a second")
     p.add_argument("--ramp-s", type=float, default=2.0, help="conversations start spread over this long")
     p.add_argument("--think-s", type=float, default=0.3, help="between a reply's end and the next")
