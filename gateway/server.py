@@ -23,7 +23,6 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
-from websockets.protocol import State as WsState
 
 from gateway.drain import Drain
 from gateway.protocol import MAX_CONFIG_BYTES
@@ -73,30 +72,15 @@ class HeaderDeadline(H11Protocol):
             self.transport.close()
 
 
-def binary_frame_head(length: int) -> bytes:
-    """The head of a server's unmasked, final binary frame of `length` bytes (RFC 6455 §5.2): no extension
-    is ever negotiated here (`ws_per_message_deflate=False`), so the head is all a frame adds."""
-    if length < 126:
-        return bytes((0x82, length))
-    if length < 1 << 16:
-        return bytes((0x82, 126)) + length.to_bytes(2, "big")
-    return bytes((0x82, 127)) + length.to_bytes(8, "big")
+class ReadAhead(WebSocketsSansIOProtocol):
+    """uvicorn's websockets-sansio protocol, reading ahead of the app by a few small messages.
 
-
-class GatewayWebSocket(WebSocketsSansIOProtocol):
-    """uvicorn's websockets-sansio protocol, with two changes to its per-message costs, each measured at
-    256 sessions (bench/results/capacity_s26.md, capacity_s28.md):
-
-    - It reads ahead of the app by a few small messages. uvicorn stops reading a socket after every
-      message and starts again once the app has taken it: two epoll changes per message, ~6 % of the
-      event loop's busy time with sessions streaming text. Here reading stops only once
-      `read_ahead_messages` messages or `read_ahead_bytes` of them wait for the app, so a client streaming
-      word pieces that the app keeps up with never pauses. The bound per connection stays one message past
-      the limit: below what one message of `WS_MAX_BYTES` already held (a single large message stops
-      reading at once, as before).
-    - An audio frame (a binary message) is written as its head and its bytes, not through websockets'
-      general frame writer (a frame object, its checks, a buffer, extensions, a list of writes per frame):
-      what is written is the same bytes. Anything else, or any state but open, takes uvicorn's path."""
+    uvicorn stops reading a socket after every message and starts again once the app has taken it: two
+    epoll changes per message, ~6 % of the event loop's busy time at 256 sessions streaming text
+    (bench/results/capacity_s26.md). Here reading stops only once `read_ahead_messages` messages or
+    `read_ahead_bytes` of them wait for the app, so a client streaming word pieces that the app keeps up
+    with never pauses. The bound per connection stays one message past the limit: below what one message
+    of `WS_MAX_BYTES` already held (a single large message stops reading at once, as before)."""
 
     read_ahead_messages = 16
     read_ahead_bytes = 16 * 1024
@@ -117,20 +101,6 @@ class GatewayWebSocket(WebSocketsSansIOProtocol):
                            or self._queued_bytes >= self.read_ahead_bytes):  # fmt: skip
             self.read_paused = True
             self.transport.pause_reading()
-
-    async def send(self, message: Any) -> None:
-        data = message.get("bytes") if message["type"] == "websocket.send" else None
-        if type(data) is not bytes or not self.handshake_complete or self.initial_response is not None:
-            await super().send(message)
-            return
-        await self.writable.wait()  # uvicorn's flow control: the transport's buffer is past its high mark
-        conn = self.conn
-        if self.disconnected or self.close_sent or conn.state is not WsState.OPEN or conn.expect_continuation_frame:
-            await super().send(message)  # says why it cannot be sent, as it always has
-            return
-        if conn.writes:  # never the case (uvicorn writes what the connection queues at once); kept in order anyway
-            self.transport.write(b"".join(conn.data_to_send()))
-        self.transport.write(binary_frame_head(len(data)) + data)
 
     async def receive(self) -> Any:
         message = await super().receive()  # reading resumes once the queue is empty, as uvicorn's does
@@ -164,7 +134,7 @@ def redact_key_logs() -> None:
 def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Config:
     protocol = type("Http", (HeaderDeadline,), {"header_timeout": settings.header_timeout})
     options: dict[str, Any] = dict(
-        host=settings.host, port=settings.port, ws=GatewayWebSocket, http=protocol,
+        host=settings.host, port=settings.port, ws=ReadAhead, http=protocol,
         # websockets-sansio notices a dead client on the next send (research: cpu_backends_infra §6);
         # pings keep proxies from closing a session that is quiet between turns.
         ws_ping_interval=20.0, ws_max_size=WS_MAX_BYTES,

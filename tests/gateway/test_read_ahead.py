@@ -1,7 +1,6 @@
-"""The gateway's WebSocket protocol (gateway/server.py `GatewayWebSocket`): a client's small messages are
-read while the app keeps up, without stopping the socket's reads per message; past a few messages or a
-few kilobytes waiting for the app, reading stops until the app has taken them all, as uvicorn's own does.
-Audio frames, written by their head and bytes, are what a WebSocket client reads as binary messages.
+"""The WebSocket protocol's read-ahead (gateway/server.py `ReadAhead`): a client's small messages are read
+while the app keeps up, without stopping the socket's reads per message; past a few messages or a few
+kilobytes waiting for the app, reading stops until the app has taken them all, as uvicorn's own does.
 
 Driven over a real socket pair: uvicorn's protocol on one end (the server's, as `server_config` builds
 it), a real websockets client protocol writing the frames on the other.
@@ -18,10 +17,9 @@ from typing import Any
 import pytest
 from uvicorn.server import ServerState
 from websockets.client import ClientProtocol
-from websockets.frames import Frame, Opcode
 from websockets.uri import parse_uri
 
-from gateway.server import GatewayWebSocket, server_config
+from gateway.server import ReadAhead, server_config
 from gateway.settings import Settings
 
 WAIT_S = 10.0  # a bound on each wait for the server end to have read what was sent, not a speed claim
@@ -33,14 +31,10 @@ class App:
 
     go: asyncio.Event = field(default_factory=asyncio.Event)
     taken: list[str] = field(default_factory=list)
-    sends: list[bytes | str] = field(default_factory=list)  # sent once accepted
 
     async def __call__(self, scope: dict, receive: Callable[[], Any], send: Callable[[dict], Any]) -> None:
         assert (await receive())["type"] == "websocket.connect"
         await send({"type": "websocket.accept"})
-        for data in self.sends:
-            key = "bytes" if isinstance(data, bytes) else "text"
-            await send({"type": "websocket.send", key: data})
         await self.go.wait()
         while (message := await receive())["type"] == "websocket.receive":
             self.taken.append(message["text"])
@@ -48,7 +42,7 @@ class App:
 
 @dataclass
 class Pair:
-    proto: GatewayWebSocket
+    proto: ReadAhead
     client: ClientProtocol
     sock: socket.socket
     app: App
@@ -64,17 +58,14 @@ class Pair:
                 await asyncio.sleep(0.005)
 
 
-SENDS: list[bytes | str] = [b"\x01\x02", "a mark", bytes(range(256)) * 40, b"", bytes(70_000)]  # each head length
-
-
 @pytest.fixture
 async def pair() -> AsyncIterator[Pair]:
-    app = App(sends=list(SENDS))
+    app = App()
     config = server_config(app, Settings())
     config.load()
-    assert config.ws_protocol_class is GatewayWebSocket  # what the gateway serves with
+    assert config.ws_protocol_class is ReadAhead  # what the gateway serves with
     ours, theirs = socket.socketpair()
-    proto = GatewayWebSocket(config=config, server_state=ServerState(), app_state={})
+    proto = ReadAhead(config=config, server_state=ServerState(), app_state={})
     loop = asyncio.get_running_loop()
     await loop.connect_accepted_socket(lambda: proto, ours)
     client = ClientProtocol(parse_uri("ws://test/v1/audio/speech/stream"))
@@ -97,20 +88,20 @@ async def pair() -> AsyncIterator[Pair]:
 
 
 async def test_small_messages_are_read_ahead_of_the_app_without_pausing(pair: Pair) -> None:
-    pair.send(*(f"piece {i} " for i in range(GatewayWebSocket.read_ahead_messages - 1)))
-    await pair.until(lambda: pair.proto.queue.qsize() == GatewayWebSocket.read_ahead_messages - 1)
+    pair.send(*(f"piece {i} " for i in range(ReadAhead.read_ahead_messages - 1)))
+    await pair.until(lambda: pair.proto.queue.qsize() == ReadAhead.read_ahead_messages - 1)
     assert not pair.proto.read_paused  # uvicorn's own would have paused at the first
 
 
 async def test_reading_stops_at_the_message_bound_and_resumes_once_the_app_took_them(pair: Pair) -> None:
-    sent = [f"piece {i} " for i in range(GatewayWebSocket.read_ahead_messages + 4)]
-    for i, text in enumerate(sent[: GatewayWebSocket.read_ahead_messages]):  # one read each, as a client streams them
+    sent = [f"piece {i} " for i in range(ReadAhead.read_ahead_messages + 4)]
+    for i, text in enumerate(sent[: ReadAhead.read_ahead_messages]):  # one read each, as a client streams them
         pair.send(text)
         await pair.until(lambda i=i: pair.proto.queue.qsize() == i + 1)
     assert pair.proto.read_paused
-    pair.send(*sent[GatewayWebSocket.read_ahead_messages :])
+    pair.send(*sent[ReadAhead.read_ahead_messages :])
     await asyncio.sleep(0.05)  # room for a read that should not happen (were it to, the count below shows it)
-    assert pair.proto.queue.qsize() == GatewayWebSocket.read_ahead_messages  # the rest wait in the kernel
+    assert pair.proto.queue.qsize() == ReadAhead.read_ahead_messages  # the rest wait in the kernel
     pair.app.go.set()
     await pair.until(lambda: len(pair.app.taken) == len(sent))
     assert pair.app.taken == sent  # in order, none lost across the pause
@@ -118,27 +109,10 @@ async def test_reading_stops_at_the_message_bound_and_resumes_once_the_app_took_
 
 
 async def test_reading_stops_at_once_for_a_message_past_the_byte_bound(pair: Pair) -> None:
-    big = "x" * (GatewayWebSocket.read_ahead_bytes + 1)
+    big = "x" * (ReadAhead.read_ahead_bytes + 1)
     pair.send(big)
     await pair.until(lambda: pair.proto.queue.qsize() == 1)
     assert pair.proto.read_paused
     pair.app.go.set()
     await pair.until(lambda: pair.app.taken == [big])
     assert not pair.proto.read_paused
-
-
-async def test_audio_frames_are_the_binary_messages_a_client_reads(pair: Pair) -> None:
-    loop = asyncio.get_running_loop()
-    frames: list[Frame] = []
-    pair.sock.setblocking(False)
-    async with asyncio.timeout(WAIT_S):
-        while True:
-            frames += [e for e in pair.client.events_received() if isinstance(e, Frame)]
-            if len(frames) >= len(SENDS):
-                break
-            pair.client.receive_data(await loop.sock_recv(pair.sock, 1 << 16))
-    pair.sock.setblocking(True)
-    # Every length form of the head (7-bit, 16-bit, 64-bit), an empty message, and a text message between.
-    assert [(f.opcode, f.data, f.fin) for f in frames] == [
-        (Opcode.BINARY, d, True) if isinstance(d, bytes) else (Opcode.TEXT, d.encode(), True) for d in SENDS
-    ]
