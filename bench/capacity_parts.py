@@ -33,6 +33,8 @@ Parts:
   message made only for a refusal, `pending_chars`, no call);
 - `renewal`: one lease renewal against a real redis-server: its own EVALSHA call through the breaker (the
   old per-lease keep-alive), against its share of one pipeline of 64 (`Renewals`);
+- session 28's (bench/capacity_parts_ws.py): `wsread` (a word piece through the WebSocket protocol's read
+  and the app's receive), uvicorn's websockets-sansio protocol against the gateway's `ReadAhead`;
 - session 25's (bench/capacity_parts_session.py): `admission` (one utterance's admission and release at 256
   streams in flight), `chain` (one audio event through the stream layers), and the steps of a text piece
   alone, with no old/new (`decode`, `feed`, `admit`). bench/capacity_paths.py times the paths whole.
@@ -60,6 +62,7 @@ import zmq  # noqa: E402
 from prometheus_client import CollectorRegistry, Counter  # noqa: E402
 
 from bench import capacity_parts_session as session  # noqa: E402
+from bench import capacity_parts_ws as ws  # noqa: E402
 from engine.stream import EventBridge  # noqa: E402
 from engine.types import AudioChunk  # noqa: E402
 from gateway.metrics import _LoopCounter  # noqa: E402
@@ -333,6 +336,7 @@ def main() -> int:
         "piece": (*piece_parts(), 100_000),
         "admission": (*session.admission_parts(), 2_000),
         "chain": (*session.chain_parts(), 20_000),
+        "wsread": (*ws.wsread_parts(), 20_000),
     }
     steps = {name: (step, 20_000) for name, step in session.piece_kinds().items()}
     only = set(filter(None, args.only.split(",")))
