@@ -14,10 +14,10 @@ Pacing: one clock thread serves every stream from a heap of due times and sleeps
 (no thread per stream, no spinning). With `step_s` it serves them in steps, as a batched GPU engine makes
 a frame of every stream it runs per decode step: each chunk comes at the first step at or after it is
 due (so up to `step_s` late), every stream's chunk due by then together; the pace is kept (the next chunk
-is due from when this one was due, not when it came). A stream's first audio comes `first_audio_s` after it has text and
-a slot; each later chunk of `chunk_s` audio seconds comes `chunk_s / speed` after the one before, so
-audio is made at `speed` × real time. A stream whose text runs dry waits for more; one whose consumer
-is behind (its bounded queue full) is looked at again `RETRY_S` later, never blocking the others.
+is due from when this one was due, not when it came). A stream's first audio comes `first_audio_s` after
+it has text and a slot; each later chunk of `chunk_s` audio seconds comes `chunk_s / speed` after the one
+before, so audio is made at `speed` × real time. A stream whose text runs dry waits for more; one whose
+consumer is behind (its bounded queue full) is looked at again `RETRY_S` later, never blocking the others.
 
 Capacity: `capacity` streams hold a slot at once (`Capacity.streams`); one opened past it waits for a
 slot (a `Waiting("capacity")` event), and past `capacity` waiting `open_stream` refuses (`queue_full`).

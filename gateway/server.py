@@ -76,11 +76,12 @@ class ReadAhead(WebSocketsSansIOProtocol):
     """uvicorn's websockets-sansio protocol, reading ahead of the app by a few small messages.
 
     uvicorn stops reading a socket after every message and starts again once the app has taken it: two
-    epoll changes per message, ~6 % of the event loop's busy time at 256 sessions streaming text
-    (bench/results/capacity_s26.md). Here reading stops only once `read_ahead_messages` messages or
-    `read_ahead_bytes` of them wait for the app, so a client streaming word pieces that the app keeps up
-    with never pauses. The bound per connection stays one message past the limit: below what one message
-    of `WS_MAX_BYTES` already held (a single large message stops reading at once, as before)."""
+    epoll changes per message, 7.5 of the 14 µs a word piece costs on its way in (`python
+    bench/capacity_parts.py --only wsread`, bench/results/capacity_s28.md). Here reading stops only once
+    `read_ahead_messages` messages or `read_ahead_bytes` of them wait for the app, so a client streaming
+    word pieces that the app keeps up with never pauses. The bound per connection stays one message past
+    the limit: below what one message of `WS_MAX_BYTES` already held (a single large message stops
+    reading at once, as before)."""
 
     read_ahead_messages = 16
     read_ahead_bytes = 16 * 1024
@@ -106,7 +107,7 @@ class ReadAhead(WebSocketsSansIOProtocol):
         message = await super().receive()  # reading resumes once the queue is empty, as uvicorn's does
         if self.queue.empty():
             self._queued_bytes = 0
-        else:
+        else:  # a text message counted in characters here, in bytes when queued: never below its true size
             self._queued_bytes -= len(message.get("text") or message.get("bytes") or b"")
         return message
 
