@@ -144,6 +144,7 @@ class Server:
             f"max_active_streams = 4096\nmax_waiting_per_tenant = 4096\nmax_waiting_per_model = 4096\n"
             f"max_sessions = {max_sessions}\nmax_connections = 8192\nredis_max_connections = 512\n"
             f"[engine_options]\nspeed = {args.speed}\nfirst_audio_s = {args.first_audio_s}\ncapacity = 4096\n"
+            + (f"step_s = {args.step_s}\n" if args.step_s else "")
         )
         settings_py = (src / "gateway" / "settings.py").read_text()
         if src != REPO and "max_sessions" not in settings_py:
@@ -182,6 +183,15 @@ class Server:
             with contextlib.suppress(OSError):  # a thread that ended while being read
                 out[int(task.name)] = _proc_stat(task / "stat")
         return out
+
+    def event_loop(self) -> str:
+        """The event loop the server runs: "uvloop" where its library is mapped into the process (uvicorn's
+        `loop="auto"`, the gateway's default, picks it wherever the `fast` extra installed it), else "asyncio".
+        Read, not assumed: every figure here depends on it (capacity_s25.md, capacity_s28.md)."""
+        with contextlib.suppress(OSError):
+            if "/uvloop/" in Path(f"/proc/{self.pid}/maps").read_text():
+                return "uvloop"
+        return "asyncio"
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
@@ -631,6 +641,7 @@ def levels(args: argparse.Namespace, work: Path, redis: Redis) -> dict[str, Any]
     servers = {name: Server(src, redis.url, work, args, name=re.sub(r"\W", "_", name)) for name, src in trees}
     for s in servers.values():
         s.wait_healthy()
+    loops = {name: s.event_loop() for name, s in servers.items()}
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
     try:
         for _ in range(args.warmup):  # each server's first streams are cold (imports, the bank, the pool)
@@ -646,7 +657,8 @@ def levels(args: argparse.Namespace, work: Path, redis: Redis) -> dict[str, Any]
                 done = {name: run_clients("level", n, f"ws://{s.addr}/v1/audio/speech/stream", args, s)
                         for name, s in servers.items()}  # fmt: skip
             for name, (convs, sample) in done.items():
-                row = summarize(n, convs, sample) | ({"tree": name} if args.baseline_ref else {})
+                row = (summarize(n, convs, sample) | ({"tree": name} if args.baseline_ref else {})
+                       | {"event_loop": loops[name]})
                 rows[name].append(row)
                 print(json.dumps(row), flush=True)
     finally:
@@ -714,6 +726,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--procs", type=int, default=4, help="client processes")
     p.add_argument("--speed", type=float, default=4.0, help="the synthetic engine's pace, × real time")
     p.add_argument("--first-audio-s", type=float, default=0.1, help="the synthetic engine's time to first audio")
+    p.add_argument("--step-s", type=float, default=0.0,
+                   help="the synthetic engine's decode step (0: each chunk when due; 0.02: a GPU's step at 4x)")
     p.add_argument("--tokens-per-s", type=float, default=40.0, help="the LLM's pace: word pieces a second")
     p.add_argument("--ramp-s", type=float, default=2.0, help="conversations start spread over this long")
     p.add_argument("--think-s", type=float, default=0.3, help="between a reply's end and the next")
@@ -763,6 +777,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               "args": {k: v for k, v in vars(args).items() if k != "out"}, "cores": os.cpu_count(),
               "load_avg": os.getloadavg()} | result  # fmt: skip
     where = f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+    loops = sorted({r["event_loop"] for rows in result["rows"].values() for r in rows if "event_loop" in r})
+    if loops:  # the server's loop (uvloop or asyncio's) moves every figure: each table says which it was
+        where += f", the server's event loop: {' and '.join(loops)}"
     text = [f"## capacity: {mode}", "", f"`{result['command']}` ({where})", ""]
     for name, rows in result["rows"].items():
         text += [table(rows, name if len(result["rows"]) > 1 else ""), ""]

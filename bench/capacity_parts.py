@@ -11,6 +11,8 @@ the synthetic engine's 0.2 s chunks; per lease renewal: 1/5 s per session) for i
 Parts:
 - `bridge`: an engine-process stream's event into its bridge: `EventBridge.put(ev, timeout=0)` (a
   Condition wait) against `EventBridge.offer(ev)`;
+- `drain` (session 28): the engine client's I/O thread per wake-up with one message: it, then a receive
+  that fails (`zmq.Again`), against it, then ZMQ_EVENTS asked (the send to it is in both);
 - `poller`: the engine client's I/O thread per wake-up: a zmq.Poller built and registered (3 fds) and
   polled, against one kept and polled;
 - `send`: an audio frame to the ASGI send through Litestar's `send_bytes` (→ `send_data` → the state
@@ -33,6 +35,8 @@ Parts:
   message made only for a refusal, `pending_chars`, no call);
 - `renewal`: one lease renewal against a real redis-server: its own EVALSHA call through the breaker (the
   old per-lease keep-alive), against its share of one pipeline of 64 (`Renewals`);
+- session 28's (bench/capacity_parts_ws.py): `wsread` (a word piece through the WebSocket protocol's read
+  and the app's receive), uvicorn's websockets-sansio protocol against the gateway's `ReadAhead`;
 - session 25's (bench/capacity_parts_session.py): `admission` (one utterance's admission and release at 256
   streams in flight), `chain` (one audio event through the stream layers), and the steps of a text piece
   alone, with no old/new (`decode`, `feed`, `admit`). bench/capacity_paths.py times the paths whole.
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -60,6 +65,7 @@ import zmq  # noqa: E402
 from prometheus_client import CollectorRegistry, Counter  # noqa: E402
 
 from bench import capacity_parts_session as session  # noqa: E402
+from bench import capacity_parts_ws as ws  # noqa: E402
 from engine.stream import EventBridge  # noqa: E402
 from engine.types import AudioChunk  # noqa: E402
 from gateway.metrics import _LoopCounter  # noqa: E402
@@ -114,6 +120,33 @@ def poller_parts() -> tuple[Timed, Timed]:
             if (pin | (pout if False else 0)) != flags:
                 kept.register(sock, flags)
             dict(kept.poll(0))
+
+    return old, new
+
+
+def drain_parts() -> tuple[Timed, Timed]:
+    """The engine client's I/O thread per wake-up with one message waiting (as at 256 sessions of the
+    synthetic engine): the message, then a receive that fails (`zmq.Again`), against the message, then
+    ZMQ_EVENTS asked (session 28). The receive lets go of the GIL, the ask does not."""
+    ctx = zmq.Context.instance()
+    a, b = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    a.bind("inproc://drain")
+    b.connect("inproc://drain")
+    message = [b"h" * 40, b"\0" * 9600]
+    events, pin = int(zmq.EVENTS), int(zmq.POLLIN)
+
+    def old(n: int) -> None:
+        for _ in range(n):
+            b.send_multipart(message)
+            a.recv_multipart(flags=zmq.NOBLOCK)
+            with contextlib.suppress(zmq.Again):  # what the old loop ended every wake-up with
+                a.recv_multipart(flags=zmq.NOBLOCK)
+
+    def new(n: int) -> None:
+        for _ in range(n):
+            b.send_multipart(message)
+            a.recv_multipart(flags=zmq.NOBLOCK)
+            a.getsockopt(events) & pin
 
     return old, new
 
@@ -325,6 +358,7 @@ def main() -> int:
     parts: dict[str, tuple[Timed, Timed, int]] = {
         "bridge": (*bridge_parts(), 20_000),
         "poller": (*poller_parts(), 5_000),
+        "drain": (*drain_parts(), 20_000),
         "send": (*send_parts(), 20_000),
         "counter": (*counter_parts(), 50_000),
         "tick": (*tick_parts(), 25_600),
@@ -333,6 +367,7 @@ def main() -> int:
         "piece": (*piece_parts(), 100_000),
         "admission": (*session.admission_parts(), 2_000),
         "chain": (*session.chain_parts(), 20_000),
+        "wsread": (*ws.wsread_parts(), 20_000),
     }
     steps = {name: (step, 20_000) for name, step in session.piece_kinds().items()}
     only = set(filter(None, args.only.split(",")))

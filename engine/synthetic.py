@@ -11,10 +11,13 @@ amplitude envelope and pauses between words and after punctuation. The syllables
 sample rate (`_bank`); a stream's audio is slices of them, so a chunk costs a copy and a multiply.
 
 Pacing: one clock thread serves every stream from a heap of due times and sleeps until the next is due
-(no thread per stream, no spinning). A stream's first audio comes `first_audio_s` after it has text and
-a slot; each later chunk of `chunk_s` audio seconds comes `chunk_s / speed` after the one before, so
-audio is made at `speed` × real time. A stream whose text runs dry waits for more; one whose consumer
-is behind (its bounded queue full) is looked at again `RETRY_S` later, never blocking the others.
+(no thread per stream, no spinning). With `step_s` it serves them in steps, as a batched GPU engine makes
+a frame of every stream it runs per decode step: each chunk comes at the first step at or after it is
+due (so up to `step_s` late), every stream's chunk due by then together; the pace is kept (the next chunk
+is due from when this one was due, not when it came). A stream's first audio comes `first_audio_s` after
+it has text and a slot; each later chunk of `chunk_s` audio seconds comes `chunk_s / speed` after the one
+before, so audio is made at `speed` × real time. A stream whose text runs dry waits for more; one whose
+consumer is behind (its bounded queue full) is looked at again `RETRY_S` later, never blocking the others.
 
 Capacity: `capacity` streams hold a slot at once (`Capacity.streams`); one opened past it waits for a
 slot (a `Waiting("capacity")` event), and past `capacity` waiting `open_stream` refuses (`queue_full`).
@@ -104,7 +107,9 @@ class SyntheticOptions:
     decode). `capacity`: streams served at once (`Capacity.streams`). `chunk_s`: audio seconds per
     `AudioChunk` (the CPU voices' are at most 0.25). `queue_size`: chunks queued per stream for its
     consumer (16 × 0.2 s: 150 kB of 24 kHz audio per stream at most; hundreds of streams share a box).
-    `max_pending_chars`: text a stream may hold not yet spoken (`queue_full` past it)."""
+    `max_pending_chars`: text a stream may hold not yet spoken (`queue_full` past it). `step_s`: 0 (the
+    default), each chunk at its own due time; above 0, chunks in steps of this period, every stream's due
+    chunk together (a GPU engine's decode step: 0.02 s is one 80 ms frame at 4× real time)."""
 
     speed: float = 4.0
     first_audio_s: float = 0.1
@@ -112,11 +117,13 @@ class SyntheticOptions:
     chunk_s: float = 0.2
     queue_size: int = 16
     max_pending_chars: int = 262144
+    step_s: float = 0.0
 
     def __post_init__(self) -> None:
         bounds: dict[str, tuple[float, float]] = {
             "speed": (0.01, 10000.0), "first_audio_s": (0.0, 60.0), "capacity": (1, 1_000_000),
             "chunk_s": (0.01, 2.0), "queue_size": (1, 100_000), "max_pending_chars": (1, 1 << 30),
+            "step_s": (0.0, 1.0),
         }  # fmt: skip
         for name, (low, high) in bounds.items():
             value = getattr(self, name)
@@ -242,11 +249,16 @@ class SyntheticEngine:
 
     # ---- the clock thread ----
 
+    def _served_at(self, due: float) -> float:
+        """When a chunk due at `due` is made: then, or at the first step at or after it (`step_s`)."""
+        step = self.options.step_s
+        return due if step <= 0 else math.ceil(due / step) * step
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    self._cond.wait(None if not self._heap else self._heap[0][0] - time.monotonic())
+                while not self._closed and (not self._heap or self._served_at(self._heap[0][0]) > time.monotonic()):
+                    self._cond.wait(None if not self._heap else self._served_at(self._heap[0][0]) - time.monotonic())
                 if self._closed:
                     return
                 due, _, stream = heapq.heappop(self._heap)

@@ -22,6 +22,7 @@ from typing import Any
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from gateway.drain import Drain
 from gateway.protocol import MAX_CONFIG_BYTES
@@ -71,6 +72,46 @@ class HeaderDeadline(H11Protocol):
             self.transport.close()
 
 
+class ReadAhead(WebSocketsSansIOProtocol):
+    """uvicorn's websockets-sansio protocol, reading ahead of the app by a few small messages.
+
+    uvicorn stops reading a socket after every message and starts again once the app has taken it: two
+    epoll changes per message, 7.5 of the 14 µs a word piece costs on its way in (`python
+    bench/capacity_parts.py --only wsread`, bench/results/capacity_s28.md). Here reading stops only once
+    `read_ahead_messages` messages or `read_ahead_bytes` of them wait for the app, so a client streaming
+    word pieces that the app keeps up with never pauses. The bound per connection stays one message past
+    the limit: below what one message of `WS_MAX_BYTES` already held (a single large message stops
+    reading at once, as before)."""
+
+    read_ahead_messages = 16
+    read_ahead_bytes = 16 * 1024
+    _queued_bytes = 0
+
+    def send_receive_event_to_app(self) -> None:
+        paused = self.read_paused
+        size = sum(len(f) for f in self.frames)
+        queued = self.queue.qsize()
+        self.read_paused = True  # uvicorn pauses after every message when it is not paused: not here
+        try:
+            super().send_receive_event_to_app()
+        finally:
+            self.read_paused = paused
+        if self.queue.qsize() > queued:  # queued (not dropped after the close): counted until the app takes it
+            self._queued_bytes += size
+        if not paused and (self.queue.qsize() >= self.read_ahead_messages
+                           or self._queued_bytes >= self.read_ahead_bytes):  # fmt: skip
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    async def receive(self) -> Any:
+        message = await super().receive()  # reading resumes once the queue is empty, as uvicorn's does
+        if self.queue.empty():
+            self._queued_bytes = 0
+        else:  # a text message counted in characters here, in bytes when queued: never below its true size
+            self._queued_bytes -= len(message.get("text") or message.get("bytes") or b"")
+        return message
+
+
 class RedactKeys(logging.Filter):
     """`?api_key=…` (browsers' WebSockets) never reaches a log line: uvicorn logs request paths."""
 
@@ -94,7 +135,7 @@ def redact_key_logs() -> None:
 def server_config(app: Any, settings: Settings, **overrides: Any) -> uvicorn.Config:
     protocol = type("Http", (HeaderDeadline,), {"header_timeout": settings.header_timeout})
     options: dict[str, Any] = dict(
-        host=settings.host, port=settings.port, ws="websockets-sansio", http=protocol,
+        host=settings.host, port=settings.port, ws=ReadAhead, http=protocol,
         # websockets-sansio notices a dead client on the next send (research: cpu_backends_infra §6);
         # pings keep proxies from closing a session that is quiet between turns.
         ws_ping_interval=20.0, ws_max_size=WS_MAX_BYTES,

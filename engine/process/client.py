@@ -50,7 +50,7 @@ MAX_OUTBOX = 50_000  # commands queued for the child and not yet on its socket
 RECV_BATCH = 256  # messages read per wake-up before the thread looks at its timers again
 # Plain ints: the I/O thread tests these per wake-up and per message, and zmq's enum.Flag operators are
 # Python calls.
-POLLIN, POLLOUT = int(zmq.POLLIN), int(zmq.POLLOUT)
+POLLIN, POLLOUT, EVENTS = int(zmq.POLLIN), int(zmq.POLLOUT), int(zmq.EVENTS)
 STREAM_MESSAGES = (wire.Audio, wire.Codec, wire.WordsMsg, wire.Wait)  # by far the most frequent: tested first
 
 
@@ -362,6 +362,8 @@ class ProcessEngine:
             self._flush(sock)
 
     def _flush(self, sock: zmq.Socket) -> None:
+        if not self._outbox:  # most wake-ups bring messages and no command; a command put meanwhile wakes us again
+            return
         while True:
             with self._lock:
                 if not self._outbox:
@@ -376,16 +378,25 @@ class ProcessEngine:
                     self._outbox.popleft()
 
     def _receive(self, sock: zmq.Socket) -> None:
+        # The poll said a message is there; each further one is asked of ZMQ_EVENTS (under the GIL) rather
+        # than by a receive that fails: every receive lets go of the GIL, and each let-go while the event
+        # loop waits for it is a hand-over between the threads (most of this thread's cost is those and its
+        # wake-ups, not the messages: bench/results/capacity_s26.md, capacity_s28.md).
+        heard = False
         for _ in range(RECV_BATCH):
             try:
                 frames = sock.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
-                return
-            self._heard_at = time.monotonic()
+                break
+            heard = True
             if len(frames) % 2:
                 self._broke(f"a message of {len(frames)} frames, not (header, payload) pairs")
             for at in range(0, len(frames) - 1, 2):  # the others still count: an End among them ends its stream
                 self._take(frames[at], frames[at + 1])
+            if not sock.getsockopt(EVENTS) & POLLIN:
+                break
+        if heard:
+            self._heard_at = time.monotonic()  # once per batch: the hang check reads it in seconds
 
     def _take(self, header: bytes, payload: bytes) -> None:
         try:
