@@ -249,16 +249,19 @@ class SyntheticEngine:
 
     # ---- the clock thread ----
 
-    def _served_at(self, due: float) -> float:
-        """When a chunk due at `due` is made: then, or at the first step at or after it (`step_s`)."""
-        step = self.options.step_s
-        return due if step <= 0 else math.ceil(due / step) * step
+    def _until_next(self) -> float | None:
+        """Seconds until the earliest chunk is made (≤ 0: now; None: none scheduled): when it is due, or
+        at the first step at or after that (`step_s`). Under `_cond`."""
+        if not self._heap:
+            return None
+        due, step = self._heap[0][0], self.options.step_s
+        return (due if step <= 0 else math.ceil(due / step) * step) - time.monotonic()
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and (not self._heap or self._served_at(self._heap[0][0]) > time.monotonic()):
-                    self._cond.wait(None if not self._heap else self._served_at(self._heap[0][0]) - time.monotonic())
+                while not self._closed and ((wait_s := self._until_next()) is None or wait_s > 0):
+                    self._cond.wait(wait_s)
                 if self._closed:
                     return
                 due, _, stream = heapq.heappop(self._heap)
